@@ -1,0 +1,276 @@
+//! The Toeplitz hash: a bit-serial reference, a table-driven fast path and a SIMD batch path.
+//!
+//! Definition (Microsoft, "RSS hashing functions"): for every set bit `i` of the input, counted
+//! from the most significant bit of the first byte, XOR into the result the 32-bit window of the
+//! key that starts at key bit `i`. All three implementations here are checked against one table
+//! of published verification values ([`crate::vectors`]) and against each other by proptests.
+//!
+//! * [`reference`] follows the definition literally, one input bit at a time.
+//! * [`Toeplitz`] precomputes, per input byte position, the XOR of windows for each of the 256
+//!   byte values, so an IPv4 4-tuple costs 12 table loads.
+//! * On x86-64 with AVX-512 (F, BW, VL), GFNI and VPCLMULQDQ, [`Toeplitz::hash_batch`] hashes
+//!   four tuples per instruction stream using carry-less multiplication: Toeplitz hashing is a
+//!   window of the carry-less product of the (per-byte bit-reversed) input and the key. The
+//!   path is chosen at run time; everywhere else the table path runs.
+
+use crate::key::{Key, KEY_MAX_LEN};
+use crate::tuple::Tuple;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod avx512;
+
+/// Rows of the byte table: one per input byte a 52-byte key can hash.
+const TABLE_ROWS: usize = KEY_MAX_LEN - 4;
+
+/// The bit-serial reference, exactly as the specification's pseudo-code: a 32-bit register holds
+/// the current key window and shifts in one key bit per input bit. Key bits past the end of the
+/// key read as zero (no NIC hashes inputs that long; see [`Key::max_input_len`]).
+pub fn reference(key: &Key, input: &[u8]) -> u32 {
+    let mut result = 0u32;
+    let mut window = key.window(0);
+    let mut next_bit = 32;
+    for &byte in input {
+        for b in 0..8 {
+            if byte & (0x80 >> b) != 0 {
+                result ^= window;
+            }
+            window = (window << 1) | key.bit(next_bit) as u32;
+            next_bit += 1;
+        }
+    }
+    result
+}
+
+/// Which implementation [`Toeplitz::hash_batch`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// Per-byte lookup tables (portable).
+    Table,
+    /// AVX-512 + GFNI + VPCLMULQDQ carry-less multiplication, four tuples per vector.
+    Avx512Clmul,
+}
+
+impl Backend {
+    /// Every backend this CPU can run, portable first.
+    pub fn available() -> Vec<Backend> {
+        let mut v = vec![Backend::Table];
+        if Backend::Avx512Clmul.is_supported() {
+            v.push(Backend::Avx512Clmul);
+        }
+        v
+    }
+
+    /// Whether this CPU can run the backend.
+    pub fn is_supported(self) -> bool {
+        match self {
+            Backend::Table => true,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512Clmul => avx512::supported(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Backend::Avx512Clmul => false,
+        }
+    }
+
+    /// Short name for output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Table => "table",
+            Backend::Avx512Clmul => "avx512-gfni-clmul",
+        }
+    }
+}
+
+/// The requested backend cannot run on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsupported(pub Backend);
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "hash backend `{}` is not supported by this CPU",
+            self.0.name()
+        )
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// A Toeplitz hasher for one key: precomputed tables plus the best batch backend.
+#[derive(Clone)]
+pub struct Toeplitz {
+    key: Key,
+    table: Box<[[u32; 256]; TABLE_ROWS]>,
+    backend: Backend,
+    /// Key bits 0..127 and 0..319 as little-endian polynomials, for the carry-less path.
+    clmul_keys: ClmulKeys,
+}
+
+/// The key as the second operand of a carry-less multiplication.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClmulKeys {
+    /// First 127 key bits, bit `b` = key bit `126 - b` (inputs up to 12 bytes).
+    pub(crate) short: [u64; 2],
+    /// First 319 key bits, bit `b` = key bit `318 - b` (inputs up to 36 bytes).
+    pub(crate) long: [u64; 5],
+}
+
+impl ClmulKeys {
+    fn new(key: &Key) -> ClmulKeys {
+        fn pack<const N: usize>(key: &Key, nbits: usize) -> [u64; N] {
+            let mut out = [0u64; N];
+            for b in 0..nbits {
+                if key.bit(nbits - 1 - b) {
+                    out[b / 64] |= 1 << (b % 64);
+                }
+            }
+            out
+        }
+        ClmulKeys {
+            short: pack::<2>(key, 127),
+            long: pack::<5>(key, 319),
+        }
+    }
+}
+
+impl std::fmt::Debug for Toeplitz {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toeplitz")
+            .field("key", &self.key)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Toeplitz {
+    /// A hasher for `key` using the fastest batch backend this CPU supports.
+    pub fn new(key: &Key) -> Toeplitz {
+        let best = Backend::available()
+            .last()
+            .copied()
+            .unwrap_or(Backend::Table);
+        Toeplitz::build(key, best)
+    }
+
+    /// A hasher whose batch path is `backend` (for tests and benchmarks).
+    pub fn with_backend(key: &Key, backend: Backend) -> Result<Toeplitz, Unsupported> {
+        if !backend.is_supported() {
+            return Err(Unsupported(backend));
+        }
+        Ok(Toeplitz::build(key, backend))
+    }
+
+    fn build(key: &Key, backend: Backend) -> Toeplitz {
+        let mut table = Box::new([[0u32; 256]; TABLE_ROWS]);
+        for (pos, row) in table.iter_mut().enumerate() {
+            let windows: [u32; 8] = std::array::from_fn(|j| key.window(pos * 8 + j));
+            for (v, slot) in row.iter_mut().enumerate() {
+                *slot = (0..8)
+                    .filter(|j| v & (0x80 >> j) != 0)
+                    .fold(0, |acc, j| acc ^ windows[j]);
+            }
+        }
+        Toeplitz {
+            key: *key,
+            table,
+            backend,
+            clmul_keys: ClmulKeys::new(key),
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The batch backend in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    #[inline(always)]
+    fn hash_fixed<const N: usize>(&self, bytes: &[u8; crate::tuple::MAX_INPUT_LEN]) -> u32 {
+        let mut h = 0;
+        for i in 0..N {
+            h ^= self.table[i][bytes[i] as usize];
+        }
+        h
+    }
+
+    /// Hash of a tuple (table path).
+    #[inline]
+    pub fn hash(&self, tuple: &Tuple) -> u32 {
+        let bytes = tuple.padded_input();
+        match tuple.input().len() {
+            8 => self.hash_fixed::<8>(bytes),
+            12 => self.hash_fixed::<12>(bytes),
+            32 => self.hash_fixed::<32>(bytes),
+            _ => self.hash_fixed::<36>(bytes),
+        }
+    }
+
+    /// Hash of arbitrary input bytes (table path). Bytes past [`Key::max_input_len`] are hashed
+    /// with zero key bits, as [`reference`] does.
+    pub fn hash_bytes(&self, input: &[u8]) -> u32 {
+        let (head, tail) = input.split_at(input.len().min(TABLE_ROWS));
+        let mut h = head
+            .iter()
+            .zip(self.table.iter())
+            .fold(0, |acc, (&b, row)| acc ^ row[b as usize]);
+        for (i, &b) in tail.iter().enumerate() {
+            for j in 0..8 {
+                if b & (0x80 >> j) != 0 {
+                    h ^= self.key.window((TABLE_ROWS + i) * 8 + j);
+                }
+            }
+        }
+        h
+    }
+
+    /// Hashes `tuples[i]` into `out[i]` for `i < min(tuples.len(), out.len())` and returns that
+    /// count. Tuples of different kinds may be mixed; runs of one kind go through the SIMD path.
+    pub fn hash_batch(&self, tuples: &[Tuple], out: &mut [u32]) -> usize {
+        let n = tuples.len().min(out.len());
+        let (tuples, out) = (&tuples[..n], &mut out[..n]);
+        match self.backend {
+            Backend::Table => {
+                for (t, o) in tuples.iter().zip(out.iter_mut()) {
+                    *o = self.hash(t);
+                }
+            }
+            Backend::Avx512Clmul => self.hash_batch_simd(tuples, out),
+        }
+        n
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn hash_batch_simd(&self, tuples: &[Tuple], out: &mut [u32]) {
+        let mut start = 0;
+        while start < tuples.len() {
+            // One run of equal input length.
+            let len = tuples[start].input().len();
+            let run = tuples[start..]
+                .iter()
+                .take_while(|t| t.input().len() == len)
+                .count();
+            let (ts, os) = (&tuples[start..start + run], &mut out[start..start + run]);
+            let done = avx512::hash_run(&self.clmul_keys, ts, os, len);
+            for (t, o) in ts[done..].iter().zip(os[done..].iter_mut()) {
+                *o = self.hash(t);
+            }
+            start += run;
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn hash_batch_simd(&self, tuples: &[Tuple], out: &mut [u32]) {
+        for (t, o) in tuples.iter().zip(out.iter_mut()) {
+            *o = self.hash(t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
