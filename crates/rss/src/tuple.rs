@@ -27,6 +27,7 @@ pub enum TupleKind {
 
 impl TupleKind {
     /// Hash input length in bytes.
+    #[inline]
     pub fn input_len(self) -> usize {
         match self {
             TupleKind::V4Addrs => 8,
@@ -37,6 +38,7 @@ impl TupleKind {
     }
 
     /// Address length in bytes (4 or 16).
+    #[inline]
     pub fn addr_len(self) -> usize {
         match self {
             TupleKind::V4Addrs | TupleKind::V4Ports => 4,
@@ -45,6 +47,7 @@ impl TupleKind {
     }
 
     /// Whether ports are part of the hash input.
+    #[inline]
     pub fn has_ports(self) -> bool {
         matches!(self, TupleKind::V4Ports | TupleKind::V6Ports)
     }
@@ -228,16 +231,26 @@ impl Tuple {
     }
 
     /// The hash input bytes.
+    #[inline]
     pub fn input(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
+        &self.bytes[..self.input_len()]
+    }
+
+    /// Hash input length in bytes: 8, 12, 32 or 36.
+    #[inline]
+    pub fn input_len(&self) -> usize {
+        // The invariant keeps `len` <= MAX_INPUT_LEN; `min` lets the compiler drop bound checks.
+        (self.len as usize).min(MAX_INPUT_LEN)
     }
 
     /// The hash input zero-padded to [`MAX_INPUT_LEN`] bytes (fast paths index it directly).
+    #[inline]
     pub fn padded_input(&self) -> &[u8; MAX_INPUT_LEN] {
         &self.bytes
     }
 
     /// What the tuple holds.
+    #[inline]
     pub fn kind(&self) -> TupleKind {
         match self.len {
             8 => TupleKind::V4Addrs,

@@ -108,29 +108,33 @@ pub struct Toeplitz {
     clmul_keys: ClmulKeys,
 }
 
-/// The key as the second operand of a carry-less multiplication.
+/// The key as the second operand of a carry-less multiplication: its first 16 (40) bytes as
+/// one big-endian integer, split into little-endian 64-bit words, so that bit `b` is key bit
+/// `127 - b` (`319 - b`). Multiplying the bit-reversed input by it puts the hash at bits 96..128
+/// (288..320) of the product, i.e. in a whole 32-bit word.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ClmulKeys {
-    /// First 127 key bits, bit `b` = key bit `126 - b` (inputs up to 12 bytes).
+    /// For inputs of up to 12 bytes (IPv4).
     pub(crate) short: [u64; 2],
-    /// First 319 key bits, bit `b` = key bit `318 - b` (inputs up to 36 bytes).
+    /// For inputs of up to 36 bytes (IPv6).
     pub(crate) long: [u64; 5],
 }
 
 impl ClmulKeys {
     fn new(key: &Key) -> ClmulKeys {
-        fn pack<const N: usize>(key: &Key, nbits: usize) -> [u64; N] {
-            let mut out = [0u64; N];
-            for b in 0..nbits {
-                if key.bit(nbits - 1 - b) {
-                    out[b / 64] |= 1 << (b % 64);
-                }
-            }
-            out
+        fn pack<const N: usize>(key: &Key) -> [u64; N] {
+            let bytes = key.as_bytes();
+            std::array::from_fn(|w| {
+                // Word `w` counts from the least significant end.
+                let end = (N - w) * 8;
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&bytes[end - 8..end]);
+                u64::from_be_bytes(b)
+            })
         }
         ClmulKeys {
-            short: pack::<2>(key, 127),
-            long: pack::<5>(key, 319),
+            short: pack::<2>(key),
+            long: pack::<5>(key),
         }
     }
 }
@@ -190,20 +194,22 @@ impl Toeplitz {
         self.backend
     }
 
+    /// XOR of one table entry per input byte. Four independent accumulators keep the XOR
+    /// chain short (latency ~N/4 instead of N); the byte loads feed the table loads directly.
     #[inline(always)]
     fn hash_fixed<const N: usize>(&self, bytes: &[u8; crate::tuple::MAX_INPUT_LEN]) -> u32 {
-        let mut h = 0;
+        let mut acc = [0u32; 4];
         for i in 0..N {
-            h ^= self.table[i][bytes[i] as usize];
+            acc[i % 4] ^= self.table[i][bytes[i] as usize];
         }
-        h
+        (acc[0] ^ acc[1]) ^ (acc[2] ^ acc[3])
     }
 
     /// Hash of a tuple (table path).
     #[inline]
     pub fn hash(&self, tuple: &Tuple) -> u32 {
         let bytes = tuple.padded_input();
-        match tuple.input().len() {
+        match tuple.input_len() {
             8 => self.hash_fixed::<8>(bytes),
             12 => self.hash_fixed::<12>(bytes),
             32 => self.hash_fixed::<32>(bytes),
@@ -247,20 +253,9 @@ impl Toeplitz {
 
     #[cfg(target_arch = "x86_64")]
     fn hash_batch_simd(&self, tuples: &[Tuple], out: &mut [u32]) {
-        let mut start = 0;
-        while start < tuples.len() {
-            // One run of equal input length.
-            let len = tuples[start].input().len();
-            let run = tuples[start..]
-                .iter()
-                .take_while(|t| t.input().len() == len)
-                .count();
-            let (ts, os) = (&tuples[start..start + run], &mut out[start..start + run]);
-            let done = avx512::hash_run(&self.clmul_keys, ts, os, len);
-            for (t, o) in ts[done..].iter().zip(os[done..].iter_mut()) {
-                *o = self.hash(t);
-            }
-            start += run;
+        let done = avx512::hash_all(&self.clmul_keys, tuples, out);
+        for (t, o) in tuples[done..].iter().zip(out[done..].iter_mut()) {
+            *o = self.hash(t);
         }
     }
 
