@@ -1,1 +1,85 @@
-fn main() {}
+//! `flowlane` — RSS-aware packet I/O and network testing.
+//!
+//! Layer: command line only. Each subcommand module parses its arguments, wires library pieces
+//! together and prints; all logic lives in the library crates.
+//!
+//! Exit codes: 0 ok, 1 runtime failure (the job could not be done as asked), 2 bad usage.
+
+mod args;
+mod cmd_hash;
+mod cmd_pick;
+mod cmd_rss;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// flowlane: does this host scale per core, how many packets per second does each stage carry,
+/// and where do packets go missing?
+///
+/// Start with the RSS engine: `flowlane rss show` explains a key and an indirection table,
+/// `flowlane hash` computes where a flow lands, `flowlane pick` chooses flows that land on the
+/// queues you want.
+#[derive(Debug, Parser)]
+#[command(
+    name = "flowlane",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Hash(cmd_hash::HashArgs),
+    Pick(cmd_pick::PickArgs),
+    #[command(subcommand)]
+    Rss(cmd_rss::RssCommand),
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    err: anyhow::Error,
+}
+
+impl Failure {
+    /// Bad usage: the user can fix the command line (exit 2).
+    pub fn usage(err: impl Into<anyhow::Error>) -> Failure {
+        Failure {
+            code: 2,
+            err: err.into(),
+        }
+    }
+
+    /// The job could not be done (exit 1).
+    pub fn runtime(err: impl Into<anyhow::Error>) -> Failure {
+        Failure {
+            code: 1,
+            err: err.into(),
+        }
+    }
+}
+
+/// What a subcommand returns.
+pub type CmdResult = Result<ExitCode, Failure>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Hash(a) => cmd_hash::run(a),
+        Command::Pick(a) => cmd_pick::run(a),
+        Command::Rss(c) => cmd_rss::run(c),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("flowlane: error: {:#}", f.err);
+            ExitCode::from(f.code)
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Argument types shared by subcommands: keys, endpoints, ranges, queue models.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use flowlane_rss::queue::{FreeBsdBuckets, QueueModel, Reta};
+use flowlane_rss::{Key, Symmetric};
+
+use crate::Failure;
+
+/// Parses `--key`: hex, ethtool colon form, or the names `microsoft` / `symmetric`.
+pub fn parse_key(s: &str) -> Result<Key, String> {
+    match s {
+        "microsoft" | "default" => Ok(Key::MICROSOFT),
+        "symmetric" => Ok(Key::symmetric()),
+        _ => Key::parse(s).map_err(|e| e.to_string()),
+    }
+}
+
+/// `IP` or `IP:PORT` (`[V6]:PORT` for IPv6 with a port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub addr: IpAddr,
+    pub port: Option<u16>,
+}
+
+pub fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    if let Ok(addr) = s.parse::<IpAddr>() {
+        return Ok(Endpoint { addr, port: None });
+    }
+    if let Ok(sa) = s.parse::<std::net::SocketAddr>() {
+        return Ok(Endpoint {
+            addr: sa.ip(),
+            port: Some(sa.port()),
+        });
+    }
+    Err(format!(
+        "`{s}` is not IP or IP:PORT (write IPv6 with a port as [2001:2::1]:8080)"
+    ))
+}
+
+/// `IP:PORT` (port required).
+pub fn parse_endpoint_with_port(s: &str) -> Result<Endpoint, String> {
+    let e = parse_endpoint(s)?;
+    if e.port.is_none() {
+        return Err(format!("`{s}` needs a port: IP:PORT or [V6]:PORT"));
+    }
+    Ok(e)
+}
+
+/// `A-B` or `A` (inclusive), ports.
+pub fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("`{s}` is not a port or a port range A-B (0-65535)");
+    let (a, b) = match s.split_once('-') {
+        Some((a, b)) => (a.trim(), b.trim()),
+        None => (s.trim(), s.trim()),
+    };
+    let a: u16 = a.parse().map_err(|_| bad())?;
+    let b: u16 = b.parse().map_err(|_| bad())?;
+    if a > b {
+        return Err(format!("port range `{s}` runs backwards"));
+    }
+    Ok((a, b))
+}
+
+/// `IP`, `IP/LEN` or `IP-IP` (inclusive), an address range of one family.
+pub fn parse_addr_range(s: &str) -> Result<(IpAddr, IpAddr), String> {
+    let bad = || format!("`{s}` is not an address, a prefix IP/LEN, or a range IP-IP");
+    if let Some((a, len)) = s.split_once('/') {
+        let a: IpAddr = a.parse().map_err(|_| bad())?;
+        let len: u32 = len.parse().map_err(|_| bad())?;
+        return match a {
+            IpAddr::V4(v) if len <= 32 => {
+                let host = if len == 32 { 0 } else { u32::MAX >> len };
+                let lo = u32::from(v) & !host;
+                Ok((IpAddr::V4(lo.into()), IpAddr::V4((lo | host).into())))
+            }
+            IpAddr::V6(v) if len <= 128 => {
+                let host = if len == 128 { 0 } else { u128::MAX >> len };
+                let lo = u128::from(v) & !host;
+                Ok((IpAddr::V6(lo.into()), IpAddr::V6((lo | host).into())))
+            }
+            _ => Err(format!(
+                "prefix length in `{s}` is too long for the address family"
+            )),
+        };
+    }
+    // A range `a-b`: IPv6 addresses contain no '-', so the split is unambiguous.
+    if let Some((a, b)) = s.split_once('-') {
+        let a: IpAddr = a.trim().parse().map_err(|_| bad())?;
+        let b: IpAddr = b.trim().parse().map_err(|_| bad())?;
+        if a.is_ipv4() != b.is_ipv4() {
+            return Err(format!("`{s}` mixes IPv4 and IPv6"));
+        }
+        let key = |x: IpAddr| match x {
+            IpAddr::V4(v) => u32::from(v) as u128,
+            IpAddr::V6(v) => u128::from(v),
+        };
+        if key(a) > key(b) {
+            return Err(format!("address range `{s}` runs backwards"));
+        }
+        return Ok((a, b));
+    }
+    let a: IpAddr = s.parse().map_err(|_| bad())?;
+    Ok((a, a))
+}
+
+/// A comma-separated list of u32, e.g. weights `1,1,2` or queues `0,3`. (A newtype: clap
+/// would treat a bare `Vec` as a multi-value argument.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct U32List(pub Vec<u32>);
+
+pub fn parse_u32_list(s: &str) -> Result<U32List, String> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("`{x}` in `{s}` is not a whole number"))
+        })
+        .collect::<Result<Vec<u32>, String>>()
+        .map(U32List)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SymmetricArg {
+    /// Plain Toeplitz.
+    Off,
+    /// ethtool `symmetric-xor`: hash (src^dst, src^dst, sport^dport, sport^dport).
+    Xor,
+    /// Sort the endpoints before hashing.
+    Sort,
+}
+
+impl From<SymmetricArg> for Symmetric {
+    fn from(s: SymmetricArg) -> Symmetric {
+        match s {
+            SymmetricArg::Off => Symmetric::Off,
+            SymmetricArg::Xor => Symmetric::Xor,
+            SymmetricArg::Sort => Symmetric::Sort,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModelArg {
+    /// NIC indirection table: queue = reta[hash & (size-1)].
+    Reta,
+    /// queue = hash % queues.
+    Modulo,
+    /// Linux RPS: queue = (hash * queues) >> 32.
+    Rps,
+    /// FreeBSD RSS buckets: bucket = hash & (2^bits - 1); --queues is the CPU count.
+    Freebsd,
+}
+
+/// How a hash becomes a queue (shared by `hash`, `pick`, `rss show`).
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// RSS key: hex (6d5a56da…), ethtool's colon form (6d:5a:…), or `microsoft` / `symmetric`.
+    #[arg(long, value_parser = parse_key, default_value = "microsoft")]
+    pub key: Key,
+
+    /// Receive queues (for `--model freebsd`: CPUs). Default: this machine's CPU count.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub queues: Option<u32>,
+
+    /// Indirection table from a file: queue numbers separated by white space, or the output
+    /// of `ethtool -x DEV`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["queues", "weights"])]
+    pub reta: Option<PathBuf>,
+
+    /// Indirection table size (power of two). Intel 82599: 128; ice, mlx5: 512 or more.
+    #[arg(long, default_value_t = 128)]
+    pub reta_size: usize,
+
+    /// Fill the table by weights as `ethtool -X DEV weight W0 W1 …` does, e.g. `1,1,2`.
+    #[arg(long, value_parser = parse_u32_list, conflicts_with = "queues")]
+    pub weights: Option<U32List>,
+
+    /// Hash → queue model.
+    #[arg(long, value_enum, default_value_t = ModelArg::Reta)]
+    pub model: ModelArg,
+}
+
+/// Online CPUs, for defaults.
+pub fn cpu_count() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+impl ModelArgs {
+    pub fn queue_count(&self) -> u32 {
+        self.queues.unwrap_or_else(cpu_count)
+    }
+
+    /// Builds the model; errors are usage errors (exit 2).
+    pub fn build(&self) -> Result<QueueModel, Failure> {
+        let reta_only = self.reta.is_some() || self.weights.is_some();
+        if reta_only && self.model != ModelArg::Reta {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--reta and --weights describe an indirection table; use them with --model reta"
+            )));
+        }
+        let n = self.queue_count();
+        Ok(match self.model {
+            ModelArg::Reta => {
+                let reta = if let Some(path) = &self.reta {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("cannot read RETA file {}", path.display()))
+                        .map_err(Failure::usage)?;
+                    Reta::parse(&text)
+                        .with_context(|| format!("in RETA file {}", path.display()))
+                        .map_err(Failure::usage)?
+                } else if let Some(w) = &self.weights {
+                    Reta::weighted(self.reta_size, &w.0).map_err(Failure::usage)?
+                } else {
+                    Reta::round_robin(self.reta_size, n as usize).map_err(Failure::usage)?
+                };
+                QueueModel::Reta(reta)
+            }
+            ModelArg::Modulo => QueueModel::Modulo(n),
+            ModelArg::Rps => QueueModel::Rps(n),
+            ModelArg::Freebsd => QueueModel::FreeBsd(FreeBsdBuckets::new(n)),
+        })
+    }
+}
+
+/// Lower-case 8-digit hex of a hash.
+pub fn hex32(h: u32) -> String {
+    format!("{h:08x}")
+}
+
+/// Writes JSON to stdout followed by a newline.
+pub fn print_json(v: &serde_json::Value) -> Result<(), Failure> {
+    let s = serde_json::to_string_pretty(v).map_err(Failure::runtime)?;
+    println!("{s}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            parse_endpoint("198.18.0.1:80"),
+            Ok(Endpoint {
+                addr: "198.18.0.1".parse().expect("ip"),
+                port: Some(80)
+            })
+        );
+        assert_eq!(parse_endpoint("2001:2::1").map(|e| e.port), Ok(None));
+        assert_eq!(
+            parse_endpoint("[2001:2::1]:53").map(|e| e.port),
+            Ok(Some(53))
+        );
+        assert!(parse_endpoint("198.18.0.1:99999").is_err());
+        assert!(parse_endpoint_with_port("198.18.0.1").is_err());
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_port_range("1024-2047"), Ok((1024, 2047)));
+        assert_eq!(parse_port_range("80"), Ok((80, 80)));
+        assert!(parse_port_range("2-1").is_err());
+        assert!(parse_port_range("1-70000").is_err());
+        let (a, b) = parse_addr_range("198.18.0.77/24").expect("prefix");
+        assert_eq!(
+            (a.to_string(), b.to_string()),
+            ("198.18.0.0".into(), "198.18.0.255".into())
+        );
+        let (a, b) = parse_addr_range("2001:2::/120").expect("prefix");
+        assert_eq!(
+            (a.to_string(), b.to_string()),
+            ("2001:2::".into(), "2001:2::ff".into())
+        );
+        assert!(parse_addr_range("198.18.0.0/33").is_err());
+        assert!(parse_addr_range("198.18.0.9-198.18.0.1").is_err());
+        assert!(parse_addr_range("198.18.0.1-2001:2::1").is_err());
+        let (a, b) = parse_addr_range("0.0.0.0/0").expect("all");
+        assert_eq!(b.to_string(), "255.255.255.255");
+        assert_eq!(a.to_string(), "0.0.0.0");
+    }
+}

@@ -1,0 +1,205 @@
+//! `flowlane rss show|keygen`: explain a key, an indirection table and a bucket→CPU map.
+
+use std::net::Ipv4Addr;
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use clap::{Args, Subcommand};
+use flowlane_rss::analysis::spread;
+use flowlane_rss::queue::QueueModel;
+use flowlane_rss::toeplitz::Backend;
+use flowlane_rss::{FreeBsdBuckets, Key, Toeplitz, Tuple};
+use rand::{RngExt, SeedableRng};
+use serde_json::json;
+
+use crate::args::{cpu_count, print_json, ModelArgs};
+use crate::{CmdResult, Failure};
+
+#[derive(Debug, Subcommand)]
+pub enum RssCommand {
+    Show(ShowArgs),
+    Keygen(KeygenArgs),
+}
+
+/// Show a key (hex and ethtool form, period, usable hash bits), how evenly it spreads a sample
+/// of flows over the indirection table, the table itself, and FreeBSD's bucket→CPU map.
+///
+/// Examples:
+///   flowlane rss show
+///   flowlane rss show --key symmetric --queues 4
+///   flowlane rss show --reta <(ethtool -x eth0) --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+
+    /// CPUs for the FreeBSD bucket→CPU table. Default: this machine's CPU count.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    cpus: Option<u32>,
+
+    /// Flows in the spread sample (IPv4 4-tuples from 198.18.0.0/15 with random ports).
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    sample: u64,
+
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Print a new random RSS key (for `ethtool -X DEV hkey …` and `--key`).
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Key length in bytes (40 for most NICs, 52 for Intel ice/i40e).
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(40..=52))]
+    len: u64,
+
+    /// Print in ethtool's colon form.
+    #[arg(long)]
+    colon: bool,
+}
+
+pub fn run(c: RssCommand) -> CmdResult {
+    match c {
+        RssCommand::Show(a) => show(a),
+        RssCommand::Keygen(a) => keygen(a),
+    }
+}
+
+fn keygen(a: KeygenArgs) -> CmdResult {
+    let mut rng = rand::rngs::StdRng::from_rng(&mut rand::rng());
+    let key = Key::random(a.len as usize, &mut rng).map_err(Failure::usage)?;
+    // A random key with a short period or few usable bits would spread flows badly; draw again.
+    let mut key = key;
+    for _ in 0..16 {
+        if key.entropy_bits(36) == 32 && key.period_bits().is_none() {
+            break;
+        }
+        key = Key::random(a.len as usize, &mut rng).map_err(Failure::usage)?;
+    }
+    println!(
+        "{}",
+        if a.colon {
+            key.to_colon_hex()
+        } else {
+            key.to_hex()
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(a: ShowArgs) -> CmdResult {
+    let key = a.model.key;
+    let model = a.model.build()?;
+    let hasher = Toeplitz::new(&key);
+    let cpus = a.cpus.unwrap_or_else(cpu_count);
+    let bsd = FreeBsdBuckets::new(cpus);
+    // A deterministic sample: the same flows every run, so outputs compare across keys.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let tuples: Vec<Tuple> = (0..a.sample)
+        .map(|_| {
+            let src = Ipv4Addr::from(0xc612_0000 | (rng.random::<u32>() & 0x1_ffff));
+            Tuple::v4(src, Ipv4Addr::new(198, 19, 0, 1), rng.random(), 8080)
+        })
+        .collect();
+    let s = spread(&hasher, &model, &tuples);
+    let bits4 = key.entropy_bits(12);
+    let bits6 = key.entropy_bits(36);
+    let backends: Vec<&str> = Backend::available().iter().map(|b| b.name()).collect();
+    let reta_entries = match &model {
+        QueueModel::Reta(r) => Some(r.entries().to_vec()),
+        _ => None,
+    };
+    if a.json {
+        return print_json(&json!({
+            "key": key.to_hex(),
+            "key_ethtool": key.to_colon_hex(),
+            "key_len": key.len(),
+            "period_bits": key.period_bits(),
+            "hash_bits_ipv4_4tuple": bits4,
+            "hash_bits_ipv6_4tuple": bits6,
+            "model": model.name(),
+            "queues": model.queues(),
+            "reta": reta_entries,
+            "spread": s,
+            "freebsd": {
+                "cpus": cpus,
+                "bits": bsd.bits(),
+                "buckets": bsd.buckets(),
+                "bucket_cpu": (0..bsd.buckets()).map(|b| bsd.cpu(b)).collect::<Vec<_>>(),
+            },
+            "hash_backends": backends,
+        }))
+        .map(|()| ExitCode::SUCCESS);
+    }
+    println!("key        {}  ({} bytes)", key.to_hex(), key.len());
+    println!("ethtool    {}", key.to_colon_hex());
+    match key.period_bits() {
+        Some(p) => {
+            println!("period     {p} bits: input bits {p} apart hash alike (symmetric-style key)")
+        }
+        None => println!("period     none (the key does not repeat)"),
+    }
+    println!(
+        "hash bits  {bits4} usable of 32 for IPv4 4-tuples, {bits6} for IPv6 4-tuples{}",
+        if bits4 < 32 {
+            "  <- few distinct hashes: flows collide"
+        } else {
+            ""
+        }
+    );
+    println!();
+    println!(
+        "spread     {} sample flows over {} queues ({}): min {} max {} per queue, busiest = {:.3}x fair share, {} distinct hashes",
+        s.flows,
+        model.queues(),
+        model.name(),
+        s.min,
+        s.max,
+        s.max_over_mean,
+        s.distinct_hashes
+    );
+    let loads: Vec<String> = s
+        .per_queue
+        .iter()
+        .enumerate()
+        .take(64)
+        .map(|(q, n)| format!("{q}:{n}"))
+        .collect();
+    println!(
+        "per queue  {}{}",
+        loads.join(" "),
+        if s.per_queue.len() > 64 { " …" } else { "" }
+    );
+    if let Some(entries) = &reta_entries {
+        println!();
+        println!(
+            "RETA ({} entries; queue = RETA[hash & {}]):",
+            entries.len(),
+            entries.len() - 1
+        );
+        for (row, chunk) in entries.chunks(8).enumerate() {
+            let cells: Vec<String> = chunk.iter().map(|q| format!("{q:>5}")).collect();
+            println!("  {:>5}: {}", row * 8, cells.join(" "));
+        }
+    }
+    println!();
+    println!(
+        "FreeBSD buckets for {cpus} CPUs: {} bits, {} buckets (bucket = hash & {}), CPU = bucket % {cpus}",
+        bsd.bits(),
+        bsd.buckets(),
+        bsd.buckets() - 1
+    );
+    let cells: Vec<String> = (0..bsd.buckets())
+        .map(|b| format!("{b}->{}", bsd.cpu(b)))
+        .collect();
+    for chunk in cells.chunks(16) {
+        println!("  {}", chunk.join(" "));
+    }
+    println!();
+    println!("hash paths on this CPU: {}", backends.join(", "));
+    if s.flows == 0 {
+        return Err(Failure::runtime(anyhow!("empty sample")));
+    }
+    Ok(ExitCode::SUCCESS)
+}
