@@ -194,15 +194,14 @@ impl Toeplitz {
         self.backend
     }
 
-    /// XOR of one table entry per input byte. Four independent accumulators keep the XOR
-    /// chain short (latency ~N/4 instead of N); the byte loads feed the table loads directly.
+    /// XOR of one table entry per input byte (fully unrolled for each tuple length).
     #[inline(always)]
     fn hash_fixed<const N: usize>(&self, bytes: &[u8; crate::tuple::MAX_INPUT_LEN]) -> u32 {
-        let mut acc = [0u32; 4];
+        let mut h = 0;
         for i in 0..N {
-            acc[i % 4] ^= self.table[i][bytes[i] as usize];
+            h ^= self.table[i][bytes[i] as usize];
         }
-        (acc[0] ^ acc[1]) ^ (acc[2] ^ acc[3])
+        h
     }
 
     /// Hash of a tuple (table path).
