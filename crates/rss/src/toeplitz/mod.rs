@@ -197,16 +197,22 @@ impl Toeplitz {
     /// XOR of one table entry per input byte (fully unrolled for each tuple length).
     #[inline(always)]
     fn hash_fixed<const N: usize>(&self, bytes: &[u8; crate::tuple::MAX_INPUT_LEN]) -> u32 {
-        let mut h = 0;
-        for i in 0..N {
-            h ^= self.table[i][bytes[i] as usize];
-        }
-        h
+        // N <= 36 and both arrays are longer, so the slices compile to no checks.
+        self.table[..N]
+            .iter()
+            .zip(&bytes[..N])
+            .fold(0, |h, (row, &b)| h ^ row[b as usize])
     }
 
     /// Hash of a tuple (table path).
     #[inline]
     pub fn hash(&self, tuple: &Tuple) -> u32 {
+        self.hash_table(tuple)
+    }
+
+    /// The table path, always inlined so batch loops do not pay a call per tuple.
+    #[inline(always)]
+    fn hash_table(&self, tuple: &Tuple) -> u32 {
         let bytes = tuple.padded_input();
         match tuple.input_len() {
             8 => self.hash_fixed::<8>(bytes),
@@ -242,7 +248,7 @@ impl Toeplitz {
         match self.backend {
             Backend::Table => {
                 for (t, o) in tuples.iter().zip(out.iter_mut()) {
-                    *o = self.hash(t);
+                    *o = self.hash_table(t);
                 }
             }
             Backend::Avx512Clmul => self.hash_batch_simd(tuples, out),
