@@ -352,14 +352,7 @@ impl Ctx<'_> {
                     .collect()
             })
             .collect();
-        let mut results: Vec<QueuePick> = queues
-            .iter()
-            .map(|&q| QueuePick {
-                queue: q,
-                tuples: Vec::new(),
-                available: 0,
-            })
-            .collect();
+        let mut results = empty_results(queues);
         let mut failures = 0u64;
         let mut blocks = Vec::new();
         for &ab in addr_blocks {
@@ -426,14 +419,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        for r in &mut results {
-            sort(&mut r.tuples);
-        }
-        Ok(PickResult {
-            queues: results,
-            method: Method::Gf2,
-            verify_failures: failures,
-        })
+        Ok(finish(results, Method::Gf2, failures))
     }
 
     fn walk(
@@ -452,14 +438,7 @@ impl Ctx<'_> {
             return Err(PickError::WalkTooLong { candidates });
         }
         let slot = |q: u32| queues.iter().position(|&x| x == q);
-        let mut results: Vec<QueuePick> = queues
-            .iter()
-            .map(|&q| QueuePick {
-                queue: q,
-                tuples: Vec::new(),
-                available: 0,
-            })
-            .collect();
+        let mut results = empty_results(queues);
         let mut failures = 0;
         let cap = self.spec.per_queue.unwrap_or(MAX_RESULTS) as usize;
         let mut kept = 0u64;
@@ -492,19 +471,32 @@ impl Ctx<'_> {
                 }
             }
         }
-        for r in &mut results {
-            sort(&mut r.tuples);
-        }
-        Ok(PickResult {
-            queues: results,
-            method: Method::Walk,
-            verify_failures: failures,
-        })
+        Ok(finish(results, Method::Walk, failures))
     }
 }
 
-fn sort(v: &mut [Picked]) {
-    v.sort_by_key(|p| (addr_to_u128(p.tuple.src()), p.tuple.ports().map(|x| x.0)));
+fn empty_results(queues: &[u32]) -> Vec<QueuePick> {
+    queues
+        .iter()
+        .map(|&q| QueuePick {
+            queue: q,
+            tuples: Vec::new(),
+            available: 0,
+        })
+        .collect()
+}
+
+/// Sorts each queue's tuples by source address then port, and wraps up.
+fn finish(mut queues: Vec<QueuePick>, method: Method, verify_failures: u64) -> PickResult {
+    for r in &mut queues {
+        r.tuples
+            .sort_by_key(|p| (addr_to_u128(p.tuple.src()), p.tuple.ports().map(|x| x.0)));
+    }
+    PickResult {
+        queues,
+        method,
+        verify_failures,
+    }
 }
 
 #[cfg(test)]
