@@ -1,0 +1,18 @@
+//! # flowlane-io — packet I/O backends
+//!
+//! Layer: I/O. Every system call goes through [`sys`], the only module with `unsafe`; each
+//! block there carries a `// SAFETY:` comment and every failure names its call.
+//!
+//! * [`udp`]: a `SO_REUSEPORT` group of UDP sockets, one per worker, steered by a classic BPF
+//!   program so that the socket receiving a datagram is the one whose worker runs on the CPU
+//!   that processed it (the Linux counterpart of FreeBSD's per-bucket listen sockets).
+//! * [`sys::MmsgBatch`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and
+//!   the socket's `SO_RXQ_OVFL` drop counter.
+
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod udp;
+
+pub use sys::SysError;

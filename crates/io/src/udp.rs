@@ -1,0 +1,331 @@
+//! UDP reuseport groups with per-CPU steering.
+
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::sys::{self, BpfInsn, SysError};
+
+/// How datagrams are spread over the group's sockets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Steering {
+    /// A classic BPF program returns the index of the worker on the receiving CPU.
+    CpuBpf,
+    /// The kernel's reuseport hash of the 4-tuple (steering off, or the program was refused).
+    ReuseportHash {
+        /// Why CPU steering is not active.
+        reason: String,
+    },
+}
+
+impl Steering {
+    /// Short name for output: `cpu-bpf` or `reuseport-hash`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Steering::CpuBpf => "cpu-bpf",
+            Steering::ReuseportHash { .. } => "reuseport-hash",
+        }
+    }
+}
+
+/// Why a group could not be made.
+#[derive(Debug)]
+pub enum GroupError {
+    /// Something else holds the address without `SO_REUSEPORT` (or as another user).
+    AddrInUse(SocketAddr),
+    /// Binding needs a privilege (ports below 1024: `CAP_NET_BIND_SERVICE`).
+    PermissionDenied(SocketAddr),
+    /// The address is not on any interface here.
+    AddrNotAvailable(SocketAddr),
+    /// Any other failed call.
+    Sys(SysError),
+}
+
+impl fmt::Display for GroupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GroupError::AddrInUse(a) => write!(
+                f,
+                "{a} is already in use by another program (find it with `ss -ulpn sport = :{}`), \
+                 or choose another --bind port",
+                a.port()
+            ),
+            GroupError::PermissionDenied(a) => write!(
+                f,
+                "binding {a} needs privilege: run as root, grant CAP_NET_BIND_SERVICE, or use a \
+                 port of 1024 or above"
+            ),
+            GroupError::AddrNotAvailable(a) => write!(
+                f,
+                "{} is not an address of this host (or of this network namespace)",
+                a.ip()
+            ),
+            GroupError::Sys(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for GroupError {}
+
+fn sys_err(call: &'static str, e: io::Error) -> SysError {
+    SysError { call, source: e }
+}
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// Address every socket binds.
+    pub addr: SocketAddr,
+    /// One socket per worker; worker `i` runs on `cpus[i]`.
+    pub cpus: Vec<usize>,
+    /// Requested SO_RCVBUF in bytes (the kernel doubles and caps it; the granted size is
+    /// reported).
+    pub rcvbuf: Option<usize>,
+    /// Requested SO_SNDBUF in bytes.
+    pub sndbuf: Option<usize>,
+    /// IPv6 sockets accept only IPv6 (no v4-mapped addresses).
+    pub v6only: bool,
+    /// Attach the CPU steering program (else plain reuseport hashing).
+    pub steer: bool,
+}
+
+/// A bound group: `sockets[i]` belongs to the worker on `cpus[i]`.
+#[derive(Debug)]
+pub struct Group {
+    /// Sockets in bind order (= reuseport index).
+    pub sockets: Vec<UdpSocket>,
+    /// Steering in force.
+    pub steering: Steering,
+    /// SO_RCVBUF granted by the kernel (bytes, as getsockopt reports it).
+    pub rcvbuf: usize,
+    /// SO_SNDBUF granted.
+    pub sndbuf: usize,
+    /// Whether SO_RXQ_OVFL (socket drop counter) is on.
+    pub rxq_ovfl: bool,
+}
+
+/// Builds the socket for one worker (not yet bound).
+fn socket_for(cfg: &GroupConfig) -> Result<Socket, SysError> {
+    let domain = Domain::for_address(cfg.addr);
+    let s =
+        Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(|e| sys_err("socket", e))?;
+    s.set_reuse_port(true)
+        .map_err(|e| sys_err("setsockopt(SO_REUSEPORT)", e))?;
+    if cfg.addr.is_ipv6() {
+        s.set_only_v6(cfg.v6only)
+            .map_err(|e| sys_err("setsockopt(IPV6_V6ONLY)", e))?;
+    }
+    if let Some(b) = cfg.rcvbuf {
+        s.set_recv_buffer_size(b)
+            .map_err(|e| sys_err("setsockopt(SO_RCVBUF)", e))?;
+    }
+    if let Some(b) = cfg.sndbuf {
+        s.set_send_buffer_size(b)
+            .map_err(|e| sys_err("setsockopt(SO_SNDBUF)", e))?;
+    }
+    s.set_nonblocking(true)
+        .map_err(|e| sys_err("fcntl(O_NONBLOCK)", e))?;
+    Ok(s)
+}
+
+/// One member of a group: socket, bound, with SO_RXQ_OVFL on where the kernel has it.
+/// Members must be bound in worker order: the bind order is the reuseport index.
+pub fn bind_one(cfg: &GroupConfig) -> Result<(UdpSocket, bool), GroupError> {
+    let s = socket_for(cfg).map_err(GroupError::Sys)?;
+    // Counting socket drops is a feature; a kernel without it only loses the counter.
+    let rxq_ovfl = sys::set_int(
+        &s,
+        libc::SOL_SOCKET,
+        libc::SO_RXQ_OVFL,
+        1,
+        "setsockopt(SO_RXQ_OVFL)",
+    )
+    .is_ok();
+    s.bind(&cfg.addr.into()).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => GroupError::AddrInUse(cfg.addr),
+        io::ErrorKind::PermissionDenied => GroupError::PermissionDenied(cfg.addr),
+        io::ErrorKind::AddrNotAvailable => GroupError::AddrNotAvailable(cfg.addr),
+        _ => GroupError::Sys(sys_err("bind", e)),
+    })?;
+    Ok((UdpSocket::from(s), rxq_ovfl))
+}
+
+/// Attaches CPU steering to a group (through any one member, once all are bound). Never fails:
+/// when the program is refused, the group keeps reuseport hashing and the reason is returned.
+pub fn attach_steering(member: &impl AsRawFd, cpus: &[usize], steer: bool) -> Steering {
+    if !steer {
+        return Steering::ReuseportHash {
+            reason: "CPU steering turned off".into(),
+        };
+    }
+    if cpus.len() == 1 {
+        // One socket receives everything.
+        return Steering::CpuBpf;
+    }
+    match sys::attach_reuseport_cbpf(member, &steering_program(cpus)) {
+        Ok(()) => Steering::CpuBpf,
+        Err(e) => Steering::ReuseportHash {
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// Granted (SO_RCVBUF, SO_SNDBUF) of a socket, as getsockopt reports them.
+pub fn buffer_sizes(s: &impl AsRawFd) -> Result<(usize, usize), SysError> {
+    let r = sys::get_int(
+        s,
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUF,
+        "getsockopt(SO_RCVBUF)",
+    )?;
+    let w = sys::get_int(
+        s,
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUF,
+        "getsockopt(SO_SNDBUF)",
+    )?;
+    Ok((r.max(0) as usize, w.max(0) as usize))
+}
+
+/// Binds one socket per CPU, all to `cfg.addr`, in order, then attaches the steering program
+/// (all from the calling thread; the runtime instead binds each from its pinned worker).
+pub fn bind_group(cfg: &GroupConfig) -> Result<Group, GroupError> {
+    let mut sockets = Vec::with_capacity(cfg.cpus.len());
+    let mut rxq_ovfl = true;
+    for _ in &cfg.cpus {
+        let (s, ovfl) = bind_one(cfg)?;
+        rxq_ovfl &= ovfl;
+        sockets.push(s);
+    }
+    let steering = match sockets.first() {
+        Some(s) => attach_steering(s, &cfg.cpus, cfg.steer),
+        None => Steering::ReuseportHash {
+            reason: "no sockets".into(),
+        },
+    };
+    let (rcvbuf, sndbuf) = match sockets.first() {
+        Some(s) => buffer_sizes(s).map_err(GroupError::Sys)?,
+        None => (0, 0),
+    };
+    Ok(Group {
+        sockets,
+        steering,
+        rcvbuf,
+        sndbuf,
+        rxq_ovfl,
+    })
+}
+
+/// The CPU that processed the last datagram read from `s` (SO_INCOMING_CPU), if known.
+pub fn incoming_cpu(s: &impl AsRawFd) -> Option<usize> {
+    sys::get_int(
+        s,
+        libc::SOL_SOCKET,
+        libc::SO_INCOMING_CPU,
+        "getsockopt(SO_INCOMING_CPU)",
+    )
+    .ok()
+    .and_then(|c| usize::try_from(c).ok())
+}
+
+// Classic BPF opcodes (linux/filter.h, linux/bpf_common.h).
+const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10 | 0x00;
+const BPF_ALU_MOD_K: u16 = 0x04 | 0x90 | 0x00;
+const BPF_RET_K: u16 = 0x06 | 0x00;
+const BPF_RET_A: u16 = 0x06 | 0x10;
+/// `SKF_AD_OFF + SKF_AD_CPU`: loading this "offset" yields the current CPU number.
+const AD_CPU: u32 = (-0x1000i32 + 36) as u32;
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
+    BpfInsn { code, jt, jf, k }
+}
+
+/// The steering program for workers on `cpus` (socket `i` on `cpus[i]`):
+/// `A = cpu; if A == cpus[0] return 0; …; return A % n`. When `cpus` is `0..n` this is the
+/// kernel selftest's `A = cpu; A %= n; return A`. A CPU without a worker falls through to
+/// `% n` (and the receiving worker counts the datagrams as mis-steered).
+pub fn steering_program(cpus: &[usize]) -> Vec<BpfInsn> {
+    let n = cpus.len().max(1) as u32;
+    let mut prog = vec![insn(BPF_LD_W_ABS, 0, 0, AD_CPU)];
+    let identity = cpus.iter().enumerate().all(|(i, &c)| i == c);
+    // Jump offsets are 8-bit: an explicit table only up to 120 CPUs, else modulo alone.
+    if !identity && cpus.len() <= 120 {
+        for (i, &c) in cpus.iter().enumerate() {
+            prog.push(insn(BPF_JMP_JEQ_K, 0, 1, c as u32));
+            prog.push(insn(BPF_RET_K, 0, 0, i as u32));
+        }
+    }
+    prog.push(insn(BPF_ALU_MOD_K, 0, 0, n));
+    prog.push(insn(BPF_RET_A, 0, 0, 0));
+    prog
+}
+
+/// Runs a classic BPF steering program on a CPU number (for tests and `--explain`): only the
+/// instructions [`steering_program`] emits are understood.
+pub fn run_steering_program(prog: &[BpfInsn], cpu: u32) -> Option<u32> {
+    let mut a = 0u32;
+    let mut pc = 0usize;
+    for _ in 0..prog.len() + 1 {
+        let i = prog.get(pc)?;
+        match i.code {
+            BPF_LD_W_ABS if i.k == AD_CPU => a = cpu,
+            BPF_JMP_JEQ_K => {
+                pc += 1 + if a == i.k { i.jt } else { i.jf } as usize;
+                continue;
+            }
+            BPF_ALU_MOD_K => a = a.checked_rem(i.k)?,
+            BPF_RET_K => return Some(i.k),
+            BPF_RET_A => return Some(a),
+            _ => return None,
+        }
+        pc += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_program_is_the_selftest_one() {
+        let p = steering_program(&[0, 1, 2, 3]);
+        assert_eq!(p.len(), 3);
+        for cpu in 0..8 {
+            assert_eq!(run_steering_program(&p, cpu), Some(cpu % 4));
+        }
+    }
+
+    #[test]
+    fn cpu_lists_map_to_bind_order() {
+        let cpus = [2, 3, 7];
+        let p = steering_program(&cpus);
+        for (i, &c) in cpus.iter().enumerate() {
+            assert_eq!(run_steering_program(&p, c as u32), Some(i as u32));
+        }
+        // A CPU without a worker falls through to modulo.
+        assert_eq!(run_steering_program(&p, 5), Some(5 % 3));
+    }
+
+    #[test]
+    fn busy_port_is_reported_clearly() {
+        let holder = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let addr = holder.local_addr().expect("local addr");
+        let cfg = GroupConfig {
+            addr,
+            cpus: vec![0],
+            rcvbuf: None,
+            sndbuf: None,
+            v6only: false,
+            steer: true,
+        };
+        match bind_group(&cfg) {
+            Err(GroupError::AddrInUse(a)) => assert_eq!(a, addr),
+            other => panic!("expected AddrInUse, got {other:?}"),
+        }
+    }
+}

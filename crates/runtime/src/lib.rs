@@ -1,0 +1,448 @@
+//! # flowlane-runtime — pinned per-core workers
+//!
+//! Layer: threads and time; no `unsafe` (pinning goes through `flowlane_io::sys`).
+//!
+//! Each worker is pinned to its CPU *before* it opens anything, so its socket and buffers are
+//! allocated where it runs. Workers are initialised one at a time in index order (a
+//! `SO_REUSEPORT` group's index is its bind order), then wait until [`Runtime::go`]. The loop
+//! is NAPI-style: poll up to `budget` packets; a full round polls again at once; a short round
+//! sleeps on readiness with a timeout, so a stop request is noticed within `wait_ms`.
+//! Counters are per worker, cache-line aligned, written only by their worker and read by the
+//! control thread.
+
+#![forbid(unsafe_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Barrier, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// One worker's counters. Only its worker writes (plain load + store, no locked RMW); any
+/// thread may read.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct WorkerStats {
+    /// Datagrams received.
+    pub rx_packets: AtomicU64,
+    /// Payload bytes received.
+    pub rx_bytes: AtomicU64,
+    /// Datagrams sent (echoed).
+    pub tx_packets: AtomicU64,
+    /// Payload bytes sent.
+    pub tx_bytes: AtomicU64,
+    /// Datagrams that could not be sent (socket send buffer full, or an error).
+    pub tx_failed: AtomicU64,
+    /// Datagrams the kernel dropped because this socket's receive buffer was full
+    /// (SO_RXQ_OVFL; cumulative since the socket was opened).
+    pub socket_drops: AtomicU64,
+    /// Datagrams that arrived on this worker although another CPU processed them.
+    pub missteered: AtomicU64,
+    /// Datagrams longer than the receive buffer (MSG_TRUNC).
+    pub truncated: AtomicU64,
+    /// Poll rounds.
+    pub rounds: AtomicU64,
+    /// Rounds that used the whole budget.
+    pub full_rounds: AtomicU64,
+    /// Rounds that received at least one packet.
+    pub busy_rounds: AtomicU64,
+    /// Times the worker slept on readiness.
+    pub sleeps: AtomicU64,
+}
+
+/// Adds to a counter that only the calling worker writes.
+#[inline]
+pub fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// Sets a counter that only the calling worker writes.
+#[inline]
+pub fn set(c: &AtomicU64, v: u64) {
+    c.store(v, Ordering::Relaxed);
+}
+
+/// A plain copy of [`WorkerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Snapshot {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_failed: u64,
+    pub socket_drops: u64,
+    pub missteered: u64,
+    pub truncated: u64,
+    pub rounds: u64,
+    pub full_rounds: u64,
+    pub busy_rounds: u64,
+    pub sleeps: u64,
+}
+
+impl WorkerStats {
+    /// Reads every counter.
+    pub fn snapshot(&self) -> Snapshot {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Snapshot {
+            rx_packets: r(&self.rx_packets),
+            rx_bytes: r(&self.rx_bytes),
+            tx_packets: r(&self.tx_packets),
+            tx_bytes: r(&self.tx_bytes),
+            tx_failed: r(&self.tx_failed),
+            socket_drops: r(&self.socket_drops),
+            missteered: r(&self.missteered),
+            truncated: r(&self.truncated),
+            rounds: r(&self.rounds),
+            full_rounds: r(&self.full_rounds),
+            busy_rounds: r(&self.busy_rounds),
+            sleeps: r(&self.sleeps),
+        }
+    }
+}
+
+impl Snapshot {
+    /// Field-wise `self - earlier` (saturating).
+    pub fn since(&self, e: &Snapshot) -> Snapshot {
+        Snapshot {
+            rx_packets: self.rx_packets.saturating_sub(e.rx_packets),
+            rx_bytes: self.rx_bytes.saturating_sub(e.rx_bytes),
+            tx_packets: self.tx_packets.saturating_sub(e.tx_packets),
+            tx_bytes: self.tx_bytes.saturating_sub(e.tx_bytes),
+            tx_failed: self.tx_failed.saturating_sub(e.tx_failed),
+            socket_drops: self.socket_drops.saturating_sub(e.socket_drops),
+            missteered: self.missteered.saturating_sub(e.missteered),
+            truncated: self.truncated.saturating_sub(e.truncated),
+            rounds: self.rounds.saturating_sub(e.rounds),
+            full_rounds: self.full_rounds.saturating_sub(e.full_rounds),
+            busy_rounds: self.busy_rounds.saturating_sub(e.busy_rounds),
+            sleeps: self.sleeps.saturating_sub(e.sleeps),
+        }
+    }
+
+    /// Field-wise sum.
+    pub fn plus(&self, o: &Snapshot) -> Snapshot {
+        Snapshot {
+            rx_packets: self.rx_packets + o.rx_packets,
+            rx_bytes: self.rx_bytes + o.rx_bytes,
+            tx_packets: self.tx_packets + o.tx_packets,
+            tx_bytes: self.tx_bytes + o.tx_bytes,
+            tx_failed: self.tx_failed + o.tx_failed,
+            socket_drops: self.socket_drops + o.socket_drops,
+            missteered: self.missteered + o.missteered,
+            truncated: self.truncated + o.truncated,
+            rounds: self.rounds + o.rounds,
+            full_rounds: self.full_rounds + o.full_rounds,
+            busy_rounds: self.busy_rounds + o.busy_rounds,
+            sleeps: self.sleeps + o.sleeps,
+        }
+    }
+
+    /// Average packets per round that received anything (how full batches are).
+    pub fn batch_fill(&self) -> f64 {
+        if self.busy_rounds == 0 {
+            0.0
+        } else {
+            self.rx_packets as f64 / self.busy_rounds as f64
+        }
+    }
+}
+
+/// What a worker does each round.
+pub trait Poll: Send + 'static {
+    /// Handles up to `budget` packets, updating `stats`; returns how many it handled.
+    fn poll(&mut self, budget: usize, stats: &WorkerStats) -> Result<usize, String>;
+    /// Blocks until work may be waiting or `timeout_ms` passes.
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String>;
+}
+
+/// Runtime settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// One worker per entry, pinned to that CPU.
+    pub cpus: Vec<usize>,
+    /// Packets per poll round (NAPI quota).
+    pub budget: usize,
+    /// Longest sleep on readiness, so stop requests are seen (ms).
+    pub wait_ms: i32,
+}
+
+/// Running workers.
+#[derive(Debug)]
+pub struct Runtime {
+    handles: Vec<JoinHandle<()>>,
+    stats: Vec<Arc<WorkerStats>>,
+    stop: Arc<AtomicBool>,
+    go: Arc<Barrier>,
+    errors: Arc<Mutex<Vec<(usize, String)>>>,
+    started: bool,
+}
+
+impl Runtime {
+    /// Spawns one pinned worker per CPU. Worker `i` pins itself, then (in index order) calls
+    /// `make(i, cpu)` to open what it owns, then waits for [`Runtime::go`]. Returns once every
+    /// worker is initialised, or the first initialisation error (all workers are then stopped).
+    pub fn start<P, F>(cfg: &Config, stop: Arc<AtomicBool>, make: F) -> Result<Runtime, String>
+    where
+        P: Poll,
+        F: Fn(usize, usize) -> Result<P, String> + Send + Sync + 'static,
+    {
+        let n = cfg.cpus.len();
+        let make = Arc::new(make);
+        let turn = Arc::new((Mutex::new(0usize), Condvar::new()));
+        let go = Arc::new(Barrier::new(n + 1));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let mut handles = Vec::with_capacity(n);
+        let mut stats = Vec::with_capacity(n);
+        for (idx, &cpu) in cfg.cpus.iter().enumerate() {
+            let st = Arc::new(WorkerStats::default());
+            stats.push(st.clone());
+            let (make, turn, go, stop, errors, ready) = (
+                make.clone(),
+                turn.clone(),
+                go.clone(),
+                stop.clone(),
+                errors.clone(),
+                ready_tx.clone(),
+            );
+            let (budget, wait_ms) = (cfg.budget.max(1), cfg.wait_ms.max(1));
+            let h = std::thread::Builder::new()
+                .name(format!("flowlane-w{idx}-cpu{cpu}"))
+                .spawn(move || {
+                    let pinned = flowlane_io::sys::pin_current_thread(cpu)
+                        .map_err(|e| format!("worker {idx}: cannot pin to CPU {cpu}: {e}"));
+                    // Initialise in index order.
+                    let made = {
+                        let (lock, cv) = &*turn;
+                        let mut t = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        while *t != idx {
+                            t = cv.wait(t).unwrap_or_else(|p| p.into_inner());
+                        }
+                        let made = pinned.and_then(|()| make(idx, cpu));
+                        *t += 1;
+                        cv.notify_all();
+                        made
+                    };
+                    let mut poller = match made {
+                        Ok(p) => {
+                            let _ = ready.send(Ok(()));
+                            p
+                        }
+                        Err(e) => {
+                            let _ = ready.send(Err(e));
+                            go.wait();
+                            return;
+                        }
+                    };
+                    go.wait();
+                    run_loop(&mut poller, &st, &stop, budget, wait_ms, idx, &errors);
+                })
+                .map_err(|e| format!("cannot start worker thread: {e}"))?;
+            handles.push(h);
+        }
+        drop(ready_tx);
+        let mut first_err = None;
+        for _ in 0..n {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert("a worker thread died while starting".into());
+                }
+            }
+        }
+        let mut rt = Runtime {
+            handles,
+            stats,
+            stop,
+            go,
+            errors,
+            started: false,
+        };
+        if let Some(e) = first_err {
+            rt.stop.store(true, Ordering::Relaxed);
+            rt.go();
+            rt.join();
+            return Err(e);
+        }
+        Ok(rt)
+    }
+
+    /// Lets the initialised workers start polling.
+    pub fn go(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.go.wait();
+        }
+    }
+
+    /// Per-worker counters, in worker order.
+    pub fn stats(&self) -> &[Arc<WorkerStats>] {
+        &self.stats
+    }
+
+    /// Errors workers stopped on: (worker index, message).
+    pub fn errors(&self) -> Vec<(usize, String)> {
+        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Whether a stop was requested (by a signal, a deadline or a failing worker).
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Asks every worker to stop and waits for them.
+    pub fn join(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.go();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
+
+fn run_loop<P: Poll>(
+    p: &mut P,
+    st: &WorkerStats,
+    stop: &AtomicBool,
+    budget: usize,
+    wait_ms: i32,
+    idx: usize,
+    errors: &Mutex<Vec<(usize, String)>>,
+) {
+    let fail = |e: String| {
+        if let Ok(mut v) = errors.lock() {
+            v.push((idx, e));
+        }
+        stop.store(true, Ordering::Relaxed);
+    };
+    while !stop.load(Ordering::Relaxed) {
+        bump(&st.rounds, 1);
+        match p.poll(budget, st) {
+            Ok(n) if n >= budget => {
+                bump(&st.full_rounds, 1);
+                bump(&st.busy_rounds, 1);
+            }
+            Ok(n) => {
+                if n > 0 {
+                    bump(&st.busy_rounds, 1);
+                }
+                bump(&st.sleeps, 1);
+                if let Err(e) = p.wait(wait_ms) {
+                    return fail(e);
+                }
+            }
+            Err(e) => return fail(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A poller that "receives" a fixed number of packets, then nothing.
+    struct Fake {
+        left: usize,
+    }
+
+    impl Poll for Fake {
+        fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+            let n = self.left.min(budget);
+            self.left -= n;
+            bump(&st.rx_packets, n as u64);
+            Ok(n)
+        }
+        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn workers_pin_count_and_stop() {
+        let cpus: Vec<usize> =
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let o2 = order.clone();
+        let cfg = Config {
+            cpus: cpus.clone(),
+            budget: 64,
+            wait_ms: 5,
+        };
+        let mut rt = Runtime::start(&cfg, stop.clone(), move |idx, cpu| {
+            o2.lock().expect("lock").push(idx);
+            assert_eq!(
+                flowlane_io::sys::current_cpu(),
+                Some(cpu),
+                "pinned before make"
+            );
+            Ok(Fake { left: 1000 })
+        })
+        .expect("start");
+        assert_eq!(
+            *order.lock().expect("lock"),
+            (0..cpus.len()).collect::<Vec<_>>()
+        );
+        rt.go();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while rt
+            .stats()
+            .iter()
+            .map(|s| s.snapshot().rx_packets)
+            .sum::<u64>()
+            < 1000 * cpus.len() as u64
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        rt.join();
+        for s in rt.stats() {
+            let s = s.snapshot();
+            assert_eq!(s.rx_packets, 1000);
+            // 1000 = 15 full rounds of 64 + one of 40.
+            assert_eq!(s.full_rounds, 15);
+            assert!(s.sleeps >= 1);
+        }
+        assert!(rt.errors().is_empty());
+    }
+
+    #[test]
+    fn init_error_is_returned_and_workers_end() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cfg = Config {
+            cpus: vec![0, 0],
+            budget: 8,
+            wait_ms: 5,
+        };
+        let r = Runtime::start(&cfg, stop, |idx, _| {
+            if idx == 1 {
+                Err("no socket for you".to_string())
+            } else {
+                Ok(Fake { left: 0 })
+            }
+        });
+        assert_eq!(r.err().as_deref(), Some("no socket for you"));
+    }
+
+    #[test]
+    fn unknown_cpu_is_an_error() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cfg = Config {
+            cpus: vec![100_000],
+            budget: 8,
+            wait_ms: 5,
+        };
+        let r = Runtime::start(&cfg, stop, |_, _| Ok(Fake { left: 0 }));
+        assert!(r
+            .err()
+            .is_some_and(|e| e.contains("cannot pin to CPU 100000")));
+    }
+}
