@@ -123,6 +123,31 @@ pub fn parse_u32_list(s: &str) -> Result<U32List, String> {
         .map(U32List)
 }
 
+/// A CPU list such as `0,2-3`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
+    let bad = || format!("`{s}` is not a CPU list like `0,2-3`");
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let a: usize = a.trim().parse().map_err(|_| bad())?;
+        let b: usize = b.trim().parse().map_err(|_| bad())?;
+        if a > b || b >= 4096 {
+            return Err(bad());
+        }
+        for c in a..=b {
+            if out.contains(&c) {
+                return Err(format!("CPU {c} appears twice in `{s}`"));
+            }
+            out.push(c);
+        }
+    }
+    Ok(CpuList(out))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SymmetricArg {
     /// Plain Toeplitz.
@@ -258,6 +283,15 @@ mod tests {
         );
         assert!(parse_endpoint("198.18.0.1:99999").is_err());
         assert!(parse_endpoint_with_port("198.18.0.1").is_err());
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0,2-3"), Ok(CpuList(vec![0, 2, 3])));
+        assert_eq!(parse_cpu_list("1"), Ok(CpuList(vec![1])));
+        assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("0,0").is_err());
+        assert!(parse_cpu_list("x").is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod args;
 mod cmd_hash;
 mod cmd_pick;
 mod cmd_rss;
+mod cmd_serve;
 
 use std::process::ExitCode;
 
@@ -38,6 +39,7 @@ enum Command {
     Pick(cmd_pick::PickArgs),
     #[command(subcommand)]
     Rss(cmd_rss::RssCommand),
+    Serve(cmd_serve::ServeArgs),
 }
 
 /// A failure with the exit code it maps to.
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Command::Hash(a) => cmd_hash::run(a),
         Command::Pick(a) => cmd_pick::run(a),
         Command::Rss(c) => cmd_rss::run(c),
+        Command::Serve(a) => cmd_serve::run(a),
     };
     match result {
         Ok(code) => code,

@@ -231,12 +231,14 @@ pub fn incoming_cpu(s: &impl AsRawFd) -> Option<usize> {
     .and_then(|c| usize::try_from(c).ok())
 }
 
-// Classic BPF opcodes (linux/filter.h, linux/bpf_common.h).
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10 | 0x00;
-const BPF_ALU_MOD_K: u16 = 0x04 | 0x90 | 0x00;
-const BPF_RET_K: u16 = 0x06 | 0x00;
-const BPF_RET_A: u16 = 0x06 | 0x10;
+// Classic BPF opcodes (linux/bpf_common.h): class | op | source. BPF_LD=0x00, BPF_W=0x00,
+// BPF_ABS=0x20; BPF_JMP=0x05, BPF_JEQ=0x10; BPF_ALU=0x04, BPF_MOD=0x90; BPF_K=0x00;
+// BPF_RET=0x06, BPF_A=0x10.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_ALU_MOD_K: u16 = 0x94;
+const BPF_RET_K: u16 = 0x06;
+const BPF_RET_A: u16 = 0x16;
 /// `SKF_AD_OFF + SKF_AD_CPU`: loading this "offset" yields the current CPU number.
 const AD_CPU: u32 = (-0x1000i32 + 36) as u32;
 

@@ -12,6 +12,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod serve;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Condvar, Mutex};
 use std::thread::JoinHandle;

@@ -176,6 +176,11 @@ pub struct MmsgBatch {
     pub rxq_ovfl: Option<u32>,
 }
 
+// SAFETY: the raw pointers inside the headers point only into this struct's own heap
+// allocations (buffers, addresses, control space, iovecs), are rebuilt before every system call,
+// and are never shared; moving the whole batch to another thread moves everything they refer to.
+unsafe impl Send for MmsgBatch {}
+
 impl fmt::Debug for MmsgBatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MmsgBatch")

@@ -1,0 +1,328 @@
+//! `flowlane serve`: the RSS-aware UDP echo/sink server.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use clap::{Args, ValueEnum};
+use flowlane_io::udp::{self, GroupConfig, Steering};
+use flowlane_runtime::serve::{Mode, ServeWorker};
+use flowlane_runtime::{Config, Runtime, Snapshot};
+use serde_json::json;
+
+use crate::args::{cpu_count, parse_cpu_list, print_json, CpuList};
+use crate::{CmdResult, Failure};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// Send every datagram back to its source, unchanged.
+    Echo,
+    /// Count and drop.
+    Sink,
+}
+
+/// Serve UDP with one worker per CPU, each pinned and owning its own socket.
+///
+/// All workers bind the same address with SO_REUSEPORT; a classic BPF program then hands each
+/// datagram to the socket of the worker on the CPU that processed it (`cpu-bpf` steering), so a
+/// flow is received, handled and answered on one core. If the program is refused, the kernel's
+/// reuseport hash is used and the output says so. Each worker counts datagrams that arrive
+/// although another CPU processed them (`missteered`) and those the kernel dropped because its
+/// socket buffer was full (`drops`, SO_RXQ_OVFL).
+///
+/// Ctrl-C (or --duration) ends the run and prints the final summary.
+///
+/// Examples:
+///   flowlane serve --bind 198.18.0.2:8080
+///   flowlane serve --bind [::]:8080 --mode sink --cpus 0,2-3 --duration 10 --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct ServeArgs {
+    /// Address to serve on: IP:PORT or [V6]:PORT.
+    #[arg(long)]
+    bind: SocketAddr,
+
+    /// What to do with each datagram.
+    #[arg(long, value_enum, default_value_t = ModeArg::Echo)]
+    mode: ModeArg,
+
+    /// CPUs to run workers on, e.g. `0,2-3`. Default: every online CPU.
+    #[arg(long, value_parser = parse_cpu_list)]
+    cpus: Option<CpuList>,
+
+    /// Datagrams per poll round (NAPI-style quota); a full round polls again at once, a short
+    /// one sleeps until the socket is readable.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    budget: u64,
+
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    duration: Option<f64>,
+
+    /// Seconds between live table rows.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+
+    /// Receive buffer to request per socket, in bytes (the kernel caps it at
+    /// net.core.rmem_max unless run as root; the granted size is printed).
+    #[arg(long, default_value_t = 4 << 20)]
+    rcvbuf: usize,
+
+    /// Send buffer to request per socket, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    sndbuf: usize,
+
+    /// Use the kernel's reuseport hash instead of CPU steering (to compare).
+    #[arg(long)]
+    no_steer: bool,
+
+    /// With an IPv6 address: accept IPv6 only (no IPv4-mapped clients).
+    #[arg(long)]
+    v6only: bool,
+
+    /// No live table (the final summary is still printed).
+    #[arg(long)]
+    quiet: bool,
+
+    /// Final summary as JSON on stdout (the live table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: ServeArgs) -> CmdResult {
+    let online = cpu_count() as usize;
+    let cpus = a.cpus.map(|c| c.0).unwrap_or_else(|| (0..online).collect());
+    if let Some(&bad) = cpus.iter().find(|&&c| c >= online) {
+        return Err(Failure::usage(anyhow!(
+            "CPU {bad} does not exist here (online CPUs: 0-{})",
+            online.saturating_sub(1)
+        )));
+    }
+    if !(a.interval > 0.0 && a.interval.is_finite()) {
+        return Err(Failure::usage(anyhow!(
+            "--interval must be a positive number of seconds"
+        )));
+    }
+    if let Some(d) = a.duration {
+        if !(d > 0.0 && d.is_finite()) {
+            return Err(Failure::usage(anyhow!(
+                "--duration must be a positive number of seconds"
+            )));
+        }
+    }
+    let mode = match a.mode {
+        ModeArg::Echo => Mode::Echo,
+        ModeArg::Sink => Mode::Sink,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Failure::runtime(anyhow!("cannot install signal handler: {e}")))?;
+    }
+    let gcfg = GroupConfig {
+        addr: a.bind,
+        cpus: cpus.clone(),
+        rcvbuf: Some(a.rcvbuf),
+        sndbuf: Some(a.sndbuf),
+        v6only: a.v6only,
+        steer: !a.no_steer,
+    };
+    // Worker 0 hands a clone of its socket back so steering can be attached once all are bound.
+    let first: Arc<Mutex<Option<std::net::UdpSocket>>> = Arc::new(Mutex::new(None));
+    let rxq_ovfl = Arc::new(AtomicBool::new(true));
+    let (f2, o2, g2) = (first.clone(), rxq_ovfl.clone(), gcfg.clone());
+    let batch = a.budget.min(64) as usize;
+    let rt_cfg = Config {
+        cpus: cpus.clone(),
+        budget: a.budget as usize,
+        wait_ms: 100,
+    };
+    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
+        let (sock, ovfl) = udp::bind_one(&g2).map_err(|e| e.to_string())?;
+        if !ovfl {
+            o2.store(false, Ordering::Relaxed);
+        }
+        if idx == 0 {
+            let c = sock.try_clone().map_err(|e| format!("dup socket: {e}"))?;
+            if let Ok(mut g) = f2.lock() {
+                *g = Some(c);
+            }
+        }
+        Ok(ServeWorker::new(sock, cpu, mode, batch))
+    })
+    .map_err(|e| {
+        if e.contains("cannot pin") {
+            Failure::usage(anyhow!(e))
+        } else if e.contains("in use") || e.contains("privilege") || e.contains("not an address") {
+            Failure::usage(anyhow!(e))
+        } else {
+            Failure::runtime(anyhow!(e))
+        }
+    })?;
+    let member = first.lock().ok().and_then(|mut g| g.take());
+    let (steering, bufs) = match &member {
+        Some(s) => (
+            udp::attach_steering(s, &cpus, gcfg.steer),
+            udp::buffer_sizes(s).ok(),
+        ),
+        None => (
+            Steering::ReuseportHash {
+                reason: "no socket".into(),
+            },
+            None,
+        ),
+    };
+    drop(member);
+    let (rcvbuf, sndbuf) = bufs.unwrap_or((0, 0));
+    let mut log = Log::new(a.json);
+    log.line(&format!(
+        "flowlane serve: {} on {} worker(s) (CPUs {:?}), mode {:?}, steering {}{}, rcvbuf {} B, sndbuf {} B{}",
+        a.bind,
+        cpus.len(),
+        cpus,
+        a.mode,
+        steering.name(),
+        match &steering {
+            Steering::ReuseportHash { reason } => format!(" ({reason})"),
+            Steering::CpuBpf => String::new(),
+        },
+        rcvbuf,
+        sndbuf,
+        if rxq_ovfl.load(Ordering::Relaxed) { "" } else { ", socket drop counter unavailable" }
+    ));
+    rt.go();
+    let start = Instant::now();
+    let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d));
+    let interval = Duration::from_secs_f64(a.interval);
+    let mut prev: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
+    let mut prev_t = start;
+    let mut next = start + interval;
+    if !a.quiet {
+        log.line(&header());
+    }
+    while !stop.load(Ordering::Relaxed) && !rt.stopping() {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if now >= next {
+            let cur: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
+            let secs = now.duration_since(prev_t).as_secs_f64();
+            if !a.quiet {
+                let mut total = Snapshot::default();
+                for (i, (c, p)) in cur.iter().zip(&prev).enumerate() {
+                    let d = c.since(p);
+                    total = total.plus(&d);
+                    log.line(&row(&cpus[i].to_string(), &d, secs));
+                }
+                log.line(&row("total", &total, secs));
+            }
+            prev = cur;
+            prev_t = now;
+            next += interval;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    rt.join();
+    let elapsed = start.elapsed().as_secs_f64();
+    let finals: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
+    let total = finals.iter().fold(Snapshot::default(), |t, s| t.plus(s));
+    let errors = rt.errors();
+    let worker_json = |cpu: Option<usize>, s: &Snapshot| {
+        json!({
+            "cpu": cpu,
+            "rx_packets": s.rx_packets,
+            "rx_bytes": s.rx_bytes,
+            "tx_packets": s.tx_packets,
+            "tx_bytes": s.tx_bytes,
+            "tx_failed": s.tx_failed,
+            "socket_drops": s.socket_drops,
+            "missteered": s.missteered,
+            "truncated": s.truncated,
+            "rounds": s.rounds,
+            "full_rounds": s.full_rounds,
+            "sleeps": s.sleeps,
+            "batch_fill": (s.batch_fill() * 100.0).round() / 100.0,
+        })
+    };
+    if a.json {
+        let mut t = worker_json(None, &total);
+        if let Some(o) = t.as_object_mut() {
+            o.remove("cpu");
+        }
+        print_json(&json!({
+            "workers": cpus.iter().zip(&finals).map(|(&c, s)| worker_json(Some(c), s)).collect::<Vec<_>>(),
+            "total": t,
+            "duration_s": (elapsed * 1000.0).round() / 1000.0,
+            "steering": steering.name(),
+            "steering_reason": match &steering { Steering::ReuseportHash { reason } => Some(reason.clone()), Steering::CpuBpf => None },
+            "mode": format!("{:?}", a.mode).to_lowercase(),
+            "bind": a.bind.to_string(),
+            "rcvbuf": rcvbuf,
+            "sndbuf": sndbuf,
+            "errors": errors.iter().map(|(w, e)| json!({"worker": w, "error": e})).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        println!();
+        println!(
+            "summary over {elapsed:.3} s (steering {}):",
+            steering.name()
+        );
+        println!("{}", header());
+        for (c, s) in cpus.iter().zip(&finals) {
+            println!("{}", row(&c.to_string(), s, elapsed));
+        }
+        println!("{}", row("total", &total, elapsed));
+    }
+    for (w, e) in &errors {
+        eprintln!("flowlane: worker {w} stopped: {e}");
+    }
+    Ok(if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Live lines go to stdout, or to stderr when stdout carries JSON.
+struct Log {
+    to_stderr: bool,
+}
+
+impl Log {
+    fn new(json: bool) -> Log {
+        Log { to_stderr: json }
+    }
+    fn line(&mut self, s: &str) {
+        if self.to_stderr {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    }
+}
+
+fn header() -> String {
+    format!(
+        "{:>6} {:>12} {:>10} {:>9} {:>12} {:>10} {:>11} {:>6}",
+        "cpu", "rx pkts", "rx pps", "rx Mbps", "echoed", "drops", "missteered", "fill"
+    )
+}
+
+fn row(label: &str, d: &Snapshot, secs: f64) -> String {
+    let secs = secs.max(1e-9);
+    format!(
+        "{:>6} {:>12} {:>10.0} {:>9.1} {:>12} {:>10} {:>11} {:>6.1}",
+        label,
+        d.rx_packets,
+        d.rx_packets as f64 / secs,
+        d.rx_bytes as f64 * 8.0 / secs / 1e6,
+        d.tx_packets,
+        d.socket_drops,
+        d.missteered,
+        d.batch_fill()
+    )
+}
