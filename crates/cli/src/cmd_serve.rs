@@ -154,9 +154,10 @@ pub fn run(a: ServeArgs) -> CmdResult {
         Ok(ServeWorker::new(sock, cpu, mode, batch))
     })
     .map_err(|e| {
-        if e.contains("cannot pin") {
-            Failure::usage(anyhow!(e))
-        } else if e.contains("in use") || e.contains("privilege") || e.contains("not an address") {
+        // A busy port, a missing privilege, a foreign address or an unusable CPU: fixable by
+        // the user (exit 2). Anything else: runtime failure.
+        let usage = ["cannot pin", "in use", "privilege", "not an address"];
+        if usage.iter().any(|u| e.contains(u)) {
             Failure::usage(anyhow!(e))
         } else {
             Failure::runtime(anyhow!(e))
