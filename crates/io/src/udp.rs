@@ -219,7 +219,8 @@ pub fn bind_group(cfg: &GroupConfig) -> Result<Group, GroupError> {
     })
 }
 
-/// The CPU that processed the last datagram read from `s` (SO_INCOMING_CPU), if known.
+/// SO_INCOMING_CPU of a socket. Caution: for UDP the kernel updates it only on *connected*
+/// sockets; an unconnected (server) socket keeps the CPU it was created on.
 pub fn incoming_cpu(s: &impl AsRawFd) -> Option<usize> {
     sys::get_int(
         s,

@@ -4,7 +4,6 @@ use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 
 use flowlane_io::sys::{self, MmsgBatch};
-use flowlane_io::udp;
 
 use crate::{bump, set, Poll, WorkerStats};
 
@@ -68,12 +67,11 @@ impl Poll for ServeWorker {
             if trunc > 0 {
                 bump(&st.truncated, trunc);
             }
-            // Mis-steering: the CPU that processed the batch's last datagram.
-            if let Some(c) = udp::incoming_cpu(&self.sock) {
-                if c != self.cpu {
-                    bump(&st.missteered, n as u64);
-                }
-            }
+            // Mis-steering is not counted here: SO_INCOMING_CPU is only updated for connected
+            // UDP sockets (`__udp_queue_rcv_skb`), so on a server socket it keeps the CPU that
+            // created it and would always read "correct". A per-packet detector needs the
+            // processing CPU of each datagram (an eBPF socket filter); until then the summary
+            // reports `missteered` as unavailable rather than a 0 that means nothing.
             if let Some(v) = self.batch.rxq_ovfl {
                 set(&st.socket_drops, v as u64);
             }
