@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use flowlane_rss::pick::addr_to_u128;
 use flowlane_rss::queue::{FreeBsdBuckets, QueueModel, Reta};
 use flowlane_rss::{Key, Symmetric};
 
@@ -94,11 +95,7 @@ pub fn parse_addr_range(s: &str) -> Result<(IpAddr, IpAddr), String> {
         if a.is_ipv4() != b.is_ipv4() {
             return Err(format!("`{s}` mixes IPv4 and IPv6"));
         }
-        let key = |x: IpAddr| match x {
-            IpAddr::V4(v) => u32::from(v) as u128,
-            IpAddr::V6(v) => u128::from(v),
-        };
-        if key(a) > key(b) {
+        if addr_to_u128(a) > addr_to_u128(b) {
             return Err(format!("address range `{s}` runs backwards"));
         }
         return Ok((a, b));

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use clap::{Args, ValueEnum};
-use flowlane_io::udp::{self, GroupConfig, Steering};
+use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
+use flowlane_io::SysError;
 use flowlane_runtime::serve::{Mode, ServeWorker};
-use flowlane_runtime::{Config, Runtime, Snapshot};
+use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use serde_json::{json, Value};
 
 use crate::args::{cpu_count, parse_cpu_list, print_json, CpuList};
@@ -66,8 +67,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1.0)]
     interval: f64,
 
-    /// Receive buffer to request per socket, in bytes (the kernel caps it at
-    /// net.core.rmem_max unless run as root; the granted size is printed).
+    /// Receive buffer to request per socket, in bytes. With CAP_NET_ADMIN it is forced
+    /// (SO_RCVBUFFORCE); otherwise the kernel caps it at net.core.rmem_max. The kernel doubles
+    /// it for bookkeeping; the granted size is printed.
     #[arg(long, default_value_t = 4 << 20)]
     rcvbuf: usize,
 
@@ -101,25 +103,18 @@ pub fn run(a: ServeArgs) -> CmdResult {
             online.saturating_sub(1)
         )));
     }
-    if !(a.interval > 0.0 && a.interval.is_finite()) {
-        return Err(Failure::usage(anyhow!(
-            "--interval must be a positive number of seconds"
-        )));
-    }
-    if let Some(d) = a.duration {
-        if !(d > 0.0 && d.is_finite()) {
-            return Err(Failure::usage(anyhow!(
-                "--duration must be a positive number of seconds"
-            )));
-        }
-    }
+    let interval = seconds("--interval", a.interval)?;
+    let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
     let mode = match a.mode {
         ModeArg::Echo => Mode::Echo,
         ModeArg::Sink => Mode::Sink,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
+        // A second signal while the first is being handled ends the process at once (exit 1),
+        // for a run that does not come to an end by itself.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
             .map_err(|e| Failure::runtime(anyhow!("cannot install signal handler: {e}")))?;
     }
     let gcfg = GroupConfig {
@@ -141,27 +136,33 @@ pub fn run(a: ServeArgs) -> CmdResult {
         wait_ms: 100,
     };
     let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
-        let (sock, ovfl) = udp::bind_one(&g2).map_err(|e| e.to_string())?;
+        let (sock, ovfl) = udp::bind_one(&g2)?;
         if !ovfl {
             o2.store(false, Ordering::Relaxed);
         }
         if idx == 0 {
-            let c = sock.try_clone().map_err(|e| format!("dup socket: {e}"))?;
+            let c = sock.try_clone().map_err(|source| {
+                GroupError::Sys(SysError {
+                    call: "dup",
+                    source,
+                })
+            })?;
             if let Ok(mut g) = f2.lock() {
                 *g = Some(c);
             }
         }
         Ok(ServeWorker::new(sock, cpu, mode, batch))
     })
-    .map_err(|e| {
-        // A busy port, a missing privilege, a foreign address or an unusable CPU: fixable by
-        // the user (exit 2). Anything else: runtime failure.
-        let usage = ["cannot pin", "in use", "privilege", "not an address"];
-        if usage.iter().any(|u| e.contains(u)) {
-            Failure::usage(anyhow!(e))
-        } else {
-            Failure::runtime(anyhow!(e))
-        }
+    .map_err(|e| match e {
+        // A CPU that cannot be used, a busy port, a missing privilege or an address that is not
+        // here: the user can fix the command line (exit 2). Anything else is a runtime failure.
+        StartError::Pin { .. }
+        | StartError::Open(
+            GroupError::AddrInUse(_)
+            | GroupError::PermissionDenied(_)
+            | GroupError::AddrNotAvailable(_),
+        ) => Failure::usage(anyhow!(e.to_string())),
+        _ => Failure::runtime(anyhow!(e.to_string())),
     })?;
     let member = first.lock().ok().and_then(|mut g| g.take());
     let (steering, bufs) = match &member {
@@ -196,8 +197,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
     ));
     rt.go();
     let start = Instant::now();
-    let deadline = a.duration.map(|d| start + Duration::from_secs_f64(d));
-    let interval = Duration::from_secs_f64(a.interval);
+    let deadline = duration.and_then(|d| start.checked_add(d));
     let mut prev: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
     let mut prev_t = start;
     let mut next = start + interval;
@@ -232,29 +232,24 @@ pub fn run(a: ServeArgs) -> CmdResult {
     let finals: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
     let total = finals.iter().fold(Snapshot::default(), |t, s| t.plus(s));
     let errors = rt.errors();
+    // Counters as the runtime defines them, plus the derived batch fill. `missteered` is not
+    // measured yet (see flowlane_runtime::serve): null, never a fake 0.
     let worker_json = |cpu: Option<usize>, s: &Snapshot| {
-        json!({
-            "cpu": cpu,
-            "rx_packets": s.rx_packets,
-            "rx_bytes": s.rx_bytes,
-            "tx_packets": s.tx_packets,
-            "tx_bytes": s.tx_bytes,
-            "tx_failed": s.tx_failed,
-            "socket_drops": s.socket_drops,
-            // Not measurable yet (see flowlane_runtime::serve): null, never a fake 0.
-            "missteered": Value::Null,
-            "truncated": s.truncated,
-            "rounds": s.rounds,
-            "full_rounds": s.full_rounds,
-            "sleeps": s.sleeps,
-            "batch_fill": (s.batch_fill() * 100.0).round() / 100.0,
-        })
+        let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            if let Some(c) = cpu {
+                o.insert("cpu".into(), json!(c));
+            }
+            o.insert("missteered".into(), Value::Null);
+            o.insert(
+                "batch_fill".into(),
+                json!((s.batch_fill() * 100.0).round() / 100.0),
+            );
+        }
+        v
     };
     if a.json {
-        let mut t = worker_json(None, &total);
-        if let Some(o) = t.as_object_mut() {
-            o.remove("cpu");
-        }
+        let t = worker_json(None, &total);
         print_json(&json!({
             "workers": cpus.iter().zip(&finals).map(|(&c, s)| worker_json(Some(c), s)).collect::<Vec<_>>(),
             "total": t,
@@ -287,6 +282,16 @@ pub fn run(a: ServeArgs) -> CmdResult {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A positive, representable number of seconds (else bad usage).
+fn seconds(flag: &str, v: f64) -> Result<Duration, Failure> {
+    match Duration::try_from_secs_f64(v) {
+        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
+        _ => Err(Failure::usage(anyhow!(
+            "{flag} must be a positive number of seconds (at most 100 years), not {v:?}"
+        ))),
+    }
 }
 
 /// Live lines go to stdout, or to stderr when stdout carries JSON.

@@ -176,27 +176,20 @@ fn cpu_steering_delivers_each_cpus_packets_to_its_worker() {
 fn usage_errors_exit_2() {
     let holder = UdpSocket::bind("127.0.0.1:0").expect("hold a port");
     let busy = holder.local_addr().expect("addr").to_string();
-    let cases: Vec<Vec<String>> = vec![
-        vec!["serve".into(), "--bind".into(), busy],
-        vec![
-            "serve".into(),
-            "--bind".into(),
-            "127.0.0.1:0".into(),
-            "--cpus".into(),
-            "4000".into(),
-        ],
-        vec!["serve".into(), "--bind".into(), "198.18.77.77:9".into()],
-        vec!["serve".into(), "--bind".into(), "nonsense".into()],
-        vec![
-            "serve".into(),
-            "--bind".into(),
-            "127.0.0.1:0".into(),
-            "--duration".into(),
-            "-1".into(),
-        ],
+    let any = "127.0.0.1:0";
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--bind", &busy],
+        vec!["--bind", any, "--cpus", "4000"],
+        vec!["--bind", "198.18.77.77:9"],
+        vec!["--bind", "nonsense"],
+        vec!["--bind", any, "--duration", "-1"],
+        vec!["--bind", any, "--duration", "1e300"],
+        vec!["--bind", any, "--interval", "1e300"],
+        vec!["--bind", any, "--interval", "NaN"],
     ];
     for args in cases {
         let o = Command::new(env!("CARGO_BIN_EXE_flowlane"))
+            .arg("serve")
             .args(&args)
             .output()
             .expect("runs");

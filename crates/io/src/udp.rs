@@ -81,8 +81,9 @@ pub struct GroupConfig {
     pub addr: SocketAddr,
     /// One socket per worker; worker `i` runs on `cpus[i]`.
     pub cpus: Vec<usize>,
-    /// Requested SO_RCVBUF in bytes (the kernel doubles and caps it; the granted size is
-    /// reported).
+    /// Requested receive buffer in bytes: SO_RCVBUFFORCE where allowed (CAP_NET_ADMIN), else
+    /// SO_RCVBUF, capped at `net.core.rmem_max`. The kernel doubles the value for bookkeeping;
+    /// [`buffer_sizes`] reports what was granted.
     pub rcvbuf: Option<usize>,
     /// Requested SO_SNDBUF in bytes.
     pub sndbuf: Option<usize>,
@@ -107,6 +108,13 @@ pub struct Group {
     pub rxq_ovfl: bool,
 }
 
+/// Sets a buffer size with the `*FORCE` option, which ignores `net.core.[rw]mem_max` but needs
+/// CAP_NET_ADMIN; the caller falls back to the capped option when it is refused.
+fn set_buffer(s: &Socket, opt: libc::c_int, bytes: usize, call: &'static str) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    sys::set_int(s, libc::SOL_SOCKET, opt, v, call).map_err(|e| e.source)
+}
+
 /// Builds the socket for one worker (not yet bound).
 fn socket_for(cfg: &GroupConfig) -> Result<Socket, SysError> {
     let domain = Domain::for_address(cfg.addr);
@@ -119,11 +127,13 @@ fn socket_for(cfg: &GroupConfig) -> Result<Socket, SysError> {
             .map_err(|e| sys_err("setsockopt(IPV6_V6ONLY)", e))?;
     }
     if let Some(b) = cfg.rcvbuf {
-        s.set_recv_buffer_size(b)
+        set_buffer(&s, libc::SO_RCVBUFFORCE, b, "setsockopt(SO_RCVBUFFORCE)")
+            .or_else(|_| s.set_recv_buffer_size(b))
             .map_err(|e| sys_err("setsockopt(SO_RCVBUF)", e))?;
     }
     if let Some(b) = cfg.sndbuf {
-        s.set_send_buffer_size(b)
+        set_buffer(&s, libc::SO_SNDBUFFORCE, b, "setsockopt(SO_SNDBUFFORCE)")
+            .or_else(|_| s.set_send_buffer_size(b))
             .map_err(|e| sys_err("setsockopt(SO_SNDBUF)", e))?;
     }
     s.set_nonblocking(true)
@@ -217,19 +227,6 @@ pub fn bind_group(cfg: &GroupConfig) -> Result<Group, GroupError> {
         sndbuf,
         rxq_ovfl,
     })
-}
-
-/// SO_INCOMING_CPU of a socket. Caution: for UDP the kernel updates it only on *connected*
-/// sockets; an unconnected (server) socket keeps the CPU it was created on.
-pub fn incoming_cpu(s: &impl AsRawFd) -> Option<usize> {
-    sys::get_int(
-        s,
-        libc::SOL_SOCKET,
-        libc::SO_INCOMING_CPU,
-        "getsockopt(SO_INCOMING_CPU)",
-    )
-    .ok()
-    .and_then(|c| usize::try_from(c).ok())
 }
 
 // Classic BPF opcodes (linux/bpf_common.h): class | op | source. BPF_LD=0x00, BPF_W=0x00,

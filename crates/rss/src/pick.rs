@@ -168,7 +168,8 @@ impl Layout {
     }
 }
 
-fn addr_to_u128(a: IpAddr) -> u128 {
+/// An address as an integer (IPv4 in the low 32 bits), the order the picker's ranges use.
+pub fn addr_to_u128(a: IpAddr) -> u128 {
     match a {
         IpAddr::V4(v) => u32::from(v) as u128,
         IpAddr::V6(v) => u128::from(v),

@@ -14,40 +14,74 @@
 
 pub mod serve;
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Barrier, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// One worker's counters. Only its worker writes (plain load + store, no locked RMW); any
-/// thread may read.
-#[derive(Debug, Default)]
-#[repr(align(64))]
-pub struct WorkerStats {
+/// Declares the per-worker counters once: the atomic [`WorkerStats`], its plain copy
+/// [`Snapshot`], and the field-wise arithmetic, so a new counter is one line.
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// One worker's counters. Only its worker writes (plain load + store, no locked RMW);
+        /// any thread may read.
+        #[derive(Debug, Default)]
+        #[repr(align(64))]
+        pub struct WorkerStats {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        /// A plain copy of [`WorkerStats`].
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+        pub struct Snapshot {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl WorkerStats {
+            /// Reads every counter.
+            pub fn snapshot(&self) -> Snapshot {
+                Snapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+
+        impl Snapshot {
+            /// Field-wise `self - earlier` (saturating).
+            pub fn since(&self, e: &Snapshot) -> Snapshot {
+                Snapshot { $($name: self.$name.saturating_sub(e.$name),)* }
+            }
+
+            /// Field-wise sum.
+            pub fn plus(&self, o: &Snapshot) -> Snapshot {
+                Snapshot { $($name: self.$name.wrapping_add(o.$name),)* }
+            }
+        }
+    };
+}
+
+counters! {
     /// Datagrams received.
-    pub rx_packets: AtomicU64,
+    rx_packets,
     /// Payload bytes received.
-    pub rx_bytes: AtomicU64,
+    rx_bytes,
     /// Datagrams sent (echoed).
-    pub tx_packets: AtomicU64,
+    tx_packets,
     /// Payload bytes sent.
-    pub tx_bytes: AtomicU64,
+    tx_bytes,
     /// Datagrams that could not be sent (socket send buffer full, or an error).
-    pub tx_failed: AtomicU64,
+    tx_failed,
     /// Datagrams the kernel dropped because this socket's receive buffer was full
     /// (SO_RXQ_OVFL; cumulative since the socket was opened).
-    pub socket_drops: AtomicU64,
-    /// Datagrams that arrived on this worker although another CPU processed them.
-    pub missteered: AtomicU64,
+    socket_drops,
     /// Datagrams longer than the receive buffer (MSG_TRUNC).
-    pub truncated: AtomicU64,
+    truncated,
     /// Poll rounds.
-    pub rounds: AtomicU64,
+    rounds,
     /// Rounds that used the whole budget.
-    pub full_rounds: AtomicU64,
+    full_rounds,
     /// Rounds that received at least one packet.
-    pub busy_rounds: AtomicU64,
+    busy_rounds,
     /// Times the worker slept on readiness.
-    pub sleeps: AtomicU64,
+    sleeps,
 }
 
 /// Adds to a counter that only the calling worker writes.
@@ -62,81 +96,7 @@ pub fn set(c: &AtomicU64, v: u64) {
     c.store(v, Ordering::Relaxed);
 }
 
-/// A plain copy of [`WorkerStats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Snapshot {
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub tx_failed: u64,
-    pub socket_drops: u64,
-    pub missteered: u64,
-    pub truncated: u64,
-    pub rounds: u64,
-    pub full_rounds: u64,
-    pub busy_rounds: u64,
-    pub sleeps: u64,
-}
-
-impl WorkerStats {
-    /// Reads every counter.
-    pub fn snapshot(&self) -> Snapshot {
-        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Snapshot {
-            rx_packets: r(&self.rx_packets),
-            rx_bytes: r(&self.rx_bytes),
-            tx_packets: r(&self.tx_packets),
-            tx_bytes: r(&self.tx_bytes),
-            tx_failed: r(&self.tx_failed),
-            socket_drops: r(&self.socket_drops),
-            missteered: r(&self.missteered),
-            truncated: r(&self.truncated),
-            rounds: r(&self.rounds),
-            full_rounds: r(&self.full_rounds),
-            busy_rounds: r(&self.busy_rounds),
-            sleeps: r(&self.sleeps),
-        }
-    }
-}
-
 impl Snapshot {
-    /// Field-wise `self - earlier` (saturating).
-    pub fn since(&self, e: &Snapshot) -> Snapshot {
-        Snapshot {
-            rx_packets: self.rx_packets.saturating_sub(e.rx_packets),
-            rx_bytes: self.rx_bytes.saturating_sub(e.rx_bytes),
-            tx_packets: self.tx_packets.saturating_sub(e.tx_packets),
-            tx_bytes: self.tx_bytes.saturating_sub(e.tx_bytes),
-            tx_failed: self.tx_failed.saturating_sub(e.tx_failed),
-            socket_drops: self.socket_drops.saturating_sub(e.socket_drops),
-            missteered: self.missteered.saturating_sub(e.missteered),
-            truncated: self.truncated.saturating_sub(e.truncated),
-            rounds: self.rounds.saturating_sub(e.rounds),
-            full_rounds: self.full_rounds.saturating_sub(e.full_rounds),
-            busy_rounds: self.busy_rounds.saturating_sub(e.busy_rounds),
-            sleeps: self.sleeps.saturating_sub(e.sleeps),
-        }
-    }
-
-    /// Field-wise sum.
-    pub fn plus(&self, o: &Snapshot) -> Snapshot {
-        Snapshot {
-            rx_packets: self.rx_packets + o.rx_packets,
-            rx_bytes: self.rx_bytes + o.rx_bytes,
-            tx_packets: self.tx_packets + o.tx_packets,
-            tx_bytes: self.tx_bytes + o.tx_bytes,
-            tx_failed: self.tx_failed + o.tx_failed,
-            socket_drops: self.socket_drops + o.socket_drops,
-            missteered: self.missteered + o.missteered,
-            truncated: self.truncated + o.truncated,
-            rounds: self.rounds + o.rounds,
-            full_rounds: self.full_rounds + o.full_rounds,
-            busy_rounds: self.busy_rounds + o.busy_rounds,
-            sleeps: self.sleeps + o.sleeps,
-        }
-    }
-
     /// Average packets per round that received anything (how full batches are).
     pub fn batch_fill(&self) -> f64 {
         if self.busy_rounds == 0 {
@@ -166,13 +126,65 @@ pub struct Config {
     pub wait_ms: i32,
 }
 
+/// Why workers could not start.
+#[derive(Debug)]
+pub enum StartError<E> {
+    /// A worker could not be pinned to its CPU (no such CPU, or not allowed).
+    Pin {
+        /// The CPU.
+        cpu: usize,
+        /// The failed call.
+        error: flowlane_io::SysError,
+    },
+    /// A worker's `make` failed (e.g. its socket could not be bound).
+    Open(E),
+    /// A worker thread could not be started or died while starting.
+    Thread(String),
+}
+
+impl<E: fmt::Display> fmt::Display for StartError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Pin { cpu, error } => {
+                write!(f, "cannot pin a worker to CPU {cpu}: {error}")
+            }
+            StartError::Open(e) => e.fmt(f),
+            StartError::Thread(e) => f.write_str(e),
+        }
+    }
+}
+
+impl<E: fmt::Display + fmt::Debug> std::error::Error for StartError<E> {}
+
+/// A one-way gate: workers wait until it opens. Unlike a barrier it never waits for a worker
+/// that died, so a failing start cannot hang.
+#[derive(Debug, Default)]
+struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        while !*o {
+            o = self.cv.wait(o).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.cv.notify_all();
+    }
+}
+
 /// Running workers.
 #[derive(Debug)]
 pub struct Runtime {
     handles: Vec<JoinHandle<()>>,
     stats: Vec<Arc<WorkerStats>>,
     stop: Arc<AtomicBool>,
-    go: Arc<Barrier>,
+    go: Arc<Gate>,
     errors: Arc<Mutex<Vec<(usize, String)>>>,
     started: bool,
 }
@@ -181,17 +193,22 @@ impl Runtime {
     /// Spawns one pinned worker per CPU. Worker `i` pins itself, then (in index order) calls
     /// `make(i, cpu)` to open what it owns, then waits for [`Runtime::go`]. Returns once every
     /// worker is initialised, or the first initialisation error (all workers are then stopped).
-    pub fn start<P, F>(cfg: &Config, stop: Arc<AtomicBool>, make: F) -> Result<Runtime, String>
+    pub fn start<P, E, F>(
+        cfg: &Config,
+        stop: Arc<AtomicBool>,
+        make: F,
+    ) -> Result<Runtime, StartError<E>>
     where
         P: Poll,
-        F: Fn(usize, usize) -> Result<P, String> + Send + Sync + 'static,
+        E: Send + 'static,
+        F: Fn(usize, usize) -> Result<P, E> + Send + Sync + 'static,
     {
         let n = cfg.cpus.len();
         let make = Arc::new(make);
         let turn = Arc::new((Mutex::new(0usize), Condvar::new()));
-        let go = Arc::new(Barrier::new(n + 1));
+        let go = Arc::new(Gate::default());
         let errors = Arc::new(Mutex::new(Vec::new()));
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StartError<E>>>();
         let mut handles = Vec::with_capacity(n);
         let mut stats = Vec::with_capacity(n);
         for (idx, &cpu) in cfg.cpus.iter().enumerate() {
@@ -210,7 +227,7 @@ impl Runtime {
                 .name(format!("flowlane-w{idx}-cpu{cpu}"))
                 .spawn(move || {
                     let pinned = flowlane_io::sys::pin_current_thread(cpu)
-                        .map_err(|e| format!("worker {idx}: cannot pin to CPU {cpu}: {e}"));
+                        .map_err(|error| StartError::Pin { cpu, error });
                     // Initialise in index order.
                     let made = {
                         let (lock, cv) = &*turn;
@@ -218,7 +235,19 @@ impl Runtime {
                         while *t != idx {
                             t = cv.wait(t).unwrap_or_else(|p| p.into_inner());
                         }
-                        let made = pinned.and_then(|()| make(idx, cpu));
+                        // A panic in `make` must still pass the turn on, or later workers
+                        // would wait forever.
+                        let made = pinned.and_then(|()| {
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                make(idx, cpu)
+                            }));
+                            match r {
+                                Ok(r) => r.map_err(StartError::Open),
+                                Err(_) => Err(StartError::Thread(format!(
+                                    "worker {idx} panicked while starting"
+                                ))),
+                            }
+                        });
                         *t += 1;
                         cv.notify_all();
                         made
@@ -237,7 +266,7 @@ impl Runtime {
                     go.wait();
                     run_loop(&mut poller, &st, &stop, budget, wait_ms, idx, &errors);
                 })
-                .map_err(|e| format!("cannot start worker thread: {e}"))?;
+                .map_err(|e| StartError::Thread(format!("cannot start worker thread: {e}")))?;
             handles.push(h);
         }
         drop(ready_tx);
@@ -249,7 +278,9 @@ impl Runtime {
                     first_err.get_or_insert(e);
                 }
                 Err(_) => {
-                    first_err.get_or_insert("a worker thread died while starting".into());
+                    first_err.get_or_insert(StartError::Thread(
+                        "a worker thread died while starting".into(),
+                    ));
                 }
             }
         }
@@ -274,7 +305,7 @@ impl Runtime {
     pub fn go(&mut self) {
         if !self.started {
             self.started = true;
-            self.go.wait();
+            self.go.open();
         }
     }
 
@@ -386,7 +417,7 @@ mod tests {
                 Some(cpu),
                 "pinned before make"
             );
-            Ok(Fake { left: 1000 })
+            Ok::<_, ()>(Fake { left: 1000 })
         })
         .expect("start");
         assert_eq!(
@@ -426,12 +457,27 @@ mod tests {
         };
         let r = Runtime::start(&cfg, stop, |idx, _| {
             if idx == 1 {
-                Err("no socket for you".to_string())
+                Err("no socket for you")
             } else {
                 Ok(Fake { left: 0 })
             }
         });
-        assert_eq!(r.err().as_deref(), Some("no socket for you"));
+        assert!(matches!(r, Err(StartError::Open("no socket for you"))));
+    }
+
+    #[test]
+    fn a_panicking_worker_fails_the_start_instead_of_hanging() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cfg = Config {
+            cpus: vec![0, 0, 0],
+            budget: 8,
+            wait_ms: 5,
+        };
+        let r = Runtime::start(&cfg, stop, |idx, _| {
+            assert_ne!(idx, 1, "deliberate panic in worker 1");
+            Ok::<_, ()>(Fake { left: 0 })
+        });
+        assert!(matches!(r, Err(StartError::Thread(ref m)) if m.contains("worker 1 panicked")));
     }
 
     #[test]
@@ -442,9 +488,7 @@ mod tests {
             budget: 8,
             wait_ms: 5,
         };
-        let r = Runtime::start(&cfg, stop, |_, _| Ok(Fake { left: 0 }));
-        assert!(r
-            .err()
-            .is_some_and(|e| e.contains("cannot pin to CPU 100000")));
+        let r = Runtime::start(&cfg, stop, |_, _| Ok::<_, ()>(Fake { left: 0 }));
+        assert!(matches!(r, Err(StartError::Pin { cpu: 100_000, .. })));
     }
 }

@@ -277,9 +277,13 @@ impl MmsgBatch {
                 len: (h.msg_len as usize).min(self.buf_size),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
             };
-            if let Some(v) = rxq_ovfl(&h.msg_hdr) {
-                self.rxq_ovfl = Some(v);
-            }
+        }
+        // The drop counter is cumulative: the newest datagram's value is the only one needed.
+        if let Some(v) = got
+            .checked_sub(1)
+            .and_then(|l| rxq_ovfl(&self.hdrs[l].msg_hdr))
+        {
+            self.rxq_ovfl = Some(v);
         }
         Ok(got)
     }
