@@ -31,8 +31,9 @@ enum ModeArg {
 /// datagram to the socket of the worker on the CPU that processed it (`cpu-bpf` steering), so a
 /// flow is received, handled and answered on one core. If the program is refused, the kernel's
 /// reuseport hash is used and the output says so. Each worker counts the datagrams the kernel
-/// dropped because its socket buffer was full (`drops`, SO_RXQ_OVFL). The mis-steering column
-/// shows `-`: the per-packet detector is not built yet.
+/// dropped because its socket buffer was full (`drops`, SO_RXQ_OVFL) and, with an eBPF socket
+/// filter, the datagrams it got that the kernel processed on another CPU (`missteered`: 0 when
+/// steering works; compare with --no-steer).
 ///
 /// Ctrl-C (or --duration) ends the run and prints the final summary.
 ///
@@ -81,6 +82,11 @@ pub struct ServeArgs {
     #[arg(long)]
     no_steer: bool,
 
+    /// Do not attach the mis-steering detector (an eBPF socket filter per worker; it costs a
+    /// few tens of nanoseconds per datagram). `missteered` is then reported as unknown.
+    #[arg(long)]
+    no_detect: bool,
+
     /// With an IPv6 address: accept IPv6 only (no IPv4-mapped clients).
     #[arg(long)]
     v6only: bool,
@@ -128,7 +134,17 @@ pub fn run(a: ServeArgs) -> CmdResult {
     // Worker 0 hands a clone of its socket back so steering can be attached once all are bound.
     let first: Arc<Mutex<Option<std::net::UdpSocket>>> = Arc::new(Mutex::new(None));
     let rxq_ovfl = Arc::new(AtomicBool::new(true));
-    let (f2, o2, g2) = (first.clone(), rxq_ovfl.clone(), gcfg.clone());
+    // Why the detector is off, if it is (first failure wins; the run goes on without it).
+    let no_detect: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(
+        a.no_detect.then(|| "turned off (--no-detect)".to_string()),
+    ));
+    let (f2, o2, g2, d2) = (
+        first.clone(),
+        rxq_ovfl.clone(),
+        gcfg.clone(),
+        no_detect.clone(),
+    );
+    let detect = !a.no_detect;
     let batch = a.budget.min(64) as usize;
     let rt_cfg = Config {
         cpus: cpus.clone(),
@@ -151,7 +167,22 @@ pub fn run(a: ServeArgs) -> CmdResult {
                 *g = Some(c);
             }
         }
-        Ok(ServeWorker::new(sock, cpu, mode, batch))
+        let mut det = None;
+        if detect {
+            match udp::MissteerDetector::attach(&sock, cpu) {
+                Ok(d) => det = Some(d),
+                Err(e) => {
+                    if let Ok(mut g) = d2.lock() {
+                        g.get_or_insert_with(|| format!("unavailable: {e}"));
+                    }
+                }
+            }
+        }
+        let w = ServeWorker::new(sock, cpu, mode, batch);
+        Ok(match det {
+            Some(d) => w.with_detector(d),
+            None => w,
+        })
     })
     .map_err(|e| match e {
         // A CPU that cannot be used, a busy port, a missing privilege or an address that is not
@@ -179,6 +210,8 @@ pub fn run(a: ServeArgs) -> CmdResult {
     };
     drop(member);
     let (rcvbuf, sndbuf) = bufs.unwrap_or((0, 0));
+    let detector_off = no_detect.lock().ok().and_then(|g| g.clone());
+    let detected = detector_off.is_none();
     let mut log = Log::new(a.json);
     log.line(&format!(
         "flowlane serve: {} on {} worker(s) (CPUs {:?}), mode {:?}, steering {}{}, rcvbuf {} B, sndbuf {} B{}",
@@ -195,6 +228,9 @@ pub fn run(a: ServeArgs) -> CmdResult {
         sndbuf,
         if rxq_ovfl.load(Ordering::Relaxed) { "" } else { ", socket drop counter unavailable" }
     ));
+    if let Some(why) = &detector_off {
+        log.line(&format!("mis-steering detector {why}"));
+    }
     rt.go();
     let start = Instant::now();
     let deadline = duration.and_then(|d| start.checked_add(d));
@@ -217,9 +253,9 @@ pub fn run(a: ServeArgs) -> CmdResult {
                 for (i, (c, p)) in cur.iter().zip(&prev).enumerate() {
                     let d = c.since(p);
                     total = total.plus(&d);
-                    log.line(&row(&cpus[i].to_string(), &d, secs));
+                    log.line(&row(&cpus[i].to_string(), &d, secs, detected));
                 }
-                log.line(&row("total", &total, secs));
+                log.line(&row("total", &total, secs, detected));
             }
             prev = cur;
             prev_t = now;
@@ -232,15 +268,17 @@ pub fn run(a: ServeArgs) -> CmdResult {
     let finals: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
     let total = finals.iter().fold(Snapshot::default(), |t, s| t.plus(s));
     let errors = rt.errors();
-    // Counters as the runtime defines them, plus the derived batch fill. `missteered` is not
-    // measured yet (see flowlane_runtime::serve): null, never a fake 0.
+    // Counters as the runtime defines them, plus the derived batch fill. Without the detector
+    // `missteered` is null, never a fake 0.
     let worker_json = |cpu: Option<usize>, s: &Snapshot| {
         let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
         if let Some(o) = v.as_object_mut() {
             if let Some(c) = cpu {
                 o.insert("cpu".into(), json!(c));
             }
-            o.insert("missteered".into(), Value::Null);
+            if !detected {
+                o.insert("missteered".into(), Value::Null);
+            }
             o.insert(
                 "batch_fill".into(),
                 json!((s.batch_fill() * 100.0).round() / 100.0),
@@ -256,6 +294,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
             "duration_s": (elapsed * 1000.0).round() / 1000.0,
             "steering": steering.name(),
             "steering_reason": match &steering { Steering::ReuseportHash { reason } => Some(reason.clone()), Steering::CpuBpf => None },
+            "missteer_detector": detector_off.clone().unwrap_or_else(|| "ebpf".into()),
             "mode": format!("{:?}", a.mode).to_lowercase(),
             "bind": a.bind.to_string(),
             "rcvbuf": rcvbuf,
@@ -270,9 +309,9 @@ pub fn run(a: ServeArgs) -> CmdResult {
         );
         println!("{}", header());
         for (c, s) in cpus.iter().zip(&finals) {
-            println!("{}", row(&c.to_string(), s, elapsed));
+            println!("{}", row(&c.to_string(), s, elapsed, detected));
         }
-        println!("{}", row("total", &total, elapsed));
+        println!("{}", row("total", &total, elapsed, detected));
     }
     for (w, e) in &errors {
         eprintln!("flowlane: worker {w} stopped: {e}");
@@ -319,7 +358,7 @@ fn header() -> String {
     )
 }
 
-fn row(label: &str, d: &Snapshot, secs: f64) -> String {
+fn row(label: &str, d: &Snapshot, secs: f64, detected: bool) -> String {
     let secs = secs.max(1e-9);
     format!(
         "{:>6} {:>12} {:>10.0} {:>9.1} {:>12} {:>10} {:>11} {:>6.1}",
@@ -329,7 +368,11 @@ fn row(label: &str, d: &Snapshot, secs: f64) -> String {
         d.rx_bytes as f64 * 8.0 / secs / 1e6,
         d.tx_packets,
         d.socket_drops,
-        "-",
+        if detected {
+            d.missteered.to_string()
+        } else {
+            "-".into()
+        },
         d.batch_fill()
     )
 }

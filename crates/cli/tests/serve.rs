@@ -161,15 +161,31 @@ fn cpu_steering_delivers_each_cpus_packets_to_its_worker() {
     }
     let j = steering_run(true);
     assert_eq!(j["steering"], "cpu-bpf");
+    assert_eq!(j["missteer_detector"], "ebpf");
     // Every CPU sent 2000 datagrams from 8 source ports; each worker got exactly its CPU's.
     for w in j["workers"].as_array().expect("workers") {
         assert_eq!(w["rx_packets"], 2000, "worker {}", w["cpu"]);
-        assert_eq!(w["missteered"], Value::Null, "no fake zero");
+        assert_eq!(w["missteered"], 0, "worker {}", w["cpu"]);
     }
-    // Steering off still delivers everything (spread by the kernel's hash instead).
+    // Steering off still delivers everything, spread by the kernel's 4-tuple hash, so a source
+    // port's datagrams land on some worker whatever CPU sent them; the detector sees that.
     let j = steering_run(false);
     assert_eq!(j["steering"], "reuseport-hash");
     assert_eq!(j["steering_reason"], "CPU steering turned off");
+    let mut missteered = 0;
+    for w in j["workers"].as_array().expect("workers") {
+        let (rx, m) = (
+            w["rx_packets"].as_u64().expect("rx"),
+            w["missteered"].as_u64().expect("detector on"),
+        );
+        // Each source port carried 250 datagrams, all hashed to one worker: whole multiples.
+        assert_eq!(rx % 250, 0, "worker {}", w["cpu"]);
+        assert_eq!(m % 250, 0, "worker {}", w["cpu"]);
+        assert!(m <= rx, "worker {}", w["cpu"]);
+        missteered += m;
+    }
+    // 8 ports per CPU hashed over the workers: all 16+ landing at home has odds below 2^-16.
+    assert!(missteered > 0, "the detector must see mis-steering: {j}");
 }
 
 #[test]

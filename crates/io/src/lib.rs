@@ -8,9 +8,12 @@
 //!   that processed it (the Linux counterpart of FreeBSD's per-bucket listen sockets).
 //! * [`sys::MmsgBatch`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and
 //!   the socket's `SO_RXQ_OVFL` drop counter.
+//! * [`ebpf`]: an eBPF assembler (programs are generated in Rust and loaded with `bpf(2)`);
+//!   [`udp::MissteerDetector`] uses it to count datagrams a worker got from another CPU.
 
 #![deny(unsafe_code)]
 
+pub mod ebpf;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod udp;

@@ -229,6 +229,67 @@ pub fn bind_group(cfg: &GroupConfig) -> Result<Group, GroupError> {
     })
 }
 
+/// Counts the datagrams delivered to one worker's socket that the kernel processed on another
+/// CPU. An eBPF socket filter on the socket compares `bpf_get_smp_processor_id()` with the
+/// worker's CPU and adds mismatches (GRO-coalesced packets by their segment count) to a
+/// memory-mapped array, so reading the count is a load, not a system call.
+///
+/// The filter runs where the kernel queues the datagram to the socket (after the reuseport
+/// choice, before the receive-buffer check), so datagrams later dropped for a full buffer are
+/// counted too. SO_INCOMING_CPU cannot do this job: the kernel updates it only for connected
+/// UDP sockets.
+#[derive(Debug)]
+pub struct MissteerDetector {
+    counts: sys::bpf::MappedArray,
+}
+
+/// Why the detector could not be attached (the run goes on without it).
+#[derive(Debug)]
+pub enum DetectError {
+    /// Map creation, mapping or attachment failed.
+    Sys(SysError),
+    /// The program was refused.
+    Load(sys::bpf::LoadError),
+    /// The program could not be assembled (a bug).
+    Asm(crate::ebpf::AsmError),
+}
+
+impl fmt::Display for DetectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DetectError::Sys(e) => e.fmt(f),
+            DetectError::Load(e) => e.fmt(f),
+            DetectError::Asm(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DetectError {}
+
+impl MissteerDetector {
+    /// Attaches a detector for the worker on `cpu` to `sock`.
+    pub fn attach(sock: &impl AsRawFd, cpu: usize) -> Result<MissteerDetector, DetectError> {
+        let counts = sys::bpf::MappedArray::new("fl_missteer", 1).map_err(DetectError::Sys)?;
+        let cpu = u32::try_from(cpu).map_err(|_| {
+            DetectError::Sys(SysError {
+                call: "missteer detector",
+                source: io::Error::from_raw_os_error(libc::EINVAL),
+            })
+        })?;
+        let insns = crate::ebpf::missteer_filter(cpu, counts.fd()).map_err(DetectError::Asm)?;
+        let prog = sys::bpf::prog_load(sys::bpf::PROG_SOCKET_FILTER, "fl_missteer", &insns)
+            .map_err(DetectError::Load)?;
+        sys::bpf::attach_socket_filter(sock, &prog).map_err(DetectError::Sys)?;
+        Ok(MissteerDetector { counts })
+    }
+
+    /// Datagrams this socket received from another CPU since the detector was attached.
+    #[inline]
+    pub fn count(&self) -> u64 {
+        self.counts.get(0)
+    }
+}
+
 // Classic BPF opcodes (linux/bpf_common.h): class | op | source. BPF_LD=0x00, BPF_W=0x00,
 // BPF_ABS=0x20; BPF_JMP=0x05, BPF_JEQ=0x10; BPF_ALU=0x04, BPF_MOD=0x90; BPF_K=0x00;
 // BPF_RET=0x06, BPF_A=0x10.
@@ -326,6 +387,44 @@ mod tests {
         match bind_group(&cfg) {
             Err(GroupError::AddrInUse(a)) => assert_eq!(a, addr),
             other => panic!("expected AddrInUse, got {other:?}"),
+        }
+    }
+
+    /// Sends `n` datagrams to `to` from a thread pinned to `cpu` (on loopback the sender's CPU
+    /// processes them).
+    fn send_from(cpu: usize, to: SocketAddr, n: usize) {
+        std::thread::spawn(move || {
+            sys::pin_current_thread(cpu).expect("pin sender");
+            let s = UdpSocket::bind("127.0.0.1:0").expect("sender socket");
+            for _ in 0..n {
+                s.send_to(b"x", to).expect("send");
+            }
+        })
+        .join()
+        .expect("sender thread");
+    }
+
+    #[test]
+    fn detector_counts_only_packets_from_other_cpus() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
+            eprintln!("skipped: needs two CPUs");
+            return;
+        }
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let to = sock.local_addr().expect("addr");
+        let det = match MissteerDetector::attach(&sock, 0) {
+            Ok(d) => d,
+            Err(e) => panic!("detector refused: {e}"),
+        };
+        send_from(0, to, 50);
+        assert_eq!(det.count(), 0, "packets processed on the worker's own CPU");
+        send_from(1, to, 70);
+        assert_eq!(det.count(), 70, "packets processed on CPU 1");
+        let mut buf = [0u8; 8];
+        for _ in 0..120 {
+            sock.recv(&mut buf)
+                .expect("every datagram is accepted by the filter");
         }
     }
 }

@@ -74,6 +74,9 @@ counters! {
     socket_drops,
     /// Datagrams longer than the receive buffer (MSG_TRUNC).
     truncated,
+    /// Datagrams this worker's socket got that the kernel processed on another CPU
+    /// (eBPF detector; includes ones then dropped for a full buffer).
+    missteered,
     /// Poll rounds.
     rounds,
     /// Rounds that used the whole budget.

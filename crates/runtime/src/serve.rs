@@ -4,6 +4,7 @@ use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 
 use flowlane_io::sys::{self, MmsgBatch};
+use flowlane_io::udp::MissteerDetector;
 
 use crate::{bump, set, Poll, WorkerStats};
 
@@ -23,6 +24,7 @@ pub struct ServeWorker {
     batch: MmsgBatch,
     mode: Mode,
     cpu: usize,
+    detector: Option<MissteerDetector>,
 }
 
 impl ServeWorker {
@@ -33,7 +35,14 @@ impl ServeWorker {
             batch: MmsgBatch::new(batch, sys::MAX_DATAGRAM),
             mode,
             cpu,
+            detector: None,
         }
+    }
+
+    /// Counts mis-steered datagrams with `d` (attached to this worker's socket).
+    pub fn with_detector(mut self, d: MissteerDetector) -> ServeWorker {
+        self.detector = Some(d);
+        self
     }
 
     /// The worker's socket (e.g. to attach steering to the group).
@@ -67,11 +76,6 @@ impl Poll for ServeWorker {
             if trunc > 0 {
                 bump(&st.truncated, trunc);
             }
-            // Mis-steering is not counted here: SO_INCOMING_CPU is only updated for connected
-            // UDP sockets (`__udp_queue_rcv_skb`), so on a server socket it keeps the CPU that
-            // created it and would always read "correct". A per-packet detector needs the
-            // processing CPU of each datagram (an eBPF socket filter); until then the summary
-            // reports `missteered` as unavailable rather than a 0 that means nothing.
             if let Some(v) = self.batch.rxq_ovfl {
                 set(&st.socket_drops, v as u64);
             }
@@ -90,6 +94,10 @@ impl Poll for ServeWorker {
             if n < want {
                 break;
             }
+        }
+        if let Some(d) = &self.detector {
+            // One load from the detector's mapped counter.
+            set(&st.missteered, d.count());
         }
         Ok(done)
     }

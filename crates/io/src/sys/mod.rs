@@ -7,6 +7,8 @@ use std::mem::{size_of, zeroed};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
+pub mod bpf;
+
 /// A failed system call.
 #[derive(Debug)]
 pub struct SysError {
