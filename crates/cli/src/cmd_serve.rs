@@ -82,6 +82,23 @@ pub struct ServeArgs {
     #[arg(long)]
     no_steer: bool,
 
+    /// Receive with UDP_GRO: the kernel may coalesce a flow's datagrams into one receive
+    /// (counted one by one; echoed as GSO segments of the size they came in). Needs a GRO path
+    /// (e.g. veth with GRO on); probed at start, turned off with a notice where missing.
+    #[arg(long)]
+    gro: bool,
+
+    /// Echo with UDP_SEGMENT (GSO): runs of equal-size datagrams (up to 1452 bytes) from one
+    /// source in a batch go back as one send that the kernel splits. Probed at start.
+    #[arg(long)]
+    gso: bool,
+
+    /// Latency mode: spin up to USEC microseconds on the socket before sleeping, with
+    /// SO_BUSY_POLL (and SO_PREFER_BUSY_POLL, SO_BUSY_POLL_BUDGET where the kernel has them) so
+    /// each check also polls the device queue. Costs a core's worth of CPU per busy worker.
+    #[arg(long, value_name = "USEC", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    busy_poll: Option<u32>,
+
     /// Do not attach the mis-steering detector (an eBPF socket filter per worker; it costs a
     /// few tens of nanoseconds per datagram). `missteered` is then reported as unknown.
     #[arg(long)]
@@ -138,13 +155,18 @@ pub fn run(a: ServeArgs) -> CmdResult {
     let no_detect: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(
         a.no_detect.then(|| "turned off (--no-detect)".to_string()),
     ));
-    let (f2, o2, g2, d2) = (
+    // Start-up notices (a feature turned off, and why), said once each.
+    let notices: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let (f2, o2, g2, d2, n2) = (
         first.clone(),
         rxq_ovfl.clone(),
         gcfg.clone(),
         no_detect.clone(),
+        notices.clone(),
     );
     let detect = !a.no_detect;
+    let (want_gro, want_gso, busy_poll, budget) = (a.gro, a.gso, a.busy_poll, a.budget as usize);
+    let echo = mode == Mode::Echo;
     let batch = a.budget.min(64) as usize;
     let rt_cfg = Config {
         cpus: cpus.clone(),
@@ -178,7 +200,53 @@ pub fn run(a: ServeArgs) -> CmdResult {
                 }
             }
         }
-        let w = ServeWorker::new(sock, cpu, mode, batch);
+        let notice = |msg: String| {
+            if let Ok(mut n) = n2.lock() {
+                if !n.contains(&msg) {
+                    n.push(msg);
+                }
+            }
+        };
+        // GSO is needed to echo a GRO buffer with its datagram boundaries intact.
+        let gso_ok = (want_gso || (want_gro && echo))
+            && match udp::probe_gso(&sock) {
+                Ok(()) => true,
+                Err(e) => {
+                    notice(format!("GSO off: the kernel refused UDP_SEGMENT ({e})"));
+                    false
+                }
+            };
+        let gro_ok = want_gro
+            && (!echo || gso_ok)
+            && match udp::enable_gro(&sock) {
+                Ok(()) => true,
+                Err(e) => {
+                    notice(format!("GRO off: the kernel refused UDP_GRO ({e})"));
+                    false
+                }
+            };
+        if want_gro && echo && !gso_ok {
+            notice("GRO off: echoing coalesced datagrams needs GSO".into());
+        }
+        let mut w = ServeWorker::new(sock, cpu, mode, batch);
+        if let Some(us) = busy_poll {
+            match udp::set_busy_poll(w.socket(), us, budget) {
+                Ok(true) => {}
+                Ok(false) => {
+                    notice("busy poll without SO_PREFER_BUSY_POLL (kernel older than 5.11)".into())
+                }
+                Err(e) => notice(format!(
+                    "SO_BUSY_POLL refused ({e}); spinning in user space only"
+                )),
+            }
+            w = w.with_busy_poll(us);
+        }
+        if gro_ok {
+            w = w.with_gro();
+        }
+        if gso_ok && want_gso {
+            w = w.with_gso();
+        }
         Ok(match det {
             Some(d) => w.with_detector(d),
             None => w,
@@ -230,6 +298,10 @@ pub fn run(a: ServeArgs) -> CmdResult {
     ));
     if let Some(why) = &detector_off {
         log.line(&format!("mis-steering detector {why}"));
+    }
+    let notices: Vec<String> = notices.lock().map(|n| n.clone()).unwrap_or_default();
+    for n in &notices {
+        log.line(&format!("notice: {n}"));
     }
     rt.go();
     let start = Instant::now();
@@ -297,6 +369,10 @@ pub fn run(a: ServeArgs) -> CmdResult {
             "missteer_detector": detector_off.clone().unwrap_or_else(|| "ebpf".into()),
             "mode": format!("{:?}", a.mode).to_lowercase(),
             "bind": a.bind.to_string(),
+            "gro": a.gro && !notices.iter().any(|n| n.starts_with("GRO off")),
+            "gso": a.gso && !notices.iter().any(|n| n.starts_with("GSO off")),
+            "busy_poll_us": a.busy_poll,
+            "notices": notices,
             "rcvbuf": rcvbuf,
             "sndbuf": sndbuf,
             "errors": errors.iter().map(|(w, e)| json!({"worker": w, "error": e})).collect::<Vec<_>>(),

@@ -20,8 +20,13 @@ fn free_port() -> u16 {
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
+        Server::start_on("127.0.0.1", extra)
+    }
+
+    /// A server on `host` (an IPv4 address, or an IPv6 one in brackets).
+    fn start_on(host: &str, extra: &[&str]) -> Server {
         let port = free_port();
-        let bind = format!("127.0.0.1:{port}");
+        let bind = format!("{host}:{port}");
         let mut args = vec![
             "serve",
             "--bind",
@@ -213,4 +218,60 @@ fn usage_errors_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+/// A client that sends `segments` datagrams of `seg` bytes with one UDP_SEGMENT (GSO) send:
+/// on loopback they arrive as one GSO packet, which a UDP_GRO socket receives whole.
+fn gso_round(server_args: &[&str], rounds: usize) -> Value {
+    let srv = Server::start(server_args);
+    let c = client();
+    let (seg, segments) = (100usize, 10usize);
+    flowlane_io::sys::set_int(
+        &c,
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        seg as i32,
+        "setsockopt(UDP_SEGMENT)",
+    )
+    .expect("kernel has UDP GSO");
+    let mut buf = vec![0u8; 70000];
+    for r in 0..rounds {
+        let payload: Vec<u8> = (0..seg * segments).map(|i| (i / seg + r) as u8).collect();
+        c.send_to(&payload, ("127.0.0.1", srv.port)).expect("send");
+        // The echo comes back as the same ten datagrams, in order, byte-identical.
+        for k in 0..segments {
+            let (len, _) = c.recv_from(&mut buf).expect("echo");
+            assert_eq!(
+                &buf[..len],
+                &payload[k * seg..(k + 1) * seg],
+                "round {r} seg {k}"
+            );
+        }
+    }
+    let j = srv.finish();
+    let t = &j["total"];
+    assert_eq!(t["rx_packets"], (rounds * segments) as u64);
+    assert_eq!(t["tx_packets"], (rounds * segments) as u64);
+    assert_eq!(t["rx_bytes"], (rounds * segments * seg) as u64);
+    assert_eq!(t["tx_failed"], 0);
+    j
+}
+
+#[test]
+fn gro_and_gso_keep_datagram_boundaries_and_count_each_datagram() {
+    // Plain server: the kernel splits the GSO packet before the socket.
+    let j = gso_round(&["--cpus", "0"], 20);
+    assert_eq!(j["total"]["gro_receives"], 0);
+    assert_eq!(j["total"]["gso_sends"], 0);
+    // --gro: each send arrives as one coalesced receive and goes back as one GSO send.
+    let j = gso_round(&["--cpus", "0", "--gro"], 20);
+    assert_eq!(j["gro"], true, "{j}");
+    assert_eq!(j["total"]["gro_receives"], 20);
+    assert_eq!(j["total"]["gso_sends"], 20);
+    // --gso alone: single datagrams in a batch, coalesced into GSO sends on the way back.
+    let j = gso_round(&["--cpus", "0", "--gso"], 20);
+    assert_eq!(j["gso"], true);
+    assert_eq!(j["total"]["gro_receives"], 0);
+    let sends = j["total"]["gso_sends"].as_u64().expect("count");
+    assert!((1..=200).contains(&sends), "{j}");
 }

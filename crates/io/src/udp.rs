@@ -183,6 +183,62 @@ pub fn attach_steering(member: &impl AsRawFd, cpus: &[usize], steer: bool) -> St
     }
 }
 
+/// Turns on UDP_GRO (Linux 5.0+): the kernel may hand several datagrams of one flow to a
+/// single receive, with their segment size in a control message.
+pub fn enable_gro(s: &impl AsRawFd) -> Result<(), SysError> {
+    sys::set_int(s, libc::SOL_UDP, libc::UDP_GRO, 1, "setsockopt(UDP_GRO)")
+}
+
+/// Checks that the kernel has UDP_SEGMENT (GSO, Linux 4.18+) by setting the socket's default
+/// segment size to 0 (= none), which changes nothing.
+pub fn probe_gso(s: &impl AsRawFd) -> Result<(), SysError> {
+    sys::set_int(
+        s,
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        0,
+        "setsockopt(UDP_SEGMENT)",
+    )
+}
+
+/// `SO_PREFER_BUSY_POLL` (Linux 5.11+).
+const SO_PREFER_BUSY_POLL: libc::c_int = 69;
+/// `SO_BUSY_POLL_BUDGET` (Linux 5.11+).
+const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
+
+/// Busy polling for latency: receives spin on the device queue for up to `usec` µs before
+/// sleeping (SO_BUSY_POLL; raising it above `net.core.busy_read` needs CAP_NET_ADMIN). Where
+/// the kernel has them, SO_PREFER_BUSY_POLL and SO_BUSY_POLL_BUDGET = `budget` are set too;
+/// returns whether they were.
+pub fn set_busy_poll(s: &impl AsRawFd, usec: u32, budget: usize) -> Result<bool, SysError> {
+    let usec = libc::c_int::try_from(usec).unwrap_or(libc::c_int::MAX);
+    sys::set_int(
+        s,
+        libc::SOL_SOCKET,
+        libc::SO_BUSY_POLL,
+        usec,
+        "setsockopt(SO_BUSY_POLL)",
+    )?;
+    let budget = libc::c_int::try_from(budget).unwrap_or(libc::c_int::MAX);
+    let prefer = sys::set_int(
+        s,
+        libc::SOL_SOCKET,
+        SO_PREFER_BUSY_POLL,
+        1,
+        "setsockopt(SO_PREFER_BUSY_POLL)",
+    )
+    .and_then(|()| {
+        sys::set_int(
+            s,
+            libc::SOL_SOCKET,
+            SO_BUSY_POLL_BUDGET,
+            budget,
+            "setsockopt(SO_BUSY_POLL_BUDGET)",
+        )
+    });
+    Ok(prefer.is_ok())
+}
+
 /// Granted (SO_RCVBUF, SO_SNDBUF) of a socket, as getsockopt reports them.
 pub fn buffer_sizes(s: &impl AsRawFd) -> Result<(usize, usize), SysError> {
     let r = sys::get_int(

@@ -77,6 +77,10 @@ counters! {
     /// Datagrams this worker's socket got that the kernel processed on another CPU
     /// (eBPF detector; includes ones then dropped for a full buffer).
     missteered,
+    /// Receives that held several datagrams coalesced by UDP_GRO.
+    gro_receives,
+    /// Sends of several datagrams as GSO segments (UDP_SEGMENT).
+    gso_sends,
     /// Poll rounds.
     rounds,
     /// Rounds that used the whole budget.

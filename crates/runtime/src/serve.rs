@@ -25,6 +25,8 @@ pub struct ServeWorker {
     mode: Mode,
     cpu: usize,
     detector: Option<MissteerDetector>,
+    gso: bool,
+    busy_poll: Option<std::time::Duration>,
 }
 
 impl ServeWorker {
@@ -36,7 +38,30 @@ impl ServeWorker {
             mode,
             cpu,
             detector: None,
+            gso: false,
+            busy_poll: None,
         }
+    }
+
+    /// Reads UDP_GRO control messages: the socket must have UDP_GRO on
+    /// (`flowlane_io::udp::enable_gro`). Coalesced datagrams count one by one and are echoed as
+    /// GSO segments of the size they arrived in.
+    pub fn with_gro(mut self) -> ServeWorker {
+        self.batch.gro = true;
+        self
+    }
+
+    /// Echoes runs of equal-size datagrams from one source as one UDP_SEGMENT send.
+    pub fn with_gso(mut self) -> ServeWorker {
+        self.gso = true;
+        self
+    }
+
+    /// Before sleeping, spins on the socket for `usec` µs (pair with SO_BUSY_POLL on the
+    /// socket, `flowlane_io::udp::set_busy_poll`, so each check also polls the device queue).
+    pub fn with_busy_poll(mut self, usec: u32) -> ServeWorker {
+        self.busy_poll = Some(std::time::Duration::from_micros(usec.into()));
+        self
     }
 
     /// Counts mis-steered datagrams with `d` (attached to this worker's socket).
@@ -65,30 +90,38 @@ impl Poll for ServeWorker {
                 break;
             }
             done += n;
-            let (mut bytes, mut trunc) = (0u64, 0u64);
+            let (mut dgrams, mut bytes, mut trunc, mut gro) = (0u64, 0u64, 0u64, 0u64);
             for i in 0..n {
                 let m = self.batch.meta(i);
+                let d = m.datagrams() as u64;
+                dgrams += d;
+                gro += (d > 1) as u64;
                 bytes += m.len as u64;
                 trunc += m.truncated as u64;
             }
-            bump(&st.rx_packets, n as u64);
+            bump(&st.rx_packets, dgrams);
             bump(&st.rx_bytes, bytes);
             if trunc > 0 {
                 bump(&st.truncated, trunc);
+            }
+            if gro > 0 {
+                bump(&st.gro_receives, gro);
             }
             if let Some(v) = self.batch.rxq_ovfl {
                 set(&st.socket_drops, v as u64);
             }
             if self.mode == Mode::Echo {
-                let sent = self
+                let r = self
                     .batch
-                    .send_back(&self.sock, n)
+                    .send_back(&self.sock, n, self.gso)
                     .map_err(|e| format!("CPU {}: {e}", self.cpu))?;
-                let sent_bytes: u64 = (0..sent).map(|i| self.batch.meta(i).len as u64).sum();
-                bump(&st.tx_packets, sent as u64);
-                bump(&st.tx_bytes, sent_bytes);
-                if sent < n {
-                    bump(&st.tx_failed, (n - sent) as u64);
+                bump(&st.tx_packets, r.datagrams as u64);
+                bump(&st.tx_bytes, r.bytes as u64);
+                if r.gso_sends > 0 {
+                    bump(&st.gso_sends, r.gso_sends as u64);
+                }
+                if r.failed > 0 {
+                    bump(&st.tx_failed, r.failed as u64);
                 }
             }
             if n < want {
@@ -103,7 +136,16 @@ impl Poll for ServeWorker {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        sys::poll_readable(self.sock.as_raw_fd(), timeout_ms)
+        let fd = self.sock.as_raw_fd();
+        if let Some(spin) = self.busy_poll {
+            let start = std::time::Instant::now();
+            while start.elapsed() < spin {
+                if sys::poll_readable(fd, 0).map_err(|e| format!("CPU {}: {e}", self.cpu))? {
+                    return Ok(());
+                }
+            }
+        }
+        sys::poll_readable(fd, timeout_ms)
             .map(drop)
             .map_err(|e| format!("CPU {}: {e}", self.cpu))
     }

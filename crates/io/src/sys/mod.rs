@@ -151,9 +151,15 @@ pub fn current_cpu() -> Option<usize> {
 }
 
 /// Largest datagram a buffer must hold (65 535 − 8-byte UDP header; IPv6 jumbograms aside).
+/// A GRO-coalesced receive is bounded by the same 64 KiB.
 pub const MAX_DATAGRAM: usize = 65_536;
-/// Control-message space per datagram (SO_RXQ_OVFL's u32, with room to spare).
+/// Control-message space per datagram (SO_RXQ_OVFL's u32 and UDP_GRO's int, with room).
 const CMSG_SPACE: usize = 64;
+/// Most segments one UDP_SEGMENT send may carry (`UDP_MAX_SEGMENTS`).
+const MAX_GSO_SEGMENTS: usize = 64;
+/// Largest segment [`MmsgBatch::send_back`] coalesces for GSO: it must fit a 1500-byte MTU
+/// after IPv6 and UDP headers, or the kernel refuses the whole send (EINVAL).
+pub const GSO_MAX_SEGMENT: usize = 1452;
 
 /// Per-datagram result of a receive.
 #[derive(Debug, Clone, Copy)]
@@ -162,6 +168,67 @@ pub struct RecvMeta {
     pub len: usize,
     /// The datagram was longer than the buffer (MSG_TRUNC).
     pub truncated: bool,
+    /// With UDP_GRO: the buffer holds several datagrams of this size (the last may be
+    /// shorter), coalesced by the kernel; 0 for a single datagram.
+    pub segment: u16,
+    namelen: libc::socklen_t,
+}
+
+impl RecvMeta {
+    /// Datagrams in the buffer: 1, or the coalesced count with UDP_GRO.
+    #[inline]
+    pub fn datagrams(&self) -> usize {
+        if self.segment == 0 || self.len == 0 {
+            1
+        } else {
+            self.len.div_ceil(self.segment as usize)
+        }
+    }
+}
+
+/// What [`MmsgBatch::send_back`] did.
+#[derive(Debug, Default)]
+pub struct SendOutcome {
+    /// Datagrams the kernel took (a GSO send counts its segments).
+    pub datagrams: usize,
+    /// Payload bytes the kernel took.
+    pub bytes: usize,
+    /// Datagrams not sent: buffer full, or refused for their destination.
+    pub failed: usize,
+    /// Messages sent as several GSO segments.
+    pub gso_sends: usize,
+    /// The last refusal (EPERM from a firewall, EINVAL, unreachable, …), if any.
+    pub error: Option<SysError>,
+}
+
+/// Errors that concern one message's destination or contents, not the socket: the message is
+/// counted as failed and the rest of the batch goes on.
+fn per_message(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EPERM
+                | libc::EACCES
+                | libc::EINVAL
+                | libc::EMSGSIZE
+                | libc::ENETUNREACH
+                | libc::EHOSTUNREACH
+                | libc::ECONNREFUSED
+                | libc::EADDRNOTAVAIL
+                | libc::EIO
+        )
+    )
+}
+
+/// One outgoing message of a `send_back`: slots `first..first + count`, sent as one datagram or
+/// as GSO segments of `segment` bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct OutMsg {
+    first: usize,
+    count: usize,
+    segment: u16,
+    datagrams: usize,
+    bytes: usize,
 }
 
 /// Buffers and headers for batched `recvmmsg`/`sendmmsg` on one socket. Pointers are rebuilt
@@ -174,6 +241,9 @@ pub struct MmsgBatch {
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
     meta: Vec<RecvMeta>,
+    out: Vec<OutMsg>,
+    /// Read UDP_GRO control messages (set when the socket has UDP_GRO on).
+    pub gro: bool,
     /// Last SO_RXQ_OVFL value seen (the socket's cumulative drop count), if any.
     pub rxq_ovfl: Option<u32>,
 }
@@ -208,10 +278,14 @@ impl MmsgBatch {
             meta: vec![
                 RecvMeta {
                     len: 0,
-                    truncated: false
+                    truncated: false,
+                    segment: 0,
+                    namelen: 0,
                 };
                 slots
             ],
+            out: Vec::with_capacity(slots),
+            gro: false,
             rxq_ovfl: None,
         }
     }
@@ -221,43 +295,30 @@ impl MmsgBatch {
         self.hdrs.len()
     }
 
-    /// Points the first `n` headers at their buffers: whole buffers to receive, or the received
-    /// lengths and source addresses to send back.
-    fn prepare(&mut self, n: usize, send: bool) {
+    /// Receives up to `max` datagrams without blocking; returns how many buffers were filled
+    /// (0 when none waits). With UDP_GRO a buffer may hold several datagrams
+    /// ([`RecvMeta::datagrams`]).
+    pub fn recv(&mut self, fd: &impl AsRawFd, max: usize) -> Result<usize, SysError> {
+        let n = max.min(self.slots());
         let base = self.bufs.as_mut_ptr();
         for i in 0..n {
-            let len = if send {
-                self.meta[i].len
-            } else {
-                self.buf_size
-            };
             self.iovs[i] = libc::iovec {
                 // In bounds: slot i starts at i * buf_size < bufs.len().
                 iov_base: base.wrapping_add(i * self.buf_size) as *mut libc::c_void,
-                iov_len: len,
+                iov_len: self.buf_size,
             };
             let h = &mut self.hdrs[i];
             h.msg_len = 0;
             h.msg_hdr.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
-            h.msg_hdr.msg_namelen = if send {
-                h.msg_hdr.msg_namelen // keep the source address length from the receive
-            } else {
-                size_of::<libc::sockaddr_storage>() as libc::socklen_t
-            };
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_hdr.msg_iov = &mut self.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
-            h.msg_hdr.msg_controllen = if send { 0 } else { CMSG_SPACE };
+            h.msg_hdr.msg_controllen = CMSG_SPACE;
             h.msg_hdr.msg_flags = 0;
         }
-    }
-
-    /// Receives up to `max` datagrams without blocking; returns how many (0 when none waits).
-    pub fn recv(&mut self, fd: &impl AsRawFd, max: usize) -> Result<usize, SysError> {
-        let n = max.min(self.slots());
-        self.prepare(n, false);
-        // SAFETY: `prepare` pointed the first `n` headers at live buffers, addresses and
-        // control space owned by `self`, which is not touched until the call returns.
+        // SAFETY: the first `n` headers point at live buffers, addresses and control space
+        // owned by `self`, which is not touched until the call returns.
         let ret = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
@@ -275,51 +336,178 @@ impl MmsgBatch {
         };
         for i in 0..got {
             let h = &self.hdrs[i];
+            let segment = if self.gro {
+                read_cmsg(&h.msg_hdr, libc::SOL_UDP, libc::UDP_GRO).unwrap_or(0)
+            } else {
+                0
+            };
             self.meta[i] = RecvMeta {
                 len: (h.msg_len as usize).min(self.buf_size),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                segment: u16::try_from(segment).unwrap_or(0),
+                namelen: h.msg_hdr.msg_namelen,
             };
         }
         // The drop counter is cumulative: the newest datagram's value is the only one needed.
         if let Some(v) = got
             .checked_sub(1)
-            .and_then(|l| rxq_ovfl(&self.hdrs[l].msg_hdr))
+            .and_then(|l| read_cmsg(&self.hdrs[l].msg_hdr, libc::SOL_SOCKET, libc::SO_RXQ_OVFL))
         {
             self.rxq_ovfl = Some(v);
         }
         Ok(got)
     }
 
-    /// Sends datagrams `0..n` of the last receive back to their sources, each exactly as long
-    /// as it arrived (never larger); returns how many the kernel took.
-    pub fn send_back(&mut self, fd: &impl AsRawFd, n: usize) -> Result<usize, SysError> {
+    /// True when slots `a` and `b` came from the same source address.
+    fn same_source(&self, a: usize, b: usize) -> bool {
+        let n = self.meta[a].namelen as usize;
+        if n != self.meta[b].namelen as usize || n > size_of::<libc::sockaddr_storage>() {
+            return false;
+        }
+        let bytes = |s: &libc::sockaddr_storage| {
+            // SAFETY: viewing the first `n` bytes (checked ≤ its size) of a plain C struct.
+            unsafe { std::slice::from_raw_parts(s as *const _ as *const u8, n) }
+        };
+        bytes(&self.addrs[a]) == bytes(&self.addrs[b])
+    }
+
+    /// Groups slots `0..n` into outgoing messages. A GRO buffer goes back as GSO segments of
+    /// the size it arrived in; with `gso`, runs of equal-size datagrams (≤ GSO_MAX_SEGMENT)
+    /// from one source are coalesced into one GSO send.
+    fn plan(&mut self, n: usize, gso: bool) {
+        self.out.clear();
+        let mut i = 0;
+        while i < n {
+            let m = self.meta[i];
+            let mut msg = OutMsg {
+                first: i,
+                count: 1,
+                segment: m.segment,
+                datagrams: m.datagrams(),
+                bytes: m.len,
+            };
+            if gso && m.segment == 0 && m.len > 0 && m.len <= GSO_MAX_SEGMENT {
+                let cap = MAX_GSO_SEGMENTS.min(MAX_DATAGRAM / m.len - 1);
+                while i + msg.count < n && msg.count < cap {
+                    let j = i + msg.count;
+                    let mj = self.meta[j];
+                    if mj.segment != 0 || mj.len != m.len || !self.same_source(i, j) {
+                        break;
+                    }
+                    msg.count += 1;
+                }
+                if msg.count > 1 {
+                    msg.segment = m.len as u16;
+                    msg.datagrams = msg.count;
+                    msg.bytes = m.len * msg.count;
+                }
+            }
+            i += msg.count;
+            self.out.push(msg);
+        }
+    }
+
+    /// Points send header `k` at its message's slots, destination and (for GSO) a UDP_SEGMENT
+    /// control message. Header `k` is never ahead of the slots it reads (`k <= first`).
+    fn prepare_send(&mut self, k: usize) {
+        let m = self.out[k];
+        for s in m.first..m.first + m.count {
+            self.iovs[s].iov_len = self.meta[s].len;
+        }
+        let h = &mut self.hdrs[k];
+        h.msg_len = 0;
+        h.msg_hdr.msg_name = &mut self.addrs[m.first] as *mut _ as *mut libc::c_void;
+        h.msg_hdr.msg_namelen = self.meta[m.first].namelen;
+        h.msg_hdr.msg_iov = &mut self.iovs[m.first];
+        h.msg_hdr.msg_iovlen = m.count;
+        h.msg_hdr.msg_flags = 0;
+        if m.segment != 0 && m.datagrams > 1 {
+            let c = &mut self.cmsgs[k];
+            h.msg_hdr.msg_control = c.as_mut_ptr() as *mut libc::c_void;
+            // SAFETY: CMSG_SPACE/LEN are pure arithmetic on sizes.
+            let (space, len) = unsafe {
+                (
+                    libc::CMSG_SPACE(size_of::<u16>() as u32) as usize,
+                    libc::CMSG_LEN(size_of::<u16>() as u32) as usize,
+                )
+            };
+            h.msg_hdr.msg_controllen = space;
+            // SAFETY: the control buffer (CMSG_SPACE bytes, 8-byte aligned) holds one header
+            // and a u16; CMSG_FIRSTHDR is non-null because msg_controllen ≥ a header.
+            unsafe {
+                let cm = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                (*cm).cmsg_level = libc::SOL_UDP;
+                (*cm).cmsg_type = libc::UDP_SEGMENT;
+                (*cm).cmsg_len = len;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cm) as *mut u16, m.segment);
+            }
+        } else {
+            h.msg_hdr.msg_control = std::ptr::null_mut();
+            h.msg_hdr.msg_controllen = 0;
+        }
+    }
+
+    /// Sends buffers `0..n` of the last receive back to their sources, each datagram exactly as
+    /// long as it arrived (never larger). `gso` coalesces same-size runs (see [`Self::plan`]).
+    /// A full send buffer ends the batch (the rest count as failed); a refusal that concerns
+    /// one message (firewall, unreachable, bad size) fails that message only.
+    pub fn send_back(
+        &mut self,
+        fd: &impl AsRawFd,
+        n: usize,
+        gso: bool,
+    ) -> Result<SendOutcome, SysError> {
         let n = n.min(self.slots());
-        self.prepare(n, true);
-        let mut sent = 0;
-        while sent < n {
-            // SAFETY: as in `recv`; headers `sent..n` point at live buffers and addresses.
+        self.plan(n, gso);
+        let k = self.out.len();
+        for m in 0..k {
+            self.prepare_send(m);
+        }
+        let mut r = SendOutcome::default();
+        let mut at = 0;
+        while at < k {
+            // SAFETY: headers `at..k` were prepared above and point at live buffers,
+            // addresses, iovecs and control space owned by `self`.
             let ret = unsafe {
                 libc::sendmmsg(
                     fd.as_raw_fd(),
-                    self.hdrs.as_mut_ptr().add(sent),
-                    (n - sent) as libc::c_uint,
+                    self.hdrs.as_mut_ptr().add(at),
+                    (k - at) as libc::c_uint,
                     libc::MSG_DONTWAIT,
                 )
             };
             match check("sendmmsg", ret) {
                 Ok(0) => break,
-                Ok(k) => sent += k as usize,
+                Ok(c) => {
+                    for m in &self.out[at..at + c as usize] {
+                        r.datagrams += m.datagrams;
+                        r.bytes += m.bytes;
+                        r.gso_sends += (m.datagrams > 1) as usize;
+                    }
+                    at += c as usize;
+                }
                 Err(e) if e.source.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.source.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.source.raw_os_error() == Some(libc::ENOBUFS) => break,
+                Err(e) if per_message(&e.source) => {
+                    r.failed += self.out[at].datagrams;
+                    r.error = Some(e);
+                    at += 1;
+                }
                 Err(e) => {
-                    if sent > 0 {
+                    if r.datagrams > 0 || r.failed > 0 {
+                        r.error = Some(e);
                         break;
                     }
                     return Err(e);
                 }
             }
         }
-        Ok(sent)
+        r.failed += self.out[at.min(k)..]
+            .iter()
+            .map(|m| m.datagrams)
+            .sum::<usize>();
+        Ok(r)
     }
 
     /// Metadata of received datagram `i`.
@@ -335,7 +523,7 @@ impl MmsgBatch {
 
     /// Source address of received datagram `i`.
     pub fn source(&self, i: usize) -> Option<SocketAddr> {
-        let len = self.hdrs[i].msg_hdr.msg_namelen as usize;
+        let len = self.meta[i].namelen as usize;
         let ss = &self.addrs[i];
         match ss.ss_family as libc::c_int {
             libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
@@ -362,14 +550,15 @@ impl MmsgBatch {
     }
 }
 
-/// Reads an SO_RXQ_OVFL control message (the socket's cumulative drop count).
-fn rxq_ovfl(h: &libc::msghdr) -> Option<u32> {
+/// Reads an integer control message (`level`, `kind`) from a received header: SO_RXQ_OVFL's
+/// cumulative drop count, or UDP_GRO's segment size.
+fn read_cmsg(h: &libc::msghdr, level: libc::c_int, kind: libc::c_int) -> Option<u32> {
     // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, bounded by
     // msg_controllen; data is read unaligned.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
+            if (*c).cmsg_level == level && (*c).cmsg_type == kind {
                 return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32));
             }
             c = libc::CMSG_NXTHDR(h, c);
