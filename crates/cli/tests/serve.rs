@@ -5,6 +5,7 @@ use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use flowlane_lab::Netns;
 use serde_json::Value;
 
 /// A running server: started, banner seen, stopped with SIGINT on `finish`.
@@ -25,7 +26,11 @@ impl Server {
 
     /// A server on `host` (an IPv4 address, or an IPv6 one in brackets).
     fn start_on(host: &str, extra: &[&str]) -> Server {
-        let port = free_port();
+        Server::start_in(None, host, free_port(), extra)
+    }
+
+    /// A server on `host:port`, inside `ns` if given.
+    fn start_in(ns: Option<&Netns>, host: &str, port: u16, extra: &[&str]) -> Server {
         let bind = format!("{host}:{port}");
         let mut args = vec![
             "serve",
@@ -37,7 +42,12 @@ impl Server {
             "30",
         ];
         args.extend_from_slice(extra);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_flowlane"))
+        let bin = env!("CARGO_BIN_EXE_flowlane");
+        let mut cmd = match ns {
+            Some(ns) => ns.command(bin),
+            None => Command::new(bin),
+        };
+        let mut child = cmd
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -274,4 +284,136 @@ fn gro_and_gso_keep_datagram_boundaries_and_count_each_datagram() {
     assert_eq!(j["total"]["gro_receives"], 0);
     let sends = j["total"]["gso_sends"].as_u64().expect("count");
     assert!((1..=200).contains(&sends), "{j}");
+}
+
+/// A private namespace for tests whose kernel counters must be exact, or None (with a notice)
+/// where this user cannot make one.
+fn private_ns() -> Option<Netns> {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for a network namespace");
+        return None;
+    }
+    Some(Netns::create("fl-serve").expect("create a namespace"))
+}
+
+fn signal(srv: &Server, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &srv.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(st.success(), "kill {sig}");
+}
+
+#[test]
+fn counts_match_the_kernels_udp_counters_when_the_buffer_overflows() {
+    let Some(ns) = private_ns() else { return };
+    let port = 9000;
+    // A small buffer (64 KiB asked, 128 KiB granted) and a stopped server: the burst overflows.
+    let srv = Server::start_in(
+        Some(&ns),
+        "127.0.0.1",
+        port,
+        &["--mode", "sink", "--cpus", "0", "--rcvbuf", "65536"],
+    );
+    let before = ns.snmp().expect("snmp");
+    signal(&srv, "-STOP");
+    let burst = 5000u64;
+    ns.run(|| {
+        let c = UdpSocket::bind("127.0.0.1:0").expect("client in the namespace");
+        let payload = [7u8; 1000];
+        for _ in 0..burst {
+            c.send_to(&payload, ("127.0.0.1", port)).expect("send");
+        }
+    })
+    .expect("sender in the namespace");
+    signal(&srv, "-CONT");
+    std::thread::sleep(Duration::from_millis(300));
+    let j = srv.finish();
+    let after = ns.snmp().expect("snmp");
+    let t = &j["total"];
+    let (rx, drops) = (
+        t["rx_packets"].as_u64().expect("rx"),
+        t["socket_drops"].as_u64().expect("drops"),
+    );
+    assert!(drops > 0, "the burst must overflow the buffer: {j}");
+    assert_eq!(rx + drops, burst, "{j}");
+    assert_eq!(rx as i64, after.delta(&before, "Udp", "InDatagrams"));
+    assert_eq!(drops as i64, after.delta(&before, "Udp", "RcvbufErrors"));
+    assert_eq!(after.delta(&before, "Udp", "NoPorts"), 0);
+}
+
+#[test]
+fn dual_stack_and_v6only_in_a_namespace() {
+    let Some(ns) = private_ns() else { return };
+    let port = 9001;
+    // Echo two datagrams from `from` (in the namespace); true when both come back.
+    let echoes = |from: &'static str, to: &'static str| {
+        ns.run(move || {
+            let c = UdpSocket::bind(from).expect("client");
+            c.set_read_timeout(Some(Duration::from_millis(300)))
+                .expect("timeout");
+            let mut buf = [0u8; 64];
+            (0..2).all(|i| {
+                c.send_to(&[i; 18], (to, port)).expect("send");
+                matches!(c.recv_from(&mut buf), Ok((18, _))) && buf[0] == i
+            })
+        })
+        .expect("client in the namespace")
+    };
+    let srv = Server::start_in(Some(&ns), "[::]", port, &["--cpus", "0,1"]);
+    assert!(echoes("[::1]:0", "::1"), "IPv6 client");
+    assert!(echoes("127.0.0.1:0", "127.0.0.1"), "IPv4 client, v4-mapped");
+    let j = srv.finish();
+    assert_eq!(j["total"]["rx_packets"], 4);
+    assert_eq!(j["total"]["tx_packets"], 4);
+
+    let srv = Server::start_in(Some(&ns), "[::]", port, &["--cpus", "0", "--v6only"]);
+    assert!(echoes("[::1]:0", "::1"), "IPv6 client");
+    assert!(!echoes("127.0.0.1:0", "127.0.0.1"), "v6only refuses IPv4");
+    let j = srv.finish();
+    assert_eq!(j["total"]["rx_packets"], 2);
+}
+
+#[test]
+fn refused_echoes_are_counted_and_the_worker_keeps_serving() {
+    let Some(ns) = private_ns() else { return };
+    let port = 9002;
+    // Every reply is dropped on output by a firewall rule: sendmmsg says EPERM.
+    let nft = |rules: &str| {
+        ns.command("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().expect("stdin").write_all(rules.as_bytes())?;
+                c.wait()
+            })
+    };
+    let rules = format!(
+        "table inet fl {{\n chain out {{\n  type filter hook output priority 0;\n  udp sport {port} drop\n }}\n}}\n"
+    );
+    if Command::new("nft").arg("--version").output().is_err() {
+        // CI installs nftables; a developer machine may not have it.
+        eprintln!("SKIP: nft is needed for this test (apt-get install nftables)");
+        return;
+    }
+    let st = nft(&rules).expect("nft runs");
+    assert!(st.success(), "nft refused the rules:\n{rules}");
+    let srv = Server::start_in(Some(&ns), "127.0.0.1", port, &["--cpus", "0"]);
+    let sent = 100u64;
+    ns.run(|| {
+        let c = UdpSocket::bind("127.0.0.1:0").expect("client");
+        for _ in 0..sent {
+            c.send_to(&[1u8; 18], ("127.0.0.1", port)).expect("send");
+        }
+    })
+    .expect("client in the namespace");
+    std::thread::sleep(Duration::from_millis(300));
+    let j = srv.finish();
+    let t = &j["total"];
+    assert_eq!(t["rx_packets"], sent);
+    assert_eq!(t["tx_packets"], 0);
+    assert_eq!(t["tx_failed"], sent, "{j}");
+    assert_eq!(j["errors"].as_array().map(Vec::len), Some(0), "{j}");
 }

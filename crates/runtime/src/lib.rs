@@ -120,6 +120,9 @@ pub trait Poll: Send + 'static {
     fn poll(&mut self, budget: usize, stats: &WorkerStats) -> Result<usize, String>;
     /// Blocks until work may be waiting or `timeout_ms` passes.
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String>;
+    /// Called before each sleep and once when the loop ends: a place for bookkeeping too
+    /// costly for every round (e.g. reading a kernel counter with a system call).
+    fn idle(&mut self, _stats: &WorkerStats) {}
 }
 
 /// Runtime settings.
@@ -374,13 +377,18 @@ fn run_loop<P: Poll>(
                     bump(&st.busy_rounds, 1);
                 }
                 bump(&st.sleeps, 1);
+                p.idle(st);
                 if let Err(e) = p.wait(wait_ms) {
                     return fail(e);
                 }
             }
-            Err(e) => return fail(e),
+            Err(e) => {
+                p.idle(st);
+                return fail(e);
+            }
         }
     }
+    p.idle(st);
 }
 
 #[cfg(test)]

@@ -135,6 +135,17 @@ impl Poll for ServeWorker {
         Ok(done)
     }
 
+    fn idle(&mut self, st: &WorkerStats) {
+        // Drops stamped on datagrams (SO_RXQ_OVFL) lag until the next one is queued; read the
+        // counter itself whenever the worker is about to sleep, and at the end.
+        if let Ok(d) = sys::socket_drops(&self.sock) {
+            set(&st.socket_drops, d as u64);
+        }
+        if let Some(d) = &self.detector {
+            set(&st.missteered, d.count());
+        }
+    }
+
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
         let fd = self.sock.as_raw_fd();
         if let Some(spin) = self.busy_poll {

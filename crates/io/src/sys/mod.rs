@@ -85,6 +85,41 @@ pub fn get_int(
     check(call, ret).map(|_| value)
 }
 
+/// Moves the calling *thread* into the network namespace open at `ns` (e.g. a file under
+/// `/run/netns/`); sockets it opens afterwards belong to that namespace. Needs CAP_SYS_ADMIN.
+pub fn enter_netns(ns: &impl AsRawFd) -> Result<(), SysError> {
+    // SAFETY: setns takes a file descriptor and a flag; it changes only this thread's namespace.
+    let ret = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    check("setns(CLONE_NEWNET)", ret).map(drop)
+}
+
+/// The socket's drop count (`sk_drops`: datagrams refused for a full receive buffer, among
+/// others), read with `SO_MEMINFO`. SO_RXQ_OVFL reports the same counter, but only as stamped on
+/// the next datagram queued, so drops at the end of a burst are seen only through this call.
+pub fn socket_drops(fd: &impl AsRawFd) -> Result<u32, SysError> {
+    // SK_MEMINFO_VARS is 9 today; room for growth. SK_MEMINFO_DROPS is index 8.
+    let mut info = [0u32; 16];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for writes of the sizes given.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    check("getsockopt(SO_MEMINFO)", ret)?;
+    if (len as usize) < 9 * size_of::<u32>() {
+        return Err(SysError {
+            call: "getsockopt(SO_MEMINFO)",
+            source: io::Error::from_raw_os_error(libc::ENOPROTOOPT),
+        });
+    }
+    Ok(info[8])
+}
+
 /// One classic BPF instruction (`struct sock_filter`).
 pub type BpfInsn = libc::sock_filter;
 

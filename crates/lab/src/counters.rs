@@ -1,0 +1,171 @@
+//! Kernel counters: `/proc/net/snmp` (per-protocol MIBs) and `/proc/net/dev` (per-interface).
+
+use std::collections::BTreeMap;
+
+use crate::LabError;
+
+/// Reads `/proc/thread-self/net/NAME`: the calling thread's namespace.
+pub fn read_proc(name: &str) -> Result<String, LabError> {
+    let path = format!("/proc/thread-self/net/{name}");
+    std::fs::read_to_string(&path).map_err(|e| LabError {
+        what: format!("read {path}"),
+        detail: e.to_string(),
+    })
+}
+
+fn bad(file: &str, line: usize, why: &str) -> LabError {
+    LabError {
+        what: format!("parse {file}"),
+        detail: format!("line {line}: {why}"),
+    }
+}
+
+/// `/proc/net/snmp`: pairs of lines, `Proto: Name Name …` then `Proto: value value …`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snmp {
+    values: BTreeMap<(String, String), i64>,
+}
+
+impl Snmp {
+    /// Parses the file's text.
+    pub fn parse(text: &str) -> Result<Snmp, LabError> {
+        let mut values = BTreeMap::new();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, pair) in lines.chunks(2).enumerate() {
+            let [names, vals] = pair else {
+                return Err(bad("snmp", i * 2 + 1, "header without values"));
+            };
+            let (p1, names) = names
+                .split_once(':')
+                .ok_or_else(|| bad("snmp", i * 2 + 1, "no `Proto:`"))?;
+            let (p2, vals) = vals
+                .split_once(':')
+                .ok_or_else(|| bad("snmp", i * 2 + 2, "no `Proto:`"))?;
+            if p1 != p2 {
+                return Err(bad("snmp", i * 2 + 2, "protocol differs from its header"));
+            }
+            let names: Vec<&str> = names.split_whitespace().collect();
+            let vals: Vec<&str> = vals.split_whitespace().collect();
+            if names.len() != vals.len() {
+                return Err(bad("snmp", i * 2 + 2, "value count differs from header"));
+            }
+            for (n, v) in names.iter().zip(vals) {
+                let v: i64 = v
+                    .parse()
+                    .map_err(|_| bad("snmp", i * 2 + 2, &format!("`{v}` is not a number")))?;
+                values.insert((p1.to_string(), n.to_string()), v);
+            }
+        }
+        Ok(Snmp { values })
+    }
+
+    /// A counter, e.g. `get("Udp", "InDatagrams")`.
+    pub fn get(&self, proto: &str, name: &str) -> Option<i64> {
+        self.values
+            .get(&(proto.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// `self − earlier` for one counter (0 when missing).
+    pub fn delta(&self, earlier: &Snmp, proto: &str, name: &str) -> i64 {
+        self.get(proto, name).unwrap_or(0) - earlier.get(proto, name).unwrap_or(0)
+    }
+}
+
+/// One interface's line of `/proc/net/dev`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IfCounters {
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Packets dropped on receive.
+    pub rx_dropped: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// Packets dropped on transmit.
+    pub tx_dropped: u64,
+}
+
+/// `/proc/net/dev`: every interface of a namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DevCounters {
+    /// By interface name.
+    pub ifaces: BTreeMap<String, IfCounters>,
+}
+
+impl DevCounters {
+    /// Parses the file's text (two header lines, then `name: 16 numbers`).
+    pub fn parse(text: &str) -> Result<DevCounters, LabError> {
+        let mut ifaces = BTreeMap::new();
+        for (i, line) in text.lines().enumerate().skip(2) {
+            let (name, rest) = line
+                .split_once(':')
+                .ok_or_else(|| bad("dev", i + 1, "no `name:`"))?;
+            let v: Vec<u64> = rest
+                .split_whitespace()
+                .map(|x| x.parse::<u64>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad("dev", i + 1, "not a number"))?;
+            if v.len() < 16 {
+                return Err(bad("dev", i + 1, "fewer than 16 fields"));
+            }
+            ifaces.insert(
+                name.trim().to_string(),
+                IfCounters {
+                    rx_bytes: v[0],
+                    rx_packets: v[1],
+                    rx_errors: v[2],
+                    rx_dropped: v[3],
+                    tx_bytes: v[8],
+                    tx_packets: v[9],
+                    tx_errors: v[10],
+                    tx_dropped: v[11],
+                },
+            );
+        }
+        Ok(DevCounters { ifaces })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snmp_pairs_parse() {
+        let t = "Ip: Forwarding DefaultTTL\nIp: 2 64\nUdp: InDatagrams NoPorts InErrors RcvbufErrors\nUdp: 10 1 3 3\n";
+        let s = Snmp::parse(t).expect("parses");
+        assert_eq!(s.get("Udp", "InDatagrams"), Some(10));
+        assert_eq!(s.get("Udp", "RcvbufErrors"), Some(3));
+        assert_eq!(s.get("Ip", "DefaultTTL"), Some(64));
+        assert_eq!(s.get("Tcp", "x"), None);
+        assert!(Snmp::parse("Udp: A B\nUdp: 1\n").is_err());
+        assert!(Snmp::parse("Udp: A\nTcp: 1\n").is_err());
+        assert!(Snmp::parse("Udp: A\n").is_err());
+    }
+
+    #[test]
+    fn this_threads_counters_parse() {
+        let s = Snmp::parse(&read_proc("snmp").expect("readable")).expect("parses");
+        assert!(s.get("Udp", "InDatagrams").is_some());
+        let d = DevCounters::parse(&read_proc("dev").expect("readable")).expect("parses");
+        assert!(d.ifaces.contains_key("lo"));
+    }
+
+    #[test]
+    fn dev_lines_parse() {
+        let t = "Inter-|   Receive\n face |bytes\n  lo: 100 2 0 0 0 0 0 0 100 2 0 0 0 0 0 0\nveth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n";
+        let d = DevCounters::parse(t).expect("parses");
+        assert_eq!(d.ifaces["lo"].rx_packets, 2);
+        let v = d.ifaces["veth0"];
+        assert_eq!((v.rx_dropped, v.tx_packets, v.tx_dropped), (4, 10, 12));
+        assert!(DevCounters::parse("a\nb\nlo: 1 2\n").is_err());
+    }
+}

@@ -1,0 +1,160 @@
+//! # flowlane-lab — namespaces, links and kernel counters
+//!
+//! Layer: orchestration. Namespaces and links are made with iproute2 (`ip`), the tool every
+//! reader of a test already knows; a thread enters a namespace through
+//! [`flowlane_io::sys::enter_netns`]. Kernel counters are read from `/proc/thread-self/net/…`,
+//! which shows the *calling thread's* namespace (`/proc/net` would show the process's).
+//!
+//! Every [`Netns`] has a unique name and is deleted when dropped, also when a test fails.
+
+#![forbid(unsafe_code)]
+
+pub mod counters;
+
+use std::fmt;
+use std::fs::File;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub use counters::{DevCounters, Snmp};
+
+/// A failed lab operation: what was tried and what the system said.
+#[derive(Debug)]
+pub struct LabError {
+    /// What was being done, e.g. `ip netns add fl-1234-0`.
+    pub what: String,
+    /// The error output or reason.
+    pub detail: String,
+}
+
+impl fmt::Display for LabError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}", self.what, self.detail.trim())
+    }
+}
+
+impl std::error::Error for LabError {}
+
+/// Runs a command; its stdout on success, else a [`LabError`] naming it.
+pub fn run(cmd: &mut Command) -> Result<String, LabError> {
+    let what = format!("{cmd:?}").replace('"', "");
+    let out: Output = cmd.output().map_err(|e| LabError {
+        what: what.clone(),
+        detail: if e.kind() == std::io::ErrorKind::NotFound {
+            "program not found (install iproute2)".into()
+        } else {
+            e.to_string()
+        },
+    })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(LabError {
+            what,
+            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+/// `ip ARGS…`.
+pub fn ip(args: &[&str]) -> Result<String, LabError> {
+    run(Command::new("ip").args(args))
+}
+
+/// Whether this process may create namespaces (root, or CAP_SYS_ADMIN and CAP_NET_ADMIN).
+pub fn can_create_namespaces() -> bool {
+    // Effective capabilities from /proc: CAP_NET_ADMIN = 12, CAP_SYS_ADMIN = 21.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 12) != 0 && caps & (1 << 21) != 0)
+}
+
+/// A network namespace made for one run, deleted on drop.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+static SERIAL: AtomicU32 = AtomicU32::new(0);
+
+impl Netns {
+    /// Creates `PREFIX-PID-N` (unique within and across processes) with loopback up.
+    pub fn create(prefix: &str) -> Result<Netns, LabError> {
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            SERIAL.fetch_add(1, Ordering::Relaxed)
+        );
+        ip(&["netns", "add", &name])?;
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The namespace's name (as `ip netns` lists it).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `ip -n NAME ARGS…`.
+    pub fn ip(&self, args: &[&str]) -> Result<String, LabError> {
+        run(Command::new("ip").arg("-n").arg(&self.name).args(args))
+    }
+
+    /// A command that runs `program` inside the namespace (`ip netns exec`).
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Runs `f` on a thread that has entered the namespace: sockets it opens and counters it
+    /// reads are the namespace's.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, LabError> {
+        let path = format!("/run/netns/{}", self.name);
+        let file = File::open(&path).map_err(|e| LabError {
+            what: format!("open {path}"),
+            detail: e.to_string(),
+        })?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                flowlane_io::sys::enter_netns(&file).map_err(|e| LabError {
+                    what: format!("enter namespace {}", self.name),
+                    detail: e.to_string(),
+                })?;
+                Ok(f())
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(LabError {
+                    what: format!("thread in namespace {}", self.name),
+                    detail: "panicked".into(),
+                })
+            })
+        })
+    }
+
+    /// `/proc/net/snmp` of the namespace.
+    pub fn snmp(&self) -> Result<Snmp, LabError> {
+        self.run(|| counters::read_proc("snmp").and_then(|t| Snmp::parse(&t)))?
+    }
+
+    /// `/proc/net/dev` of the namespace.
+    pub fn dev(&self) -> Result<DevCounters, LabError> {
+        self.run(|| counters::read_proc("dev").and_then(|t| DevCounters::parse(&t)))?
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the name drops the namespace once nothing runs in it; its links go with it.
+        if let Err(e) = ip(&["netns", "del", &self.name]) {
+            eprintln!("flowlane-lab: cleanup: {e}");
+        }
+    }
+}
