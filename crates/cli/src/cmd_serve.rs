@@ -31,7 +31,7 @@ enum ModeArg {
 /// datagram to the socket of the worker on the CPU that processed it (`cpu-bpf` steering), so a
 /// flow is received, handled and answered on one core. If the program is refused, the kernel's
 /// reuseport hash is used and the output says so. Each worker counts the datagrams the kernel
-/// dropped because its socket buffer was full (`drops`, SO_RXQ_OVFL) and, with an eBPF socket
+/// dropped because its socket buffer was full (`drops`, the socket's drop counter) and, with an eBPF socket
 /// filter, the datagrams it got that the kernel processed on another CPU (`missteered`: 0 when
 /// steering works; compare with --no-steer).
 ///
@@ -174,8 +174,8 @@ pub fn run(a: ServeArgs) -> CmdResult {
         wait_ms: 100,
     };
     let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
-        let (sock, ovfl) = udp::bind_one(&g2)?;
-        if !ovfl {
+        let sock = udp::bind_one(&g2)?;
+        if flowlane_io::sys::socket_drops(&sock).is_err() {
             o2.store(false, Ordering::Relaxed);
         }
         if idx == 0 {

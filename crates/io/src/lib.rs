@@ -7,7 +7,7 @@
 //!   program so that the socket receiving a datagram is the one whose worker runs on the CPU
 //!   that processed it (the Linux counterpart of FreeBSD's per-bucket listen sockets).
 //! * [`sys::MmsgBatch`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and
-//!   the socket's `SO_RXQ_OVFL` drop counter.
+//!   GRO/GSO; [`sys::socket_drops`] reads the socket's drop counter.
 //! * [`ebpf`]: an eBPF assembler (programs are generated in Rust and loaded with `bpf(2)`);
 //!   [`udp::MissteerDetector`] uses it to count datagrams a worker got from another CPU.
 

@@ -104,8 +104,6 @@ pub struct Group {
     pub rcvbuf: usize,
     /// SO_SNDBUF granted.
     pub sndbuf: usize,
-    /// Whether SO_RXQ_OVFL (socket drop counter) is on.
-    pub rxq_ovfl: bool,
 }
 
 /// Sets a buffer size with the `*FORCE` option, which ignores `net.core.[rw]mem_max` but needs
@@ -141,26 +139,17 @@ fn socket_for(cfg: &GroupConfig) -> Result<Socket, SysError> {
     Ok(s)
 }
 
-/// One member of a group: socket, bound, with SO_RXQ_OVFL on where the kernel has it.
-/// Members must be bound in worker order: the bind order is the reuseport index.
-pub fn bind_one(cfg: &GroupConfig) -> Result<(UdpSocket, bool), GroupError> {
+/// One member of a group: socket, bound. Members must be bound in worker order: the bind
+/// order is the reuseport index.
+pub fn bind_one(cfg: &GroupConfig) -> Result<UdpSocket, GroupError> {
     let s = socket_for(cfg).map_err(GroupError::Sys)?;
-    // Counting socket drops is a feature; a kernel without it only loses the counter.
-    let rxq_ovfl = sys::set_int(
-        &s,
-        libc::SOL_SOCKET,
-        libc::SO_RXQ_OVFL,
-        1,
-        "setsockopt(SO_RXQ_OVFL)",
-    )
-    .is_ok();
     s.bind(&cfg.addr.into()).map_err(|e| match e.kind() {
         io::ErrorKind::AddrInUse => GroupError::AddrInUse(cfg.addr),
         io::ErrorKind::PermissionDenied => GroupError::PermissionDenied(cfg.addr),
         io::ErrorKind::AddrNotAvailable => GroupError::AddrNotAvailable(cfg.addr),
         _ => GroupError::Sys(sys_err("bind", e)),
     })?;
-    Ok((UdpSocket::from(s), rxq_ovfl))
+    Ok(UdpSocket::from(s))
 }
 
 /// Attaches CPU steering to a group (through any one member, once all are bound). Never fails:
@@ -260,11 +249,8 @@ pub fn buffer_sizes(s: &impl AsRawFd) -> Result<(usize, usize), SysError> {
 /// (all from the calling thread; the runtime instead binds each from its pinned worker).
 pub fn bind_group(cfg: &GroupConfig) -> Result<Group, GroupError> {
     let mut sockets = Vec::with_capacity(cfg.cpus.len());
-    let mut rxq_ovfl = true;
     for _ in &cfg.cpus {
-        let (s, ovfl) = bind_one(cfg)?;
-        rxq_ovfl &= ovfl;
-        sockets.push(s);
+        sockets.push(bind_one(cfg)?);
     }
     let steering = match sockets.first() {
         Some(s) => attach_steering(s, &cfg.cpus, cfg.steer),
@@ -281,7 +267,6 @@ pub fn bind_group(cfg: &GroupConfig) -> Result<Group, GroupError> {
         steering,
         rcvbuf,
         sndbuf,
-        rxq_ovfl,
     })
 }
 

@@ -158,3 +158,44 @@ impl Drop for Netns {
         }
     }
 }
+
+/// Creates a veth pair between two namespaces, `queues` RX and TX queues on each end, addresses
+/// `a_addr`/`b_addr` (CIDR form, from the benchmarking ranges), both ends up.
+pub fn veth_pair(
+    a: &Netns,
+    a_if: &str,
+    a_addr: &str,
+    b: &Netns,
+    b_if: &str,
+    b_addr: &str,
+    queues: u32,
+) -> Result<(), LabError> {
+    let q = queues.max(1).to_string();
+    ip(&[
+        "link",
+        "add",
+        a_if,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "netns",
+        a.name(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_if,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "netns",
+        b.name(),
+    ])?;
+    for (ns, ifname, addr) in [(a, a_if, a_addr), (b, b_if, b_addr)] {
+        ns.ip(&["addr", "add", addr, "dev", ifname])?;
+        ns.ip(&["link", "set", ifname, "up"])?;
+    }
+    Ok(())
+}

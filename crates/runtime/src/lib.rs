@@ -70,7 +70,7 @@ counters! {
     /// Datagrams that could not be sent (socket send buffer full, or an error).
     tx_failed,
     /// Datagrams the kernel dropped because this socket's receive buffer was full
-    /// (SO_RXQ_OVFL; cumulative since the socket was opened).
+    /// (the socket's `sk_drops`, read with SO_MEMINFO; cumulative since it was opened).
     socket_drops,
     /// Datagrams longer than the receive buffer (MSG_TRUNC).
     truncated,

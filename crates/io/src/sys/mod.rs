@@ -94,8 +94,9 @@ pub fn enter_netns(ns: &impl AsRawFd) -> Result<(), SysError> {
 }
 
 /// The socket's drop count (`sk_drops`: datagrams refused for a full receive buffer, among
-/// others), read with `SO_MEMINFO`. SO_RXQ_OVFL reports the same counter, but only as stamped on
-/// the next datagram queued, so drops at the end of a burst are seen only through this call.
+/// others), read with `SO_MEMINFO`. (SO_RXQ_OVFL reports the same counter as a control message
+/// on every datagram — a cost per datagram — and only as stamped on the next datagram queued, so
+/// the tail of a burst's drops would stay unseen; one call now and then is cheaper and exact.)
 pub fn socket_drops(fd: &impl AsRawFd) -> Result<u32, SysError> {
     // SK_MEMINFO_VARS is 9 today; room for growth. SK_MEMINFO_DROPS is index 8.
     let mut info = [0u32; 16];
@@ -188,7 +189,7 @@ pub fn current_cpu() -> Option<usize> {
 /// Largest datagram a buffer must hold (65 535 − 8-byte UDP header; IPv6 jumbograms aside).
 /// A GRO-coalesced receive is bounded by the same 64 KiB.
 pub const MAX_DATAGRAM: usize = 65_536;
-/// Control-message space per datagram (SO_RXQ_OVFL's u32 and UDP_GRO's int, with room).
+/// Control-message space per datagram (UDP_GRO's int, with room).
 const CMSG_SPACE: usize = 64;
 /// Most segments one UDP_SEGMENT send may carry (`UDP_MAX_SEGMENTS`).
 const MAX_GSO_SEGMENTS: usize = 64;
@@ -277,10 +278,11 @@ pub struct MmsgBatch {
     hdrs: Vec<libc::mmsghdr>,
     meta: Vec<RecvMeta>,
     out: Vec<OutMsg>,
-    /// Read UDP_GRO control messages (set when the socket has UDP_GRO on).
+    /// Read UDP_GRO control messages (set when the socket has UDP_GRO on); without it no
+    /// control space is passed at all.
     pub gro: bool,
-    /// Last SO_RXQ_OVFL value seen (the socket's cumulative drop count), if any.
-    pub rxq_ovfl: Option<u32>,
+    /// Record each datagram's source address (needed to reply; a sink can skip the copy).
+    pub sources: bool,
 }
 
 // SAFETY: the raw pointers inside the headers point only into this struct's own heap
@@ -321,7 +323,7 @@ impl MmsgBatch {
             ],
             out: Vec::with_capacity(slots),
             gro: false,
-            rxq_ovfl: None,
+            sources: true,
         }
     }
 
@@ -344,12 +346,22 @@ impl MmsgBatch {
             };
             let h = &mut self.hdrs[i];
             h.msg_len = 0;
-            h.msg_hdr.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            if self.sources {
+                h.msg_hdr.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
+                h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            } else {
+                h.msg_hdr.msg_name = std::ptr::null_mut();
+                h.msg_hdr.msg_namelen = 0;
+            }
             h.msg_hdr.msg_iov = &mut self.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
-            h.msg_hdr.msg_controllen = CMSG_SPACE;
+            if self.gro {
+                h.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
+                h.msg_hdr.msg_controllen = CMSG_SPACE;
+            } else {
+                h.msg_hdr.msg_control = std::ptr::null_mut();
+                h.msg_hdr.msg_controllen = 0;
+            }
             h.msg_hdr.msg_flags = 0;
         }
         // SAFETY: the first `n` headers point at live buffers, addresses and control space
@@ -382,13 +394,6 @@ impl MmsgBatch {
                 segment: u16::try_from(segment).unwrap_or(0),
                 namelen: h.msg_hdr.msg_namelen,
             };
-        }
-        // The drop counter is cumulative: the newest datagram's value is the only one needed.
-        if let Some(v) = got
-            .checked_sub(1)
-            .and_then(|l| read_cmsg(&self.hdrs[l].msg_hdr, libc::SOL_SOCKET, libc::SO_RXQ_OVFL))
-        {
-            self.rxq_ovfl = Some(v);
         }
         Ok(got)
     }
@@ -585,8 +590,140 @@ impl MmsgBatch {
     }
 }
 
-/// Reads an integer control message (`level`, `kind`) from a received header: SO_RXQ_OVFL's
-/// cumulative drop count, or UDP_GRO's segment size.
+/// Writes `addr` into a `sockaddr_storage`; returns the length to pass with it.
+pub fn encode_sockaddr(addr: SocketAddr, ss: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    *ss = unsafe { zeroed() };
+    match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &mut *(ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Outgoing datagrams for `sendmmsg`: `slots` buffers, each with its own length and
+/// destination, built once and patched in place between sends (no per-packet allocation).
+pub struct SendBatch {
+    bufs: Vec<u8>,
+    slot_size: usize,
+    lens: Vec<usize>,
+    addrs: Vec<libc::sockaddr_storage>,
+    namelens: Vec<libc::socklen_t>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: as for MmsgBatch: header pointers refer only to this struct's own allocations and are
+// rebuilt before every call.
+unsafe impl Send for SendBatch {}
+
+impl fmt::Debug for SendBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendBatch")
+            .field("slots", &self.hdrs.len())
+            .field("slot_size", &self.slot_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SendBatch {
+    /// `slots` datagrams of up to `slot_size` bytes, all empty and addressed to `to`.
+    pub fn new(slots: usize, slot_size: usize, to: SocketAddr) -> SendBatch {
+        let slots = slots.max(1);
+        // SAFETY: all-zero bytes are valid for these plain C structs.
+        let mut b = SendBatch {
+            bufs: vec![0; slots * slot_size],
+            slot_size,
+            lens: vec![0; slots],
+            addrs: vec![unsafe { zeroed() }; slots],
+            namelens: vec![0; slots],
+            iovs: vec![unsafe { zeroed() }; slots],
+            hdrs: vec![unsafe { zeroed() }; slots],
+        };
+        for i in 0..slots {
+            b.set_dest(i, to);
+        }
+        b
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Sets slot `i`'s destination.
+    pub fn set_dest(&mut self, i: usize, to: SocketAddr) {
+        self.namelens[i] = encode_sockaddr(to, &mut self.addrs[i]);
+    }
+
+    /// Sets slot `i`'s length (at most the slot size) and returns its bytes to fill.
+    pub fn slot_mut(&mut self, i: usize, len: usize) -> &mut [u8] {
+        let len = len.min(self.slot_size);
+        self.lens[i] = len;
+        &mut self.bufs[i * self.slot_size..i * self.slot_size + len]
+    }
+
+    /// Sends slots `0..n` with one `sendmmsg`; returns how many the kernel took (0 when the
+    /// send buffer is full).
+    pub fn send(&mut self, fd: &impl AsRawFd, n: usize) -> Result<usize, SysError> {
+        let n = n.min(self.slots());
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..n {
+            self.iovs[i] = libc::iovec {
+                // In bounds: slot i starts at i * slot_size < bufs.len().
+                iov_base: base.wrapping_add(i * self.slot_size) as *mut libc::c_void,
+                iov_len: self.lens[i],
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
+            h.msg_namelen = self.namelens[i];
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+        }
+        // SAFETY: headers 0..n point at live buffers, addresses and iovecs owned by `self`.
+        let ret = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match check("sendmmsg", ret) {
+            Ok(k) => Ok(k as usize),
+            Err(e)
+                if matches!(
+                    e.source.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) || e.source.raw_os_error() == Some(libc::ENOBUFS) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Reads an integer control message (`level`, `kind`) from a received header, e.g. UDP_GRO's
+/// segment size.
 fn read_cmsg(h: &libc::msghdr, level: libc::c_int, kind: libc::c_int) -> Option<u32> {
     // SAFETY: the CMSG_* macros walk the control buffer the kernel filled, bounded by
     // msg_controllen; data is read unaligned.
