@@ -417,3 +417,22 @@ fn refused_echoes_are_counted_and_the_worker_keeps_serving() {
     assert_eq!(t["tx_failed"], sent, "{j}");
     assert_eq!(j["errors"].as_array().map(Vec::len), Some(0), "{j}");
 }
+
+#[test]
+fn busy_poll_mode_echoes_and_reports_itself() {
+    let srv = Server::start(&["--cpus", "0", "--busy-poll", "50"]);
+    let c = client();
+    let mut buf = [0u8; 64];
+    for i in 0..50u8 {
+        c.send_to(&[i; 18], ("127.0.0.1", srv.port)).expect("send");
+        let (n, _) = c.recv_from(&mut buf).expect("echo");
+        assert_eq!((n, buf[0]), (18, i));
+    }
+    let j = srv.finish();
+    assert_eq!(j["busy_poll_us"], 50);
+    assert_eq!(j["total"]["tx_packets"], 50);
+    // Root may raise SO_BUSY_POLL; this kernel has SO_PREFER_BUSY_POLL: no notices expected.
+    if flowlane_lab::can_create_namespaces() {
+        assert_eq!(j["notices"], serde_json::json!([]), "{j}");
+    }
+}
