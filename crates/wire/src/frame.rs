@@ -1,0 +1,424 @@
+//! Ethernet / [802.1Q] / IPv4 or IPv6 / UDP frames: a template built once, patched per packet,
+//! and a parser for the receive side. Frame sizes exclude the 4-byte Ethernet FCS (the NIC adds
+//! it), as `ip -s link` and AF_PACKET count them.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::checksum;
+use crate::header::{FlowHeader, HEADER_LEN};
+
+const ETH_LEN: usize = 14;
+const VLAN_LEN: usize = 4;
+const IPV4_LEN: usize = 20;
+const IPV6_LEN: usize = 40;
+const UDP_LEN: usize = 8;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+const ETHERTYPE_VLAN: u16 = 0x8100;
+const PROTO_UDP: u8 = 17;
+
+/// What to build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateSpec {
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// 802.1Q VLAN id (0–4094), if tagged.
+    pub vlan: Option<u16>,
+    /// Source address and port.
+    pub src: SocketAddr,
+    /// Destination address and port (same family as `src`).
+    pub dst: SocketAddr,
+    /// Frame length in bytes, Ethernet FCS excluded.
+    pub frame_len: usize,
+}
+
+/// Why a frame cannot be built or parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// Source and destination are of different families.
+    MixedFamilies,
+    /// The frame is shorter than its headers need.
+    TooShort {
+        /// Bytes given (or asked for).
+        len: usize,
+        /// Bytes the headers need.
+        need: usize,
+    },
+    /// Longer than an IP datagram can be.
+    TooLong(usize),
+    /// A VLAN id above 4094.
+    BadVlan(u16),
+    /// Not IPv4 or IPv6 (the EtherType).
+    NotIp(u16),
+    /// Not UDP (the IP protocol / next header).
+    NotUdp(u8),
+    /// A fragment (only whole datagrams are parsed).
+    Fragment,
+    /// A header field is inconsistent (name of the field).
+    Malformed(&'static str),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::MixedFamilies => {
+                write!(f, "source and destination are different IP families")
+            }
+            FrameError::TooShort { len, need } => {
+                write!(f, "{len} bytes is shorter than the {need} bytes of headers")
+            }
+            FrameError::TooLong(n) => write!(f, "{n} bytes is longer than an IP datagram can be"),
+            FrameError::BadVlan(v) => write!(f, "VLAN id {v} is out of range (0-4094)"),
+            FrameError::NotIp(t) => write!(f, "EtherType {t:#06x} is not IPv4 or IPv6"),
+            FrameError::NotUdp(p) => write!(f, "IP protocol {p} is not UDP"),
+            FrameError::Fragment => write!(f, "an IP fragment"),
+            FrameError::Malformed(what) => write!(f, "malformed {what}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// Header bytes before the UDP payload for a family and tagging.
+pub fn headers_len(v6: bool, vlan: bool) -> usize {
+    ETH_LEN + if vlan { VLAN_LEN } else { 0 } + if v6 { IPV6_LEN } else { IPV4_LEN } + UDP_LEN
+}
+
+/// A built frame and where its parts are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    /// The frame, checksums valid.
+    pub bytes: Vec<u8>,
+    /// Offset of the IP header.
+    pub l3: usize,
+    /// Offset of the UDP header.
+    pub l4: usize,
+    /// Offset of the payload.
+    pub payload: usize,
+    /// IPv6 (else IPv4).
+    pub v6: bool,
+}
+
+impl Template {
+    /// Builds the frame: IPv4 with DF set, TTL 64, ID 0; IPv6 hop limit 64, flow label 0; a
+    /// payload of bytes counting up from 0.
+    pub fn build(s: &TemplateSpec) -> Result<Template, FrameError> {
+        let v6 = match (s.src.ip(), s.dst.ip()) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => false,
+            (IpAddr::V6(_), IpAddr::V6(_)) => true,
+            _ => return Err(FrameError::MixedFamilies),
+        };
+        if let Some(v) = s.vlan {
+            if v > 4094 {
+                return Err(FrameError::BadVlan(v));
+            }
+        }
+        let need = headers_len(v6, s.vlan.is_some());
+        if s.frame_len < need {
+            return Err(FrameError::TooShort {
+                len: s.frame_len,
+                need,
+            });
+        }
+        let l3 = ETH_LEN + if s.vlan.is_some() { VLAN_LEN } else { 0 };
+        let l4 = l3 + if v6 { IPV6_LEN } else { IPV4_LEN };
+        let payload = l4 + UDP_LEN;
+        let udp_len = s.frame_len - l4;
+        if udp_len > 0xffff {
+            return Err(FrameError::TooLong(s.frame_len));
+        }
+        let mut b = vec![0u8; s.frame_len];
+        b[0..6].copy_from_slice(&s.dst_mac);
+        b[6..12].copy_from_slice(&s.src_mac);
+        let ethertype = if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 };
+        if let Some(v) = s.vlan {
+            b[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+            b[14..16].copy_from_slice(&v.to_be_bytes());
+            b[16..18].copy_from_slice(&ethertype.to_be_bytes());
+        } else {
+            b[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        }
+        let (src_ip, dst_ip): (Vec<u8>, Vec<u8>) = match (s.src.ip(), s.dst.ip()) {
+            (IpAddr::V4(a), IpAddr::V4(c)) => (a.octets().to_vec(), c.octets().to_vec()),
+            (IpAddr::V6(a), IpAddr::V6(c)) => (a.octets().to_vec(), c.octets().to_vec()),
+            _ => return Err(FrameError::MixedFamilies),
+        };
+        if v6 {
+            let ip = &mut b[l3..l4];
+            ip[0] = 0x60;
+            ip[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            ip[6] = PROTO_UDP;
+            ip[7] = 64;
+            ip[8..24].copy_from_slice(&src_ip);
+            ip[24..40].copy_from_slice(&dst_ip);
+        } else {
+            let ip = &mut b[l3..l4];
+            ip[0] = 0x45;
+            ip[2..4].copy_from_slice(&((udp_len + IPV4_LEN) as u16).to_be_bytes());
+            ip[6] = 0x40; // DF
+            ip[8] = 64;
+            ip[9] = PROTO_UDP;
+            ip[12..16].copy_from_slice(&src_ip);
+            ip[16..20].copy_from_slice(&dst_ip);
+            let c = checksum::checksum(ip);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        {
+            let udp = &mut b[l4..payload];
+            udp[0..2].copy_from_slice(&s.src.port().to_be_bytes());
+            udp[2..4].copy_from_slice(&s.dst.port().to_be_bytes());
+            udp[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        }
+        for (i, x) in b[payload..].iter_mut().enumerate() {
+            *x = i as u8;
+        }
+        let acc = checksum::pseudo_header(&src_ip, &dst_ip, udp_len as u32);
+        let mut c = !checksum::fold(checksum::sum(&b[l4..], acc));
+        if c == 0 {
+            c = 0xffff; // 0 means "no checksum" in UDP
+        }
+        b[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+        Ok(Template {
+            bytes: b,
+            l3,
+            l4,
+            payload,
+            v6,
+        })
+    }
+
+    /// Payload bytes per frame.
+    pub fn payload_len(&self) -> usize {
+        self.bytes.len() - self.payload
+    }
+
+    /// Writes `h` into a copy of this template (`frame`, same length) and updates the UDP
+    /// checksum incrementally (RFC 1624) from whatever header bytes `frame` held before.
+    /// Returns false (frame untouched) when the payload has no room for a header.
+    #[inline]
+    pub fn patch(&self, frame: &mut [u8], h: &FlowHeader) -> bool {
+        let at = self.payload;
+        if frame.len() < at + HEADER_LEN {
+            return false;
+        }
+        let mut old = [0u8; HEADER_LEN];
+        old.copy_from_slice(&frame[at..at + HEADER_LEN]);
+        h.write(&mut frame[at..]);
+        let ck = u16::from_be_bytes([frame[self.l4 + 6], frame[self.l4 + 7]]);
+        let mut c = checksum::update(ck, &old, &frame[at..at + HEADER_LEN]);
+        if c == 0 {
+            c = 0xffff;
+        }
+        frame[self.l4 + 6..self.l4 + 8].copy_from_slice(&c.to_be_bytes());
+        true
+    }
+}
+
+/// A parsed UDP frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpFrame<'a> {
+    /// VLAN id, if tagged.
+    pub vlan: Option<u16>,
+    /// Source address and port.
+    pub src: SocketAddr,
+    /// Destination address and port.
+    pub dst: SocketAddr,
+    /// The UDP payload (trimmed to the UDP length; Ethernet padding excluded).
+    pub payload: &'a [u8],
+}
+
+fn be16(b: &[u8], at: usize) -> Result<u16, FrameError> {
+    b.get(at..at + 2)
+        .map(|s| u16::from_be_bytes([s[0], s[1]]))
+        .ok_or(FrameError::TooShort {
+            len: b.len(),
+            need: at + 2,
+        })
+}
+
+impl<'a> UdpFrame<'a> {
+    /// Parses Ethernet / [802.1Q] / IPv4 or IPv6 / UDP. IPv6 extension headers are not
+    /// followed (their next header is reported as not UDP).
+    pub fn parse(b: &'a [u8]) -> Result<UdpFrame<'a>, FrameError> {
+        let mut et = be16(b, 12)?;
+        let mut l3 = ETH_LEN;
+        let mut vlan = None;
+        if et == ETHERTYPE_VLAN {
+            vlan = Some(be16(b, 14)? & 0x0fff);
+            et = be16(b, 16)?;
+            l3 += VLAN_LEN;
+        }
+        let short = |need: usize| FrameError::TooShort { len: b.len(), need };
+        let (src_ip, dst_ip, l4, ip_end): (IpAddr, IpAddr, usize, usize) = match et {
+            ETHERTYPE_IPV4 => {
+                let ip = b.get(l3..l3 + IPV4_LEN).ok_or(short(l3 + IPV4_LEN))?;
+                if ip[0] >> 4 != 4 {
+                    return Err(FrameError::Malformed("IPv4 version"));
+                }
+                let ihl = (ip[0] & 0x0f) as usize * 4;
+                if ihl < IPV4_LEN {
+                    return Err(FrameError::Malformed("IPv4 header length"));
+                }
+                let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+                if total < ihl || l3 + total > b.len() {
+                    return Err(FrameError::Malformed("IPv4 total length"));
+                }
+                let frag = u16::from_be_bytes([ip[6], ip[7]]);
+                if frag & 0x3fff != 0 {
+                    return Err(FrameError::Fragment);
+                }
+                if ip[9] != PROTO_UDP {
+                    return Err(FrameError::NotUdp(ip[9]));
+                }
+                let s: [u8; 4] = [ip[12], ip[13], ip[14], ip[15]];
+                let d: [u8; 4] = [ip[16], ip[17], ip[18], ip[19]];
+                (s.into(), d.into(), l3 + ihl, l3 + total)
+            }
+            ETHERTYPE_IPV6 => {
+                let ip = b.get(l3..l3 + IPV6_LEN).ok_or(short(l3 + IPV6_LEN))?;
+                if ip[0] >> 4 != 6 {
+                    return Err(FrameError::Malformed("IPv6 version"));
+                }
+                let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize;
+                if l3 + IPV6_LEN + plen > b.len() {
+                    return Err(FrameError::Malformed("IPv6 payload length"));
+                }
+                if ip[6] == 44 {
+                    return Err(FrameError::Fragment);
+                }
+                if ip[6] != PROTO_UDP {
+                    return Err(FrameError::NotUdp(ip[6]));
+                }
+                let mut s = [0u8; 16];
+                let mut d = [0u8; 16];
+                s.copy_from_slice(&ip[8..24]);
+                d.copy_from_slice(&ip[24..40]);
+                (s.into(), d.into(), l3 + IPV6_LEN, l3 + IPV6_LEN + plen)
+            }
+            other => return Err(FrameError::NotIp(other)),
+        };
+        let udp = b.get(l4..l4 + UDP_LEN).ok_or(short(l4 + UDP_LEN))?;
+        let ulen = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+        if ulen < UDP_LEN || l4 + ulen > ip_end {
+            return Err(FrameError::Malformed("UDP length"));
+        }
+        Ok(UdpFrame {
+            vlan,
+            src: SocketAddr::new(src_ip, u16::from_be_bytes([udp[0], udp[1]])),
+            dst: SocketAddr::new(dst_ip, u16::from_be_bytes([udp[2], udp[3]])),
+            payload: &b[l4 + UDP_LEN..l4 + ulen],
+        })
+    }
+}
+
+/// Verifies the UDP checksum of a frame built by [`Template`] (for tests and `--verify`).
+pub fn udp_checksum_ok(t: &Template, frame: &[u8]) -> bool {
+    let (s, d) = if t.v6 {
+        (&frame[t.l3 + 8..t.l3 + 24], &frame[t.l3 + 24..t.l3 + 40])
+    } else {
+        (&frame[t.l3 + 12..t.l3 + 16], &frame[t.l3 + 16..t.l3 + 20])
+    };
+    let udp_len = (frame.len() - t.l4) as u32;
+    checksum::fold(checksum::sum(
+        &frame[t.l4..],
+        checksum::pseudo_header(s, d, udp_len),
+    )) == 0xffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn spec(src: &str, dst: &str, len: usize, vlan: Option<u16>) -> TemplateSpec {
+        TemplateSpec {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            vlan,
+            src: src.parse().expect("addr"),
+            dst: dst.parse().expect("addr"),
+            frame_len: len,
+        }
+    }
+
+    #[test]
+    fn smallest_frames_and_refusals() {
+        let t =
+            Template::build(&spec("198.18.0.1:1000", "198.18.0.2:9000", 60, None)).expect("builds");
+        assert_eq!(t.payload_len(), 18);
+        assert_eq!(
+            checksum::checksum(&t.bytes[t.l3..t.l4]),
+            0,
+            "IPv4 header checksum"
+        );
+        assert!(udp_checksum_ok(&t, &t.bytes));
+        let t6 =
+            Template::build(&spec("[2001:2::1]:1", "[2001:2::2]:2", 66, Some(7))).expect("builds");
+        assert_eq!(t6.payload_len(), 0);
+        assert!(udp_checksum_ok(&t6, &t6.bytes));
+        assert_eq!(
+            Template::build(&spec("198.18.0.1:1", "198.18.0.2:2", 41, None)),
+            Err(FrameError::TooShort { len: 41, need: 42 })
+        );
+        assert_eq!(
+            Template::build(&spec("198.18.0.1:1", "[2001:2::2]:2", 100, None)),
+            Err(FrameError::MixedFamilies)
+        );
+        assert_eq!(
+            Template::build(&spec("198.18.0.1:1", "198.18.0.2:2", 100, Some(4095))),
+            Err(FrameError::BadVlan(4095))
+        );
+    }
+
+    #[test]
+    fn parse_reads_what_build_wrote() {
+        for (s, d, vlan) in [
+            ("198.18.0.1:1000", "198.18.0.2:9000", None),
+            ("198.18.0.1:1000", "198.18.0.2:9000", Some(100)),
+            ("[2001:2::1]:5", "[2001:2::2]:6", None),
+        ] {
+            let t = Template::build(&spec(s, d, 128, vlan)).expect("builds");
+            let f = UdpFrame::parse(&t.bytes).expect("parses");
+            assert_eq!(f.src.to_string(), s);
+            assert_eq!(f.dst.to_string(), d);
+            assert_eq!(f.vlan, vlan);
+            assert_eq!(f.payload, &t.bytes[t.payload..]);
+        }
+        // Ethernet padding after the IP datagram is not payload.
+        let t = Template::build(&spec("198.18.0.1:1", "198.18.0.2:2", 50, None)).expect("ok");
+        let mut padded = t.bytes.clone();
+        padded.extend_from_slice(&[0xee; 10]);
+        assert_eq!(UdpFrame::parse(&padded).expect("parses").payload.len(), 8);
+        assert!(matches!(
+            UdpFrame::parse(&t.bytes[..30]),
+            Err(FrameError::TooShort { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn patched_checksums_stay_valid(
+            len in 58usize..300, seqs in proptest::collection::vec(any::<(u16, u32, u64)>(), 1..8),
+            v6 in any::<bool>(),
+        ) {
+            let (s, d) = if v6 { ("[2001:2::1]:7", "[2001:2::2]:9") } else { ("198.18.0.1:7", "198.18.0.2:9") };
+            let len = if v6 { len + 20 } else { len };
+            let t = Template::build(&spec(s, d, len, None)).expect("builds");
+            let mut frame = t.bytes.clone();
+            for (flow, seq, tx_ns) in seqs {
+                let h = FlowHeader { flow, seq, tx_ns };
+                prop_assert!(t.patch(&mut frame, &h));
+                prop_assert!(udp_checksum_ok(&t, &frame));
+                let f = UdpFrame::parse(&frame).expect("parses");
+                prop_assert_eq!(FlowHeader::read(f.payload), Ok(h));
+            }
+        }
+
+        #[test]
+        fn parse_never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = UdpFrame::parse(&b);
+        }
+    }
+}

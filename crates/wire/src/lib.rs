@@ -1,0 +1,19 @@
+//! # flowlane-wire — packets as bytes
+//!
+//! Layer: pure (no I/O, no clock, no `unsafe`).
+//!
+//! * [`checksum`]: the Internet checksum (RFC 1071) and its incremental update (RFC 1624), so a
+//!   frame built once can have fields patched in place per packet.
+//! * [`header`]: the 16-byte flowlane payload header (magic, flow id, sequence number, transmit
+//!   timestamp) that lets a receiver count loss, reordering, duplicates and latency.
+//! * [`frame`]: Ethernet (+ optional 802.1Q tag) / IPv4 or IPv6 / UDP frame templates, and a
+//!   parser that returns a view of such a frame or says exactly what is wrong with it.
+
+#![forbid(unsafe_code)]
+
+pub mod checksum;
+pub mod frame;
+pub mod header;
+
+pub use frame::{FrameError, Template, TemplateSpec, UdpFrame};
+pub use header::{FlowHeader, HeaderError, HEADER_LEN};

@@ -1,0 +1,10 @@
+//! /proc/net/snmp and /proc/net/dev parsers never panic on any text.
+#![no_main]
+use flowlane_lab::{DevCounters, Snmp};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let _ = Snmp::parse(text);
+    let _ = DevCounters::parse(text);
+});

@@ -1,0 +1,13 @@
+//! Received frames never panic the parser; a parsed frame's payload lies inside it, and a
+//! payload header either decodes or is refused.
+#![no_main]
+use flowlane_wire::{FlowHeader, UdpFrame};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(f) = UdpFrame::parse(data) {
+        assert!(f.payload.len() + 42 <= data.len());
+        let _ = FlowHeader::read(f.payload);
+    }
+    let _ = FlowHeader::read(data);
+});
