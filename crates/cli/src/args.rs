@@ -315,3 +315,70 @@ mod tests {
         assert_eq!(a.to_string(), "0.0.0.0");
     }
 }
+
+/// A send rate: packets per second, or bits per second on the wire.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rate {
+    /// Packets per second.
+    Pps(f64),
+    /// Bits per second of Ethernet line rate (frame + FCS + preamble + inter-frame gap).
+    Bps(f64),
+}
+
+impl Rate {
+    /// Packets per second for frames of `frame` bytes (FCS excluded): a bit rate is divided by
+    /// (frame + 4 FCS + 8 preamble/SFD + 12 gap) × 8, as a tester counts line rate.
+    pub fn pps(&self, frame: usize) -> f64 {
+        match *self {
+            Rate::Pps(p) => p,
+            Rate::Bps(b) => b / ((frame + 24) * 8) as f64,
+        }
+    }
+}
+
+/// `50000`, `50k`, `1.5M` (packets per second) or `10Gbit`, `100Mbit`, `2.5gbps` (line rate).
+pub fn parse_rate(s: &str) -> Result<Rate, String> {
+    let bad = || {
+        format!(
+            "`{s}` is not a rate: packets per second (50000, 50k, 1.5M) or a line rate \
+             (100Mbit, 10Gbit)"
+        )
+    };
+    let t = s.trim().to_ascii_lowercase();
+    let (num, bits) = if let Some(n) = t.strip_suffix("bit").or_else(|| t.strip_suffix("bps")) {
+        (n, true)
+    } else {
+        (t.strip_suffix("pps").unwrap_or(&t), false)
+    };
+    let (num, mult) = match num.chars().last() {
+        Some('k') => (&num[..num.len() - 1], 1e3),
+        Some('m') => (&num[..num.len() - 1], 1e6),
+        Some('g') => (&num[..num.len() - 1], 1e9),
+        _ => (num, 1.0),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let v = v * mult;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("rate `{s}` must be positive"));
+    }
+    Ok(if bits { Rate::Bps(v) } else { Rate::Pps(v) })
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_and_convert_with_line_rate_math() {
+        assert_eq!(parse_rate("50000"), Ok(Rate::Pps(50_000.0)));
+        assert_eq!(parse_rate("1.5M"), Ok(Rate::Pps(1_500_000.0)));
+        assert_eq!(parse_rate("10Gbit"), Ok(Rate::Bps(1e10)));
+        // 10G at 64-byte frames (60 + FCS) is 14.88 Mpps; at 1518 (1514 + FCS) 0.8127 Mpps.
+        let r = parse_rate("10gbit").expect("rate");
+        assert!((r.pps(60) - 14_880_952.4).abs() < 1.0);
+        assert!((r.pps(1514) - 812_743.8).abs() < 1.0);
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("-5").is_err());
+        assert!(parse_rate("0").is_err());
+    }
+}

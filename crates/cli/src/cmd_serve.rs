@@ -15,6 +15,7 @@ use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use serde_json::{json, Value};
 
 use crate::args::{cpu_count, parse_cpu_list, print_json, CpuList};
+use crate::live::{seconds, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -133,13 +134,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
         ModeArg::Sink => Mode::Sink,
     };
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while the first is being handled ends the process at once (exit 1),
-        // for a run that does not come to an end by itself.
-        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
-            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
-            .map_err(|e| Failure::runtime(anyhow!("cannot install signal handler: {e}")))?;
-    }
+    stop_on_signals(&stop)?;
     let gcfg = GroupConfig {
         addr: a.bind,
         cpus: cpus.clone(),
@@ -397,34 +392,6 @@ pub fn run(a: ServeArgs) -> CmdResult {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// A positive, representable number of seconds (else bad usage).
-fn seconds(flag: &str, v: f64) -> Result<Duration, Failure> {
-    match Duration::try_from_secs_f64(v) {
-        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
-        _ => Err(Failure::usage(anyhow!(
-            "{flag} must be a positive number of seconds (at most 100 years), not {v:?}"
-        ))),
-    }
-}
-
-/// Live lines go to stdout, or to stderr when stdout carries JSON.
-struct Log {
-    to_stderr: bool,
-}
-
-impl Log {
-    fn new(json: bool) -> Log {
-        Log { to_stderr: json }
-    }
-    fn line(&mut self, s: &str) {
-        if self.to_stderr {
-            eprintln!("{s}");
-        } else {
-            println!("{s}");
-        }
-    }
 }
 
 fn header() -> String {

@@ -6,10 +6,12 @@
 //! Exit codes: 0 ok, 1 runtime failure (the job could not be done as asked), 2 bad usage.
 
 mod args;
+mod cmd_blast;
 mod cmd_hash;
 mod cmd_pick;
 mod cmd_rss;
 mod cmd_serve;
+mod live;
 
 use std::process::ExitCode;
 
@@ -40,6 +42,7 @@ enum Command {
     #[command(subcommand)]
     Rss(cmd_rss::RssCommand),
     Serve(cmd_serve::ServeArgs),
+    Blast(cmd_blast::BlastArgs),
 }
 
 /// A failure with the exit code it maps to.
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Pick(a) => cmd_pick::run(a),
         Command::Rss(c) => cmd_rss::run(c),
         Command::Serve(a) => cmd_serve::run(a),
+        Command::Blast(a) => cmd_blast::run(a),
     };
     match result {
         Ok(code) => code,

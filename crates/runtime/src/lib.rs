@@ -12,6 +12,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod blast;
+pub mod pace;
 pub mod serve;
 
 use std::fmt;
@@ -74,6 +76,11 @@ counters! {
     socket_drops,
     /// Datagrams longer than the receive buffer (MSG_TRUNC).
     truncated,
+    /// Received datagrams without a valid flowlane header, or of a flow this worker does not
+    /// own (echoes from something else).
+    foreign,
+    /// Sends the kernel took only partly or not at all (socket buffer or ring full).
+    tx_full,
     /// Datagrams this worker's socket got that the kernel processed on another CPU
     /// (eBPF detector; includes ones then dropped for a full buffer).
     missteered,
@@ -123,6 +130,13 @@ pub trait Poll: Send + 'static {
     /// Called before each sleep and once when the loop ends: a place for bookkeeping too
     /// costly for every round (e.g. reading a kernel counter with a system call).
     fn idle(&mut self, _stats: &WorkerStats) {}
+    /// True when the worker has finished its job (e.g. a sender that sent its count); its loop
+    /// then ends without a stop request.
+    fn done(&self) -> bool {
+        false
+    }
+    /// Called once when the loop has ended, after the last `idle`: hand results over.
+    fn finish(&mut self, _stats: &WorkerStats) {}
 }
 
 /// Runtime settings.
@@ -329,6 +343,11 @@ impl Runtime {
         self.errors.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
+    /// Whether every worker's loop has ended (each finished its job, failed, or was stopped).
+    pub fn finished(&self) -> bool {
+        self.handles.iter().all(|h| h.is_finished())
+    }
+
     /// Whether a stop was requested (by a signal, a deadline or a failing worker).
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -365,7 +384,7 @@ fn run_loop<P: Poll>(
         }
         stop.store(true, Ordering::Relaxed);
     };
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && !p.done() {
         bump(&st.rounds, 1);
         match p.poll(budget, st) {
             Ok(n) if n >= budget => {
@@ -384,11 +403,13 @@ fn run_loop<P: Poll>(
             }
             Err(e) => {
                 p.idle(st);
+                p.finish(st);
                 return fail(e);
             }
         }
     }
     p.idle(st);
+    p.finish(st);
 }
 
 #[cfg(test)]

@@ -8,12 +8,14 @@
 //!   timestamp) that lets a receiver count loss, reordering, duplicates and latency.
 //! * [`frame`]: Ethernet (+ optional 802.1Q tag) / IPv4 or IPv6 / UDP frame templates, and a
 //!   parser that returns a view of such a frame or says exactly what is wrong with it.
+//! * [`seq`]: per-flow loss, reordering and duplicate accounting from sequence numbers.
 
 #![forbid(unsafe_code)]
 
 pub mod checksum;
 pub mod frame;
 pub mod header;
+pub mod seq;
 
 pub use frame::{FrameError, Template, TemplateSpec, UdpFrame};
 pub use header::{FlowHeader, HeaderError, HEADER_LEN};

@@ -161,6 +161,19 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> Result<bool, SysError> {
     }
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every thread and process on this host, so a
+/// timestamp written by a sender can be compared by a receiver elsewhere on the machine.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<(), SysError> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays inside it for

@@ -1,0 +1,702 @@
+//! `flowlane blast`: the traffic generator (UDP mode), with loss, reorder and latency accounting
+//! of echoes.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use clap::Args;
+use flowlane_io::sys;
+use flowlane_rss::pick::{pick, PickSpec};
+use flowlane_rss::Toeplitz;
+use flowlane_runtime::blast::{BlastError, BlastJob, BlastReport, Flow, UdpBlaster};
+use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
+use flowlane_wire::frame::headers_len;
+use flowlane_wire::HEADER_LEN;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use crate::args::{
+    cpu_count, parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_port_range,
+    parse_rate, print_json, CpuList, Endpoint, ModelArgs, Rate,
+};
+use crate::live::{seconds, stop_on_signals, Log};
+use crate::{CmdResult, Failure};
+
+/// Send UDP traffic whose numbers can be trusted: exact counts, paced rates, and — with --echo
+/// against `flowlane serve --mode echo` — loss, reordering, duplicates and round-trip latency
+/// per flow.
+///
+/// Every datagram's payload starts with a 16-byte flowlane header (flow id, sequence number,
+/// transmit time) when it has room: --size 60 (the smallest IPv4 frame) leaves 18 bytes.
+/// Threads are pinned one per CPU (--cpus); each owns a share of the flows, one connected socket
+/// per flow, and sends sendmmsg batches. A status line each second; Ctrl-C stops sending, waits
+/// for the last echoes (--linger) and prints the summary, including a pktgen-style line.
+///
+/// Flows: --flows N combine the --from addresses with the --sport ports. RSS-placed flows:
+/// --per-queue K picks K source ports for each receive queue of the model (--queues, --key,
+/// --reta, ...) so that the 4-tuple hashes there; each flow's queue is in the summary.
+///
+/// Examples:
+///   flowlane blast --to 198.18.0.2:9000 --count 100000
+///   flowlane blast --to 198.18.0.2:9000 --rate 50k --duration 2 --echo --json
+///   flowlane blast --to 198.18.0.2:9000 --queues 4 --per-queue 2 --size 510 --rate 1Gbit
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct BlastArgs {
+    /// Destination IP:PORT ([V6]:PORT). Traffic goes only here.
+    #[arg(long, value_parser = parse_endpoint_with_port)]
+    to: Endpoint,
+
+    /// Source address(es): IP, IP-IP or IP/LEN; each must be an address of this host. Default:
+    /// the address the route to --to uses.
+    #[arg(long, value_parser = parse_addr_range)]
+    from: Option<(IpAddr, IpAddr)>,
+
+    /// Source port(s), P or P-P. Default: ports chosen by the kernel (with --per-queue:
+    /// 1024-65535 to pick from).
+    #[arg(long, value_parser = parse_port_range)]
+    sport: Option<(u16, u16)>,
+
+    /// Number of flows (source address × port combinations), spread over the threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    flows: u32,
+
+    /// RSS placement: this many flows for each receive queue of the model.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    per_queue: Option<u64>,
+
+    #[command(flatten)]
+    model: ModelArgs,
+
+    /// Frame size in bytes, Ethernet FCS excluded (60 = the 64-byte minimum frame): UDP payload
+    /// = size − 42 (IPv4) or − 62 (IPv6). Larger than the path MTU means IP fragments.
+    #[arg(long, default_value_t = 60, conflicts_with = "payload")]
+    size: usize,
+
+    /// UDP payload bytes instead of --size.
+    #[arg(long)]
+    payload: Option<usize>,
+
+    /// Send exactly this many datagrams (in total over all threads), then stop.
+    #[arg(long)]
+    count: Option<u64>,
+
+    /// Stop sending after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+
+    /// Rate over all threads: packets per second (50000, 50k, 1.5M) or line rate (100Mbit,
+    /// 10Gbit: frame + 4 FCS + 20 preamble/gap bytes per packet). Default: as fast as possible.
+    #[arg(long, value_parser = parse_rate)]
+    rate: Option<Rate>,
+
+    /// Most datagrams leaving at once when paced (token bucket depth).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    burst: u32,
+
+    /// Datagrams per sendmmsg call.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    batch: u64,
+
+    /// CPUs for sender threads, e.g. `0` or `0,2-3`. Default: CPU 0.
+    #[arg(long, value_parser = parse_cpu_list)]
+    cpus: Option<CpuList>,
+
+    /// Take echoes back (from `flowlane serve --mode echo`) and account them per flow.
+    #[arg(long)]
+    echo: bool,
+
+    /// With --echo: seconds to wait for the last echoes after sending stops.
+    #[arg(long, default_value_t = 1.0)]
+    linger: f64,
+
+    /// Seconds between status lines.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+
+    /// No status lines.
+    #[arg(long)]
+    quiet: bool,
+
+    /// Final summary as JSON on stdout (status lines go to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The source address the kernel would use towards `dst`.
+fn route_source(dst: SocketAddr) -> Result<IpAddr, Failure> {
+    let any: SocketAddr = if dst.is_ipv4() {
+        "0.0.0.0:0"
+            .parse()
+            .map_err(|e| Failure::runtime(anyhow!("{e}")))?
+    } else {
+        "[::]:0"
+            .parse()
+            .map_err(|e| Failure::runtime(anyhow!("{e}")))?
+    };
+    let s = UdpSocket::bind(any).map_err(|e| Failure::runtime(anyhow!("socket: {e}")))?;
+    s.connect(dst)
+        .and_then(|()| s.local_addr())
+        .map(|a| a.ip())
+        .map_err(|e| Failure::usage(anyhow!("no route to {dst}: {e}")))
+}
+
+/// Flows with their RSS queue (when placed).
+fn make_flows(a: &BlastArgs, dst: SocketAddr) -> Result<Vec<(Flow, Option<u32>)>, Failure> {
+    let (lo, hi) = match a.from {
+        Some(r) => r,
+        None => {
+            let s = route_source(dst)?;
+            (s, s)
+        }
+    };
+    if lo.is_ipv4() != dst.is_ipv4() {
+        return Err(Failure::usage(anyhow!(
+            "--from and --to are different address families"
+        )));
+    }
+    if let Some(k) = a.per_queue {
+        let model = a.model.build()?;
+        let spec = PickSpec {
+            src_addrs: (lo, hi),
+            dst: dst.ip(),
+            src_ports: a.sport.unwrap_or((1024, 65535)),
+            dst_port: dst.port(),
+            hash_ports: true,
+            queues: Vec::new(),
+            per_queue: Some(k),
+        };
+        let hasher = Toeplitz::new(&a.model.key);
+        let r = pick(&hasher, &model, &spec).map_err(Failure::usage)?;
+        let mut flows = Vec::new();
+        for q in &r.queues {
+            if (q.tuples.len() as u64) < k {
+                return Err(Failure::usage(anyhow!(
+                    "queue {} is reached by only {} flows in the source range; widen --from or \
+                     --sport",
+                    q.queue,
+                    q.tuples.len()
+                )));
+            }
+            for p in &q.tuples {
+                let src = p.tuple.src();
+                let Some((sport, _)) = p.tuple.ports() else {
+                    continue;
+                };
+                let id = u16::try_from(flows.len())
+                    .map_err(|_| Failure::usage(anyhow!("at most 65536 flows")))?;
+                flows.push((
+                    Flow {
+                        id,
+                        src: SocketAddr::new(src, sport),
+                        dst,
+                    },
+                    Some(q.queue),
+                ));
+            }
+        }
+        return Ok(flows);
+    }
+    let naddr = pick_span(lo, hi);
+    let (plo, phi) = a.sport.unwrap_or((0, 0));
+    let nport = (phi - plo) as u64 + 1;
+    let n = a.flows as u64;
+    if a.sport.is_some() && n > naddr.saturating_mul(nport) {
+        return Err(Failure::usage(anyhow!(
+            "{n} flows need {n} distinct (address, port) sources; the ranges give {}",
+            naddr.saturating_mul(nport)
+        )));
+    }
+    let base = flowlane_rss::pick::addr_to_u128(lo);
+    (0..n)
+        .map(|i| {
+            let port = if a.sport.is_some() {
+                plo + (i % nport) as u16
+            } else {
+                0
+            };
+            let addr_i = (i / nport) % naddr;
+            let v = base + addr_i as u128;
+            let src = match lo {
+                IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::from(v as u32)),
+                IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::from(v)),
+            };
+            Ok((
+                Flow {
+                    id: i as u16,
+                    src: SocketAddr::new(src, port),
+                    dst,
+                },
+                None,
+            ))
+        })
+        .collect()
+}
+
+/// Addresses in an inclusive range (capped at u64).
+fn pick_span(lo: IpAddr, hi: IpAddr) -> u64 {
+    let d = flowlane_rss::pick::addr_to_u128(hi) - flowlane_rss::pick::addr_to_u128(lo);
+    u64::try_from(d).map_or(u64::MAX, |d| d.saturating_add(1))
+}
+
+/// Splits `total` into `parts` shares that add up exactly.
+fn split(total: u64, parts: usize, i: usize) -> u64 {
+    let p = parts.max(1) as u64;
+    total / p + u64::from((i as u64) < total % p)
+}
+
+pub fn run(a: BlastArgs) -> CmdResult {
+    let port = a.to.port.unwrap_or(0);
+    let dst = SocketAddr::new(a.to.addr, port);
+    if port == 0 {
+        return Err(Failure::usage(anyhow!("--to needs a port other than 0")));
+    }
+    let v6 = dst.is_ipv6();
+    let hdrs = headers_len(v6, false);
+    let (payload, frame) = match a.payload {
+        Some(p) => (p, p + hdrs),
+        None => {
+            if a.size < hdrs {
+                return Err(Failure::usage(anyhow!(
+                    "--size {} is below the {hdrs} bytes of Ethernet, {} and UDP headers",
+                    a.size,
+                    if v6 { "IPv6" } else { "IPv4" }
+                )));
+            }
+            (a.size - hdrs, a.size)
+        }
+    };
+    let max_payload = if v6 { 65_527 } else { 65_507 };
+    if payload > max_payload {
+        return Err(Failure::usage(anyhow!(
+            "a UDP payload of {payload} bytes is more than an IP datagram can carry ({max_payload})"
+        )));
+    }
+    if a.echo && payload < HEADER_LEN {
+        return Err(Failure::usage(anyhow!(
+            "--echo needs the {HEADER_LEN}-byte flowlane header in every payload: use --size {} \
+             or more",
+            hdrs + HEADER_LEN
+        )));
+    }
+    let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
+    let interval = seconds("--interval", a.interval)?;
+    let linger = seconds("--linger", a.linger)?;
+    if a.count == Some(0) {
+        return Err(Failure::usage(anyhow!("--count must be at least 1")));
+    }
+    let online = cpu_count() as usize;
+    let cpus = a
+        .cpus
+        .as_ref()
+        .map(|c| c.0.clone())
+        .unwrap_or_else(|| vec![0]);
+    if let Some(&bad) = cpus.iter().find(|&&c| c >= online) {
+        return Err(Failure::usage(anyhow!(
+            "CPU {bad} does not exist here (online CPUs: 0-{})",
+            online.saturating_sub(1)
+        )));
+    }
+    let flows = make_flows(&a, dst)?;
+    // Never more threads than flows: a thread needs a flow to send on.
+    let nthreads = cpus.len().min(flows.len()).max(1);
+    let cpus: Vec<usize> = cpus.into_iter().take(nthreads).collect();
+    let requested_pps = a.rate.map(|r| r.pps(frame));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop)?;
+    let start_ns = sys::monotonic_ns();
+    let deadline_ns = duration.map(|d| start_ns.saturating_add(d.as_nanos() as u64));
+    let reports: Vec<Arc<Mutex<Option<BlastReport>>>> =
+        (0..nthreads).map(|_| Arc::new(Mutex::new(None))).collect();
+    // Worker w gets a contiguous share of the flows (ids stay contiguous per worker).
+    let jobs: Vec<BlastJob> = (0..nthreads)
+        .map(|w| {
+            let per = flows.len() / nthreads;
+            let extra = flows.len() % nthreads;
+            let from = w * per + w.min(extra);
+            let to = from + per + usize::from(w < extra);
+            BlastJob {
+                flows: flows[from..to].iter().map(|(f, _)| *f).collect(),
+                payload,
+                quota: a.count.map(|c| split(c, nthreads, w)),
+                pps: requested_pps.map(|p| p / nthreads as f64),
+                burst: a.burst,
+                batch: a.batch as usize,
+                echo: a.echo,
+                linger,
+                deadline_ns,
+            }
+        })
+        .collect();
+    let (jobs2, reports2) = (jobs.clone(), reports.clone());
+    let rt_cfg = Config {
+        cpus: cpus.clone(),
+        budget: a.batch as usize,
+        wait_ms: 50,
+    };
+    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
+        UdpBlaster::new(jobs2[idx].clone(), reports2[idx].clone())
+    })
+    .map_err(|e| match e {
+        StartError::Pin { .. } => Failure::usage(anyhow!(e.to_string())),
+        StartError::Open(BlastError::Socket { ref error, .. })
+            if matches!(
+                error.source.kind(),
+                std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::AddrInUse
+                    | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            Failure::usage(anyhow!(
+                "{e} (is --from an address of this host, and are the ports free?)"
+            ))
+        }
+        _ => Failure::runtime(anyhow!(e.to_string())),
+    })?;
+    let mut log = Log::new(a.json);
+    log.line(&format!(
+        "flowlane blast: {} flow(s) to {dst} on {} thread(s) (CPUs {:?}), {frame}-byte frames \
+         ({payload}-byte payload), {}{}{}",
+        flows.len(),
+        nthreads,
+        cpus,
+        match requested_pps {
+            Some(p) => format!("{p:.0} pps"),
+            None => "unpaced".into(),
+        },
+        match a.count {
+            Some(c) => format!(", {c} datagrams"),
+            None => String::new(),
+        },
+        if a.echo { ", echoes accounted" } else { "" }
+    ));
+    rt.go();
+    let t0 = Instant::now();
+    let mut prev = Snapshot::default();
+    let mut prev_t = t0;
+    let mut next = t0 + interval;
+    while !rt.finished() && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        if now >= next && !a.quiet {
+            let cur = total(&rt);
+            let d = cur.since(&prev);
+            let secs = now.duration_since(prev_t).as_secs_f64().max(1e-9);
+            let mut line = format!(
+                "{:>7.1}s  tx {:>10.0} pps {:>9.1} Mbps",
+                now.duration_since(t0).as_secs_f64(),
+                d.tx_packets as f64 / secs,
+                d.tx_packets as f64 * frame as f64 * 8.0 / secs / 1e6
+            );
+            if a.echo {
+                line += &format!(
+                    "  rx {:>10.0} pps  not back yet {}",
+                    d.rx_packets as f64 / secs,
+                    cur.tx_packets.saturating_sub(cur.rx_packets)
+                );
+            }
+            log.line(&line);
+            prev = cur;
+            prev_t = now;
+            next += interval;
+        }
+    }
+    rt.join();
+    let errors = rt.errors();
+    let t = total(&rt);
+    let reports: Vec<BlastReport> = reports
+        .iter()
+        .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
+        .collect();
+    let summary = Summary::new(&a, &flows, &reports, &t, frame, requested_pps, errors.len());
+    if a.json {
+        print_json(&summary.json(&a))?;
+    } else {
+        summary.print(&a);
+    }
+    for (w, e) in &errors {
+        eprintln!("flowlane: sender {w} stopped: {e}");
+    }
+    Ok(if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn total(rt: &Runtime) -> Snapshot {
+    rt.stats()
+        .iter()
+        .fold(Snapshot::default(), |t, s| t.plus(&s.snapshot()))
+}
+
+/// Everything the final report says, computed once for text and JSON.
+struct Summary {
+    tx: u64,
+    tx_bytes: u64,
+    rx: u64,
+    lost: u64,
+    reordered: u64,
+    duplicates: u64,
+    foreign: u64,
+    tx_full: u64,
+    own_drops: u64,
+    secs: f64,
+    tx_pps: f64,
+    rx_pps: f64,
+    frame: usize,
+    requested_pps: Option<f64>,
+    limited: Option<(bool, String)>,
+    rtt: Option<Histogram<u64>>,
+    flows: Vec<Value>,
+    errors: usize,
+}
+
+impl Summary {
+    fn new(
+        a: &BlastArgs,
+        flows: &[(Flow, Option<u32>)],
+        reports: &[BlastReport],
+        t: &Snapshot,
+        frame: usize,
+        requested_pps: Option<f64>,
+        errors: usize,
+    ) -> Summary {
+        // The send window: first to last datagram over all threads.
+        let first = reports
+            .iter()
+            .map(|r| r.tx_window_ns.0)
+            .filter(|&x| x > 0)
+            .min();
+        let last = reports.iter().map(|r| r.tx_window_ns.1).max();
+        let secs = match (first, last) {
+            (Some(f), Some(l)) if l > f => (l - f) as f64 / 1e9,
+            _ => 0.0,
+        };
+        let mut rtt: Option<Histogram<u64>> = None;
+        let (mut lost, mut reordered, mut duplicates) = (0, 0, 0);
+        let mut flow_json = Vec::new();
+        for r in reports {
+            if a.echo {
+                match rtt.as_mut() {
+                    Some(h) => {
+                        let _ = h.add(&r.rtt_ns);
+                    }
+                    None => rtt = Some(r.rtt_ns.clone()),
+                }
+            }
+            for f in &r.flows {
+                let queue = flows
+                    .iter()
+                    .find(|(x, _)| x.id == f.flow.id)
+                    .and_then(|(_, q)| *q);
+                let mut v = json!({
+                    "id": f.flow.id,
+                    "src": f.flow.src.to_string(),
+                    "dst": f.flow.dst.to_string(),
+                    "queue": queue,
+                    "tx_packets": f.sent,
+                });
+                if a.echo {
+                    let l = f.rx.lost(Some(f.sent));
+                    lost += l;
+                    reordered += f.rx.reordered;
+                    duplicates += f.rx.duplicates;
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("rx_packets".into(), json!(f.rx.unique + f.rx.duplicates));
+                        o.insert("lost".into(), json!(l));
+                        o.insert("reordered".into(), json!(f.rx.reordered));
+                        o.insert("duplicates".into(), json!(f.rx.duplicates));
+                    }
+                }
+                flow_json.push(v);
+            }
+        }
+        let tx_pps = if secs > 0.0 {
+            t.tx_packets as f64 / secs
+        } else {
+            0.0
+        };
+        let limited = requested_pps.map(|req| {
+            // One packet's worth of slack: a window of n packets spans n−1 intervals.
+            let achieved = if t.tx_packets > 1 && secs > 0.0 {
+                (t.tx_packets - 1) as f64 / secs
+            } else {
+                req
+            };
+            if achieved >= 0.99 * req {
+                (false, String::new())
+            } else if t.tx_full > 0 {
+                (
+                    true,
+                    format!(
+                        "the kernel refused datagrams {} times (socket buffer full): the path \
+                         below the socket, not pacing, set the rate",
+                        t.tx_full
+                    ),
+                )
+            } else {
+                (
+                    true,
+                    "the sending threads could not keep up (CPU bound): add --cpus or use \
+                     larger --batch"
+                        .to_string(),
+                )
+            }
+        });
+        Summary {
+            tx: t.tx_packets,
+            tx_bytes: t.tx_bytes,
+            rx: t.rx_packets,
+            lost,
+            reordered,
+            duplicates,
+            foreign: t.foreign,
+            tx_full: t.tx_full,
+            own_drops: t.socket_drops,
+            secs,
+            tx_pps,
+            rx_pps: if secs > 0.0 {
+                t.rx_packets as f64 / secs
+            } else {
+                0.0
+            },
+            frame,
+            requested_pps,
+            limited,
+            rtt,
+            flows: flow_json,
+            errors,
+        }
+    }
+
+    fn pktgen_line(&self) -> String {
+        let usec = (self.secs * 1e6).round() as u64;
+        let bps = (self.tx_pps * self.frame as f64 * 8.0).round() as u64;
+        format!(
+            "OK: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {}",
+            self.tx,
+            self.frame,
+            self.tx_pps,
+            bps / 1_000_000,
+            self.errors
+        )
+    }
+
+    fn latency_json(&self) -> Value {
+        match &self.rtt {
+            Some(h) if !h.is_empty() => json!({
+                "p50": h.value_at_quantile(0.50),
+                "p90": h.value_at_quantile(0.90),
+                "p99": h.value_at_quantile(0.99),
+                "p999": h.value_at_quantile(0.999),
+                "max": h.max(),
+                "kind": "round-trip",
+            }),
+            _ => Value::Null,
+        }
+    }
+
+    fn json(&self, a: &BlastArgs) -> Value {
+        let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
+        json!({
+            "tx_packets": self.tx,
+            "tx_bytes": self.tx_bytes,
+            "rx_packets": if a.echo { json!(self.rx) } else { Value::Null },
+            "lost": if a.echo { json!(self.lost) } else { Value::Null },
+            "reordered": if a.echo { json!(self.reordered) } else { Value::Null },
+            "duplicates": if a.echo { json!(self.duplicates) } else { Value::Null },
+            "foreign": self.foreign,
+            "tx_full": self.tx_full,
+            "lost_at_own_socket": if a.echo { json!(self.own_drops) } else { Value::Null },
+            "duration_s": r3(self.secs),
+            "tx_pps": self.tx_pps.round(),
+            "rx_pps": if a.echo { json!(self.rx_pps.round()) } else { Value::Null },
+            "requested_pps": self.requested_pps.map(|p| p.round()),
+            "generator_limited": self.limited.as_ref().map(|l| l.0),
+            "generator_limited_reason": self.limited.as_ref().filter(|l| l.0).map(|l| l.1.clone()),
+            "frame_bytes": self.frame,
+            "latency_ns": self.latency_json(),
+            "pktgen": self.pktgen_line(),
+            "flows": self.flows,
+        })
+    }
+
+    fn print(&self, a: &BlastArgs) {
+        println!();
+        println!(
+            "sent {} datagrams in {:.3} s: {:.0} pps, {:.1} Mbps of {}-byte frames",
+            self.tx,
+            self.secs,
+            self.tx_pps,
+            self.tx_pps * self.frame as f64 * 8.0 / 1e6,
+            self.frame
+        );
+        if let Some(req) = self.requested_pps {
+            match &self.limited {
+                Some((true, why)) => println!(
+                    "requested {req:.0} pps: NOT reached — the generator was the limit: {why}"
+                ),
+                _ => println!("requested {req:.0} pps: reached (within 1%)"),
+            }
+        }
+        if a.echo {
+            println!(
+                "echoes: {} received, {} lost ({:.4}%), {} reordered, {} duplicates, {} foreign",
+                self.rx,
+                self.lost,
+                100.0 * self.lost as f64 / self.tx.max(1) as f64,
+                self.reordered,
+                self.duplicates,
+                self.foreign
+            );
+            if self.own_drops > 0 {
+                println!(
+                    "  of the lost, {} were dropped by this host's own receive buffers (the \
+                     generator could not take echoes while sending): not the device's loss",
+                    self.own_drops
+                );
+            }
+            if let Some(h) = self.rtt.as_ref().filter(|h| !h.is_empty()) {
+                let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+                println!(
+                    "round trip µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+                    us(0.5),
+                    us(0.9),
+                    us(0.99),
+                    us(0.999),
+                    h.max() as f64 / 1e3
+                );
+            }
+        }
+        if self.flows.len() <= 16 {
+            for f in &self.flows {
+                println!(
+                    "  flow {:>3} {} -> {}{}: sent {}{}",
+                    f["id"],
+                    f["src"].as_str().unwrap_or(""),
+                    f["dst"].as_str().unwrap_or(""),
+                    match f["queue"].as_u64() {
+                        Some(q) => format!(" (queue {q})"),
+                        None => String::new(),
+                    },
+                    f["tx_packets"],
+                    if a.echo {
+                        format!(
+                            ", back {}, lost {}, reordered {}",
+                            f["rx_packets"], f["lost"], f["reordered"]
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+        println!("{}", self.pktgen_line());
+    }
+}

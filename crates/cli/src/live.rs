@@ -1,0 +1,51 @@
+//! What every long-running command shares: durations from the command line, stop signals, and
+//! where live lines go.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+
+use crate::Failure;
+
+/// A positive, representable number of seconds (else bad usage).
+pub fn seconds(flag: &str, v: f64) -> Result<Duration, Failure> {
+    match Duration::try_from_secs_f64(v) {
+        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
+        _ => Err(Failure::usage(anyhow!(
+            "{flag} must be a positive number of seconds (at most 100 years), not {v:?}"
+        ))),
+    }
+}
+
+/// SIGINT/SIGTERM set `stop`; a second signal while the first is handled ends the process at
+/// once (exit 1), for a run that does not come to an end by itself.
+pub fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<(), Failure> {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
+            .map_err(|e| Failure::runtime(anyhow!("cannot install signal handler: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Live lines go to stdout, or to stderr when stdout carries JSON.
+#[derive(Debug)]
+pub struct Log {
+    to_stderr: bool,
+}
+
+impl Log {
+    pub fn new(json: bool) -> Log {
+        Log { to_stderr: json }
+    }
+
+    pub fn line(&mut self, s: &str) {
+        if self.to_stderr {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! The UDP traffic generator behind `flowlane blast --mode udp`: one worker per CPU, each owning
+//! a contiguous range of flows (one connected socket per flow), sending `sendmmsg` batches of
+//! datagrams whose payload starts with the flowlane header (flow, sequence number, transmit
+//! time). With `echo`, the same sockets take the echoes back and the worker accounts loss,
+//! reordering, duplicates and round-trip time per flow.
+//!
+//! Nothing is allocated per packet: the batch's buffers are written in place.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flowlane_io::sys::{self, MmsgBatch, SendBatch};
+use flowlane_wire::seq::SeqTracker;
+use flowlane_wire::{FlowHeader, HEADER_LEN};
+use hdrhistogram::Histogram;
+
+use crate::pace::Pacer;
+use crate::{bump, Poll, WorkerStats};
+
+/// One flow: a source this worker binds and the destination it sends to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    /// Flow id carried in the header (unique across workers).
+    pub id: u16,
+    /// Local address (bound).
+    pub src: SocketAddr,
+    /// Destination.
+    pub dst: SocketAddr,
+}
+
+/// One worker's job.
+#[derive(Debug, Clone)]
+pub struct BlastJob {
+    /// Flows, ids contiguous and ascending.
+    pub flows: Vec<Flow>,
+    /// UDP payload bytes per datagram.
+    pub payload: usize,
+    /// Datagrams to send (`None`: until the deadline or a stop).
+    pub quota: Option<u64>,
+    /// Datagrams per second for this worker (`None`: as fast as possible).
+    pub pps: Option<f64>,
+    /// Most datagrams that may leave at once when paced.
+    pub burst: u32,
+    /// Datagrams per `sendmmsg`.
+    pub batch: usize,
+    /// Take echoes back and account them.
+    pub echo: bool,
+    /// After sending, wait this long for the last echoes.
+    pub linger: Duration,
+    /// Stop sending at this CLOCK_MONOTONIC time (ns).
+    pub deadline_ns: Option<u64>,
+}
+
+/// What a flow saw, for the summary.
+#[derive(Debug, Clone)]
+pub struct FlowResult {
+    /// The flow.
+    pub flow: Flow,
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Echo accounting.
+    pub rx: SeqTracker,
+}
+
+/// A worker's results, handed over when its loop ends.
+#[derive(Debug, Clone)]
+pub struct BlastReport {
+    /// Per flow, in id order.
+    pub flows: Vec<FlowResult>,
+    /// Round-trip times of echoes, ns.
+    pub rtt_ns: Histogram<u64>,
+    /// When the first datagram left and the last one left (CLOCK_MONOTONIC ns).
+    pub tx_window_ns: (u64, u64),
+}
+
+/// Why a worker could not be made.
+#[derive(Debug)]
+pub enum BlastError {
+    /// A flow's socket could not be opened, bound or connected.
+    Socket {
+        /// The flow's source.
+        src: SocketAddr,
+        /// The failed call.
+        error: sys::SysError,
+    },
+    /// The job is impossible (e.g. no flows).
+    Job(String),
+}
+
+impl std::fmt::Display for BlastError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlastError::Socket { src, error } => write!(f, "flow from {src}: {error}"),
+            BlastError::Job(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for BlastError {}
+
+/// A sending worker.
+#[derive(Debug)]
+pub struct UdpBlaster {
+    job: BlastJob,
+    socks: Vec<UdpSocket>,
+    seq: Vec<u64>,
+    rx: Vec<SeqTracker>,
+    out: SendBatch,
+    out_dst: SocketAddr,
+    inb: Option<MmsgBatch>,
+    pacer: Option<Pacer>,
+    rtt: Histogram<u64>,
+    sent: u64,
+    next_flow: usize,
+    first_tx: u64,
+    last_tx: u64,
+    linger_until: Option<u64>,
+    finished: bool,
+    report: Arc<Mutex<Option<BlastReport>>>,
+}
+
+fn sock_err(src: SocketAddr, call: &'static str) -> impl FnOnce(std::io::Error) -> BlastError {
+    move |source| BlastError::Socket {
+        src,
+        error: sys::SysError { call, source },
+    }
+}
+
+impl UdpBlaster {
+    /// Opens one socket per flow (bound to its source, connected to its destination, so only
+    /// the destination's datagrams come back to it). The report appears in `report` when the
+    /// worker's loop ends.
+    pub fn new(
+        job: BlastJob,
+        report: Arc<Mutex<Option<BlastReport>>>,
+    ) -> Result<UdpBlaster, BlastError> {
+        let first = *job
+            .flows
+            .first()
+            .ok_or_else(|| BlastError::Job("a worker without flows".into()))?;
+        let mut socks = Vec::with_capacity(job.flows.len());
+        for f in &job.flows {
+            let s = UdpSocket::bind(f.src).map_err(sock_err(f.src, "bind"))?;
+            s.connect(f.dst).map_err(sock_err(f.src, "connect"))?;
+            s.set_nonblocking(true)
+                .map_err(sock_err(f.src, "fcntl(O_NONBLOCK)"))?;
+            if job.echo {
+                // Room for echoes while the thread is busy sending: forced where allowed
+                // (CAP_NET_ADMIN), else whatever net.core.rmem_max grants. Drops that still
+                // happen are counted (`socket_drops`) and reported as this host's own.
+                let big = 8 << 20;
+                if sys::set_int(
+                    &s,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    big,
+                    "SO_RCVBUFFORCE",
+                )
+                .is_err()
+                {
+                    let _ = sys::set_int(&s, libc::SOL_SOCKET, libc::SO_RCVBUF, big, "SO_RCVBUF");
+                }
+            }
+            socks.push(s);
+        }
+        let slots = job.batch.clamp(1, 1024);
+        let mut out = SendBatch::new(slots, job.payload.max(1), first.dst);
+        for i in 0..slots {
+            // Bytes after the header count up, so a capture shows a recognisable pattern.
+            for (k, b) in out.slot_mut(i, job.payload).iter_mut().enumerate() {
+                *b = k as u8;
+            }
+        }
+        let now = sys::monotonic_ns();
+        let pacer = job.pps.map(|p| Pacer::new(p, job.burst, now));
+        let n = job.flows.len();
+        Ok(UdpBlaster {
+            inb: job.echo.then(|| MmsgBatch::new(64, 2048)),
+            socks,
+            seq: vec![0; n],
+            rx: vec![SeqTracker::default(); n],
+            out,
+            out_dst: first.dst,
+            pacer,
+            // 1 ns .. 100 s, 3 significant digits.
+            rtt: Histogram::new_with_bounds(1, 100_000_000_000, 3)
+                .map_err(|e| BlastError::Job(format!("histogram: {e}")))?,
+            sent: 0,
+            next_flow: 0,
+            first_tx: 0,
+            last_tx: 0,
+            linger_until: None,
+            finished: false,
+            report,
+            job,
+        })
+    }
+
+    fn sending_over(&self, now: u64) -> bool {
+        self.job.quota.is_some_and(|q| self.sent >= q)
+            || self.job.deadline_ns.is_some_and(|d| now >= d)
+    }
+
+    /// Reads echoes waiting on flow `i`'s socket.
+    fn drain(&mut self, i: usize, st: &WorkerStats) -> Result<usize, String> {
+        let Some(inb) = self.inb.as_mut() else {
+            return Ok(0);
+        };
+        let first_id = self.job.flows.first().map_or(0, |f| f.id);
+        let mut total = 0;
+        loop {
+            let n = inb
+                .recv(&self.socks[i], 64)
+                .map_err(|e| format!("receiving echoes: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            let now = sys::monotonic_ns();
+            let (mut bytes, mut foreign) = (0u64, 0u64);
+            for k in 0..n {
+                let p = inb.payload(k);
+                bytes += p.len() as u64;
+                let idx = FlowHeader::read(p)
+                    .ok()
+                    .and_then(|h| Some((h, h.flow.checked_sub(first_id)? as usize)))
+                    .filter(|&(_, idx)| idx < self.rx.len());
+                match idx {
+                    Some((h, idx)) => {
+                        self.rx[idx].record(h.seq);
+                        if now >= h.tx_ns {
+                            // Out-of-range values saturate instead of failing.
+                            self.rtt.saturating_record(now - h.tx_ns);
+                        }
+                    }
+                    None => foreign += 1,
+                }
+            }
+            bump(&st.rx_packets, n as u64);
+            bump(&st.rx_bytes, bytes);
+            if foreign > 0 {
+                bump(&st.foreign, foreign);
+            }
+            total += n;
+            if n < 64 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    fn send_round(&mut self, budget: usize, now: u64, st: &WorkerStats) -> Result<usize, String> {
+        let mut n = budget.min(self.out.slots());
+        if let Some(q) = self.job.quota {
+            n = n.min((q - self.sent) as usize);
+        }
+        if let Some(p) = self.pacer.as_mut() {
+            n = p.allowed(now, n);
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        let i = self.next_flow;
+        self.next_flow = (i + 1) % self.socks.len();
+        let flow = self.job.flows[i];
+        if flow.dst != self.out_dst {
+            for s in 0..self.out.slots() {
+                self.out.set_dest(s, flow.dst);
+            }
+            self.out_dst = flow.dst;
+        }
+        let seq0 = self.seq[i];
+        for k in 0..n {
+            let h = FlowHeader {
+                flow: flow.id,
+                seq: (seq0 + k as u64) as u32,
+                tx_ns: now,
+            };
+            let slot = self.out.slot_mut(k, self.job.payload);
+            if slot.len() >= HEADER_LEN {
+                h.write(slot);
+            }
+        }
+        let sent = self
+            .out
+            .send(&self.socks[i], n)
+            .map_err(|e| format!("flow {}: {e}", flow.id))?;
+        if sent > 0 {
+            if self.sent == 0 {
+                self.first_tx = now;
+            }
+            self.last_tx = now;
+        }
+        self.seq[i] += sent as u64;
+        self.sent += sent as u64;
+        if let Some(p) = self.pacer.as_mut() {
+            p.sent(sent);
+        }
+        bump(&st.tx_packets, sent as u64);
+        bump(&st.tx_bytes, (sent * self.job.payload) as u64);
+        if sent < n {
+            bump(&st.tx_full, 1);
+        }
+        self.drain(i, st)?;
+        Ok(sent)
+    }
+}
+
+impl Poll for UdpBlaster {
+    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+        let now = sys::monotonic_ns();
+        if !self.sending_over(now) {
+            return self.send_round(budget, now, st);
+        }
+        // Sending is over: collect the last echoes, then finish.
+        let until = *self.linger_until.get_or_insert(
+            now + if self.job.echo {
+                self.job.linger.as_nanos() as u64
+            } else {
+                0
+            },
+        );
+        let mut got = 0;
+        for i in 0..self.socks.len() {
+            got += self.drain(i, st)?;
+        }
+        let all_back = self.rx.iter().zip(&self.seq).all(|(r, &s)| r.unique >= s);
+        if now >= until || !self.job.echo || all_back {
+            self.finished = true;
+        }
+        Ok(got)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        let now = sys::monotonic_ns();
+        let max = Duration::from_millis(timeout_ms.max(1) as u64);
+        let d = match (&self.pacer, self.linger_until) {
+            (_, Some(_)) => Duration::from_micros(200),
+            (Some(p), None) => Duration::from_nanos(p.wait_ns(now)),
+            // Unpaced and short: the socket buffer was full; let the kernel drain it.
+            (None, None) => Duration::from_micros(20),
+        };
+        if d >= Duration::from_micros(60) {
+            std::thread::sleep(d.min(max));
+        } else if !d.is_zero() {
+            // Shorter than a sleep's own overhead: yield until due.
+            let end = now + d.as_nanos() as u64;
+            while sys::monotonic_ns() < end {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.finished
+    }
+
+    fn idle(&mut self, st: &WorkerStats) {
+        if self.finished || self.linger_until.is_some() {
+            let drops: u64 = self
+                .socks
+                .iter()
+                .filter_map(|s| sys::socket_drops(s).ok())
+                .map(u64::from)
+                .sum();
+            crate::set(&st.socket_drops, drops);
+        }
+    }
+
+    fn finish(&mut self, _st: &WorkerStats) {
+        let flows = self
+            .job
+            .flows
+            .iter()
+            .zip(&self.seq)
+            .zip(&self.rx)
+            .map(|((&flow, &sent), rx)| FlowResult {
+                flow,
+                sent,
+                rx: rx.clone(),
+            })
+            .collect();
+        let r = BlastReport {
+            flows,
+            rtt_ns: self.rtt.clone(),
+            tx_window_ns: (self.first_tx, self.last_tx),
+        };
+        if let Ok(mut g) = self.report.lock() {
+            *g = Some(r);
+        }
+    }
+}
