@@ -445,6 +445,7 @@ struct Summary {
     duplicates: u64,
     foreign: u64,
     tx_full: u64,
+    icmp_errors: u64,
     own_drops: u64,
     secs: f64,
     tx_pps: f64,
@@ -558,6 +559,7 @@ impl Summary {
             duplicates,
             foreign: t.foreign,
             tx_full: t.tx_full,
+            icmp_errors: t.icmp_errors,
             own_drops: t.socket_drops,
             secs,
             tx_pps,
@@ -613,6 +615,7 @@ impl Summary {
             "duplicates": if a.echo { json!(self.duplicates) } else { Value::Null },
             "foreign": self.foreign,
             "tx_full": self.tx_full,
+            "icmp_errors": self.icmp_errors,
             "lost_at_own_socket": if a.echo { json!(self.own_drops) } else { Value::Null },
             "duration_s": r3(self.secs),
             "tx_pps": self.tx_pps.round(),
@@ -637,6 +640,13 @@ impl Summary {
             self.tx_pps * self.frame as f64 * 8.0 / 1e6,
             self.frame
         );
+        if self.icmp_errors > 0 {
+            println!(
+                "{} ICMP errors came back (e.g. port unreachable: is anything listening at the \
+                 destination?)",
+                self.icmp_errors
+            );
+        }
         if let Some(req) = self.requested_pps {
             match &self.limited {
                 Some((true, why)) => println!(

@@ -159,6 +159,96 @@ impl Drop for Netns {
     }
 }
 
+/// Two namespaces joined by a veth pair, quiet enough that interface counters are exact: IPv6
+/// off on the link (no router solicitations, no duplicate-address probes) and permanent
+/// neighbour entries (no ARP). The generator end is `198.18.0.1/24`, the DUT end `198.18.0.2/24`.
+#[derive(Debug)]
+pub struct Pair {
+    /// The generator's namespace.
+    pub gen: Netns,
+    /// The device-under-test's namespace.
+    pub dut: Netns,
+    /// Interface name in `gen`.
+    pub gen_if: String,
+    /// Interface name in `dut`.
+    pub dut_if: String,
+}
+
+/// The generator end's address.
+pub const GEN_ADDR: &str = "198.18.0.1";
+/// The DUT end's address.
+pub const DUT_ADDR: &str = "198.18.0.2";
+const GEN_MAC: &str = "02:f1:0e:00:00:01";
+const DUT_MAC: &str = "02:f1:0e:00:00:02";
+
+impl Pair {
+    /// Creates the pair with `queues` RX/TX queues per end.
+    pub fn create(prefix: &str, queues: u32) -> Result<Pair, LabError> {
+        let gen = Netns::create(&format!("{prefix}-gen"))?;
+        let dut = Netns::create(&format!("{prefix}-dut"))?;
+        let tag = SERIAL.fetch_add(1, Ordering::Relaxed) % 1000;
+        let pid = std::process::id() % 100_000;
+        let (gen_if, dut_if) = (format!("flg{pid}x{tag}"), format!("fld{pid}x{tag}"));
+        let q = queues.max(1).to_string();
+        ip(&[
+            "link",
+            "add",
+            &gen_if,
+            "address",
+            GEN_MAC,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "netns",
+            gen.name(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &dut_if,
+            "address",
+            DUT_MAC,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "netns",
+            dut.name(),
+        ])?;
+        for (ns, ifname, addr, peer, peer_mac) in [
+            (&gen, &gen_if, GEN_ADDR, DUT_ADDR, DUT_MAC),
+            (&dut, &dut_if, DUT_ADDR, GEN_ADDR, GEN_MAC),
+        ] {
+            let path = format!("/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6");
+            ns.run(|| std::fs::write(&path, "1"))?
+                .map_err(|e| LabError {
+                    what: format!("write 1 to {path}"),
+                    detail: e.to_string(),
+                })?;
+            ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", ifname])?;
+            ns.ip(&[
+                "neigh",
+                "replace",
+                peer,
+                "lladdr",
+                peer_mac,
+                "dev",
+                ifname,
+                "nud",
+                "permanent",
+            ])?;
+            ns.ip(&["link", "set", ifname, "up"])?;
+        }
+        Ok(Pair {
+            gen,
+            dut,
+            gen_if,
+            dut_if,
+        })
+    }
+}
+
 /// Creates a veth pair between two namespaces, `queues` RX and TX queues on each end, addresses
 /// `a_addr`/`b_addr` (CIDR form, from the benchmarking ranges), both ends up.
 pub fn veth_pair(

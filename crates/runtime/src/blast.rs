@@ -112,6 +112,8 @@ pub struct UdpBlaster {
     pacer: Option<Pacer>,
     rtt: Histogram<u64>,
     sent: u64,
+    /// Per flow: datagrams still to send (with a quota, split evenly over the flows).
+    left: Option<Vec<u64>>,
     next_flow: usize,
     first_tx: u64,
     last_tx: u64,
@@ -187,6 +189,10 @@ impl UdpBlaster {
             rtt: Histogram::new_with_bounds(1, 100_000_000_000, 3)
                 .map_err(|e| BlastError::Job(format!("histogram: {e}")))?,
             sent: 0,
+            left: job.quota.map(|q| {
+                let n = job.flows.len() as u64;
+                (0..n).map(|i| q / n + u64::from(i < q % n)).collect()
+            }),
             next_flow: 0,
             first_tx: 0,
             last_tx: 0,
@@ -260,8 +266,22 @@ impl UdpBlaster {
         if n == 0 {
             return Ok(0);
         }
-        let i = self.next_flow;
-        self.next_flow = (i + 1) % self.socks.len();
+        // The next flow with datagrams left (all of them when there is no quota).
+        let nflows = self.socks.len();
+        let mut i = self.next_flow;
+        if let Some(left) = &self.left {
+            for _ in 0..nflows {
+                if left[i] > 0 {
+                    break;
+                }
+                i = (i + 1) % nflows;
+            }
+            n = n.min(left[i] as usize);
+            if n == 0 {
+                return Ok(0);
+            }
+        }
+        self.next_flow = (i + 1) % nflows;
         let flow = self.job.flows[i];
         if flow.dst != self.out_dst {
             for s in 0..self.out.slots() {
@@ -281,10 +301,24 @@ impl UdpBlaster {
                 h.write(slot);
             }
         }
-        let sent = self
-            .out
-            .send(&self.socks[i], n)
-            .map_err(|e| format!("flow {}: {e}", flow.id))?;
+        let sent = match self.out.send(&self.socks[i], n) {
+            Ok(s) => s,
+            // A connected socket reports an ICMP error (port unreachable, …) that arrived for
+            // an earlier datagram on its next send, which then carries nothing: count, retry.
+            Err(e)
+                if matches!(
+                    e.source.raw_os_error(),
+                    Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
+                ) =>
+            {
+                bump(&st.icmp_errors, 1);
+                0
+            }
+            Err(e) => return Err(format!("flow {}: {e}", flow.id)),
+        };
+        if let Some(left) = self.left.as_mut() {
+            left[i] -= sent as u64;
+        }
         if sent > 0 {
             if self.sent == 0 {
                 self.first_tx = now;

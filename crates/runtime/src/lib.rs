@@ -81,6 +81,9 @@ counters! {
     foreign,
     /// Sends the kernel took only partly or not at all (socket buffer or ring full).
     tx_full,
+    /// ICMP errors reported on sends (e.g. port unreachable: nothing listens at the
+    /// destination). The send that reports one carries nothing and is retried.
+    icmp_errors,
     /// Datagrams this worker's socket got that the kernel processed on another CPU
     /// (eBPF detector; includes ones then dropped for a full buffer).
     missteered,
