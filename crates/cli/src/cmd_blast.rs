@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use flowlane_io::sys;
 use flowlane_rss::pick::{pick, PickSpec};
 use flowlane_rss::Toeplitz;
-use flowlane_runtime::blast::{BlastError, BlastJob, BlastReport, Flow, UdpBlaster};
+use flowlane_runtime::blast::{
+    BlastError, BlastJob, BlastReport, Flow, RawBlaster, RawLink, Sender, UdpBlaster,
+};
 use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use flowlane_wire::frame::headers_len;
 use flowlane_wire::HEADER_LEN;
@@ -44,9 +46,34 @@ use crate::{CmdResult, Failure};
 ///   flowlane blast --to 198.18.0.2:9000 --count 100000
 ///   flowlane blast --to 198.18.0.2:9000 --rate 50k --duration 2 --echo --json
 ///   flowlane blast --to 198.18.0.2:9000 --queues 4 --per-queue 2 --size 510 --rate 1Gbit
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// UDP sockets (sendmmsg); the kernel builds the headers.
+    Udp,
+    /// Whole frames through an AF_PACKET TX ring on --dev, bypassing the qdisc layer; frames
+    /// are built once per flow and patched per packet. Needs CAP_NET_RAW.
+    Raw,
+}
+
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct BlastArgs {
+    /// How frames leave.
+    #[arg(long, value_enum, default_value_t = ModeArg::Udp)]
+    mode: ModeArg,
+
+    /// Interface to send on (raw mode).
+    #[arg(long)]
+    dev: Option<String>,
+
+    /// Destination MAC (raw mode). Default: the neighbour table's entry for --to on --dev.
+    #[arg(long, value_parser = parse_mac)]
+    dst_mac: Option<[u8; 6]>,
+
+    /// 802.1Q VLAN tag for raw frames (0-4094).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(0..=4094))]
+    vlan: Option<u16>,
+
     /// Destination IP:PORT ([V6]:PORT). Traffic goes only here.
     #[arg(long, value_parser = parse_endpoint_with_port)]
     to: Endpoint,
@@ -256,7 +283,14 @@ pub fn run(a: BlastArgs) -> CmdResult {
         return Err(Failure::usage(anyhow!("--to needs a port other than 0")));
     }
     let v6 = dst.is_ipv6();
-    let hdrs = headers_len(v6, false);
+    let raw = a.mode == ModeArg::Raw;
+    let hdrs = headers_len(v6, raw && a.vlan.is_some());
+    if raw && a.echo {
+        return Err(Failure::usage(anyhow!(
+            "--echo takes echoes on UDP sockets: use --mode udp (raw frames are counted at the \
+             receiver: `flowlane serve`, or the interface counters)"
+        )));
+    }
     let (payload, frame) = match a.payload {
         Some(p) => (p, p + hdrs),
         None => {
@@ -301,7 +335,16 @@ pub fn run(a: BlastArgs) -> CmdResult {
             online.saturating_sub(1)
         )));
     }
-    let flows = make_flows(&a, dst)?;
+    let mut flows = make_flows(&a, dst)?;
+    let link = if raw {
+        // Frames need real source ports: the kernel does not choose them here.
+        for (f, _) in flows.iter_mut().filter(|(f, _)| f.src.port() == 0) {
+            f.src.set_port(10_000 + f.id % 50_000);
+        }
+        Some(raw_link(&a, dst, frame)?)
+    } else {
+        None
+    };
     // Never more threads than flows: a thread needs a flow to send on.
     let nthreads = cpus.len().min(flows.len()).max(1);
     let cpus: Vec<usize> = cpus.into_iter().take(nthreads).collect();
@@ -339,11 +382,22 @@ pub fn run(a: BlastArgs) -> CmdResult {
         budget: a.batch as usize,
         wait_ms: 50,
     };
-    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
-        UdpBlaster::new(jobs2[idx].clone(), reports2[idx].clone())
+    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| match &link {
+        Some(l) => RawBlaster::new(jobs2[idx].clone(), l, reports2[idx].clone())
+            .map(|r| Sender::Raw(Box::new(r))),
+        None => UdpBlaster::new(jobs2[idx].clone(), reports2[idx].clone())
+            .map(|u| Sender::Udp(Box::new(u))),
     })
     .map_err(|e| match e {
         StartError::Pin { .. } => Failure::usage(anyhow!(e.to_string())),
+        StartError::Open(BlastError::Socket { ref error, .. })
+            if error.call.contains("AF_PACKET")
+                && error.source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            Failure::usage(anyhow!(
+                "{e}: raw mode needs CAP_NET_RAW (run as root or grant the capability)"
+            ))
+        }
         StartError::Open(BlastError::Socket { ref error, .. })
             if matches!(
                 error.source.kind(),
@@ -360,8 +414,9 @@ pub fn run(a: BlastArgs) -> CmdResult {
     })?;
     let mut log = Log::new(a.json);
     log.line(&format!(
-        "flowlane blast: {} flow(s) to {dst} on {} thread(s) (CPUs {:?}), {frame}-byte frames \
+        "flowlane blast ({}): {} flow(s) to {dst} on {} thread(s) (CPUs {:?}), {frame}-byte frames \
          ({payload}-byte payload), {}{}{}",
+        if raw { "raw, AF_PACKET TX ring, qdisc bypass" } else { "udp" },
         flows.len(),
         nthreads,
         cpus,
@@ -483,12 +538,12 @@ impl Summary {
         let (mut lost, mut reordered, mut duplicates) = (0, 0, 0);
         let mut flow_json = Vec::new();
         for r in reports {
-            if a.echo {
+            if let Some(h) = &r.rtt_ns {
                 match rtt.as_mut() {
-                    Some(h) => {
-                        let _ = h.add(&r.rtt_ns);
+                    Some(all) => {
+                        let _ = all.add(h);
                     }
-                    None => rtt = Some(r.rtt_ns.clone()),
+                    None => rtt = Some(h.clone()),
                 }
             }
             for f in &r.flows {
@@ -709,4 +764,73 @@ impl Summary {
         }
         println!("{}", self.pktgen_line());
     }
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad = || format!("`{s}` is not a MAC address like 02:00:00:00:00:01");
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut m = [0u8; 6];
+    for (o, p) in m.iter_mut().zip(parts) {
+        *o = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    Ok(m)
+}
+
+/// Resolves what raw mode needs about `dev`: index, MACs, MTU check.
+fn raw_link(a: &BlastArgs, dst: SocketAddr, frame: usize) -> Result<RawLink, Failure> {
+    let dev = a
+        .dev
+        .as_deref()
+        .ok_or_else(|| Failure::usage(anyhow!("--mode raw needs --dev IFACE")))?;
+    let sys_path = format!("/sys/class/net/{dev}");
+    let read = |f: &str| std::fs::read_to_string(format!("{sys_path}/{f}"));
+    let mac_text = read("address").map_err(|_| {
+        Failure::usage(anyhow!(
+            "no interface `{dev}` here (see `ip link`; in a namespace, run inside it)"
+        ))
+    })?;
+    let src_mac = parse_mac(mac_text.trim()).map_err(|e| Failure::runtime(anyhow!(e)))?;
+    let mtu: usize = read("mtu")
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(1500);
+    let max = mtu + 14 + if a.vlan.is_some() { 4 } else { 0 };
+    if frame > max {
+        return Err(Failure::usage(anyhow!(
+            "a {frame}-byte frame is above what {dev} carries (MTU {mtu}: at most {max} bytes \
+             without FCS)"
+        )));
+    }
+    let ifindex = sys::packet::ifindex(dev).map_err(|e| Failure::usage(anyhow!("{dev}: {e}")))?;
+    let dst_mac = match a.dst_mac {
+        Some(m) => m,
+        None => {
+            let out = flowlane_lab::ip(&["neigh", "show", "to", &dst.ip().to_string(), "dev", dev])
+                .map_err(|e| Failure::runtime(anyhow!(e)))?;
+            let mac = out
+                .split_whitespace()
+                .skip_while(|w| *w != "lladdr")
+                .nth(1)
+                .and_then(|m| parse_mac(m).ok());
+            mac.ok_or_else(|| {
+                Failure::usage(anyhow!(
+                    "no neighbour entry for {} on {dev}: give --dst-mac, or let the kernel \
+                     resolve it first (e.g. ping it once)",
+                    dst.ip()
+                ))
+            })?
+        }
+    };
+    Ok(RawLink {
+        ifindex,
+        src_mac,
+        dst_mac,
+        vlan: a.vlan,
+        frame,
+        qdisc_bypass: true,
+    })
 }

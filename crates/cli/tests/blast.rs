@@ -10,12 +10,20 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
 
-fn pair() -> Option<Pair> {
+/// Namespace tests measure rates and exact counters on a 2-core machine: one at a time, so
+/// they do not take each other's CPU time (the lock is held for the test's whole life).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn pair() -> Option<(std::sync::MutexGuard<'static, ()>, Pair)> {
     if !flowlane_lab::can_create_namespaces() {
         eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
         return None;
     }
-    Some(Pair::create("fl-blast", 1).expect("namespaces and veth"))
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    Some((
+        guard,
+        Pair::create("fl-blast", 1).expect("namespaces and veth"),
+    ))
 }
 
 fn json_of(out: &Output) -> Value {
@@ -51,7 +59,7 @@ fn dut_rx(p: &Pair, f: impl FnOnce()) -> u64 {
 
 #[test]
 fn count_is_exact_on_the_peer_interface() {
-    let Some(p) = pair() else { return };
+    let Some((_one, p)) = pair() else { return };
     let to = format!("{DUT_ADDR}:9000");
     let mut j = Value::Null;
     let n = dut_rx(&p, || {
@@ -72,7 +80,7 @@ fn count_is_exact_on_the_peer_interface() {
 
 #[test]
 fn paced_rate_lands_within_two_percent_at_the_peer() {
-    let Some(p) = pair() else { return };
+    let Some((_one, p)) = pair() else { return };
     let to = format!("{DUT_ADDR}:9000");
     let mut j = Value::Null;
     let n = dut_rx(&p, || {
@@ -87,7 +95,7 @@ fn paced_rate_lands_within_two_percent_at_the_peer() {
 
 #[test]
 fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
-    let Some(p) = pair() else { return };
+    let Some((_one, p)) = pair() else { return };
     if Command::new("nft").arg("--version").output().is_err() {
         eprintln!("SKIP: nft is needed (apt-get install nftables)");
         return;
@@ -243,5 +251,53 @@ fn impossible_requests_are_usage_errors() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn raw_mode_count_is_exact_on_the_peer_interface() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    let mut j = Value::Null;
+    let n = dut_rx(&p, || {
+        j = blast(
+            &p,
+            &[
+                "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--count", "100000", "--flows",
+                "3",
+            ],
+        );
+    });
+    assert_eq!(j["tx_packets"], 100_000);
+    assert_eq!(n, 100_000, "frames counted on the peer interface");
+    let per_flow: Vec<u64> = j["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .map(|f| f["tx_packets"].as_u64().expect("count"))
+        .collect();
+    assert_eq!(per_flow.iter().sum::<u64>(), 100_000);
+    // Raw frames carry real source ports, one per flow.
+    assert_eq!(j["flows"][2]["src"], "198.18.0.1:10002");
+    // A raw run without --dev, or with an interface that is not there: usage errors.
+    for args in [
+        vec!["blast", "--mode", "raw", "--to", &to, "--count", "1"],
+        vec![
+            "blast", "--mode", "raw", "--dev", "nosuch0", "--to", &to, "--count", "1",
+        ],
+        vec![
+            "blast", "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--size", "1600",
+        ],
+        vec![
+            "blast", "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--echo",
+        ],
+    ] {
+        let out = p.gen.command(BIN).args(&args).output().expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -68,8 +68,8 @@ pub struct FlowResult {
 pub struct BlastReport {
     /// Per flow, in id order.
     pub flows: Vec<FlowResult>,
-    /// Round-trip times of echoes, ns.
-    pub rtt_ns: Histogram<u64>,
+    /// Round-trip times of echoes, ns (none without echoes).
+    pub rtt_ns: Option<Histogram<u64>>,
     /// When the first datagram left and the last one left (CLOCK_MONOTONIC ns).
     pub tx_window_ns: (u64, u64),
 }
@@ -147,6 +147,19 @@ impl UdpBlaster {
             s.connect(f.dst).map_err(sock_err(f.src, "connect"))?;
             s.set_nonblocking(true)
                 .map_err(sock_err(f.src, "fcntl(O_NONBLOCK)"))?;
+            // A deep send buffer: a scheduling hiccup on this core should not turn into EAGAIN.
+            let deep = 4 << 20;
+            if sys::set_int(
+                &s,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUFFORCE,
+                deep,
+                "SO_SNDBUFFORCE",
+            )
+            .is_err()
+            {
+                let _ = sys::set_int(&s, libc::SOL_SOCKET, libc::SO_SNDBUF, deep, "SO_SNDBUF");
+            }
             if job.echo {
                 // Room for echoes while the thread is busy sending: forced where allowed
                 // (CAP_NET_ADMIN), else whatever net.core.rmem_max grants. Drops that still
@@ -367,22 +380,13 @@ impl Poll for UdpBlaster {
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
         let now = sys::monotonic_ns();
-        let max = Duration::from_millis(timeout_ms.max(1) as u64);
         let d = match (&self.pacer, self.linger_until) {
             (_, Some(_)) => Duration::from_micros(200),
             (Some(p), None) => Duration::from_nanos(p.wait_ns(now)),
             // Unpaced and short: the socket buffer was full; let the kernel drain it.
             (None, None) => Duration::from_micros(20),
         };
-        if d >= Duration::from_micros(60) {
-            std::thread::sleep(d.min(max));
-        } else if !d.is_zero() {
-            // Shorter than a sleep's own overhead: yield until due.
-            let end = now + d.as_nanos() as u64;
-            while sys::monotonic_ns() < end {
-                std::thread::yield_now();
-            }
-        }
+        pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
         Ok(())
     }
 
@@ -417,11 +421,256 @@ impl Poll for UdpBlaster {
             .collect();
         let r = BlastReport {
             flows,
-            rtt_ns: self.rtt.clone(),
+            rtt_ns: self.job.echo.then(|| self.rtt.clone()),
             tx_window_ns: (self.first_tx, self.last_tx),
         };
         if let Ok(mut g) = self.report.lock() {
             *g = Some(r);
+        }
+    }
+}
+
+/// Where raw frames go and how they are addressed.
+#[derive(Debug, Clone)]
+pub struct RawLink {
+    /// Interface index (in the worker's namespace).
+    pub ifindex: u32,
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// 802.1Q tag, if any.
+    pub vlan: Option<u16>,
+    /// Frame bytes (FCS excluded).
+    pub frame: usize,
+    /// Skip the qdisc layer.
+    pub qdisc_bypass: bool,
+}
+
+/// A sending worker on an AF_PACKET TX ring: every slot holds its flow's frame, built once;
+/// per packet only the flowlane header is patched (with an incremental UDP checksum update).
+#[derive(Debug)]
+pub struct RawBlaster {
+    job: BlastJob,
+    ring: sys::packet::TxRing,
+    templates: Vec<flowlane_wire::Template>,
+    seq: Vec<u64>,
+    pacer: Option<Pacer>,
+    sent: u64,
+    first_tx: u64,
+    last_tx: u64,
+    finished: bool,
+    report: Arc<Mutex<Option<BlastReport>>>,
+}
+
+impl RawBlaster {
+    /// Opens the ring on `link` and writes every slot's frame once.
+    pub fn new(
+        job: BlastJob,
+        link: &RawLink,
+        report: Arc<Mutex<Option<BlastReport>>>,
+    ) -> Result<RawBlaster, BlastError> {
+        if job.flows.is_empty() {
+            return Err(BlastError::Job("a worker without flows".into()));
+        }
+        let mut templates = Vec::with_capacity(job.flows.len());
+        for f in &job.flows {
+            let t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
+                src_mac: link.src_mac,
+                dst_mac: link.dst_mac,
+                vlan: link.vlan,
+                src: f.src,
+                dst: f.dst,
+                frame_len: link.frame,
+            })
+            .map_err(|e| BlastError::Job(format!("flow {}: {e}", f.id)))?;
+            templates.push(t);
+        }
+        let mut ring =
+            sys::packet::TxRing::open(link.ifindex, 2048, link.frame + 32, link.qdisc_bypass)
+                .map_err(|error| BlastError::Socket {
+                    src: job.flows[0].src,
+                    error,
+                })?;
+        if link.frame > ring.max_frame() {
+            return Err(BlastError::Job(format!(
+                "a {}-byte frame does not fit a ring slot",
+                link.frame
+            )));
+        }
+        let n = templates.len();
+        for i in 0..ring.frames() {
+            if let Some(buf) = ring.slot_mut(i) {
+                let t = &templates[i % n].bytes;
+                buf[..t.len()].copy_from_slice(t);
+            }
+        }
+        let now = sys::monotonic_ns();
+        Ok(RawBlaster {
+            pacer: job.pps.map(|p| Pacer::new(p, job.burst, now)),
+            seq: vec![0; n],
+            ring,
+            templates,
+            sent: 0,
+            first_tx: 0,
+            last_tx: 0,
+            finished: false,
+            report,
+            job,
+        })
+    }
+}
+
+impl Poll for RawBlaster {
+    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+        let now = sys::monotonic_ns();
+        let over = self.job.quota.is_some_and(|q| self.sent >= q)
+            || self.job.deadline_ns.is_some_and(|d| now >= d);
+        if over {
+            // Hand every queued frame to the driver before finishing (bounded: 1 s).
+            let until = now + 1_000_000_000;
+            while self.ring.in_flight() > 0 && sys::monotonic_ns() < until {
+                self.ring.kick().map_err(|e| e.to_string())?;
+                std::thread::yield_now();
+            }
+            self.finished = true;
+            return Ok(0);
+        }
+        let mut n = budget;
+        if let Some(q) = self.job.quota {
+            n = n.min((q - self.sent) as usize);
+        }
+        if let Some(p) = self.pacer.as_mut() {
+            n = p.allowed(now, n);
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        let nflows = self.templates.len();
+        let (templates, seq, flows) = (&self.templates, &mut self.seq, &self.job.flows);
+        let mut bytes = 0usize;
+        let queued = self.ring.queue(n, |slot, buf| {
+            let f = slot % nflows;
+            let t = &templates[f];
+            let h = FlowHeader {
+                flow: flows[f].id,
+                seq: seq[f] as u32,
+                tx_ns: now,
+            };
+            t.patch(&mut buf[..t.bytes.len()], &h);
+            seq[f] += 1;
+            bytes += t.bytes.len();
+            t.bytes.len()
+        });
+        self.ring.kick().map_err(|e| e.to_string())?;
+        if queued > 0 {
+            if self.sent == 0 {
+                self.first_tx = now;
+            }
+            self.last_tx = now;
+        }
+        self.sent += queued as u64;
+        if let Some(p) = self.pacer.as_mut() {
+            p.sent(queued);
+        }
+        bump(&st.tx_packets, queued as u64);
+        bump(&st.tx_bytes, bytes as u64);
+        if queued < n {
+            bump(&st.tx_full, 1);
+        }
+        Ok(queued)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        let now = sys::monotonic_ns();
+        let d = match &self.pacer {
+            Some(p) => Duration::from_nanos(p.wait_ns(now)),
+            None => Duration::from_micros(20),
+        };
+        pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.finished
+    }
+
+    fn finish(&mut self, st: &WorkerStats) {
+        if self.ring.wrong_format > 0 {
+            crate::set(&st.tx_failed, self.ring.wrong_format);
+        }
+        let flows = self
+            .job
+            .flows
+            .iter()
+            .zip(&self.seq)
+            .map(|(&flow, &sent)| FlowResult {
+                flow,
+                sent,
+                rx: SeqTracker::default(),
+            })
+            .collect();
+        let r = BlastReport {
+            flows,
+            rtt_ns: None,
+            tx_window_ns: (self.first_tx, self.last_tx),
+        };
+        if let Ok(mut g) = self.report.lock() {
+            *g = Some(r);
+        }
+    }
+}
+
+/// Sleeps `d` (at most `max`); below a sleep's own overhead, yields until due.
+fn pause(d: Duration, max: Duration) {
+    if d >= Duration::from_micros(60) {
+        std::thread::sleep(d.min(max));
+    } else if !d.is_zero() {
+        let end = sys::monotonic_ns() + d.as_nanos() as u64;
+        while sys::monotonic_ns() < end {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A sender of either kind, chosen once at start-up (one `match` per batch, none per packet).
+#[derive(Debug)]
+pub enum Sender {
+    /// UDP sockets (boxed, as is Raw: one per worker, so the indirection costs nothing).
+    Udp(Box<UdpBlaster>),
+    /// AF_PACKET TX ring.
+    Raw(Box<RawBlaster>),
+}
+
+impl Poll for Sender {
+    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+        match self {
+            Sender::Udp(s) => s.poll(budget, st),
+            Sender::Raw(s) => s.poll(budget, st),
+        }
+    }
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        match self {
+            Sender::Udp(s) => s.wait(timeout_ms),
+            Sender::Raw(s) => s.wait(timeout_ms),
+        }
+    }
+    fn idle(&mut self, st: &WorkerStats) {
+        match self {
+            Sender::Udp(s) => s.idle(st),
+            Sender::Raw(s) => s.idle(st),
+        }
+    }
+    fn done(&self) -> bool {
+        match self {
+            Sender::Udp(s) => s.done(),
+            Sender::Raw(s) => s.done(),
+        }
+    }
+    fn finish(&mut self, st: &WorkerStats) {
+        match self {
+            Sender::Udp(s) => s.finish(st),
+            Sender::Raw(s) => s.finish(st),
         }
     }
 }

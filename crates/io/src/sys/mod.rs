@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
 pub mod bpf;
+pub mod packet;
 
 /// A failed system call.
 #[derive(Debug)]
