@@ -99,6 +99,103 @@ impl std::fmt::Display for BlastError {
 
 impl std::error::Error for BlastError {}
 
+/// What both senders keep about their sending: how much may leave now, what left, and when.
+#[derive(Debug)]
+struct TxBook {
+    pacer: Option<Pacer>,
+    quota: Option<u64>,
+    deadline_ns: Option<u64>,
+    sent: u64,
+    first_tx: u64,
+    last_tx: u64,
+}
+
+impl TxBook {
+    fn new(job: &BlastJob) -> TxBook {
+        let now = sys::monotonic_ns();
+        TxBook {
+            pacer: job.pps.map(|p| Pacer::new(p, job.burst, now)),
+            quota: job.quota,
+            deadline_ns: job.deadline_ns,
+            sent: 0,
+            first_tx: 0,
+            last_tx: 0,
+        }
+    }
+
+    /// Sending is over: quota reached or deadline passed.
+    fn over(&self, now: u64) -> bool {
+        self.quota.is_some_and(|q| self.sent >= q) || self.deadline_ns.is_some_and(|d| now >= d)
+    }
+
+    /// Datagrams that may leave now, at most `max`.
+    fn allow(&mut self, now: u64, max: usize) -> usize {
+        let mut n = max;
+        if let Some(q) = self.quota {
+            n = n.min(q.saturating_sub(self.sent) as usize);
+        }
+        if let Some(p) = self.pacer.as_mut() {
+            n = p.allowed(now, n);
+        }
+        n
+    }
+
+    /// Records `sent` of `asked` datagrams (`bytes` in all) leaving at `now`.
+    fn record(&mut self, st: &WorkerStats, now: u64, asked: usize, sent: usize, bytes: usize) {
+        if sent > 0 {
+            if self.sent == 0 {
+                self.first_tx = now;
+            }
+            self.last_tx = now;
+        }
+        self.sent += sent as u64;
+        if let Some(p) = self.pacer.as_mut() {
+            p.sent(sent);
+        }
+        bump(&st.tx_packets, sent as u64);
+        bump(&st.tx_bytes, bytes as u64);
+        if sent < asked {
+            bump(&st.tx_full, 1);
+        }
+    }
+
+    /// How long to wait before the next datagram is due (`idle` when unpaced).
+    fn wait(&self, now: u64, idle: Duration) -> Duration {
+        match &self.pacer {
+            Some(p) => Duration::from_nanos(p.wait_ns(now)),
+            None => idle,
+        }
+    }
+
+    /// Hands the per-flow counts over as the worker's report.
+    fn publish(
+        &self,
+        to: &Mutex<Option<BlastReport>>,
+        flows: &[Flow],
+        sent: &[u64],
+        rx: Option<&[SeqTracker]>,
+        rtt_ns: Option<Histogram<u64>>,
+    ) {
+        let flows = flows
+            .iter()
+            .zip(sent)
+            .enumerate()
+            .map(|(i, (&flow, &sent))| FlowResult {
+                flow,
+                sent,
+                rx: rx.and_then(|r| r.get(i)).cloned().unwrap_or_default(),
+            })
+            .collect();
+        if let Ok(mut g) = to.lock() {
+            *g = Some(BlastReport {
+                flows,
+                rtt_ns,
+                tx_window_ns: (self.first_tx, self.last_tx),
+            });
+        }
+    }
+}
+
 /// A sending worker.
 #[derive(Debug)]
 pub struct UdpBlaster {
@@ -109,14 +206,11 @@ pub struct UdpBlaster {
     out: SendBatch,
     out_dst: SocketAddr,
     inb: Option<MmsgBatch>,
-    pacer: Option<Pacer>,
+    book: TxBook,
     rtt: Histogram<u64>,
-    sent: u64,
     /// Per flow: datagrams still to send (with a quota, split evenly over the flows).
     left: Option<Vec<u64>>,
     next_flow: usize,
-    first_tx: u64,
-    last_tx: u64,
     linger_until: Option<u64>,
     finished: bool,
     report: Arc<Mutex<Option<BlastReport>>>,
@@ -187,8 +281,6 @@ impl UdpBlaster {
                 *b = k as u8;
             }
         }
-        let now = sys::monotonic_ns();
-        let pacer = job.pps.map(|p| Pacer::new(p, job.burst, now));
         let n = job.flows.len();
         Ok(UdpBlaster {
             inb: job.echo.then(|| MmsgBatch::new(64, 2048)),
@@ -197,28 +289,20 @@ impl UdpBlaster {
             rx: vec![SeqTracker::default(); n],
             out,
             out_dst: first.dst,
-            pacer,
+            book: TxBook::new(&job),
             // 1 ns .. 100 s, 3 significant digits.
             rtt: Histogram::new_with_bounds(1, 100_000_000_000, 3)
                 .map_err(|e| BlastError::Job(format!("histogram: {e}")))?,
-            sent: 0,
             left: job.quota.map(|q| {
                 let n = job.flows.len() as u64;
                 (0..n).map(|i| q / n + u64::from(i < q % n)).collect()
             }),
             next_flow: 0,
-            first_tx: 0,
-            last_tx: 0,
             linger_until: None,
             finished: false,
             report,
             job,
         })
-    }
-
-    fn sending_over(&self, now: u64) -> bool {
-        self.job.quota.is_some_and(|q| self.sent >= q)
-            || self.job.deadline_ns.is_some_and(|d| now >= d)
     }
 
     /// Reads echoes waiting on flow `i`'s socket.
@@ -269,13 +353,7 @@ impl UdpBlaster {
     }
 
     fn send_round(&mut self, budget: usize, now: u64, st: &WorkerStats) -> Result<usize, String> {
-        let mut n = budget.min(self.out.slots());
-        if let Some(q) = self.job.quota {
-            n = n.min((q - self.sent) as usize);
-        }
-        if let Some(p) = self.pacer.as_mut() {
-            n = p.allowed(now, n);
-        }
+        let mut n = self.book.allow(now, budget.min(self.out.slots()));
         if n == 0 {
             return Ok(0);
         }
@@ -332,22 +410,8 @@ impl UdpBlaster {
         if let Some(left) = self.left.as_mut() {
             left[i] -= sent as u64;
         }
-        if sent > 0 {
-            if self.sent == 0 {
-                self.first_tx = now;
-            }
-            self.last_tx = now;
-        }
         self.seq[i] += sent as u64;
-        self.sent += sent as u64;
-        if let Some(p) = self.pacer.as_mut() {
-            p.sent(sent);
-        }
-        bump(&st.tx_packets, sent as u64);
-        bump(&st.tx_bytes, (sent * self.job.payload) as u64);
-        if sent < n {
-            bump(&st.tx_full, 1);
-        }
+        self.book.record(st, now, n, sent, sent * self.job.payload);
         self.drain(i, st)?;
         Ok(sent)
     }
@@ -356,7 +420,7 @@ impl UdpBlaster {
 impl Poll for UdpBlaster {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
         let now = sys::monotonic_ns();
-        if !self.sending_over(now) {
+        if !self.book.over(now) {
             return self.send_round(budget, now, st);
         }
         // Sending is over: collect the last echoes, then finish.
@@ -380,11 +444,10 @@ impl Poll for UdpBlaster {
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
         let now = sys::monotonic_ns();
-        let d = match (&self.pacer, self.linger_until) {
-            (_, Some(_)) => Duration::from_micros(200),
-            (Some(p), None) => Duration::from_nanos(p.wait_ns(now)),
+        let d = match self.linger_until {
+            Some(_) => Duration::from_micros(200),
             // Unpaced and short: the socket buffer was full; let the kernel drain it.
-            (None, None) => Duration::from_micros(20),
+            None => self.book.wait(now, Duration::from_micros(20)),
         };
         pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
         Ok(())
@@ -407,26 +470,13 @@ impl Poll for UdpBlaster {
     }
 
     fn finish(&mut self, _st: &WorkerStats) {
-        let flows = self
-            .job
-            .flows
-            .iter()
-            .zip(&self.seq)
-            .zip(&self.rx)
-            .map(|((&flow, &sent), rx)| FlowResult {
-                flow,
-                sent,
-                rx: rx.clone(),
-            })
-            .collect();
-        let r = BlastReport {
-            flows,
-            rtt_ns: self.job.echo.then(|| self.rtt.clone()),
-            tx_window_ns: (self.first_tx, self.last_tx),
-        };
-        if let Ok(mut g) = self.report.lock() {
-            *g = Some(r);
-        }
+        self.book.publish(
+            &self.report,
+            &self.job.flows,
+            &self.seq,
+            Some(&self.rx),
+            self.job.echo.then(|| self.rtt.clone()),
+        );
     }
 }
 
@@ -455,10 +505,7 @@ pub struct RawBlaster {
     ring: sys::packet::TxRing,
     templates: Vec<flowlane_wire::Template>,
     seq: Vec<u64>,
-    pacer: Option<Pacer>,
-    sent: u64,
-    first_tx: u64,
-    last_tx: u64,
+    book: TxBook,
     finished: bool,
     report: Arc<Mutex<Option<BlastReport>>>,
 }
@@ -505,15 +552,11 @@ impl RawBlaster {
                 buf[..t.len()].copy_from_slice(t);
             }
         }
-        let now = sys::monotonic_ns();
         Ok(RawBlaster {
-            pacer: job.pps.map(|p| Pacer::new(p, job.burst, now)),
+            book: TxBook::new(&job),
             seq: vec![0; n],
             ring,
             templates,
-            sent: 0,
-            first_tx: 0,
-            last_tx: 0,
             finished: false,
             report,
             job,
@@ -524,9 +567,7 @@ impl RawBlaster {
 impl Poll for RawBlaster {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
         let now = sys::monotonic_ns();
-        let over = self.job.quota.is_some_and(|q| self.sent >= q)
-            || self.job.deadline_ns.is_some_and(|d| now >= d);
-        if over {
+        if self.book.over(now) {
             // Hand every queued frame to the driver before finishing (bounded: 1 s).
             let until = now + 1_000_000_000;
             while self.ring.in_flight() > 0 && sys::monotonic_ns() < until {
@@ -536,13 +577,7 @@ impl Poll for RawBlaster {
             self.finished = true;
             return Ok(0);
         }
-        let mut n = budget;
-        if let Some(q) = self.job.quota {
-            n = n.min((q - self.sent) as usize);
-        }
-        if let Some(p) = self.pacer.as_mut() {
-            n = p.allowed(now, n);
-        }
+        let n = self.book.allow(now, budget);
         if n == 0 {
             return Ok(0);
         }
@@ -563,30 +598,14 @@ impl Poll for RawBlaster {
             t.bytes.len()
         });
         self.ring.kick().map_err(|e| e.to_string())?;
-        if queued > 0 {
-            if self.sent == 0 {
-                self.first_tx = now;
-            }
-            self.last_tx = now;
-        }
-        self.sent += queued as u64;
-        if let Some(p) = self.pacer.as_mut() {
-            p.sent(queued);
-        }
-        bump(&st.tx_packets, queued as u64);
-        bump(&st.tx_bytes, bytes as u64);
-        if queued < n {
-            bump(&st.tx_full, 1);
-        }
+        self.book.record(st, now, n, queued, bytes);
         Ok(queued)
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        let now = sys::monotonic_ns();
-        let d = match &self.pacer {
-            Some(p) => Duration::from_nanos(p.wait_ns(now)),
-            None => Duration::from_micros(20),
-        };
+        let d = self
+            .book
+            .wait(sys::monotonic_ns(), Duration::from_micros(20));
         pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
         Ok(())
     }
@@ -599,25 +618,8 @@ impl Poll for RawBlaster {
         if self.ring.wrong_format > 0 {
             crate::set(&st.tx_failed, self.ring.wrong_format);
         }
-        let flows = self
-            .job
-            .flows
-            .iter()
-            .zip(&self.seq)
-            .map(|(&flow, &sent)| FlowResult {
-                flow,
-                sent,
-                rx: SeqTracker::default(),
-            })
-            .collect();
-        let r = BlastReport {
-            flows,
-            rtt_ns: None,
-            tx_window_ns: (self.first_tx, self.last_tx),
-        };
-        if let Ok(mut g) = self.report.lock() {
-            *g = Some(r);
-        }
+        self.book
+            .publish(&self.report, &self.job.flows, &self.seq, None, None);
     }
 }
 
