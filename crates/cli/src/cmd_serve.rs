@@ -396,17 +396,18 @@ pub fn run(a: ServeArgs) -> CmdResult {
 
 fn header() -> String {
     format!(
-        "{:>6} {:>12} {:>10} {:>9} {:>12} {:>10} {:>11} {:>6}",
-        "cpu", "rx pkts", "rx pps", "rx Mbps", "echoed", "drops", "missteered", "fill"
+        "{:>6} {:>12} {:>14} {:>10} {:>9} {:>12} {:>10} {:>11} {:>6}",
+        "cpu", "rx pkts", "rx bytes", "rx pps", "rx Mbps", "echoed", "drops", "missteered", "fill"
     )
 }
 
 fn row(label: &str, d: &Snapshot, secs: f64, detected: bool) -> String {
     let secs = secs.max(1e-9);
     format!(
-        "{:>6} {:>12} {:>10.0} {:>9.1} {:>12} {:>10} {:>11} {:>6.1}",
+        "{:>6} {:>12} {:>14} {:>10.0} {:>9.1} {:>12} {:>10} {:>11} {:>6.1}",
         label,
         d.rx_packets,
+        d.rx_bytes,
         d.rx_packets as f64 / secs,
         d.rx_bytes as f64 * 8.0 / secs / 1e6,
         d.tx_packets,
