@@ -86,4 +86,13 @@ fn main() {
         c,
         raw / udp.max(1.0)
     );
+    let (xdp, s, c) = run("xdp");
+    println!(
+        "{:<36} {:>14.0} {:>12} {:>12} {:>8.2}",
+        "xdp (AF_XDP, copy mode)",
+        xdp,
+        s,
+        c,
+        xdp / udp.max(1.0)
+    );
 }

@@ -13,7 +13,8 @@ use flowlane_io::sys;
 use flowlane_rss::pick::{pick, PickSpec};
 use flowlane_rss::Toeplitz;
 use flowlane_runtime::blast::{
-    BlastError, BlastJob, BlastReport, Flow, RawBlaster, RawLink, Sender, UdpBlaster,
+    packet_ring, xdp_socket, BlastError, BlastJob, BlastReport, Flow, RawBlaster, RawLink, Sender,
+    UdpBlaster,
 };
 use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use flowlane_wire::frame::headers_len;
@@ -53,6 +54,9 @@ enum ModeArg {
     /// Whole frames through an AF_PACKET TX ring on --dev, bypassing the qdisc layer; frames
     /// are built once per flow and patched per packet. Needs CAP_NET_RAW.
     Raw,
+    /// Whole frames through AF_XDP sockets on --dev (thread i on TX queue i; copy mode, so
+    /// it works on veth; need_wakeup), the UMEM filled once with template frames.
+    Xdp,
 }
 
 #[derive(Debug, Args)]
@@ -283,12 +287,12 @@ pub fn run(a: BlastArgs) -> CmdResult {
         return Err(Failure::usage(anyhow!("--to needs a port other than 0")));
     }
     let v6 = dst.is_ipv6();
-    let raw = a.mode == ModeArg::Raw;
+    let raw = a.mode != ModeArg::Udp;
     let hdrs = headers_len(v6, raw && a.vlan.is_some());
     if raw && a.echo {
         return Err(Failure::usage(anyhow!(
-            "--echo takes echoes on UDP sockets: use --mode udp (raw frames are counted at the \
-             receiver: `flowlane serve`, or the interface counters)"
+            "--echo takes echoes on UDP sockets: use --mode udp (raw and xdp frames are counted \
+             at the receiver: `flowlane serve`, or the interface counters)"
         )));
     }
     let (payload, frame) = match a.payload {
@@ -382,20 +386,34 @@ pub fn run(a: BlastArgs) -> CmdResult {
         budget: a.batch as usize,
         wait_ms: 50,
     };
-    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| match &link {
-        Some(l) => RawBlaster::new(jobs2[idx].clone(), l, reports2[idx].clone())
-            .map(|r| Sender::Raw(Box::new(r))),
-        None => UdpBlaster::new(jobs2[idx].clone(), reports2[idx].clone())
-            .map(|u| Sender::Udp(Box::new(u))),
+    let mode = a.mode;
+    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
+        let (job, report) = (jobs2[idx].clone(), reports2[idx].clone());
+        let src = job.flows.first().map(|f| f.src);
+        let sock_err = |error| BlastError::Socket {
+            src: src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            error,
+        };
+        match (&link, mode) {
+            (Some(l), ModeArg::Xdp) => {
+                let x = xdp_socket(l, idx as u32).map_err(sock_err)?;
+                RawBlaster::new(job, l, x, report).map(|r| Sender::Xdp(Box::new(r)))
+            }
+            (Some(l), _) => {
+                let ring = packet_ring(l).map_err(sock_err)?;
+                RawBlaster::new(job, l, ring, report).map(|r| Sender::Raw(Box::new(r)))
+            }
+            (None, _) => UdpBlaster::new(job, report).map(|u| Sender::Udp(Box::new(u))),
+        }
     })
     .map_err(|e| match e {
         StartError::Pin { .. } => Failure::usage(anyhow!(e.to_string())),
         StartError::Open(BlastError::Socket { ref error, .. })
-            if error.call.contains("AF_PACKET")
+            if (error.call.contains("AF_PACKET") || error.call.contains("AF_XDP"))
                 && error.source.kind() == std::io::ErrorKind::PermissionDenied =>
         {
             Failure::usage(anyhow!(
-                "{e}: raw mode needs CAP_NET_RAW (run as root or grant the capability)"
+                "{e}: raw and xdp modes need CAP_NET_RAW (run as root or grant the capability)"
             ))
         }
         StartError::Open(BlastError::Socket { ref error, .. })
@@ -416,7 +434,11 @@ pub fn run(a: BlastArgs) -> CmdResult {
     log.line(&format!(
         "flowlane blast ({}): {} flow(s) to {dst} on {} thread(s) (CPUs {:?}), {frame}-byte frames \
          ({payload}-byte payload), {}{}{}",
-        if raw { "raw, AF_PACKET TX ring, qdisc bypass" } else { "udp" },
+        match a.mode {
+            ModeArg::Udp => "udp",
+            ModeArg::Raw => "raw, AF_PACKET TX ring, qdisc bypass",
+            ModeArg::Xdp => "xdp, AF_XDP copy mode",
+        },
         flows.len(),
         nthreads,
         cpus,
@@ -785,7 +807,7 @@ fn raw_link(a: &BlastArgs, dst: SocketAddr, frame: usize) -> Result<RawLink, Fai
     let dev = a
         .dev
         .as_deref()
-        .ok_or_else(|| Failure::usage(anyhow!("--mode raw needs --dev IFACE")))?;
+        .ok_or_else(|| Failure::usage(anyhow!("--mode raw and --mode xdp need --dev IFACE")))?;
     let sys_path = format!("/sys/class/net/{dev}");
     let read = |f: &str| std::fs::read_to_string(format!("{sys_path}/{f}"));
     let mac_text = read("address").map_err(|_| {

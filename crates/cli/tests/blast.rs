@@ -256,6 +256,15 @@ fn impossible_requests_are_usage_errors() {
 
 #[test]
 fn raw_mode_count_is_exact_on_the_peer_interface() {
+    frame_mode_count_is_exact("raw");
+}
+
+#[test]
+fn xdp_mode_count_is_exact_on_the_peer_interface() {
+    frame_mode_count_is_exact("xdp");
+}
+
+fn frame_mode_count_is_exact(mode: &str) {
     let Some((_one, p)) = pair() else { return };
     let to = format!("{DUT_ADDR}:9000");
     let mut j = Value::Null;
@@ -263,7 +272,7 @@ fn raw_mode_count_is_exact_on_the_peer_interface() {
         j = blast(
             &p,
             &[
-                "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--count", "100000", "--flows",
+                "--mode", mode, "--dev", &p.gen_if, "--to", &to, "--count", "100000", "--flows",
                 "3",
             ],
         );
@@ -281,15 +290,15 @@ fn raw_mode_count_is_exact_on_the_peer_interface() {
     assert_eq!(j["flows"][2]["src"], "198.18.0.1:10002");
     // A raw run without --dev, or with an interface that is not there: usage errors.
     for args in [
-        vec!["blast", "--mode", "raw", "--to", &to, "--count", "1"],
+        vec!["blast", "--mode", mode, "--to", &to, "--count", "1"],
         vec![
-            "blast", "--mode", "raw", "--dev", "nosuch0", "--to", &to, "--count", "1",
+            "blast", "--mode", mode, "--dev", "nosuch0", "--to", &to, "--count", "1",
         ],
         vec![
-            "blast", "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--size", "1600",
+            "blast", "--mode", mode, "--dev", &p.gen_if, "--to", &to, "--size", "1600",
         ],
         vec![
-            "blast", "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--echo",
+            "blast", "--mode", mode, "--dev", &p.gen_if, "--to", &to, "--echo",
         ],
     ] {
         let out = p.gen.command(BIN).args(&args).output().expect("runs");

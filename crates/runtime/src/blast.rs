@@ -480,6 +480,73 @@ impl Poll for UdpBlaster {
     }
 }
 
+/// A transmit ring of whole frames: AF_PACKET's TX ring or an AF_XDP socket's UMEM.
+pub trait FrameTx: Send + std::fmt::Debug + 'static {
+    /// Slots (frames) in the ring.
+    fn slots(&self) -> usize;
+    /// Slot `i`'s buffer, to write a template into before the first send.
+    fn slot_buf(&mut self, i: usize) -> Option<&mut [u8]>;
+    /// Queues up to `max` frames; `fill(slot, buf)` patches one and returns its length.
+    fn queue(&mut self, max: usize, fill: &mut dyn FnMut(usize, &mut [u8]) -> usize) -> usize;
+    /// Asks the kernel to transmit what is queued.
+    fn kick(&mut self) -> Result<(), sys::SysError>;
+    /// Frames the kernel holds (queued or in transmission).
+    fn in_flight(&mut self) -> usize;
+    /// Frames the kernel refused as malformed.
+    fn refused(&self) -> u64;
+}
+
+impl FrameTx for sys::packet::TxRing {
+    fn slots(&self) -> usize {
+        self.frames()
+    }
+    fn slot_buf(&mut self, i: usize) -> Option<&mut [u8]> {
+        self.slot_mut(i)
+    }
+    fn queue(&mut self, max: usize, fill: &mut dyn FnMut(usize, &mut [u8]) -> usize) -> usize {
+        sys::packet::TxRing::queue(self, max, fill)
+    }
+    fn kick(&mut self) -> Result<(), sys::SysError> {
+        sys::packet::TxRing::kick(self)
+    }
+    fn in_flight(&mut self) -> usize {
+        sys::packet::TxRing::in_flight(self)
+    }
+    fn refused(&self) -> u64 {
+        self.wrong_format
+    }
+}
+
+impl FrameTx for sys::xsk::XskTx {
+    fn slots(&self) -> usize {
+        self.frames() as usize
+    }
+    fn slot_buf(&mut self, i: usize) -> Option<&mut [u8]> {
+        Some(self.frame_mut(i as u32))
+    }
+    fn queue(&mut self, max: usize, fill: &mut dyn FnMut(usize, &mut [u8]) -> usize) -> usize {
+        self.send(max as u32, |i, b| fill(i as usize, b)) as usize
+    }
+    fn kick(&mut self) -> Result<(), sys::SysError> {
+        // In copy mode one wakeup transmits a bounded batch (32 by default): repeat while
+        // descriptors wait, a few times at most per round.
+        for _ in 0..8 {
+            if self.tx_pending() == 0 {
+                break;
+            }
+            sys::xsk::XskTx::kick(self)?;
+        }
+        Ok(())
+    }
+    fn in_flight(&mut self) -> usize {
+        self.reap();
+        self.frames() as usize - self.free() as usize
+    }
+    fn refused(&self) -> u64 {
+        self.tx_invalid()
+    }
+}
+
 /// Where raw frames go and how they are addressed.
 #[derive(Debug, Clone)]
 pub struct RawLink {
@@ -497,12 +564,13 @@ pub struct RawLink {
     pub qdisc_bypass: bool,
 }
 
-/// A sending worker on an AF_PACKET TX ring: every slot holds its flow's frame, built once;
-/// per packet only the flowlane header is patched (with an incremental UDP checksum update).
+/// A sending worker on a frame ring (AF_PACKET TX ring or AF_XDP UMEM): every slot holds its
+/// flow's frame, built once; per packet only the flowlane header is patched (with an
+/// incremental UDP checksum update).
 #[derive(Debug)]
-pub struct RawBlaster {
+pub struct RawBlaster<T: FrameTx> {
     job: BlastJob,
-    ring: sys::packet::TxRing,
+    ring: T,
     templates: Vec<flowlane_wire::Template>,
     seq: Vec<u64>,
     book: TxBook,
@@ -510,13 +578,24 @@ pub struct RawBlaster {
     report: Arc<Mutex<Option<BlastReport>>>,
 }
 
-impl RawBlaster {
-    /// Opens the ring on `link` and writes every slot's frame once.
+/// Opens an AF_PACKET TX ring for `link`.
+pub fn packet_ring(link: &RawLink) -> Result<sys::packet::TxRing, sys::SysError> {
+    sys::packet::TxRing::open(link.ifindex, 2048, link.frame + 32, link.qdisc_bypass)
+}
+
+/// Opens an AF_XDP socket (copy mode) on `link`'s interface, queue `queue`.
+pub fn xdp_socket(link: &RawLink, queue: u32) -> Result<sys::xsk::XskTx, sys::SysError> {
+    sys::xsk::XskTx::open(link.ifindex, queue, 4096, 2048)
+}
+
+impl<T: FrameTx> RawBlaster<T> {
+    /// Writes every slot of `ring` with its flow's frame once.
     pub fn new(
         job: BlastJob,
         link: &RawLink,
+        mut ring: T,
         report: Arc<Mutex<Option<BlastReport>>>,
-    ) -> Result<RawBlaster, BlastError> {
+    ) -> Result<RawBlaster<T>, BlastError> {
         if job.flows.is_empty() {
             return Err(BlastError::Job("a worker without flows".into()));
         }
@@ -533,23 +612,17 @@ impl RawBlaster {
             .map_err(|e| BlastError::Job(format!("flow {}: {e}", f.id)))?;
             templates.push(t);
         }
-        let mut ring =
-            sys::packet::TxRing::open(link.ifindex, 2048, link.frame + 32, link.qdisc_bypass)
-                .map_err(|error| BlastError::Socket {
-                    src: job.flows[0].src,
-                    error,
-                })?;
-        if link.frame > ring.max_frame() {
-            return Err(BlastError::Job(format!(
-                "a {}-byte frame does not fit a ring slot",
-                link.frame
-            )));
-        }
         let n = templates.len();
-        for i in 0..ring.frames() {
-            if let Some(buf) = ring.slot_mut(i) {
+        for i in 0..ring.slots() {
+            if let Some(buf) = ring.slot_buf(i) {
                 let t = &templates[i % n].bytes;
-                buf[..t.len()].copy_from_slice(t);
+                let Some(dst) = buf.get_mut(..t.len()) else {
+                    return Err(BlastError::Job(format!(
+                        "a {}-byte frame does not fit a ring slot",
+                        link.frame
+                    )));
+                };
+                dst.copy_from_slice(t);
             }
         }
         Ok(RawBlaster {
@@ -564,7 +637,7 @@ impl RawBlaster {
     }
 }
 
-impl Poll for RawBlaster {
+impl<T: FrameTx> Poll for RawBlaster<T> {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
         let now = sys::monotonic_ns();
         if self.book.over(now) {
@@ -584,7 +657,7 @@ impl Poll for RawBlaster {
         let nflows = self.templates.len();
         let (templates, seq, flows) = (&self.templates, &mut self.seq, &self.job.flows);
         let mut bytes = 0usize;
-        let queued = self.ring.queue(n, |slot, buf| {
+        let queued = self.ring.queue(n, &mut |slot, buf| {
             let f = slot % nflows;
             let t = &templates[f];
             let h = FlowHeader {
@@ -615,8 +688,9 @@ impl Poll for RawBlaster {
     }
 
     fn finish(&mut self, st: &WorkerStats) {
-        if self.ring.wrong_format > 0 {
-            crate::set(&st.tx_failed, self.ring.wrong_format);
+        let refused = self.ring.refused();
+        if refused > 0 {
+            crate::set(&st.tx_failed, refused);
         }
         self.book
             .publish(&self.report, &self.job.flows, &self.seq, None, None);
@@ -641,7 +715,9 @@ pub enum Sender {
     /// UDP sockets (boxed, as is Raw: one per worker, so the indirection costs nothing).
     Udp(Box<UdpBlaster>),
     /// AF_PACKET TX ring.
-    Raw(Box<RawBlaster>),
+    Raw(Box<RawBlaster<sys::packet::TxRing>>),
+    /// AF_XDP socket (copy mode where the driver has no zero-copy).
+    Xdp(Box<RawBlaster<sys::xsk::XskTx>>),
 }
 
 impl Poll for Sender {
@@ -649,30 +725,35 @@ impl Poll for Sender {
         match self {
             Sender::Udp(s) => s.poll(budget, st),
             Sender::Raw(s) => s.poll(budget, st),
+            Sender::Xdp(s) => s.poll(budget, st),
         }
     }
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
         match self {
             Sender::Udp(s) => s.wait(timeout_ms),
             Sender::Raw(s) => s.wait(timeout_ms),
+            Sender::Xdp(s) => s.wait(timeout_ms),
         }
     }
     fn idle(&mut self, st: &WorkerStats) {
         match self {
             Sender::Udp(s) => s.idle(st),
             Sender::Raw(s) => s.idle(st),
+            Sender::Xdp(s) => s.idle(st),
         }
     }
     fn done(&self) -> bool {
         match self {
             Sender::Udp(s) => s.done(),
             Sender::Raw(s) => s.done(),
+            Sender::Xdp(s) => s.done(),
         }
     }
     fn finish(&mut self, st: &WorkerStats) {
         match self {
             Sender::Udp(s) => s.finish(st),
             Sender::Raw(s) => s.finish(st),
+            Sender::Xdp(s) => s.finish(st),
         }
     }
 }

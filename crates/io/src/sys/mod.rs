@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 pub mod bpf;
 pub mod packet;
+pub mod xsk;
 
 /// A failed system call.
 #[derive(Debug)]
