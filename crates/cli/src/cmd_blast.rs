@@ -353,6 +353,9 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let nthreads = cpus.len().min(flows.len()).max(1);
     let cpus: Vec<usize> = cpus.into_iter().take(nthreads).collect();
     let requested_pps = a.rate.map(|r| r.pps(frame));
+    if let Some(req) = requested_pps {
+        check_line_rate(a.dev.as_deref(), dst, frame, req)?;
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
@@ -855,4 +858,40 @@ fn raw_link(a: &BlastArgs, dst: SocketAddr, frame: usize) -> Result<RawLink, Fai
         frame,
         qdisc_bypass: true,
     })
+}
+
+/// Refuses a rate above what the egress link can carry, when the link reports a speed (veth says
+/// 10 Gb/s; loopback says nothing and is not checked).
+fn check_line_rate(
+    dev: Option<&str>,
+    dst: SocketAddr,
+    frame: usize,
+    pps: f64,
+) -> Result<(), Failure> {
+    let dev = match dev {
+        Some(d) => d.to_string(),
+        None => {
+            let Ok(route) = flowlane_lab::ip(&["route", "get", &dst.ip().to_string()]) else {
+                return Ok(());
+            };
+            match route.split_whitespace().skip_while(|w| *w != "dev").nth(1) {
+                Some(d) => d.to_string(),
+                None => return Ok(()),
+            }
+        }
+    };
+    let speed_mbps: Option<f64> = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|&s| s > 0.0);
+    if let Some(mbps) = speed_mbps {
+        let max = mbps * 1e6 / ((frame + 24) * 8) as f64;
+        if pps > max * 1.0001 {
+            return Err(Failure::usage(anyhow!(
+                "--rate {pps:.0} pps is more than {dev} ({mbps:.0} Mb/s) can carry with \
+                 {frame}-byte frames: at most {max:.0} pps (frame + 4 FCS + 20 preamble/gap)"
+            )));
+        }
+    }
+    Ok(())
 }
