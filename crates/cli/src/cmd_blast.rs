@@ -431,6 +431,9 @@ pub fn run(a: BlastArgs) -> CmdResult {
                 "{e} (is --from an address of this host, and are the ports free?)"
             ))
         }
+        // A job that cannot be built (e.g. a frame larger than a ring slot) is the command
+        // line's to fix.
+        StartError::Open(BlastError::Job(_)) => Failure::usage(anyhow!(e.to_string())),
         _ => Failure::runtime(anyhow!(e.to_string())),
     })?;
     let mut log = Log::new(a.json);

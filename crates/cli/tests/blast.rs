@@ -313,3 +313,31 @@ fn frame_mode_count_is_exact(mode: &str) {
         }
     }
 }
+
+#[test]
+fn echo_to_a_closed_port_counts_icmp_errors_and_finishes() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9009"); // nothing listens there
+    let before = p.gen.snmp().expect("snmp");
+    let j = blast(
+        &p,
+        &[
+            "--to", &to, "--count", "2000", "--rate", "20k", "--echo", "--linger", "0.3",
+        ],
+    );
+    let after = p.gen.snmp().expect("snmp");
+    assert_eq!(
+        j["tx_packets"], 2000,
+        "an ICMP error never stops the sender: {j}"
+    );
+    assert_eq!(j["lost"], 2000);
+    // Each error reported on the socket stands for at least one port unreachable that the
+    // generator's namespace received.
+    let icmp = j["icmp_errors"].as_i64().expect("count");
+    let unreach = after.delta(&before, "Icmp", "InDestUnreachs");
+    assert!(unreach > 0, "the DUT answered with port unreachable");
+    assert!(
+        (1..=unreach).contains(&icmp),
+        "{icmp} errors for {unreach} ICMP: {j}"
+    );
+}

@@ -313,9 +313,16 @@ impl UdpBlaster {
         let first_id = self.job.flows.first().map_or(0, |f| f.id);
         let mut total = 0;
         loop {
-            let n = inb
-                .recv(&self.socks[i], 64)
-                .map_err(|e| format!("receiving echoes: {e}"))?;
+            let n = match inb.recv(&self.socks[i], 64) {
+                Ok(n) => n,
+                // The connected socket's pending ICMP error surfaces on whichever call comes
+                // next, a receive as well as a send: count it, as on send, and go on.
+                Err(e) if icmp_error(&e) => {
+                    bump(&st.icmp_errors, 1);
+                    break;
+                }
+                Err(e) => return Err(format!("receiving echoes: {e}")),
+            };
             if n == 0 {
                 break;
             }
@@ -392,21 +399,33 @@ impl UdpBlaster {
                 h.write(slot);
             }
         }
-        let sent = match self.out.send(&self.socks[i], n) {
-            Ok(s) => s,
-            // A connected socket reports an ICMP error (port unreachable, …) that arrived for
-            // an earlier datagram on its next send, which then carries nothing: count, retry.
-            Err(e)
-                if matches!(
-                    e.source.raw_os_error(),
-                    Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
-                ) =>
-            {
-                bump(&st.icmp_errors, 1);
-                0
+        // A connected socket reports an ICMP error (port unreachable, …) that arrived for an
+        // earlier datagram on its next send. If that send was the first of a sendmmsg batch the
+        // call fails with it; if not, the kernel cuts the batch short and drops the error. So a
+        // short batch is retried at once: taken now means the cut was such an error (counted),
+        // refused (0) means the socket buffer is full.
+        let mut sent = 0;
+        let mut cut_short = false;
+        for _ in 0..4 {
+            match self.out.send_range(&self.socks[i], sent, n) {
+                Ok(0) => break,
+                Ok(k) => {
+                    if cut_short {
+                        bump(&st.icmp_errors, 1);
+                    }
+                    sent += k;
+                    cut_short = sent < n;
+                    if !cut_short {
+                        break;
+                    }
+                }
+                Err(e) if icmp_error(&e) => {
+                    bump(&st.icmp_errors, 1);
+                    cut_short = false;
+                }
+                Err(e) => return Err(format!("flow {}: {e}", flow.id)),
             }
-            Err(e) => return Err(format!("flow {}: {e}", flow.id)),
-        };
+        }
         if let Some(left) = self.left.as_mut() {
             left[i] -= sent as u64;
         }
@@ -695,6 +714,14 @@ impl<T: FrameTx> Poll for RawBlaster<T> {
         self.book
             .publish(&self.report, &self.job.flows, &self.seq, None, None);
     }
+}
+
+/// An error a connected UDP socket reports for an ICMP message (port or host unreachable).
+fn icmp_error(e: &sys::SysError) -> bool {
+    matches!(
+        e.source.raw_os_error(),
+        Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
+    )
 }
 
 /// Sleeps `d` (at most `max`); below a sleep's own overhead, yields until due.

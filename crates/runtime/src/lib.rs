@@ -82,7 +82,7 @@ counters! {
     /// Sends the kernel took only partly or not at all (socket buffer or ring full).
     tx_full,
     /// ICMP errors reported on sends (e.g. port unreachable: nothing listens at the
-    /// destination). The send that reports one carries nothing and is retried.
+    /// destination), or batches cut short by one; the unsent rest is retried at once.
     icmp_errors,
     /// Datagrams this worker's socket got that the kernel processed on another CPU
     /// (eBPF detector; includes ones then dropped for a full buffer).

@@ -8,10 +8,12 @@
 //! numbers below the highest; a packet older than that is counted as reordered (`late`).
 
 /// Sequence numbers below the highest seen for which duplicates are still recognised.
-pub const WINDOW: u64 = 1 << 16;
+/// 4096: 512 bytes of bitmap per flow, allocated on the first packet, so 65 536 flows cost
+/// 32 MiB at most and flows that never see a packet cost nothing.
+pub const WINDOW: u64 = 1 << 12;
 
 /// One flow's receive accounting.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SeqTracker {
     /// Highest extended sequence number seen.
     max: Option<u64>,
@@ -27,19 +29,6 @@ pub struct SeqTracker {
     pub late: u64,
 }
 
-impl Default for SeqTracker {
-    fn default() -> SeqTracker {
-        SeqTracker {
-            max: None,
-            seen: vec![0; (WINDOW / 64) as usize],
-            unique: 0,
-            duplicates: 0,
-            reordered: 0,
-            late: 0,
-        }
-    }
-}
-
 /// What one packet was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
@@ -53,6 +42,9 @@ pub enum Arrival {
 
 impl SeqTracker {
     fn bit(&mut self, s: u64) -> (&mut u64, u64) {
+        if self.seen.is_empty() {
+            self.seen = vec![0; (WINDOW / 64) as usize];
+        }
         let i = (s % WINDOW) as usize;
         (&mut self.seen[i / 64], 1u64 << (i % 64))
     }
@@ -90,7 +82,8 @@ impl SeqTracker {
                 Arrival::Reordered
             }
             _ => {
-                // Clear the bits of the numbers skipped or re-entering the window.
+                // Clear the bits of the numbers skipped or re-entering the window (at most one
+                // window's worth, however far ahead `s` jumped).
                 let from = self.max.map_or(0, |m| m + 1);
                 let from = from.max(s.saturating_sub(WINDOW - 1));
                 for x in from..s {

@@ -44,6 +44,27 @@ fn check(call: &'static str, ret: libc::c_int) -> Result<libc::c_int, SysError> 
     }
 }
 
+/// `setsockopt` with a plain value (an integer, or a `repr(C)` struct the option expects).
+pub(crate) fn set_opt<T>(
+    fd: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+    call: &'static str,
+) -> Result<(), SysError> {
+    // SAFETY: `value` lives across the call and its exact size is passed; the kernel copies it.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            value as *const T as *const libc::c_void,
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    check(call, ret).map(drop)
+}
+
 /// `setsockopt` with an integer value.
 pub fn set_int(
     fd: &impl AsRawFd,
@@ -52,17 +73,7 @@ pub fn set_int(
     value: libc::c_int,
     call: &'static str,
 ) -> Result<(), SysError> {
-    // SAFETY: `value` lives across the call and its exact size is passed.
-    let ret = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            &value as *const libc::c_int as *const libc::c_void,
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    check(call, ret).map(drop)
+    set_opt(fd, level, name, &value, call)
 }
 
 /// `getsockopt` of an integer value.
@@ -696,9 +707,23 @@ impl SendBatch {
     /// Sends slots `0..n` with one `sendmmsg`; returns how many the kernel took (0 when the
     /// send buffer is full).
     pub fn send(&mut self, fd: &impl AsRawFd, n: usize) -> Result<usize, SysError> {
-        let n = n.min(self.slots());
+        self.send_range(fd, 0, n)
+    }
+
+    /// Sends slots `from..to` with one `sendmmsg` (the rest of a batch the kernel cut short);
+    /// returns how many the kernel took.
+    pub fn send_range(
+        &mut self,
+        fd: &impl AsRawFd,
+        from: usize,
+        to: usize,
+    ) -> Result<usize, SysError> {
+        let to = to.min(self.slots());
+        if from >= to {
+            return Ok(0);
+        }
         let base = self.bufs.as_mut_ptr();
-        for i in 0..n {
+        for i in from..to {
             self.iovs[i] = libc::iovec {
                 // In bounds: slot i starts at i * slot_size < bufs.len().
                 iov_base: base.wrapping_add(i * self.slot_size) as *mut libc::c_void,
@@ -713,12 +738,12 @@ impl SendBatch {
             h.msg_controllen = 0;
             h.msg_flags = 0;
         }
-        // SAFETY: headers 0..n point at live buffers, addresses and iovecs owned by `self`.
+        // SAFETY: headers from..to point at live buffers, addresses and iovecs owned by `self`.
         let ret = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
-                self.hdrs.as_mut_ptr(),
-                n as libc::c_uint,
+                self.hdrs.as_mut_ptr().add(from),
+                (to - from) as libc::c_uint,
                 libc::MSG_DONTWAIT,
             )
         };

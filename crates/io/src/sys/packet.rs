@@ -119,17 +119,13 @@ impl TxRing {
             frame_size: frame_size as u32,
             frame_nr: frames as u32,
         };
-        // SAFETY: `req` is a live tpacket_req of the size passed.
-        let ret = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                SOL_PACKET,
-                PACKET_TX_RING,
-                &req as *const TpacketReq as *const libc::c_void,
-                std::mem::size_of::<TpacketReq>() as libc::socklen_t,
-            )
-        };
-        check("setsockopt(PACKET_TX_RING)", ret)?;
+        super::set_opt(
+            &fd,
+            SOL_PACKET,
+            PACKET_TX_RING,
+            &req,
+            "setsockopt(PACKET_TX_RING)",
+        )?;
         let map_len = block_size * blocks;
         // SAFETY: maps the ring the kernel just made for this socket, shared, read-write; the
         // result is checked against MAP_FAILED.

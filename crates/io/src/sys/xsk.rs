@@ -225,23 +225,27 @@ impl XskTx {
             headroom: 0,
             flags: 0,
         };
-        set_struct(&fd, XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)").map_err(free_umem)?;
+        super::set_opt(&fd, SOL_XDP, XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")
+            .map_err(free_umem)?;
         let n = frames;
-        set_struct(
+        super::set_opt(
             &fd,
+            SOL_XDP,
             XDP_UMEM_FILL_RING,
             &n,
             "setsockopt(XDP_UMEM_FILL_RING)",
         )
         .map_err(free_umem)?;
-        set_struct(
+        super::set_opt(
             &fd,
+            SOL_XDP,
             XDP_UMEM_COMPLETION_RING,
             &n,
             "setsockopt(XDP_UMEM_COMPLETION_RING)",
         )
         .map_err(free_umem)?;
-        set_struct(&fd, XDP_TX_RING, &n, "setsockopt(XDP_TX_RING)").map_err(free_umem)?;
+        super::set_opt(&fd, SOL_XDP, XDP_TX_RING, &n, "setsockopt(XDP_TX_RING)")
+            .map_err(free_umem)?;
         let mut off = MmapOffsets::default();
         let mut len = std::mem::size_of::<MmapOffsets>() as libc::socklen_t;
         // SAFETY: `off` and `len` are valid for writes of the sizes given.
@@ -446,24 +450,4 @@ impl Drop for XskTx {
             libc::munmap(self.umem as *mut libc::c_void, self.umem_len);
         }
     }
-}
-
-/// `setsockopt(SOL_XDP, opt, &value)` for a plain struct or integer.
-fn set_struct<T>(
-    fd: &OwnedFd,
-    opt: libc::c_int,
-    v: &T,
-    call: &'static str,
-) -> Result<(), SysError> {
-    // SAFETY: `v` is a live value of the size passed.
-    let ret = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            SOL_XDP,
-            opt,
-            v as *const T as *const libc::c_void,
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    check(call, ret).map(drop)
 }
