@@ -328,11 +328,79 @@ pub enum Rate {
 impl Rate {
     /// Packets per second for frames of `frame` bytes (FCS excluded): a bit rate is divided by
     /// (frame + 4 FCS + 8 preamble/SFD + 12 gap) × 8, as a tester counts line rate.
-    pub fn pps(&self, frame: usize) -> f64 {
+    pub fn pps(&self, frame: f64) -> f64 {
         match *self {
             Rate::Pps(p) => p,
-            Rate::Bps(b) => b / ((frame + 24) * 8) as f64,
+            Rate::Bps(b) => b / ((frame + 24.0) * 8.0),
         }
+    }
+}
+
+/// Frame sizes from the command line: one, or a comma list to sweep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeList(pub Vec<usize>);
+
+/// `60` or `64,128,256,512,1024,1514`.
+pub fn parse_size_list(s: &str) -> Result<SizeList, String> {
+    let v: Result<Vec<usize>, _> = s.split(',').map(|x| x.trim().parse::<usize>()).collect();
+    match v {
+        Ok(v) if !v.is_empty() && v.len() <= 64 => Ok(SizeList(v)),
+        _ => Err(format!(
+            "`{s}` is not a frame size or a comma list of them (at most 64), e.g. 60 or 64,512,1514"
+        )),
+    }
+}
+
+/// An IMIX: frame sizes (FCS included, as IMIX definitions give them) with weights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imix(pub Vec<(usize, u32)>);
+
+/// `64:7,594:4,1518:1` (size:weight, weights 1-1000, at most 1024 frames per cycle).
+pub fn parse_imix(s: &str) -> Result<Imix, String> {
+    let bad = || {
+        format!(
+            "`{s}` is not an IMIX: SIZE:WEIGHT pairs, e.g. 64:7,594:4,1518:1 (sizes with FCS, \
+             weights 1-1000)"
+        )
+    };
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let (size, w) = part.trim().split_once(':').ok_or_else(bad)?;
+        let size: usize = size.parse().map_err(|_| bad())?;
+        let w: u32 = w.parse().map_err(|_| bad())?;
+        if !(1..=1000).contains(&w) || size < 5 {
+            return Err(bad());
+        }
+        v.push((size, w));
+    }
+    let cycle: u32 = v.iter().map(|p| p.1).sum();
+    if v.is_empty() || cycle > 1024 {
+        return Err(bad());
+    }
+    Ok(Imix(v))
+}
+
+impl Imix {
+    /// One cycle of frame sizes without FCS (size − 4), each size as often as its weight,
+    /// interleaved evenly (smooth weighted round robin: 64:7,594:4,1518:1 never sends the
+    /// seven small frames back to back).
+    pub fn sequence(&self) -> Vec<usize> {
+        let total: i64 = self.0.iter().map(|p| i64::from(p.1)).sum();
+        let mut current = vec![0i64; self.0.len()];
+        (0..total)
+            .map(|_| {
+                for (c, p) in current.iter_mut().zip(&self.0) {
+                    *c += i64::from(p.1);
+                }
+                let (best, _) = current
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i)))
+                    .unwrap_or((0, &0));
+                current[best] -= total;
+                self.0[best].0.saturating_sub(4)
+            })
+            .collect()
     }
 }
 
@@ -375,10 +443,34 @@ mod rate_tests {
         assert_eq!(parse_rate("10Gbit"), Ok(Rate::Bps(1e10)));
         // 10G at 64-byte frames (60 + FCS) is 14.88 Mpps; at 1518 (1514 + FCS) 0.8127 Mpps.
         let r = parse_rate("10gbit").expect("rate");
-        assert!((r.pps(60) - 14_880_952.4).abs() < 1.0);
-        assert!((r.pps(1514) - 812_743.8).abs() < 1.0);
+        assert!((r.pps(60.0) - 14_880_952.4).abs() < 1.0);
+        assert!((r.pps(1514.0) - 812_743.8).abs() < 1.0);
         assert!(parse_rate("fast").is_err());
         assert!(parse_rate("-5").is_err());
         assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn sizes_and_imix() {
+        assert_eq!(parse_size_list("60"), Ok(SizeList(vec![60])));
+        assert_eq!(
+            parse_size_list("64, 512,1514"),
+            Ok(SizeList(vec![64, 512, 1514]))
+        );
+        assert!(parse_size_list("").is_err() && parse_size_list("6x").is_err());
+        let m = parse_imix("64:7,594:4,1518:1").expect("imix");
+        let seq = m.sequence();
+        assert_eq!(seq.len(), 12);
+        for (size, n) in [(60, 7), (590, 4), (1514, 1)] {
+            assert_eq!(seq.iter().filter(|&&s| s == size).count(), n, "{seq:?}");
+        }
+        // Interleaved: never more than two small frames in a row.
+        assert!(
+            seq.windows(3).all(|w| w.iter().any(|&s| s != 60)),
+            "{seq:?}"
+        );
+        for bad in ["64", "64:0", "64:7,x:1", "64:2000", "2:1"] {
+            assert!(parse_imix(bad).is_err(), "{bad}");
+        }
     }
 }

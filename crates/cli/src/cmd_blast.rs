@@ -20,13 +20,15 @@ use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use flowlane_wire::frame::headers_len;
 use flowlane_wire::HEADER_LEN;
 use hdrhistogram::Histogram;
+use rand::SeedableRng;
 use serde_json::{json, Value};
 
 use crate::args::{
-    cpu_count, parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_port_range,
-    parse_rate, print_json, CpuList, Endpoint, ModelArgs, Rate,
+    cpu_count, parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix,
+    parse_port_range, parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, ModelArgs,
+    Rate, SizeList,
 };
-use crate::live::{seconds, stop_on_signals, Log};
+use crate::live::{latency_json, latency_line, seconds, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
 /// Send UDP traffic whose numbers can be trusted: exact counts, paced rates, and — with --echo
@@ -96,6 +98,15 @@ pub struct BlastArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
     flows: u32,
 
+    /// Choose the flows' sources at random (distinct) from the --from × --sport ranges instead
+    /// of counting up through them; the same --seed gives the same flows.
+    #[arg(long)]
+    random: bool,
+
+    /// Seed for --random.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
     /// RSS placement: this many flows for each receive queue of the model.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     per_queue: Option<u64>,
@@ -104,9 +115,17 @@ pub struct BlastArgs {
     model: ModelArgs,
 
     /// Frame size in bytes, Ethernet FCS excluded (60 = the 64-byte minimum frame): UDP payload
-    /// = size − 42 (IPv4) or − 62 (IPv6). Larger than the path MTU means IP fragments.
-    #[arg(long, default_value_t = 60, conflicts_with = "payload")]
-    size: usize,
+    /// = size − 42 (IPv4) or − 62 (IPv6). Larger than the path MTU means IP fragments (udp
+    /// mode). A comma list (60,124,508,1514) is a sweep: one step per size, each with the same
+    /// --count/--duration and --rate, and a table at the end.
+    #[arg(long, default_value = "60", value_parser = parse_size_list, conflicts_with = "payload")]
+    size: SizeList,
+
+    /// A mix of sizes instead of one: SIZE:WEIGHT pairs, sizes *including* the 4-byte FCS as
+    /// IMIX definitions give them. 64:7,594:4,1518:1 (the simple IMIX) sends 60-, 590- and
+    /// 1514-byte frames 7:4:1, interleaved; every flow cycles through the mix.
+    #[arg(long, value_parser = parse_imix, conflicts_with_all = ["payload", "size"])]
+    imix: Option<Imix>,
 
     /// UDP payload bytes instead of --size.
     #[arg(long)]
@@ -144,6 +163,11 @@ pub struct BlastArgs {
     /// With --echo: seconds to wait for the last echoes after sending stops.
     #[arg(long, default_value_t = 1.0)]
     linger: f64,
+
+    /// With --echo: receive buffer per flow socket, bytes (default 8 MiB; forced where
+    /// CAP_NET_ADMIN allows). Echoes that overflow it are reported as lost at this host.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    rcvbuf: Option<u64>,
 
     /// Seconds between status lines.
     #[arg(long, default_value_t = 1.0)]
@@ -242,9 +266,29 @@ fn make_flows(a: &BlastArgs, dst: SocketAddr) -> Result<Vec<(Flow, Option<u32>)>
             naddr.saturating_mul(nport)
         )));
     }
+    let space = naddr.saturating_mul(nport);
+    // Source i of the ranges: address i / nport, port i % nport.
+    let order: Vec<u64> = if a.random {
+        if n > space {
+            return Err(Failure::usage(anyhow!(
+                "--random picks {n} distinct sources; the ranges give {space}: widen --from or \
+                 --sport"
+            )));
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+        let space = usize::try_from(space).unwrap_or(usize::MAX);
+        rand::seq::index::sample(&mut rng, space, n as usize)
+            .into_iter()
+            .map(|i| i as u64)
+            .collect()
+    } else {
+        (0..n).collect()
+    };
     let base = flowlane_rss::pick::addr_to_u128(lo);
-    (0..n)
-        .map(|i| {
+    order
+        .into_iter()
+        .enumerate()
+        .map(|(id, i)| {
             let port = if a.sport.is_some() {
                 plo + (i % nport) as u16
             } else {
@@ -258,7 +302,7 @@ fn make_flows(a: &BlastArgs, dst: SocketAddr) -> Result<Vec<(Flow, Option<u32>)>
             };
             Ok((
                 Flow {
-                    id: i as u16,
+                    id: id as u16,
                     src: SocketAddr::new(src, port),
                     dst,
                 },
@@ -280,6 +324,54 @@ fn split(total: u64, parts: usize, i: usize) -> u64 {
     total / p + u64::from((i as u64) < total % p)
 }
 
+/// What every step of a run shares, resolved once from the command line.
+struct Plan {
+    dst: SocketAddr,
+    /// Frame bytes around the UDP payload.
+    hdrs: usize,
+    flows: Vec<(Flow, Option<u32>)>,
+    link: Option<RawLink>,
+    cpus: Vec<usize>,
+    duration: Option<Duration>,
+    interval: Duration,
+    linger: Duration,
+}
+
+/// The steps of a run: each a cycle of frame sizes (FCS excluded) — one size, an IMIX
+/// sequence, or one step per size of a sweep.
+fn steps(a: &BlastArgs, hdrs: usize, v6: bool) -> Result<Vec<Vec<usize>>, Failure> {
+    let steps: Vec<Vec<usize>> = match (&a.imix, a.payload) {
+        (Some(m), _) => vec![m.sequence()],
+        (None, Some(p)) => vec![vec![p + hdrs]],
+        (None, None) => a.size.0.iter().map(|&s| vec![s]).collect(),
+    };
+    let max_payload = if v6 { 65_527 } else { 65_507 };
+    let family = if v6 { "IPv6" } else { "IPv4" };
+    for &frame in steps.iter().flatten() {
+        if frame < hdrs {
+            return Err(Failure::usage(anyhow!(
+                "a {frame}-byte frame is below the {hdrs} bytes of Ethernet, {family} and UDP \
+                 headers"
+            )));
+        }
+        let payload = frame - hdrs;
+        if payload > max_payload {
+            return Err(Failure::usage(anyhow!(
+                "a UDP payload of {payload} bytes is more than an IP datagram can carry \
+                 ({max_payload})"
+            )));
+        }
+        if a.echo && payload < HEADER_LEN {
+            return Err(Failure::usage(anyhow!(
+                "--echo needs the {HEADER_LEN}-byte flowlane header in every payload: frames of \
+                 {} bytes or more",
+                hdrs + HEADER_LEN
+            )));
+        }
+    }
+    Ok(steps)
+}
+
 pub fn run(a: BlastArgs) -> CmdResult {
     let port = a.to.port.unwrap_or(0);
     let dst = SocketAddr::new(a.to.addr, port);
@@ -292,40 +384,20 @@ pub fn run(a: BlastArgs) -> CmdResult {
     if raw && a.echo {
         return Err(Failure::usage(anyhow!(
             "--echo takes echoes on UDP sockets: use --mode udp (raw and xdp frames are counted \
-             at the receiver: `flowlane serve`, or the interface counters)"
+             at the receiver: `flowlane sink`, `flowlane serve`, or the interface counters)"
         )));
     }
-    let (payload, frame) = match a.payload {
-        Some(p) => (p, p + hdrs),
-        None => {
-            if a.size < hdrs {
-                return Err(Failure::usage(anyhow!(
-                    "--size {} is below the {hdrs} bytes of Ethernet, {} and UDP headers",
-                    a.size,
-                    if v6 { "IPv6" } else { "IPv4" }
-                )));
-            }
-            (a.size - hdrs, a.size)
-        }
-    };
-    let max_payload = if v6 { 65_527 } else { 65_507 };
-    if payload > max_payload {
-        return Err(Failure::usage(anyhow!(
-            "a UDP payload of {payload} bytes is more than an IP datagram can carry ({max_payload})"
-        )));
-    }
-    if a.echo && payload < HEADER_LEN {
-        return Err(Failure::usage(anyhow!(
-            "--echo needs the {HEADER_LEN}-byte flowlane header in every payload: use --size {} \
-             or more",
-            hdrs + HEADER_LEN
-        )));
-    }
+    let steps = steps(&a, hdrs, v6)?;
     let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
     let interval = seconds("--interval", a.interval)?;
     let linger = seconds("--linger", a.linger)?;
     if a.count == Some(0) {
         return Err(Failure::usage(anyhow!("--count must be at least 1")));
+    }
+    if steps.len() > 1 && a.count.is_none() && duration.is_none() {
+        return Err(Failure::usage(anyhow!(
+            "a size sweep needs --count or --duration: each step runs that long"
+        )));
     }
     let online = cpu_count() as usize;
     let cpus = a
@@ -345,24 +417,108 @@ pub fn run(a: BlastArgs) -> CmdResult {
         for (f, _) in flows.iter_mut().filter(|(f, _)| f.src.port() == 0) {
             f.src.set_port(10_000 + f.id % 50_000);
         }
-        Some(raw_link(&a, dst, frame)?)
+        let largest = steps.iter().flatten().copied().max().unwrap_or(hdrs);
+        Some(raw_link(&a, dst, largest)?)
     } else {
         None
     };
     // Never more threads than flows: a thread needs a flow to send on.
     let nthreads = cpus.len().min(flows.len()).max(1);
-    let cpus: Vec<usize> = cpus.into_iter().take(nthreads).collect();
-    let requested_pps = a.rate.map(|r| r.pps(frame));
-    if let Some(req) = requested_pps {
-        check_line_rate(a.dev.as_deref(), dst, frame, req)?;
+    let plan = Plan {
+        dst,
+        hdrs,
+        flows,
+        link,
+        cpus: cpus.into_iter().take(nthreads).collect(),
+        duration,
+        interval,
+        linger,
+    };
+    for frames in &steps {
+        if let Some(r) = a.rate {
+            check_line_rate(a.dev.as_deref(), dst, frames, r.pps(mean(frames)))?;
+        }
     }
-
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
+    let mut log = Log::new(a.json);
+    let mut done = Vec::new();
+    let mut failed = false;
+    for frames in &steps {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let (summary, errors) = run_step(&a, &plan, frames, &stop, &mut log)?;
+        if !a.json {
+            summary.print(&a);
+        }
+        for (w, e) in &errors {
+            eprintln!("flowlane: sender {w} stopped: {e}");
+        }
+        failed |= !errors.is_empty();
+        done.push(summary);
+        if failed {
+            break;
+        }
+    }
+    if a.json {
+        match done.as_slice() {
+            [one] if steps.len() == 1 => print_json(&one.json(&a))?,
+            all => print_json(&json!({
+                "sweep": all.iter().map(|s| s.json(&a)).collect::<Vec<_>>(),
+            }))?,
+        }
+    } else if steps.len() > 1 {
+        println!();
+        println!("size sweep ({} steps):", done.len());
+        println!(
+            "  {:>6}  {:>12}  {:>10}  generator",
+            "frame", "tx pps", "Mbps"
+        );
+        for s in &done {
+            println!(
+                "  {:>6}  {:>12.0}  {:>10.1}  {}",
+                s.frame_desc(),
+                s.tx_pps,
+                s.mbps(),
+                match &s.limited {
+                    Some((true, _)) => "the limit",
+                    Some((false, _)) => "kept the rate",
+                    None => "-",
+                }
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Mean of a size cycle.
+fn mean(frames: &[usize]) -> f64 {
+    frames.iter().sum::<usize>() as f64 / frames.len().max(1) as f64
+}
+
+/// One step: every thread sends its share with the frame sizes `frames` (a cycle per flow).
+fn run_step(
+    a: &BlastArgs,
+    plan: &Plan,
+    frames: &[usize],
+    stop: &Arc<AtomicBool>,
+    log: &mut Log,
+) -> Result<(Summary, Vec<(usize, String)>), Failure> {
+    let nthreads = plan.cpus.len();
+    let flows = &plan.flows;
+    let requested_pps = a.rate.map(|r| r.pps(mean(frames)));
     let start_ns = sys::monotonic_ns();
-    let deadline_ns = duration.map(|d| start_ns.saturating_add(d.as_nanos() as u64));
+    let deadline_ns = plan
+        .duration
+        .map(|d| start_ns.saturating_add(d.as_nanos() as u64));
     let reports: Vec<Arc<Mutex<Option<BlastReport>>>> =
         (0..nthreads).map(|_| Arc::new(Mutex::new(None))).collect();
+    let payloads: Vec<usize> = frames.iter().map(|f| f - plan.hdrs).collect();
     // Worker w gets a contiguous share of the flows (ids stay contiguous per worker).
     let jobs: Vec<BlastJob> = (0..nthreads)
         .map(|w| {
@@ -372,25 +528,30 @@ pub fn run(a: BlastArgs) -> CmdResult {
             let to = from + per + usize::from(w < extra);
             BlastJob {
                 flows: flows[from..to].iter().map(|(f, _)| *f).collect(),
-                payload,
+                payloads: payloads.clone(),
+                overhead: plan.hdrs,
                 quota: a.count.map(|c| split(c, nthreads, w)),
                 pps: requested_pps.map(|p| p / nthreads as f64),
                 burst: a.burst,
                 batch: a.batch as usize,
                 echo: a.echo,
-                linger,
+                linger: plan.linger,
+                rcvbuf: a.rcvbuf.map(|b| b as usize),
                 deadline_ns,
             }
         })
         .collect();
     let (jobs2, reports2) = (jobs.clone(), reports.clone());
     let rt_cfg = Config {
-        cpus: cpus.clone(),
+        cpus: plan.cpus.clone(),
         budget: a.batch as usize,
         wait_ms: 50,
     };
-    let mode = a.mode;
-    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
+    let (mode, link) = (a.mode, plan.link.clone());
+    // The step's own stop flag (the runtime raises it when the step ends); a signal (`stop`)
+    // is passed on to it below.
+    let step_stop = Arc::new(AtomicBool::new(false));
+    let mut rt = Runtime::start(&rt_cfg, step_stop.clone(), move |idx, _cpu| {
         let (job, report) = (jobs2[idx].clone(), reports2[idx].clone());
         let src = job.flows.first().map(|f| f.src);
         let sock_err = |error| BlastError::Socket {
@@ -436,18 +597,26 @@ pub fn run(a: BlastArgs) -> CmdResult {
         StartError::Open(BlastError::Job(_)) => Failure::usage(anyhow!(e.to_string())),
         _ => Failure::runtime(anyhow!(e.to_string())),
     })?;
-    let mut log = Log::new(a.json);
+    let sizes = if frames.len() == 1 {
+        format!("{}-byte frames ({}-byte payload)", frames[0], payloads[0])
+    } else {
+        format!(
+            "IMIX of {} frames per cycle, {:.1} bytes on average",
+            frames.len(),
+            mean(frames)
+        )
+    };
     log.line(&format!(
-        "flowlane blast ({}): {} flow(s) to {dst} on {} thread(s) (CPUs {:?}), {frame}-byte frames \
-         ({payload}-byte payload), {}{}{}",
+        "flowlane blast ({}): {} flow(s) to {} on {} thread(s) (CPUs {:?}), {sizes}, {}{}{}",
         match a.mode {
             ModeArg::Udp => "udp",
             ModeArg::Raw => "raw, AF_PACKET TX ring, qdisc bypass",
             ModeArg::Xdp => "xdp, AF_XDP copy mode",
         },
         flows.len(),
+        plan.dst,
         nthreads,
-        cpus,
+        plan.cpus,
         match requested_pps {
             Some(p) => format!("{p:.0} pps"),
             None => "unpaced".into(),
@@ -462,7 +631,7 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let t0 = Instant::now();
     let mut prev = Snapshot::default();
     let mut prev_t = t0;
-    let mut next = t0 + interval;
+    let mut next = t0 + plan.interval;
     while !rt.finished() && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10));
         let now = Instant::now();
@@ -474,7 +643,7 @@ pub fn run(a: BlastArgs) -> CmdResult {
                 "{:>7.1}s  tx {:>10.0} pps {:>9.1} Mbps",
                 now.duration_since(t0).as_secs_f64(),
                 d.tx_packets as f64 / secs,
-                d.tx_packets as f64 * frame as f64 * 8.0 / secs / 1e6
+                d.tx_bytes as f64 * 8.0 / secs / 1e6
             );
             if a.echo {
                 line += &format!(
@@ -486,9 +655,10 @@ pub fn run(a: BlastArgs) -> CmdResult {
             log.line(&line);
             prev = cur;
             prev_t = now;
-            next += interval;
+            next += plan.interval;
         }
     }
+    step_stop.store(true, Ordering::Relaxed);
     rt.join();
     let errors = rt.errors();
     let t = total(&rt);
@@ -496,20 +666,8 @@ pub fn run(a: BlastArgs) -> CmdResult {
         .iter()
         .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
         .collect();
-    let summary = Summary::new(&a, &flows, &reports, &t, frame, requested_pps, errors.len());
-    if a.json {
-        print_json(&summary.json(&a))?;
-    } else {
-        summary.print(&a);
-    }
-    for (w, e) in &errors {
-        eprintln!("flowlane: sender {w} stopped: {e}");
-    }
-    Ok(if errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    let summary = Summary::new(a, flows, &reports, &t, frames, requested_pps, errors.len());
+    Ok((summary, errors))
 }
 
 fn total(rt: &Runtime) -> Snapshot {
@@ -533,7 +691,8 @@ struct Summary {
     secs: f64,
     tx_pps: f64,
     rx_pps: f64,
-    frame: usize,
+    /// The step's frame sizes (one, or an IMIX cycle).
+    frames: Vec<usize>,
     requested_pps: Option<f64>,
     limited: Option<(bool, String)>,
     rtt: Option<Histogram<u64>>,
@@ -547,7 +706,7 @@ impl Summary {
         flows: &[(Flow, Option<u32>)],
         reports: &[BlastReport],
         t: &Snapshot,
-        frame: usize,
+        frames: &[usize],
         requested_pps: Option<f64>,
         errors: usize,
     ) -> Summary {
@@ -651,7 +810,7 @@ impl Summary {
             } else {
                 0.0
             },
-            frame,
+            frames: frames.to_vec(),
             requested_pps,
             limited,
             rtt,
@@ -660,31 +819,35 @@ impl Summary {
         }
     }
 
+    /// Megabits per second of frames (FCS excluded) over the send window.
+    fn mbps(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.tx_bytes as f64 * 8.0 / self.secs / 1e6
+        } else {
+            0.0
+        }
+    }
+
+    /// `60`, or `imix` for a mix.
+    fn frame_desc(&self) -> String {
+        match self.frames.as_slice() {
+            [one] => one.to_string(),
+            _ => "imix".into(),
+        }
+    }
+
     fn pktgen_line(&self) -> String {
         let usec = (self.secs * 1e6).round() as u64;
-        let bps = (self.tx_pps * self.frame as f64 * 8.0).round() as u64;
+        let bps = (self.mbps() * 1e6).round() as u64;
         format!(
             "OK: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {}",
             self.tx,
-            self.frame,
+            // A mix reports its mean frame, as a line rate computation would use it.
+            mean(&self.frames).round(),
             self.tx_pps,
             bps / 1_000_000,
             self.errors
         )
-    }
-
-    fn latency_json(&self) -> Value {
-        match &self.rtt {
-            Some(h) if !h.is_empty() => json!({
-                "p50": h.value_at_quantile(0.50),
-                "p90": h.value_at_quantile(0.90),
-                "p99": h.value_at_quantile(0.99),
-                "p999": h.value_at_quantile(0.999),
-                "max": h.max(),
-                "kind": "round-trip",
-            }),
-            _ => Value::Null,
-        }
     }
 
     fn json(&self, a: &BlastArgs) -> Value {
@@ -706,8 +869,16 @@ impl Summary {
             "requested_pps": self.requested_pps.map(|p| p.round()),
             "generator_limited": self.limited.as_ref().map(|l| l.0),
             "generator_limited_reason": self.limited.as_ref().filter(|l| l.0).map(|l| l.1.clone()),
-            "frame_bytes": self.frame,
-            "latency_ns": self.latency_json(),
+            "frame_bytes": match self.frames.as_slice() {
+                [one] => json!(one),
+                _ => Value::Null,
+            },
+            "imix_frame_bytes": match self.frames.as_slice() {
+                [_] => Value::Null,
+                cycle => json!(cycle),
+            },
+            "mbps": (self.mbps() * 10.0).round() / 10.0,
+            "latency_ns": latency_json(self.rtt.as_ref(), "round-trip"),
             "pktgen": self.pktgen_line(),
             "flows": self.flows,
         })
@@ -716,12 +887,15 @@ impl Summary {
     fn print(&self, a: &BlastArgs) {
         println!();
         println!(
-            "sent {} datagrams in {:.3} s: {:.0} pps, {:.1} Mbps of {}-byte frames",
+            "sent {} datagrams in {:.3} s: {:.0} pps, {:.1} Mbps of {} frames (FCS excluded)",
             self.tx,
             self.secs,
             self.tx_pps,
-            self.tx_pps * self.frame as f64 * 8.0 / 1e6,
-            self.frame
+            self.mbps(),
+            match self.frames.as_slice() {
+                [one] => format!("{one}-byte"),
+                cycle => format!("IMIX ({:.1}-byte mean)", mean(cycle)),
+            }
         );
         if self.icmp_errors > 0 {
             println!(
@@ -755,16 +929,8 @@ impl Summary {
                     self.own_drops
                 );
             }
-            if let Some(h) = self.rtt.as_ref().filter(|h| !h.is_empty()) {
-                let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
-                println!(
-                    "round trip µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
-                    us(0.5),
-                    us(0.9),
-                    us(0.99),
-                    us(0.999),
-                    h.max() as f64 / 1e3
-                );
+            if let Some(l) = latency_line(self.rtt.as_ref(), "round trip") {
+                println!("{l}");
             }
         }
         if self.flows.len() <= 16 {
@@ -858,7 +1024,7 @@ fn raw_link(a: &BlastArgs, dst: SocketAddr, frame: usize) -> Result<RawLink, Fai
         src_mac,
         dst_mac,
         vlan: a.vlan,
-        frame,
+        max_frame: frame,
         qdisc_bypass: true,
     })
 }
@@ -868,9 +1034,10 @@ fn raw_link(a: &BlastArgs, dst: SocketAddr, frame: usize) -> Result<RawLink, Fai
 fn check_line_rate(
     dev: Option<&str>,
     dst: SocketAddr,
-    frame: usize,
+    frames: &[usize],
     pps: f64,
 ) -> Result<(), Failure> {
+    let frame = mean(frames);
     let dev = match dev {
         Some(d) => d.to_string(),
         None => {
@@ -888,11 +1055,11 @@ fn check_line_rate(
         .and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|&s| s > 0.0);
     if let Some(mbps) = speed_mbps {
-        let max = mbps * 1e6 / ((frame + 24) * 8) as f64;
+        let max = mbps * 1e6 / ((frame + 24.0) * 8.0);
         if pps > max * 1.0001 {
             return Err(Failure::usage(anyhow!(
                 "--rate {pps:.0} pps is more than {dev} ({mbps:.0} Mb/s) can carry with \
-                 {frame}-byte frames: at most {max:.0} pps (frame + 4 FCS + 20 preamble/gap)"
+                 {frame:.0}-byte frames: at most {max:.0} pps (frame + 4 FCS + 20 preamble/gap)"
             )));
         }
     }

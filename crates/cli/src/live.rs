@@ -49,3 +49,32 @@ impl Log {
         }
     }
 }
+
+/// Latency percentiles as JSON (`null` when nothing was measured).
+pub fn latency_json(h: Option<&hdrhistogram::Histogram<u64>>, kind: &str) -> serde_json::Value {
+    match h {
+        Some(h) if !h.is_empty() => serde_json::json!({
+            "p50": h.value_at_quantile(0.50),
+            "p90": h.value_at_quantile(0.90),
+            "p99": h.value_at_quantile(0.99),
+            "p999": h.value_at_quantile(0.999),
+            "max": h.max(),
+            "kind": kind,
+        }),
+        _ => serde_json::Value::Null,
+    }
+}
+
+/// `LABEL µs: p50 …  p90 …  p99 …  p99.9 …  max …` (`None` when nothing was measured).
+pub fn latency_line(h: Option<&hdrhistogram::Histogram<u64>>, label: &str) -> Option<String> {
+    let h = h.filter(|h| !h.is_empty())?;
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    Some(format!(
+        "{label} µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        h.max() as f64 / 1e3
+    ))
+}

@@ -11,6 +11,7 @@ mod cmd_hash;
 mod cmd_pick;
 mod cmd_rss;
 mod cmd_serve;
+mod cmd_sink;
 mod live;
 
 use std::process::ExitCode;
@@ -42,7 +43,8 @@ enum Command {
     #[command(subcommand)]
     Rss(cmd_rss::RssCommand),
     Serve(cmd_serve::ServeArgs),
-    Blast(cmd_blast::BlastArgs),
+    Blast(Box<cmd_blast::BlastArgs>),
+    Sink(cmd_sink::SinkArgs),
 }
 
 /// A failure with the exit code it maps to.
@@ -80,7 +82,8 @@ fn main() -> ExitCode {
         Command::Pick(a) => cmd_pick::run(a),
         Command::Rss(c) => cmd_rss::run(c),
         Command::Serve(a) => cmd_serve::run(a),
-        Command::Blast(a) => cmd_blast::run(a),
+        Command::Blast(a) => cmd_blast::run(*a),
+        Command::Sink(a) => cmd_sink::run(a),
     };
     match result {
         Ok(code) => code,

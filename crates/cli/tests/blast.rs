@@ -51,10 +51,18 @@ fn blast(p: &Pair, args: &[&str]) -> Value {
 
 /// Packets the DUT's interface received while `f` ran.
 fn dut_rx(p: &Pair, f: impl FnOnce()) -> u64 {
+    dut_rx_bytes(p, f).0
+}
+
+/// Packets and bytes (frames without FCS) the DUT's interface received while `f` ran.
+fn dut_rx_bytes(p: &Pair, f: impl FnOnce()) -> (u64, u64) {
     let before = p.dut.dev().expect("counters").ifaces[&p.dut_if];
     f();
     let after = p.dut.dev().expect("counters").ifaces[&p.dut_if];
-    after.rx_packets - before.rx_packets
+    (
+        after.rx_packets - before.rx_packets,
+        after.rx_bytes - before.rx_bytes,
+    )
 }
 
 #[test]
@@ -340,4 +348,448 @@ fn echo_to_a_closed_port_counts_icmp_errors_and_finishes() {
         (1..=unreach).contains(&icmp),
         "{icmp} errors for {unreach} ICMP: {j}"
     );
+}
+
+/// Runs `flowlane sink` on the DUT's interface (watching UDP port 9000) while `f` sends, and
+/// returns its JSON summary and the DUT interface's received-frame count over the same time.
+fn sink_during(p: &Pair, extra: &[&str], f: impl FnOnce()) -> (Value, u64) {
+    use std::io::{BufRead, BufReader};
+    let before = p.dut.dev().expect("counters").ifaces[&p.dut_if];
+    let mut sink = p
+        .dut
+        .command(BIN)
+        .args([
+            "sink", "--dev", &p.dut_if, "--port", "9000", "--json", "--quiet",
+        ])
+        .args(["--idle", "1", "--duration", "60"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sink");
+    // With --json the banner goes to stderr once the ring is open.
+    let mut lines = BufReader::new(sink.stderr.take().expect("stderr")).lines();
+    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(banner.starts_with("flowlane sink:"), "{banner}");
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    f();
+    let out = sink.wait_with_output().expect("sink ends");
+    let err = rest.join().expect("stderr").join("\n");
+    assert_eq!(out.status.code(), Some(0), "sink failed: {err}");
+    let after = p.dut.dev().expect("counters").ifaces[&p.dut_if];
+    (
+        serde_json::from_slice(&out.stdout).expect("JSON summary"),
+        after.rx_packets - before.rx_packets,
+    )
+}
+
+#[test]
+fn sink_accounts_a_raw_blast_exactly() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    let mut b = Value::Null;
+    let (s, iface) = sink_during(&p, &[], || {
+        b = blast(
+            &p,
+            &[
+                "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--count", "100000", "--flows",
+                "3", "--rate", "200k",
+            ],
+        );
+    });
+    assert_eq!(b["tx_packets"], 100_000);
+    assert_eq!(iface, 100_000, "peer interface");
+    assert_eq!(s["ring_drops"], 0, "{s}");
+    assert_eq!(
+        s["rx_packets"], iface,
+        "the sink saw every frame the interface got"
+    );
+    assert_eq!(s["flowlane_packets"], 100_000);
+    assert_eq!(
+        (&s["lost"], &s["reordered"], &s["duplicates"]),
+        (&0.into(), &0.into(), &0.into())
+    );
+    assert_eq!(
+        (&s["malformed"], &s["foreign"], &s["other"]),
+        (&0.into(), &0.into(), &0.into())
+    );
+    let flows = s["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 3);
+    for f in flows {
+        assert!(
+            (33_333..=33_334).contains(&f["rx_packets"].as_u64().expect("n")),
+            "{f}"
+        );
+    }
+    // One-way latency on one host's clock: positive, well under a second.
+    let l = &s["latency_ns"];
+    assert_eq!(l["kind"], "one-way");
+    let (p50, max) = (
+        l["p50"].as_u64().expect("p50"),
+        l["max"].as_u64().expect("max"),
+    );
+    assert!(p50 > 0 && p50 <= max && max < 1_000_000_000, "{s}");
+}
+
+#[test]
+fn raw_ipv6_frames_arrive_and_are_accounted() {
+    let Some((_one, p)) = pair() else { return };
+    // The link has IPv6 off (a quiet link): raw frames need no address or neighbour of it.
+    let (s, iface) = sink_during(&p, &[], || {
+        let b = blast(
+            &p,
+            &[
+                "--mode",
+                "raw",
+                "--dev",
+                &p.gen_if,
+                "--to",
+                "[2001:2::2]:9000",
+                "--from",
+                "2001:2::1",
+                "--dst-mac",
+                "02:f1:0e:00:00:02",
+                "--count",
+                "20000",
+                "--rate",
+                "100k",
+                "--size",
+                "94",
+                "--vlan",
+                "12",
+            ],
+        );
+        assert_eq!(b["tx_packets"], 20_000);
+        assert_eq!(b["frame_bytes"], 94);
+    });
+    assert_eq!(iface, 20_000);
+    assert_eq!(s["flowlane_packets"], 20_000, "{s}");
+    assert_eq!(s["lost"], 0);
+    assert_eq!(s["flows"][0]["dst"], "[2001:2::2]:9000");
+}
+
+#[test]
+fn sink_reports_crafted_reordering_and_odd_frames_exactly() {
+    use flowlane_io::sys::packet::{ifindex, TxRing};
+    use flowlane_wire::{FlowHeader, Template, TemplateSpec};
+    let Some((_one, p)) = pair() else { return };
+    let gen_if = p.gen_if.clone();
+    let (s, iface) = sink_during(&p, &[], || {
+        p.gen
+            .run(|| {
+                // Flow 7 over a UDP socket: 0 1 2 5 3 4 6 6 9 → 8 distinct, 7 and 8 lost,
+                // 3 and 4 reordered, one duplicate.
+                let u = UdpSocket::bind("198.18.0.1:7777").expect("bind");
+                let to = format!("{DUT_ADDR}:9000");
+                for seq in [0u32, 1, 2, 5, 3, 4, 6, 6, 9] {
+                    let mut b = [0u8; 32];
+                    let now = flowlane_io::sys::monotonic_ns();
+                    assert!(FlowHeader {
+                        flow: 7,
+                        seq,
+                        tx_ns: now
+                    }
+                    .write(&mut b));
+                    u.send_to(&b, &to).expect("send");
+                }
+                // Foreign (no magic; too short for a header) and other (another port).
+                u.send_to(&[0x55; 40], &to).expect("send");
+                u.send_to(b"hi", &to).expect("send");
+                u.send_to(&[0u8; 32], format!("{DUT_ADDR}:9001"))
+                    .expect("send");
+                // Malformed frames straight onto the wire: a wrong UDP checksum, and an IPv4
+                // total length beyond the frame.
+                let t = Template::build(&TemplateSpec {
+                    src_mac: [2, 0xf1, 0x0e, 0, 0, 1],
+                    dst_mac: [2, 0xf1, 0x0e, 0, 0, 2],
+                    vlan: None,
+                    src: "198.18.0.1:7778".parse().expect("addr"),
+                    dst: format!("{DUT_ADDR}:9000").parse().expect("addr"),
+                    frame_len: 80,
+                })
+                .expect("template");
+                let mut bad_sum = t.bytes.clone();
+                assert!(t.patch(
+                    &mut bad_sum,
+                    &FlowHeader {
+                        flow: 8,
+                        seq: 0,
+                        tx_ns: 1
+                    }
+                ));
+                bad_sum[70] ^= 0xff;
+                let mut bad_len = t.bytes.clone();
+                bad_len[16..18].copy_from_slice(&1400u16.to_be_bytes());
+                let mut ring =
+                    TxRing::open(ifindex(&gen_if).expect("ifindex"), 8, 256, true).expect("ring");
+                let frames = [bad_sum, bad_len];
+                assert_eq!(
+                    ring.queue(2, |i, buf| {
+                        let f = &frames[i % 2];
+                        buf[..f.len()].copy_from_slice(f);
+                        f.len()
+                    }),
+                    2
+                );
+                ring.kick().expect("send");
+                for _ in 0..100 {
+                    if ring.in_flight() == 0 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+            .expect("in the generator namespace");
+    });
+    assert_eq!(iface, 14, "9 + 3 datagrams + 2 raw frames");
+    assert_eq!(s["rx_packets"], 14);
+    assert_eq!(s["flowlane_packets"], 9, "{s}");
+    assert_eq!(s["lost"], 2);
+    assert_eq!(s["reordered"], 2);
+    assert_eq!(s["duplicates"], 1);
+    assert_eq!(s["foreign"], 2);
+    assert_eq!(s["other"], 1);
+    assert_eq!(s["malformed"], 2);
+    assert_eq!(s["bad_checksum"], 1);
+    let f = &s["flows"][0];
+    assert_eq!(
+        (&f["id"], &f["rx_packets"], &f["highest_seq"]),
+        (&7.into(), &9.into(), &9.into())
+    );
+}
+
+#[test]
+fn imix_arrives_in_its_proportions_byte_for_byte() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    // 12 000 frames = 1 000 cycles of 7 × 60 + 4 × 590 + 1 × 1514 bytes (sizes without FCS).
+    for mode in ["raw", "udp"] {
+        let mut j = Value::Null;
+        let (n, bytes) = dut_rx_bytes(&p, || {
+            j = blast(
+                &p,
+                &[
+                    "--mode",
+                    mode,
+                    "--dev",
+                    &p.gen_if,
+                    "--to",
+                    &to,
+                    "--imix",
+                    "64:7,594:4,1518:1",
+                    "--count",
+                    "12000",
+                    "--rate",
+                    "100k",
+                ],
+            );
+        });
+        assert_eq!(n, 12_000, "{mode}");
+        assert_eq!(bytes, 4_294_000, "{mode}: bytes on the peer interface");
+        assert_eq!(j["tx_bytes"], bytes, "{mode}: {j}");
+        assert_eq!(j["frame_bytes"], Value::Null);
+        assert_eq!(j["imix_frame_bytes"].as_array().map(Vec::len), Some(12));
+        assert!(
+            j["pktgen"]
+                .as_str()
+                .expect("line")
+                .contains("(358byte,0frags)"),
+            "mean 4294/12 = 357.8: {j}"
+        );
+    }
+}
+
+#[test]
+fn a_size_sweep_runs_one_step_per_size() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    let mut j = Value::Null;
+    let (n, bytes) = dut_rx_bytes(&p, || {
+        j = blast(
+            &p,
+            &[
+                "--mode",
+                "raw",
+                "--dev",
+                &p.gen_if,
+                "--to",
+                &to,
+                "--size",
+                "60,124,1514",
+                "--count",
+                "3000",
+            ],
+        );
+    });
+    let steps = j["sweep"].as_array().expect("sweep");
+    assert_eq!(steps.len(), 3);
+    for (s, size) in steps.iter().zip([60, 124, 1514]) {
+        assert_eq!(s["frame_bytes"], size);
+        assert_eq!(s["tx_packets"], 3000);
+        assert_eq!(s["tx_bytes"], 3000 * size);
+    }
+    assert_eq!(n, 9000);
+    assert_eq!(bytes, 3000 * (60 + 124 + 1514));
+    // A sweep without an amount per step is refused.
+    let out = p
+        .gen
+        .command(BIN)
+        .args(["blast", "--to", &to, "--size", "60,124"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn random_sources_are_distinct_in_range_and_reproducible() {
+    let sink = UdpSocket::bind("127.0.0.1:0").expect("sink");
+    let to = sink.local_addr().expect("addr").to_string();
+    let run = |seed: &str| -> Vec<String> {
+        let out = Command::new(BIN)
+            .args([
+                "blast",
+                "--to",
+                &to,
+                "--from",
+                "127.0.0.1",
+                "--sport",
+                "20000-29999",
+            ])
+            .args(["--flows", "16", "--random", "--seed", seed, "--count", "16"])
+            .args(["--json", "--quiet"])
+            .output()
+            .expect("runs");
+        json_of(&out)["flows"]
+            .as_array()
+            .expect("flows")
+            .iter()
+            .map(|f| f["src"].as_str().expect("src").to_string())
+            .collect()
+    };
+    let a = run("3");
+    assert_eq!(a.len(), 16);
+    let ports: std::collections::BTreeSet<u16> = a
+        .iter()
+        .map(|s| {
+            s.rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("port")
+        })
+        .collect();
+    assert_eq!(ports.len(), 16, "distinct: {a:?}");
+    assert!(ports.iter().all(|p| (20_000..=29_999).contains(p)));
+    // Not simply counting up from the start of the range.
+    assert_ne!(
+        ports.iter().copied().collect::<Vec<_>>(),
+        (20_000..20_016).collect::<Vec<_>>()
+    );
+    assert_eq!(run("3"), a, "same seed, same flows");
+    assert_ne!(run("4"), a);
+}
+
+/// A UDP echo server for tests, in the calling thread's namespace: takes `n` datagrams on
+/// `bind`, answering each as `answer` says.
+fn echo_server(
+    bind: &str,
+    n: usize,
+    answer: impl Fn(&UdpSocket, &[u8], std::net::SocketAddr),
+) -> usize {
+    let s = UdpSocket::bind(bind).expect("bind echo server");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut buf = [0u8; 2048];
+    for i in 0..n {
+        let Ok((len, from)) = s.recv_from(&mut buf) else {
+            return i;
+        };
+        answer(&s, &buf[..len], from);
+    }
+    n
+}
+
+#[test]
+fn round_trip_percentiles_show_a_known_delay() {
+    // Loopback; each echo is held 5 ms (datagrams come every 10 ms, so none waits for another).
+    let probe = UdpSocket::bind("127.0.0.1:0").expect("port");
+    let bind = probe.local_addr().expect("addr").to_string();
+    drop(probe);
+    let b2 = bind.clone();
+    let server = std::thread::spawn(move || {
+        echo_server(&b2, 100, |s, d, from| {
+            std::thread::sleep(Duration::from_millis(5));
+            s.send_to(d, from).expect("echo");
+        })
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let out = Command::new(BIN)
+        .args([
+            "blast", "--to", &bind, "--count", "100", "--rate", "100", "--echo",
+        ])
+        .args(["--burst", "1", "--json", "--quiet"])
+        .output()
+        .expect("runs");
+    assert_eq!(server.join().expect("server"), 100);
+    let j = json_of(&out);
+    assert_eq!(j["rx_packets"], 100, "{j}");
+    let l = &j["latency_ns"];
+    let (p50, p99) = (
+        l["p50"].as_u64().expect("p50"),
+        l["p99"].as_u64().expect("p99"),
+    );
+    // At least the delay; above it only by what a sleep and two loopback hops cost (generous:
+    // a loaded 2-core VM).
+    assert!((5_000_000..9_000_000).contains(&p50), "p50 {p50} ns: {j}");
+    assert!(p99 >= p50, "{j}");
+}
+
+#[test]
+fn echoes_overflowing_the_generators_own_socket_are_reported_as_its_loss() {
+    let Some((_one, p)) = pair() else { return };
+    const N: usize = 3000;
+    let bind = format!("{DUT_ADDR}:9100");
+    let before = p.gen.snmp().expect("snmp");
+    let j = std::thread::scope(|sc| {
+        let server = sc.spawn(|| {
+            p.dut
+                .run(|| {
+                    // Collect every datagram, then echo them back to back: far more than the
+                    // generator's 4 KiB receive buffer holds.
+                    let s = UdpSocket::bind(&bind).expect("bind");
+                    s.set_read_timeout(Some(Duration::from_secs(10)))
+                        .expect("timeout");
+                    let mut held = Vec::with_capacity(N);
+                    let mut buf = [0u8; 2048];
+                    while held.len() < N {
+                        let Ok((len, from)) = s.recv_from(&mut buf) else {
+                            break;
+                        };
+                        held.push((buf[..len].to_vec(), from));
+                    }
+                    for (d, from) in &held {
+                        s.send_to(d, from).expect("echo");
+                    }
+                    held.len()
+                })
+                .expect("in the DUT namespace")
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let j = blast(
+            &p,
+            &[
+                "--to", &bind, "--count", "3000", "--rate", "50k", "--echo", "--rcvbuf", "4096",
+                "--linger", "2",
+            ],
+        );
+        assert_eq!(server.join().expect("server"), N);
+        j
+    });
+    let after = p.gen.snmp().expect("snmp");
+    let own = j["lost_at_own_socket"].as_i64().expect("own drops");
+    // Every echo was sent back over a link that loses nothing: what did not arrive was dropped
+    // at the generator's own socket, and the kernel's counter for that says the same.
+    assert!(own > 0, "the burst overflowed the small buffer: {j}");
+    assert_eq!(j["lost"], own, "{j}");
+    assert_eq!(j["rx_packets"].as_i64().expect("rx") + own, N as i64);
+    assert_eq!(after.delta(&before, "Udp", "RcvbufErrors"), own);
 }

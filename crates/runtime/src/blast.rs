@@ -34,8 +34,12 @@ pub struct Flow {
 pub struct BlastJob {
     /// Flows, ids contiguous and ascending.
     pub flows: Vec<Flow>,
-    /// UDP payload bytes per datagram.
-    pub payload: usize,
+    /// UDP payload bytes per datagram: one size, or a pattern that each flow cycles through
+    /// (datagram `seq` of a flow has `payloads[seq % len]`; IMIX). Never empty.
+    pub payloads: Vec<usize>,
+    /// Frame bytes around the payload (Ethernet, [VLAN,] IP and UDP headers): `tx_bytes` counts
+    /// whole frames (FCS excluded) in every mode.
+    pub overhead: usize,
     /// Datagrams to send (`None`: until the deadline or a stop).
     pub quota: Option<u64>,
     /// Datagrams per second for this worker (`None`: as fast as possible).
@@ -48,6 +52,8 @@ pub struct BlastJob {
     pub echo: bool,
     /// After sending, wait this long for the last echoes.
     pub linger: Duration,
+    /// Receive buffer for echoes, bytes (`None`: 8 MiB).
+    pub rcvbuf: Option<usize>,
     /// Stop sending at this CLOCK_MONOTONIC time (ns).
     pub deadline_ns: Option<u64>,
 }
@@ -206,6 +212,10 @@ pub struct UdpBlaster {
     out: SendBatch,
     out_dst: SocketAddr,
     inb: Option<MmsgBatch>,
+    /// With echoes: every flow socket, so a wait ends when an echo arrives (its round-trip
+    /// time then includes no pacing sleep), and a round reads only sockets with input.
+    epoll: Option<sys::Epoll>,
+    ready: Vec<u64>,
     book: TxBook,
     rtt: Histogram<u64>,
     /// Per flow: datagrams still to send (with a quota, split evenly over the flows).
@@ -258,7 +268,7 @@ impl UdpBlaster {
                 // Room for echoes while the thread is busy sending: forced where allowed
                 // (CAP_NET_ADMIN), else whatever net.core.rmem_max grants. Drops that still
                 // happen are counted (`socket_drops`) and reported as this host's own.
-                let big = 8 << 20;
+                let big = job.rcvbuf.unwrap_or(8 << 20).min(i32::MAX as usize) as i32;
                 if sys::set_int(
                     &s,
                     libc::SOL_SOCKET,
@@ -274,16 +284,34 @@ impl UdpBlaster {
             socks.push(s);
         }
         let slots = job.batch.clamp(1, 1024);
-        let mut out = SendBatch::new(slots, job.payload.max(1), first.dst);
+        let largest = job.payloads.iter().copied().max().unwrap_or(0);
+        let mut out = SendBatch::new(slots, largest.max(1), first.dst);
         for i in 0..slots {
             // Bytes after the header count up, so a capture shows a recognisable pattern.
-            for (k, b) in out.slot_mut(i, job.payload).iter_mut().enumerate() {
+            for (k, b) in out.slot_mut(i, largest).iter_mut().enumerate() {
                 *b = k as u8;
             }
         }
         let n = job.flows.len();
+        let epoll = if job.echo {
+            let mut ep = sys::Epoll::new().map_err(|error| BlastError::Socket {
+                src: first.src,
+                error,
+            })?;
+            for (i, s) in socks.iter().enumerate() {
+                ep.add(s, i as u64).map_err(|error| BlastError::Socket {
+                    src: job.flows[i].src,
+                    error,
+                })?;
+            }
+            Some(ep)
+        } else {
+            None
+        };
         Ok(UdpBlaster {
             inb: job.echo.then(|| MmsgBatch::new(64, 2048)),
+            epoll,
+            ready: Vec::new(),
             socks,
             seq: vec![0; n],
             rx: vec![SeqTracker::default(); n],
@@ -388,13 +416,17 @@ impl UdpBlaster {
             self.out_dst = flow.dst;
         }
         let seq0 = self.seq[i];
+        let sizes = &self.job.payloads;
         for k in 0..n {
+            let seq = seq0 + k as u64;
             let h = FlowHeader {
                 flow: flow.id,
-                seq: (seq0 + k as u64) as u32,
+                seq: seq as u32,
                 tx_ns: now,
             };
-            let slot = self.out.slot_mut(k, self.job.payload);
+            let slot = self
+                .out
+                .slot_mut(k, sizes[(seq % sizes.len() as u64) as usize]);
             if slot.len() >= HEADER_LEN {
                 h.write(slot);
             }
@@ -429,10 +461,25 @@ impl UdpBlaster {
         if let Some(left) = self.left.as_mut() {
             left[i] -= sent as u64;
         }
+        let bytes: usize = (0..sent).map(|k| self.out.len(k) + self.job.overhead).sum();
         self.seq[i] += sent as u64;
-        self.book.record(st, now, n, sent, sent * self.job.payload);
-        self.drain(i, st)?;
+        self.book.record(st, now, n, sent, bytes);
         Ok(sent)
+    }
+
+    /// Reads the echoes waiting on every socket with input.
+    fn drain_ready(&mut self, st: &WorkerStats) -> Result<usize, String> {
+        let Some(ep) = self.epoll.as_mut() else {
+            return Ok(0);
+        };
+        let mut ready = std::mem::take(&mut self.ready);
+        ep.ready(&mut ready).map_err(|e| e.to_string())?;
+        let mut got = 0;
+        for &i in &ready {
+            got += self.drain(i as usize, st)?;
+        }
+        self.ready = ready;
+        Ok(got)
     }
 }
 
@@ -440,7 +487,8 @@ impl Poll for UdpBlaster {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
         let now = sys::monotonic_ns();
         if !self.book.over(now) {
-            return self.send_round(budget, now, st);
+            let got = self.drain_ready(st)?;
+            return Ok(self.send_round(budget, now, st)? + got);
         }
         // Sending is over: collect the last echoes, then finish.
         let until = *self.linger_until.get_or_insert(
@@ -468,8 +516,14 @@ impl Poll for UdpBlaster {
             // Unpaced and short: the socket buffer was full; let the kernel drain it.
             None => self.book.wait(now, Duration::from_micros(20)),
         };
-        pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
-        Ok(())
+        let max = Duration::from_millis(timeout_ms.max(1) as u64);
+        match &self.epoll {
+            Some(ep) => ep.wait(d.min(max)).map(drop).map_err(|e| e.to_string()),
+            None => {
+                pause(d, max);
+                Ok(())
+            }
+        }
     }
 
     fn done(&self) -> bool {
@@ -577,21 +631,28 @@ pub struct RawLink {
     pub dst_mac: [u8; 6],
     /// 802.1Q tag, if any.
     pub vlan: Option<u16>,
-    /// Frame bytes (FCS excluded).
-    pub frame: usize,
+    /// The largest frame sent (FCS excluded): ring slots hold it.
+    pub max_frame: usize,
     /// Skip the qdisc layer.
     pub qdisc_bypass: bool,
 }
 
-/// A sending worker on a frame ring (AF_PACKET TX ring or AF_XDP UMEM): every slot holds its
-/// flow's frame, built once; per packet only the flowlane header is patched (with an
-/// incremental UDP checksum update).
+/// A sending worker on a frame ring (AF_PACKET TX ring or AF_XDP UMEM). Every (flow, size)
+/// has a template frame, built once; a slot keeps the frame last written into it, so when it
+/// comes round for the same (flow, size) again only the flowlane header is patched (with an
+/// incremental UDP checksum update) — with one size and a flow count dividing the ring, that is
+/// every time after the first lap.
 #[derive(Debug)]
 pub struct RawBlaster<T: FrameTx> {
     job: BlastJob,
     ring: T,
+    /// `templates[flow * sizes + size]`.
     templates: Vec<flowlane_wire::Template>,
+    /// Per slot: the template index its frame was copied from (`u32::MAX`: none yet).
+    slot_holds: Vec<u32>,
     seq: Vec<u64>,
+    /// Frames queued by this worker (picks the flow: round robin).
+    queued: u64,
     book: TxBook,
     finished: bool,
     report: Arc<Mutex<Option<BlastReport>>>,
@@ -599,54 +660,52 @@ pub struct RawBlaster<T: FrameTx> {
 
 /// Opens an AF_PACKET TX ring for `link`.
 pub fn packet_ring(link: &RawLink) -> Result<sys::packet::TxRing, sys::SysError> {
-    sys::packet::TxRing::open(link.ifindex, 2048, link.frame + 32, link.qdisc_bypass)
+    sys::packet::TxRing::open(link.ifindex, 2048, link.max_frame + 32, link.qdisc_bypass)
 }
 
 /// Opens an AF_XDP socket (copy mode) on `link`'s interface, queue `queue`.
 pub fn xdp_socket(link: &RawLink, queue: u32) -> Result<sys::xsk::XskTx, sys::SysError> {
-    sys::xsk::XskTx::open(link.ifindex, queue, 4096, 2048)
+    sys::xsk::XskTx::open(link.ifindex, queue, 4096, link.max_frame.max(2048))
 }
 
 impl<T: FrameTx> RawBlaster<T> {
-    /// Writes every slot of `ring` with its flow's frame once.
+    /// Builds every (flow, size) template once.
     pub fn new(
         job: BlastJob,
         link: &RawLink,
-        mut ring: T,
+        ring: T,
         report: Arc<Mutex<Option<BlastReport>>>,
     ) -> Result<RawBlaster<T>, BlastError> {
-        if job.flows.is_empty() {
-            return Err(BlastError::Job("a worker without flows".into()));
+        if job.flows.is_empty() || job.payloads.is_empty() {
+            return Err(BlastError::Job("a worker without flows or sizes".into()));
         }
-        let mut templates = Vec::with_capacity(job.flows.len());
+        let mut templates = Vec::with_capacity(job.flows.len() * job.payloads.len());
         for f in &job.flows {
-            let t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
-                src_mac: link.src_mac,
-                dst_mac: link.dst_mac,
-                vlan: link.vlan,
-                src: f.src,
-                dst: f.dst,
-                frame_len: link.frame,
-            })
-            .map_err(|e| BlastError::Job(format!("flow {}: {e}", f.id)))?;
-            templates.push(t);
-        }
-        let n = templates.len();
-        for i in 0..ring.slots() {
-            if let Some(buf) = ring.slot_buf(i) {
-                let t = &templates[i % n].bytes;
-                let Some(dst) = buf.get_mut(..t.len()) else {
-                    return Err(BlastError::Job(format!(
-                        "a {}-byte frame does not fit a ring slot",
-                        link.frame
-                    )));
-                };
-                dst.copy_from_slice(t);
+            for &p in &job.payloads {
+                let t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
+                    src_mac: link.src_mac,
+                    dst_mac: link.dst_mac,
+                    vlan: link.vlan,
+                    src: f.src,
+                    dst: f.dst,
+                    frame_len: p + job.overhead,
+                })
+                .map_err(|e| BlastError::Job(format!("flow {}: {e}", f.id)))?;
+                templates.push(t);
             }
+        }
+        let mut ring = ring;
+        let largest = templates.iter().map(|t| t.bytes.len()).max().unwrap_or(0);
+        if ring.slot_buf(0).is_some_and(|b| b.len() < largest) {
+            return Err(BlastError::Job(format!(
+                "a {largest}-byte frame does not fit a ring slot"
+            )));
         }
         Ok(RawBlaster {
             book: TxBook::new(&job),
-            seq: vec![0; n],
+            seq: vec![0; job.flows.len()],
+            slot_holds: vec![u32::MAX; ring.slots()],
+            queued: 0,
             ring,
             templates,
             finished: false,
@@ -673,25 +732,39 @@ impl<T: FrameTx> Poll for RawBlaster<T> {
         if n == 0 {
             return Ok(0);
         }
-        let nflows = self.templates.len();
+        let nflows = self.seq.len() as u64;
+        let nsizes = self.job.payloads.len() as u64;
         let (templates, seq, flows) = (&self.templates, &mut self.seq, &self.job.flows);
+        let (holds, queued) = (&mut self.slot_holds, &mut self.queued);
         let mut bytes = 0usize;
-        let queued = self.ring.queue(n, &mut |slot, buf| {
-            let f = slot % nflows;
-            let t = &templates[f];
+        let queued_now = self.ring.queue(n, &mut |slot, buf| {
+            let f = (*queued % nflows) as usize;
+            *queued += 1;
+            let ti = f * nsizes as usize + (seq[f] % nsizes) as usize;
+            let t = &templates[ti];
+            let len = t.bytes.len();
+            let Some(frame) = buf.get_mut(..len) else {
+                return 0;
+            };
+            if holds.get(slot) != Some(&(ti as u32)) {
+                frame.copy_from_slice(&t.bytes);
+                if let Some(h) = holds.get_mut(slot) {
+                    *h = ti as u32;
+                }
+            }
             let h = FlowHeader {
                 flow: flows[f].id,
                 seq: seq[f] as u32,
                 tx_ns: now,
             };
-            t.patch(&mut buf[..t.bytes.len()], &h);
+            t.patch(frame, &h);
             seq[f] += 1;
-            bytes += t.bytes.len();
-            t.bytes.len()
+            bytes += len;
+            len
         });
         self.ring.kick().map_err(|e| e.to_string())?;
-        self.book.record(st, now, n, queued, bytes);
-        Ok(queued)
+        self.book.record(st, now, n, queued_now, bytes);
+        Ok(queued_now)
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {

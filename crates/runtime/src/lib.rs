@@ -15,6 +15,7 @@
 pub mod blast;
 pub mod pace;
 pub mod serve;
+pub mod sink;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,8 +75,11 @@ counters! {
     /// Datagrams the kernel dropped because this socket's receive buffer was full
     /// (the socket's `sk_drops`, read with SO_MEMINFO; cumulative since it was opened).
     socket_drops,
-    /// Datagrams longer than the receive buffer (MSG_TRUNC).
+    /// Datagrams longer than the receive buffer (MSG_TRUNC), or frames longer than a ring slot.
     truncated,
+    /// Frames that do not parse (a header cut short or inconsistent) or fail their UDP
+    /// checksum.
+    malformed,
     /// Received datagrams without a valid flowlane header, or of a flow this worker does not
     /// own (echoes from something else).
     foreign,

@@ -227,6 +227,10 @@ pub struct UdpFrame<'a> {
     pub dst: SocketAddr,
     /// The UDP payload (trimmed to the UDP length; Ethernet padding excluded).
     pub payload: &'a [u8],
+    /// Offset of the IP header in the frame.
+    l3: usize,
+    /// Offset of the UDP header in the frame.
+    l4: usize,
 }
 
 fn be16(b: &[u8], at: usize) -> Result<u16, FrameError> {
@@ -309,28 +313,44 @@ impl<'a> UdpFrame<'a> {
             src: SocketAddr::new(src_ip, u16::from_be_bytes([udp[0], udp[1]])),
             dst: SocketAddr::new(dst_ip, u16::from_be_bytes([udp[2], udp[3]])),
             payload: &b[l4 + UDP_LEN..l4 + ulen],
+            l3,
+            l4,
         })
     }
-}
 
-/// Verifies the UDP checksum of a frame built by [`Template`] (for tests and `--verify`).
-pub fn udp_checksum_ok(t: &Template, frame: &[u8]) -> bool {
-    let (s, d) = if t.v6 {
-        (&frame[t.l3 + 8..t.l3 + 24], &frame[t.l3 + 24..t.l3 + 40])
-    } else {
-        (&frame[t.l3 + 12..t.l3 + 16], &frame[t.l3 + 16..t.l3 + 20])
-    };
-    let udp_len = (frame.len() - t.l4) as u32;
-    checksum::fold(checksum::sum(
-        &frame[t.l4..],
-        checksum::pseudo_header(s, d, udp_len),
-    )) == 0xffff
+    /// Verifies the UDP checksum against `frame`, the bytes this view was parsed from. An IPv4
+    /// checksum of 0 means "none" and passes; in IPv6 it is mandatory.
+    pub fn checksum_ok(&self, frame: &[u8]) -> bool {
+        let udp_end = self.l4 + UDP_LEN + self.payload.len();
+        let (Some(ip), Some(udp)) = (frame.get(self.l3..), frame.get(self.l4..udp_end)) else {
+            return false;
+        };
+        let (s, d) = if self.src.is_ipv6() {
+            (ip.get(8..24), ip.get(24..40))
+        } else {
+            (ip.get(12..16), ip.get(16..20))
+        };
+        let (Some(s), Some(d)) = (s, d) else {
+            return false;
+        };
+        if self.src.is_ipv4() && udp.get(6..8) == Some(&[0, 0]) {
+            return true;
+        }
+        checksum::fold(checksum::sum(
+            udp,
+            checksum::pseudo_header(s, d, udp.len() as u32),
+        )) == 0xffff
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn checksum_ok(frame: &[u8]) -> bool {
+        UdpFrame::parse(frame).is_ok_and(|f| f.checksum_ok(frame))
+    }
 
     fn spec(src: &str, dst: &str, len: usize, vlan: Option<u16>) -> TemplateSpec {
         TemplateSpec {
@@ -353,11 +373,15 @@ mod tests {
             0,
             "IPv4 header checksum"
         );
-        assert!(udp_checksum_ok(&t, &t.bytes));
+        assert!(checksum_ok(&t.bytes));
         let t6 =
             Template::build(&spec("[2001:2::1]:1", "[2001:2::2]:2", 66, Some(7))).expect("builds");
         assert_eq!(t6.payload_len(), 0);
-        assert!(udp_checksum_ok(&t6, &t6.bytes));
+        assert!(checksum_ok(&t6.bytes));
+        // One flipped payload bit is caught.
+        let mut bad = t.bytes.clone();
+        bad[t.payload] ^= 1;
+        assert!(!checksum_ok(&bad));
         assert_eq!(
             Template::build(&spec("198.18.0.1:1", "198.18.0.2:2", 41, None)),
             Err(FrameError::TooShort { len: 41, need: 42 })
@@ -410,7 +434,7 @@ mod tests {
             for (flow, seq, tx_ns) in seqs {
                 let h = FlowHeader { flow, seq, tx_ns };
                 prop_assert!(t.patch(&mut frame, &h));
-                prop_assert!(udp_checksum_ok(&t, &frame));
+                prop_assert!(checksum_ok(&frame));
                 let f = UdpFrame::parse(&frame).expect("parses");
                 prop_assert_eq!(FlowHeader::read(f.payload), Ok(h));
             }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod bpf;
 pub mod packet;
@@ -84,18 +84,30 @@ pub fn get_int(
     call: &'static str,
 ) -> Result<libc::c_int, SysError> {
     let mut value: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    get_opt(fd, level, name, &mut value, call).map(|()| value)
+}
+
+/// `getsockopt` into a plain-data value (`T` must be valid for any bit pattern the kernel
+/// writes: integers and structs of integers).
+pub(crate) fn get_opt<T>(
+    fd: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &mut T,
+    call: &'static str,
+) -> Result<(), SysError> {
+    let mut len = size_of::<T>() as libc::socklen_t;
     // SAFETY: `value` and `len` are valid for writes of the sizes given.
     let ret = unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
             level,
             name,
-            &mut value as *mut libc::c_int as *mut libc::c_void,
+            value as *mut T as *mut libc::c_void,
             &mut len,
         )
     };
-    check(call, ret).map(|_| value)
+    check(call, ret).map(drop)
 }
 
 /// Moves the calling *thread* into the network namespace open at `ns` (e.g. a file under
@@ -171,6 +183,95 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> Result<bool, SysError> {
         Ok(n) => Ok(n > 0),
         Err(e) if e.source.kind() == io::ErrorKind::Interrupted => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+/// Waits up to `timeout` (nanosecond resolution, unlike `poll`'s milliseconds) for `fd` to
+/// become readable; true if it is.
+pub fn wait_readable(fd: RawFd, timeout: std::time::Duration) -> Result<bool, SysError> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+    let ret = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+    match check("ppoll", ret) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.source.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// An epoll set watching sockets for input, each with a token. Its own descriptor is readable
+/// when any member is, so [`wait_readable`] on it waits for all of them with ns resolution.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl Epoll {
+    /// An empty set.
+    pub fn new() -> Result<Epoll, SysError> {
+        // SAFETY: plain epoll_create1 call; the result is checked.
+        let raw = check("epoll_create1", unsafe {
+            libc::epoll_create1(libc::EPOLL_CLOEXEC)
+        })?;
+        Ok(Epoll {
+            // SAFETY: `raw` is a new descriptor owned by nothing else.
+            fd: unsafe { OwnedFd::from_raw_fd(raw) },
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+        })
+    }
+
+    /// Watches `fd` for input, reporting it as `token`.
+    pub fn add(&mut self, fd: &impl AsRawFd, token: u64) -> Result<(), SysError> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: valid descriptors and a valid event struct.
+        let ret = unsafe {
+            libc::epoll_ctl(
+                self.fd.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut ev,
+            )
+        };
+        check("epoll_ctl(ADD)", ret).map(drop)
+    }
+
+    /// Waits up to `timeout` for any member to have input.
+    pub fn wait(&self, timeout: std::time::Duration) -> Result<bool, SysError> {
+        wait_readable(self.fd.as_raw_fd(), timeout)
+    }
+
+    /// The tokens of members with input now (up to 256), without waiting.
+    pub fn ready(&mut self, out: &mut Vec<u64>) -> Result<(), SysError> {
+        out.clear();
+        // SAFETY: `events` has room for the count passed; timeout 0 never blocks.
+        let ret = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as libc::c_int,
+                0,
+            )
+        };
+        match check("epoll_wait", ret) {
+            Ok(n) => {
+                out.extend(self.events[..n as usize].iter().map(|e| e.u64));
+                Ok(())
+            }
+            Err(e) if e.source.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -702,6 +803,11 @@ impl SendBatch {
         let len = len.min(self.slot_size);
         self.lens[i] = len;
         &mut self.bufs[i * self.slot_size..i * self.slot_size + len]
+    }
+
+    /// Slot `i`'s length as last set.
+    pub fn len(&self, i: usize) -> usize {
+        self.lens.get(i).copied().unwrap_or(0)
     }
 
     /// Sends slots `0..n` with one `sendmmsg`; returns how many the kernel took (0 when the
