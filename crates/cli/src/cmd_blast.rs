@@ -111,6 +111,10 @@ pub struct BlastArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     per_queue: Option<u64>,
 
+    /// With --per-queue: place flows only on these queues (e.g. `0-1`), not on all of them.
+    #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
+    pick_queues: Option<CpuList>,
+
     #[command(flatten)]
     model: ModelArgs,
 
@@ -222,7 +226,11 @@ fn make_flows(a: &BlastArgs, dst: SocketAddr) -> Result<Vec<(Flow, Option<u32>)>
             src_ports: a.sport.unwrap_or((1024, 65535)),
             dst_port: dst.port(),
             hash_ports: true,
-            queues: Vec::new(),
+            queues: a
+                .pick_queues
+                .as_ref()
+                .map(|q| q.0.iter().map(|&x| x as u32).collect())
+                .unwrap_or_default(),
             per_queue: Some(k),
         };
         let hasher = Toeplitz::new(&a.model.key);
@@ -237,22 +245,23 @@ fn make_flows(a: &BlastArgs, dst: SocketAddr) -> Result<Vec<(Flow, Option<u32>)>
                     q.tuples.len()
                 )));
             }
-            for p in &q.tuples {
-                let src = p.tuple.src();
-                let Some((sport, _)) = p.tuple.ports() else {
-                    continue;
-                };
-                let id = u16::try_from(flows.len())
-                    .map_err(|_| Failure::usage(anyhow!("at most 65536 flows")))?;
-                flows.push((
-                    Flow {
-                        id,
-                        src: SocketAddr::new(src, sport),
-                        dst,
-                    },
-                    Some(q.queue),
-                ));
-            }
+        }
+        // Interleaved (queue 0's first flow, queue 1's first, …, queue 0's second, …), so that
+        // each sending thread's contiguous share of the flows covers every queue: which CPU
+        // sends a flow says nothing about where it should be received.
+        let interleaved = (0..k as usize).flat_map(|i| {
+            r.queues
+                .iter()
+                .filter_map(move |q| q.tuples.get(i).map(|p| (q.queue, p)))
+        });
+        for (queue, p) in interleaved {
+            let Some((sport, _)) = p.tuple.ports() else {
+                continue;
+            };
+            let id = u16::try_from(flows.len())
+                .map_err(|_| Failure::usage(anyhow!("at most 65536 flows")))?;
+            let src = SocketAddr::new(p.tuple.src(), sport);
+            flows.push((Flow { id, src, dst }, Some(queue)));
         }
         return Ok(flows);
     }

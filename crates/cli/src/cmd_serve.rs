@@ -10,7 +10,7 @@ use anyhow::anyhow;
 use clap::{Args, ValueEnum};
 use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
 use flowlane_io::SysError;
-use flowlane_runtime::serve::{Mode, ServeWorker};
+use flowlane_runtime::serve::{Mode, ServeWorker, SourceCounts};
 use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use serde_json::{json, Value};
 
@@ -105,6 +105,11 @@ pub struct ServeArgs {
     #[arg(long)]
     no_detect: bool,
 
+    /// Count datagrams per source address in each worker (JSON: `workers[].sources`): which
+    /// worker got which flow. Costs a hash-map update per datagram.
+    #[arg(long)]
+    by_source: bool,
+
     /// With an IPv6 address: accept IPv6 only (no IPv4-mapped clients).
     #[arg(long)]
     v6only: bool,
@@ -160,6 +165,8 @@ pub fn run(a: ServeArgs) -> CmdResult {
         notices.clone(),
     );
     let detect = !a.no_detect;
+    let source_counts: Vec<SourceCounts> = cpus.iter().map(|_| Arc::default()).collect();
+    let (sc2, by_source) = (source_counts.clone(), a.by_source);
     let (want_gro, want_gso, busy_poll, budget) = (a.gro, a.gso, a.busy_poll, a.budget as usize);
     let echo = mode == Mode::Echo;
     let batch = a.budget.min(64) as usize;
@@ -241,6 +248,9 @@ pub fn run(a: ServeArgs) -> CmdResult {
         }
         if gso_ok && want_gso {
             w = w.with_gso();
+        }
+        if by_source {
+            w = w.with_source_counts(sc2[idx].clone());
         }
         Ok(match det {
             Some(d) => w.with_detector(d),
@@ -356,7 +366,15 @@ pub fn run(a: ServeArgs) -> CmdResult {
     if a.json {
         let t = worker_json(None, &total);
         print_json(&json!({
-            "workers": cpus.iter().zip(&finals).map(|(&c, s)| worker_json(Some(c), s)).collect::<Vec<_>>(),
+            "workers": cpus.iter().zip(&finals).zip(&source_counts).map(|((&c, s), sc)| {
+                let mut w = worker_json(Some(c), s);
+                if let (Some(o), Some(counts)) = (w.as_object_mut(), sc.lock().ok().and_then(|mut g| g.take())) {
+                    let mut v: Vec<(SocketAddr, u64)> = counts.into_iter().collect();
+                    v.sort();
+                    o.insert("sources".into(), v.iter().map(|(a, n)| json!({"src": a.to_string(), "packets": n})).collect::<Value>());
+                }
+                w
+            }).collect::<Vec<_>>(),
             "total": t,
             "duration_s": (elapsed * 1000.0).round() / 1000.0,
             "steering": steering.name(),

@@ -6,13 +6,16 @@
 //! Exit codes: 0 ok, 1 runtime failure (the job could not be done as asked), 2 bad usage.
 
 mod args;
+mod cmd_bench;
 mod cmd_blast;
 mod cmd_hash;
+mod cmd_lab;
 mod cmd_pick;
 mod cmd_rss;
 mod cmd_serve;
 mod cmd_sink;
 mod live;
+mod report;
 
 use std::process::ExitCode;
 
@@ -45,6 +48,9 @@ enum Command {
     Serve(cmd_serve::ServeArgs),
     Blast(Box<cmd_blast::BlastArgs>),
     Sink(cmd_sink::SinkArgs),
+    Bench(Box<cmd_bench::BenchArgs>),
+    #[command(subcommand)]
+    Lab(cmd_lab::LabCommand),
 }
 
 /// A failure with the exit code it maps to.
@@ -84,6 +90,8 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd_serve::run(a),
         Command::Blast(a) => cmd_blast::run(*a),
         Command::Sink(a) => cmd_sink::run(a),
+        Command::Bench(a) => cmd_bench::run(*a),
+        Command::Lab(c) => cmd_lab::run(c),
     };
     match result {
         Ok(code) => code,

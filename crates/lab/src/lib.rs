@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod setup;
 
 use std::fmt;
 use std::fs::File;
@@ -74,10 +75,11 @@ pub fn can_create_namespaces() -> bool {
         .is_some_and(|caps| caps & (1 << 12) != 0 && caps & (1 << 21) != 0)
 }
 
-/// A network namespace made for one run, deleted on drop.
+/// A network namespace made for one run, deleted on drop (unless kept, or not made here).
 #[derive(Debug)]
 pub struct Netns {
     name: String,
+    owned: bool,
 }
 
 static SERIAL: AtomicU32 = AtomicU32::new(0);
@@ -90,10 +92,50 @@ impl Netns {
             std::process::id(),
             SERIAL.fetch_add(1, Ordering::Relaxed)
         );
-        ip(&["netns", "add", &name])?;
-        let ns = Netns { name };
+        Netns::persistent(&name)
+    }
+
+    /// Creates namespace `name` exactly, with loopback up; deleted on drop unless
+    /// [`Netns::keep`] is called.
+    pub fn persistent(name: &str) -> Result<Netns, LabError> {
+        ip(&["netns", "add", name])?;
+        let ns = Netns {
+            name: name.to_string(),
+            owned: true,
+        };
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)
+    }
+
+    /// A handle on an existing namespace; dropping it deletes nothing.
+    pub fn existing(name: &str) -> Netns {
+        Netns {
+            name: name.to_string(),
+            owned: false,
+        }
+    }
+
+    /// Leaves the namespace in place when this handle is dropped.
+    pub fn keep(mut self) {
+        self.owned = false;
+    }
+
+    /// Writes `value` to a per-namespace `/proc/sys` file from inside the namespace.
+    pub fn write_file(&self, path: &str, value: &str) -> Result<(), LabError> {
+        self.run(|| std::fs::write(path, value))?
+            .map_err(|e| LabError {
+                what: format!("write {value} to {path} in {}", self.name),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Writes `value` to a sysfs file as the namespace sees it (`ip netns exec` mounts the
+    /// namespace's own /sys, which a thread that only entered the namespace does not see).
+    pub fn write_sys(&self, path: &str, value: &str) -> Result<(), LabError> {
+        run(self
+            .command("sh")
+            .args(["-c", "printf '%s\\n' \"$1\" > \"$2\"", "sh", value, path]))
+        .map(drop)
     }
 
     /// The namespace's name (as `ip netns` lists it).
@@ -152,6 +194,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // Deleting the name drops the namespace once nothing runs in it; its links go with it.
         if let Err(e) = ip(&["netns", "del", &self.name]) {
             eprintln!("flowlane-lab: cleanup: {e}");

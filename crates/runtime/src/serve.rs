@@ -1,7 +1,9 @@
 //! The UDP echo/sink worker behind `flowlane serve`.
 
-use std::net::UdpSocket;
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
 
 use flowlane_io::sys::{self, MmsgBatch};
 use flowlane_io::udp::MissteerDetector;
@@ -28,7 +30,12 @@ pub struct ServeWorker {
     gso: bool,
     busy_poll: Option<std::time::Duration>,
     polls: u32,
+    /// Datagrams per source address, handed over at the end (`with_source_counts`).
+    sources: Option<(HashMap<SocketAddr, u64>, SourceCounts)>,
 }
+
+/// Where a worker puts its per-source counts when its loop ends.
+pub type SourceCounts = Arc<Mutex<Option<HashMap<SocketAddr, u64>>>>;
 
 impl ServeWorker {
     /// A worker for `sock` on `cpu`, receiving up to `batch` datagrams per call.
@@ -46,7 +53,16 @@ impl ServeWorker {
             gso: false,
             busy_poll: None,
             polls: 0,
+            sources: None,
         }
+    }
+
+    /// Counts datagrams per source address (one hash-map update per datagram), handed to
+    /// `out` when the loop ends: which worker got which flow.
+    pub fn with_source_counts(mut self, out: SourceCounts) -> ServeWorker {
+        self.batch.sources = true;
+        self.sources = Some((HashMap::new(), out));
+        self
     }
 
     /// Reads UDP_GRO control messages: the socket must have UDP_GRO on
@@ -100,6 +116,11 @@ impl Poll for ServeWorker {
             for i in 0..n {
                 let m = self.batch.meta(i);
                 let d = m.datagrams() as u64;
+                if let (Some((counts, _)), Some(src)) =
+                    (self.sources.as_mut(), self.batch.source(i))
+                {
+                    *counts.entry(src).or_default() += d;
+                }
                 dgrams += d;
                 gro += (d > 1) as u64;
                 bytes += m.len as u64;
@@ -152,6 +173,14 @@ impl Poll for ServeWorker {
         }
         if let Some(d) = &self.detector {
             set(&st.missteered, d.count());
+        }
+    }
+
+    fn finish(&mut self, _st: &WorkerStats) {
+        if let Some((counts, out)) = self.sources.take() {
+            if let Ok(mut g) = out.lock() {
+                *g = Some(counts);
+            }
         }
     }
 

@@ -11,12 +11,25 @@ use super::{check, SysError};
 use crate::ebpf::Insn;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_LINK_CREATE: libc::c_long = 28;
+/// `BPF_XDP` attach type (for `BPF_LINK_CREATE`).
+const ATTACH_XDP: u32 = 37;
+/// `BPF_F_TEST_XDP_LIVE_FRAMES`: frames the program redirects or transmits really leave.
+const F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 
 /// `BPF_MAP_TYPE_ARRAY`.
 pub const MAP_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_CPUMAP`: redirect targets that are CPUs (a kernel thread per entry runs the
+/// stack for the frames redirected to it).
+pub const MAP_CPUMAP: u32 = 16;
 /// `BPF_PROG_TYPE_SOCKET_FILTER`.
 pub const PROG_SOCKET_FILTER: u32 = 1;
+/// `BPF_PROG_TYPE_XDP`.
+pub const PROG_XDP: u32 = 6;
 /// `BPF_F_MMAPABLE`: the array's values can be mapped into user memory (Linux 5.5+).
 const F_MMAPABLE: u32 = 1 << 10;
 
@@ -98,16 +111,7 @@ unsafe impl Sync for MappedArray {}
 impl MappedArray {
     /// A new `BPF_MAP_TYPE_ARRAY` of `entries` u64 values (all zero), mapped read-only.
     pub fn new(name: &str, entries: u32) -> Result<MappedArray, SysError> {
-        let mut attr = MapCreateAttr {
-            map_type: MAP_ARRAY,
-            key_size: 4,
-            value_size: 8,
-            max_entries: entries.max(1),
-            map_flags: F_MMAPABLE,
-            map_name: name16(name),
-            ..Default::default()
-        };
-        let fd = bpf_fd(BPF_MAP_CREATE, &mut attr, "bpf(BPF_MAP_CREATE)")?;
+        let fd = create_map(MAP_ARRAY, 4, 8, entries.max(1), F_MMAPABLE, name)?;
         // SAFETY: sysconf has no memory effects.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let len = (entries.max(1) as usize * 8).div_ceil(page) * page;
@@ -232,4 +236,287 @@ pub fn attach_socket_filter(sock: &impl AsRawFd, prog: &OwnedFd) -> Result<(), S
         prog.as_raw_fd(),
         "setsockopt(SO_ATTACH_BPF)",
     )
+}
+
+/// The part of `union bpf_attr` used by `BPF_PROG_TEST_RUN`.
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _pad: u32,
+}
+
+/// `struct xdp_md`, the XDP program's context as `BPF_PROG_TEST_RUN` takes it.
+#[repr(C)]
+#[derive(Default)]
+struct XdpMd {
+    data: u32,
+    data_end: u32,
+    data_meta: u32,
+    ingress_ifindex: u32,
+    rx_queue_index: u32,
+    egress_ifindex: u32,
+}
+
+/// Runs XDP program `prog` `repeat` times on copies of `frame` in live-frames mode
+/// (`BPF_F_TEST_XDP_LIVE_FRAMES`, Linux 5.18+): each run's verdict is carried out as if the
+/// frame had arrived on queue `queue` of interface `ifindex` — `XDP_TX` sends it back out of
+/// that interface, `XDP_REDIRECT` wherever the program said. Frames go in batches of `batch`
+/// (at most 256) between flushes; the call returns when all `repeat` have been run.
+pub fn xdp_test_run_live(
+    prog: &OwnedFd,
+    frame: &[u8],
+    ifindex: u32,
+    queue: u32,
+    repeat: u32,
+    batch: u32,
+) -> Result<(), SysError> {
+    let ctx = XdpMd {
+        data_end: frame.len() as u32,
+        ingress_ifindex: ifindex,
+        rx_queue_index: queue,
+        ..Default::default()
+    };
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: frame.len() as u32,
+        data_in: frame.as_ptr() as u64,
+        repeat,
+        ctx_size_in: size_of::<XdpMd>() as u32,
+        ctx_in: &ctx as *const XdpMd as u64,
+        flags: F_TEST_XDP_LIVE_FRAMES,
+        batch_size: batch.min(256),
+        ..Default::default()
+    };
+    // SAFETY: `attr` is a live `repr(C)` prefix of `union bpf_attr` of the size passed; its
+    // pointers reference `frame` and `ctx`, which outlive the call; in live-frames mode the
+    // kernel writes back only `retval` and `duration`, inside `attr`.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            &mut attr as *mut TestRunAttr as *mut libc::c_void,
+            size_of::<TestRunAttr>() as libc::c_uint,
+        )
+    };
+    check("bpf(BPF_PROG_TEST_RUN, live frames)", ret as libc::c_int).map(drop)
+}
+
+/// The part of `union bpf_attr` used by `BPF_LINK_CREATE`.
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+}
+
+/// Attaches XDP program `prog` to interface `ifindex` through a BPF link: the program stays
+/// attached exactly as long as the returned descriptor is open (also when the process dies),
+/// so nothing is left behind. `flags`: 0 (the driver's mode where it has one, else generic),
+/// or `XDP_FLAGS_SKB_MODE` (2) / `XDP_FLAGS_DRV_MODE` (4).
+pub fn attach_xdp(prog: &OwnedFd, ifindex: u32, flags: u32) -> Result<OwnedFd, SysError> {
+    let mut attr = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_ifindex: ifindex,
+        attach_type: ATTACH_XDP,
+        flags,
+    };
+    bpf_fd(BPF_LINK_CREATE, &mut attr, "bpf(BPF_LINK_CREATE, XDP)")
+}
+
+/// Creates a map (`BPF_MAP_CREATE`) with 4-byte keys.
+pub fn create_map(
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    entries: u32,
+    flags: u32,
+    name: &str,
+) -> Result<OwnedFd, SysError> {
+    let mut attr = MapCreateAttr {
+        map_type,
+        key_size,
+        value_size,
+        max_entries: entries,
+        map_flags: flags,
+        map_name: name16(name),
+        ..Default::default()
+    };
+    bpf_fd(BPF_MAP_CREATE, &mut attr, "bpf(BPF_MAP_CREATE)")
+}
+
+/// The part of `union bpf_attr` used by `BPF_MAP_UPDATE_ELEM`.
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// Sets `map[key] = value` (`key` and `value` of the map's sizes: the kernel reads exactly
+/// those many bytes, so shorter slices are refused here).
+pub fn map_update(
+    map: &OwnedFd,
+    key: &[u8],
+    value: &[u8],
+    key_size: usize,
+    value_size: usize,
+) -> Result<(), SysError> {
+    if key.len() != key_size || value.len() != value_size {
+        return Err(SysError {
+            call: "bpf(BPF_MAP_UPDATE_ELEM)",
+            source: io::Error::from_raw_os_error(libc::EINVAL),
+        });
+    }
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        value: value.as_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: `attr` is a live `repr(C)` prefix of `union bpf_attr` of the size passed; its
+    // pointers reference `key` and `value`, which hold the map's key and value sizes (checked
+    // above) and outlive the call; the kernel only reads through them.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_ELEM,
+            &mut attr as *mut MapElemAttr as *mut libc::c_void,
+            size_of::<MapElemAttr>() as libc::c_uint,
+        )
+    };
+    check("bpf(BPF_MAP_UPDATE_ELEM)", ret as libc::c_int).map(drop)
+}
+
+/// The part of `union bpf_attr` used by `BPF_OBJ_PIN`.
+#[repr(C)]
+#[derive(Default)]
+struct ObjPinAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+/// Pins a program or map at `path` on a mounted bpf file system (so another process, e.g.
+/// `ip link set … xdp pinned PATH`, can take it); removing the file unpins it.
+pub fn pin(obj: &OwnedFd, path: &std::path::Path) -> Result<(), SysError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| SysError {
+        call: "bpf(BPF_OBJ_PIN)",
+        source: io::Error::from_raw_os_error(libc::EINVAL),
+    })?;
+    let mut attr = ObjPinAttr {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: obj.as_raw_fd() as u32,
+        file_flags: 0,
+    };
+    // SAFETY: `attr` is a live `repr(C)` prefix of `union bpf_attr`; `pathname` points at a
+    // NUL-terminated string that outlives the call; the kernel only reads it.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_PIN,
+            &mut attr as *mut ObjPinAttr as *mut libc::c_void,
+            size_of::<ObjPinAttr>() as libc::c_uint,
+        )
+    };
+    check("bpf(BPF_OBJ_PIN)", ret as libc::c_int).map(drop)
+}
+
+/// `bpf(cmd, attr)` for commands that return a number, not a descriptor.
+fn bpf_call<T>(cmd: libc::c_long, attr: &mut T, call: &'static str) -> Result<i32, SysError> {
+    // SAFETY: `attr` is a live, initialised `repr(C)` prefix of `union bpf_attr` of the size
+    // passed; the commands used with it write only into `attr` or into buffers it points at,
+    // which the callers own and keep alive for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T as *mut libc::c_void,
+            size_of::<T>() as libc::c_uint,
+        )
+    };
+    check(call, ret as libc::c_int)
+}
+
+/// The names of every BPF program loaded on this host (needs CAP_SYS_ADMIN): to check that
+/// nothing was left behind.
+pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
+    const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
+    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    #[repr(C)]
+    #[derive(Default)]
+    struct IdAttr {
+        id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let mut names = Vec::new();
+    let mut id = 0u32;
+    loop {
+        let mut a = IdAttr {
+            id,
+            ..Default::default()
+        };
+        match bpf_call(BPF_PROG_GET_NEXT_ID, &mut a, "bpf(BPF_PROG_GET_NEXT_ID)") {
+            Ok(_) => id = a.next_id,
+            Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(e) => return Err(e),
+        }
+        let mut f = IdAttr {
+            id,
+            ..Default::default()
+        };
+        // A program may go away between the two calls: skip it.
+        let Ok(fd) = bpf_call(BPF_PROG_GET_FD_BY_ID, &mut f, "bpf(BPF_PROG_GET_FD_BY_ID)") else {
+            continue;
+        };
+        // SAFETY: `fd` is the new descriptor the kernel just returned; owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // bpf_prog_info up to and including `name[16]` at offset 64.
+        let mut info = [0u8; 80];
+        let mut ia = InfoAttr {
+            bpf_fd: fd.as_raw_fd() as u32,
+            info_len: info.len() as u32,
+            info: info.as_mut_ptr() as u64,
+        };
+        if bpf_call(
+            BPF_OBJ_GET_INFO_BY_FD,
+            &mut ia,
+            "bpf(BPF_OBJ_GET_INFO_BY_FD)",
+        )
+        .is_ok()
+        {
+            let name = &info[64..80];
+            let end = name.iter().position(|&b| b == 0).unwrap_or(16);
+            names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+        }
+    }
+    Ok(names)
 }

@@ -189,6 +189,13 @@ impl Toeplitz {
         &self.key
     }
 
+    /// The byte table behind the hash: row `i`, column `b` is the hash contribution of input
+    /// byte `i` having value `b`, so a hash is the XOR of one entry per input byte. Other
+    /// implementations (e.g. the XDP steering program) load these rows. `rows` ≤ 48.
+    pub fn byte_rows(&self, rows: usize) -> &[[u32; 256]] {
+        &self.table[..rows.min(TABLE_ROWS)]
+    }
+
     /// The batch backend in use.
     pub fn backend(&self) -> Backend {
         self.backend

@@ -174,3 +174,24 @@ proptest! {
         );
     }
 }
+
+#[test]
+fn byte_rows_xor_to_the_hash() {
+    let key = Key::MICROSOFT;
+    let t = Toeplitz::new(&key);
+    let rows = t.byte_rows(36);
+    assert_eq!(rows.len(), 36);
+    let tuple = Tuple::v4(
+        "66.9.149.187".parse().expect("ip"),
+        "161.142.100.80".parse().expect("ip"),
+        2794,
+        1766,
+    );
+    let h = tuple
+        .input()
+        .iter()
+        .enumerate()
+        .fold(0, |h, (i, &b)| h ^ rows[i][b as usize]);
+    assert_eq!(h, 0x51ccc178);
+    assert_eq!(h, reference(&key, tuple.input()));
+}

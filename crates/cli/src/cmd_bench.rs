@@ -1,0 +1,672 @@
+//! `flowlane bench`: the RSS scaling experiment in one command — flows placed on RSS buckets,
+//! one pinned server worker per CPU, and for k = 1..N active buckets the seed's five numbers,
+//! per-worker counts, steering checks, CPU use and latency; a table as it goes, then
+//! `report.json` and a self-contained `report.html`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context};
+use clap::{Args, ValueEnum};
+use flowlane_lab::setup::{self, LabConfig, Steer, DUT_IF, GEN_IF, LAB_DUT_V4};
+use flowlane_lab::{DevCounters, Netns};
+use flowlane_rss::Key;
+use serde_json::{json, Value};
+
+use crate::args::{cpu_count, parse_key, print_json};
+use crate::cmd_lab::{config, SteerArg};
+use crate::live::stop_on_signals;
+use crate::report;
+use crate::{CmdResult, Failure};
+
+/// Reproduce the RSS scaling experiment: how packets per second grow with the number of RSS
+/// buckets (receive queues) in use, and where packets go missing.
+///
+/// In the lab (`flowlane lab`, brought up for the run and taken down after, unless it was
+/// already up): `flowlane serve` runs in the DUT namespace with one pinned worker per CPU;
+/// `flowlane blast` runs in the generator namespace with --per-bucket flows placed on each
+/// active bucket by the RSS picker (same key and table as the lab's software RSS). Step k uses
+/// buckets 0..k-1 — the seed's "1, 2, 3, 4 udp-clt processes". Each step records the five
+/// numbers of the seed's accounting:
+///
+///   sent        frames the client's interface sent          (flgen tx_packets)
+///   received    frames the server's interface received      (fldut rx_packets)
+///   seen        datagrams the server program read           (serve, all workers)
+///   echoed      datagrams it sent back                      (serve)
+///   back        echoes the client program received          (blast)
+///
+/// plus each worker's share against what its buckets were sent, mis-steered datagrams (eBPF
+/// detector), socket drops, CPU use per core (/proc/stat) and round-trip percentiles. A number
+/// that does not add up is reported as a problem (and the exit code is 1).
+///
+/// Without root: `--loopback` runs the same steps on 127.0.0.1 in this namespace (no
+/// interfaces, no steering: not RSS-faithful, labelled so).
+///
+/// Examples:
+///   sudo flowlane bench                         # buckets 1..CPUs, 5 s steps, ./flowlane-report/
+///   sudo flowlane bench --buckets 1..2 --step-secs 2 --mode both
+///   flowlane bench --loopback --step-secs 1
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct BenchArgs {
+    /// Steps: `1..N` (k = 1, 2, …, N active buckets) or `N` (that one step). Default: 1..CPUs.
+    #[arg(long, value_parser = parse_buckets)]
+    buckets: Option<(u32, u32)>,
+
+    /// echo: the server echoes and the client takes the echoes back; sink: one way; both: a
+    /// sink step and an echo step for each k.
+    #[arg(long, value_enum, default_value_t = BenchMode::Echo)]
+    mode: BenchMode,
+
+    /// Frame size without FCS (60: the minimum frame, an 18-byte UDP payload as in the seed).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(60..=1514))]
+    size: u64,
+
+    /// Seconds of traffic per step.
+    #[arg(long, default_value_t = 5.0)]
+    step_secs: f64,
+
+    /// Flows per active bucket.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    per_bucket: u64,
+
+    /// Client rate per step in packets per second (default: as fast as it can).
+    #[arg(long)]
+    rate: Option<u64>,
+
+    /// Directory for report.json and report.html.
+    #[arg(long, default_value = "flowlane-report")]
+    out: PathBuf,
+
+    /// Lab name (an existing lab of this name is used as it is).
+    #[arg(long, default_value = "flowlane")]
+    name: String,
+
+    /// Receive steering for a lab this run brings up.
+    #[arg(long, value_enum, default_value_t = SteerArg::Rss)]
+    steer: SteerArg,
+
+    /// RSS key for a lab this run brings up.
+    #[arg(long, value_parser = parse_key, default_value = "microsoft")]
+    key: Key,
+
+    /// Run on 127.0.0.1 without namespaces (no root needed; not RSS-faithful).
+    #[arg(long)]
+    loopback: bool,
+
+    /// Leave a lab this run brought up in place afterwards.
+    #[arg(long)]
+    keep_lab: bool,
+
+    /// Print the report as JSON on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BenchMode {
+    Echo,
+    Sink,
+    Both,
+}
+
+/// `1..4` or `3`.
+fn parse_buckets(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("`{s}` is not a bucket range like 1..4 (or a single count like 2)");
+    let (a, b) = match s.split_once("..") {
+        Some((a, b)) => (a.trim(), b.trim()),
+        None => (s.trim(), s.trim()),
+    };
+    let a: u32 = a.parse().map_err(|_| bad())?;
+    let b: u32 = b.parse().map_err(|_| bad())?;
+    if a == 0 || a > b || b > 64 {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+/// Takes a lab this run made down again, however the run ends.
+struct LabGuard {
+    name: Option<String>,
+}
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        if let Some(n) = self.name.take() {
+            if let Err(e) = setup::down(&n) {
+                eprintln!("flowlane: taking the lab down: {e}");
+            }
+        }
+    }
+}
+
+/// Where one step runs.
+struct Target {
+    /// Namespaces (gen, dut) — none for loopback.
+    lab: Option<(Netns, Netns, LabConfig)>,
+    /// Server address.
+    to: String,
+    ncpus: u32,
+    buckets: u32,
+}
+
+/// Per-CPU busy and total jiffies from /proc/stat.
+fn cpu_times() -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let total: u64 = v.iter().take(8).sum();
+            let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+            (total - idle.min(total), total)
+        })
+        .collect()
+}
+
+/// Starts `flowlane serve` and waits until its workers are bound (the banner on stderr).
+fn start_serve(cmd: &mut Command) -> Result<(Child, std::thread::JoinHandle<String>), Failure> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Failure::runtime(anyhow!("starting flowlane serve: {e}")))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| Failure::runtime(anyhow!("serve: no stderr")))?;
+    let mut lines = BufReader::new(stderr).lines();
+    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
+    if !banner.starts_with("flowlane serve:") {
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Failure::runtime(anyhow!(
+            "flowlane serve did not start: {banner} {}",
+            rest.join(" ")
+        )));
+    }
+    let rest =
+        std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+    Ok((child, rest))
+}
+
+/// Stops serve with SIGINT (it prints its summary) and reads its JSON.
+fn stop_serve(child: Child, rest: std::thread::JoinHandle<String>) -> Result<Value, Failure> {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Failure::runtime(anyhow!("waiting for serve: {e}")))?;
+    let err = rest.join().unwrap_or_default();
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| Failure::runtime(anyhow!("serve's summary is not JSON ({e}): {err}")))
+}
+
+fn counters(ns: &Netns, ifname: &str) -> Result<flowlane_lab::counters::IfCounters, Failure> {
+    let d: DevCounters = ns.dev().map_err(|e| Failure::runtime(anyhow!(e)))?;
+    d.ifaces
+        .get(ifname)
+        .copied()
+        .ok_or_else(|| Failure::runtime(anyhow!("no interface {ifname} in {}", ns.name())))
+}
+
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// One step: serve, then blast for `secs`, then the numbers.
+fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure> {
+    let exe = std::env::current_exe().map_err(|e| Failure::runtime(anyhow!("own path: {e}")))?;
+    let exe = exe.to_string_lossy().to_string();
+    let all_cpus = format!("0-{}", t.ncpus - 1);
+    let mode = if echo { "echo" } else { "sink" };
+    let mut serve_cmd = match &t.lab {
+        Some((_, dut, _)) => dut.command(&exe),
+        None => Command::new(&exe),
+    };
+    serve_cmd.args([
+        "serve", "--bind", &t.to, "--mode", mode, "--cpus", &all_cpus,
+    ]);
+    serve_cmd.args(["--json", "--quiet", "--by-source"]);
+    let (serve, rest) = start_serve(&mut serve_cmd)?;
+    let before = match &t.lab {
+        Some((g, d, _)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
+        None => None,
+    };
+    let cpu0 = cpu_times();
+    let threads = k.min(t.ncpus);
+    let mut blast_cmd = match &t.lab {
+        Some((g, _, _)) => g.command(&exe),
+        None => Command::new(&exe),
+    };
+    let key = match &t.lab {
+        Some((_, _, c)) => c.key.clone(),
+        None => a.key.to_hex(),
+    };
+    blast_cmd
+        .args(["blast", "--to", &t.to, "--queues", &t.buckets.to_string()])
+        .args(["--per-queue", &a.per_bucket.to_string()])
+        .args(["--pick-queues", &format!("0-{}", k - 1)])
+        .args(["--key", &key, "--size", &a.size.to_string()])
+        .args(["--duration", &a.step_secs.to_string()])
+        .args(["--cpus", &format!("0-{}", threads - 1)])
+        .args(["--json", "--quiet"]);
+    if t.lab.is_none() {
+        blast_cmd.args(["--from", "127.0.0.1"]);
+    }
+    if echo {
+        blast_cmd.args(["--echo", "--linger", "0.5"]);
+    }
+    if let Some(r) = a.rate {
+        blast_cmd.args(["--rate", &r.to_string()]);
+    }
+    let t0 = Instant::now();
+    let out = blast_cmd.output();
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu_times();
+    let after = match &t.lab {
+        Some((g, d, _)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
+        None => None,
+    };
+    let srv = stop_serve(serve, rest)?;
+    let out = out.map_err(|e| Failure::runtime(anyhow!("running flowlane blast: {e}")))?;
+    if !out.status.success() {
+        return Err(Failure::runtime(anyhow!(
+            "flowlane blast failed in step {k}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let b: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| Failure::runtime(anyhow!("blast's summary is not JSON: {e}")))?;
+
+    // Where each flow should land: its bucket's CPU (the lab's table; loopback: bucket mod CPUs).
+    let queue_cpu = |q: u64| -> u64 {
+        match &t.lab {
+            Some((_, _, c)) => c.queue_cpus.get(q as usize).copied().unwrap_or(0) as u64,
+            None => q % t.ncpus as u64,
+        }
+    };
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+    let flows = b["flows"].as_array().cloned().unwrap_or_default();
+    for f in &flows {
+        *expected.entry(queue_cpu(n(&f["queue"]))).or_default() += n(&f["tx_packets"]);
+    }
+    // Each flow's bucket CPU, by source address.
+    let flow_cpu: BTreeMap<String, u64> = flows
+        .iter()
+        .filter_map(|f| Some((f["src"].as_str()?.to_string(), queue_cpu(n(&f["queue"])))))
+        .collect();
+    let mut workers = Vec::new();
+    let mut misplaced = 0u64;
+    for w in srv["workers"].as_array().cloned().unwrap_or_default() {
+        let cpu = n(&w["cpu"]);
+        let got = n(&w["rx_packets"]);
+        let exp = expected.get(&cpu).copied().unwrap_or(0);
+        // Datagrams of a flow whose bucket belongs to another CPU.
+        for s in w["sources"].as_array().into_iter().flatten() {
+            let src = s["src"].as_str().unwrap_or("");
+            if flow_cpu.get(src).is_some_and(|&c| c != cpu) {
+                misplaced += n(&s["packets"]);
+            }
+        }
+        workers.push(json!({
+            "cpu": cpu,
+            "rx_packets": got,
+            "expected": exp,
+            "echoed": n(&w["tx_packets"]),
+            "missteered": w["missteered"],
+            "socket_drops": n(&w["socket_drops"]),
+        }));
+    }
+    let tot = &srv["total"];
+    let (seen, echoed) = (n(&tot["rx_packets"]), n(&tot["tx_packets"]));
+    let prog_sent = n(&b["tx_packets"]);
+    let back = if echo { n(&b["rx_packets"]) } else { 0 };
+    let (iface_sent, iface_rx, iface_rx_dropped, iface_back) = match (before, after) {
+        (Some((g0, d0)), Some((g1, d1))) => (
+            Some(g1.tx_packets - g0.tx_packets),
+            Some(d1.rx_packets - d0.rx_packets),
+            Some(d1.rx_dropped - d0.rx_dropped),
+            Some(g1.rx_packets - g0.rx_packets),
+        ),
+        _ => (None, None, None, None),
+    };
+    let busy: Vec<f64> = cpu0
+        .iter()
+        .zip(&cpu1)
+        .map(|(x, y)| {
+            let total = y.1.saturating_sub(x.1).max(1) as f64;
+            (y.0.saturating_sub(x.0) as f64 / total * 1000.0).round() / 10.0
+        })
+        .collect();
+    let secs = b["duration_s"]
+        .as_f64()
+        .filter(|&s| s > 0.0)
+        .unwrap_or(elapsed);
+    let pps = |x: u64| (x as f64 / secs).round() as u64;
+    let missteered: u64 = workers.iter().map(|w| n(&w["missteered"])).sum();
+    let drops: u64 = workers.iter().map(|w| n(&w["socket_drops"])).sum();
+
+    // The checks: what must add up.
+    let mut problems = Vec::new();
+    if let Some(rx) = iface_rx {
+        if seen > rx {
+            problems.push(format!(
+                "the server program saw {seen} datagrams but its interface received only {rx}"
+            ));
+        }
+    }
+    if let Some(sent) = iface_sent {
+        if sent < prog_sent {
+            problems.push(format!(
+                "the client says it sent {prog_sent} but its interface sent {sent}"
+            ));
+        }
+    }
+    if echo && back > echoed {
+        problems.push(format!(
+            "the client got {back} echoes back but the server echoed only {echoed}"
+        ));
+    }
+    if echo && echoed > seen {
+        problems.push(format!(
+            "the server echoed {echoed} of {seen} datagrams seen"
+        ));
+    }
+    if misplaced > 0 && t.lab.is_some() {
+        problems.push(format!(
+            "{misplaced} datagrams landed on a worker other than their bucket's (steering: {})",
+            match &t.lab {
+                Some((_, _, c)) => c.steer.name(),
+                None => "loopback, none",
+            }
+        ));
+    }
+    if missteered > 0 {
+        problems.push(format!(
+            "{missteered} datagrams reached a worker after the kernel processed them on another CPU"
+        ));
+    }
+    Ok(json!({
+        "mode": mode,
+        "buckets": k,
+        "flows": flows.len(),
+        "client_threads": threads,
+        "duration_s": (secs * 1000.0).round() / 1000.0,
+        "five": {
+            "client_sent": iface_sent,
+            "server_received": iface_rx,
+            "server_seen": seen,
+            "server_echoed": if echo { json!(echoed) } else { Value::Null },
+            "client_back": if echo { json!(back) } else { Value::Null },
+        },
+        "client_program_sent": prog_sent,
+        "client_iface_back": if echo { json!(iface_back) } else { Value::Null },
+        "server_iface_rx_dropped": iface_rx_dropped,
+        "pps": {
+            "sent": pps(prog_sent),
+            "server_seen": pps(seen),
+            "echoed": if echo { json!(pps(echoed)) } else { Value::Null },
+            "back": if echo { json!(pps(back)) } else { Value::Null },
+        },
+        "lost": prog_sent.saturating_sub(seen),
+        "workers": workers,
+        "misplaced": misplaced,
+        "missteered": missteered,
+        "socket_drops": drops,
+        "cpu_busy_pct": busy,
+        "latency_ns": if echo { b["latency_ns"].clone() } else { Value::Null },
+        "problems": problems,
+    }))
+}
+
+fn row_header() -> String {
+    format!(
+        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7}  {}",
+        "mode",
+        "bkts",
+        "sent",
+        "received",
+        "seen",
+        "echoed",
+        "back",
+        "seen pps",
+        "p99 µs",
+        "drops",
+        "per worker (got/expected)"
+    )
+}
+
+fn row(s: &Value) -> String {
+    let f = &s["five"];
+    let show = |v: &Value| v.as_u64().map_or("-".into(), |x| x.to_string());
+    let workers: Vec<String> = s["workers"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .map(|w| format!("cpu{} {}/{}", w["cpu"], w["rx_packets"], w["expected"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7}  {}",
+        s["mode"].as_str().unwrap_or("?"),
+        s["buckets"],
+        show(&f["client_sent"]),
+        show(&f["server_received"]),
+        show(&f["server_seen"]),
+        show(&f["server_echoed"]),
+        show(&f["client_back"]),
+        s["pps"]["server_seen"],
+        s["latency_ns"]["p99"]
+            .as_u64()
+            .map_or("-".into(), |p| format!("{:.1}", p as f64 / 1e3)),
+        s["socket_drops"],
+        workers.join("  ")
+    )
+}
+
+pub fn run(a: BenchArgs) -> CmdResult {
+    if !(a.step_secs > 0.0 && a.step_secs <= 3600.0) {
+        return Err(Failure::usage(anyhow!(
+            "--step-secs must be between 0 and 3600 seconds"
+        )));
+    }
+    let ncpus = cpu_count();
+    let root = flowlane_lab::can_create_namespaces();
+    if !a.loopback && !root {
+        return Err(Failure::usage(anyhow!(
+            "flowlane bench builds a lab in network namespaces and needs root (CAP_SYS_ADMIN and \
+             CAP_NET_ADMIN): run it with sudo — or run `flowlane bench --loopback` for the same \
+             steps on 127.0.0.1 (no interfaces or steering: not RSS-faithful)"
+        )));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop)?;
+    let mut guard = LabGuard { name: None };
+    let target = if a.loopback {
+        // A free port for the server.
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| Failure::runtime(anyhow!("no free UDP port on 127.0.0.1: {e}")))?;
+        Target {
+            lab: None,
+            to: format!("127.0.0.1:{port}"),
+            ncpus,
+            buckets: a.buckets.map_or(ncpus, |b| b.1),
+        }
+    } else {
+        let cfg = match setup::saved(&a.name) {
+            Some(c)
+                if setup::status(&a.name)
+                    .map(|s| s.namespaces.iter().all(|n| n.1))
+                    .unwrap_or(false) =>
+            {
+                eprintln!(
+                    "using lab {} as it is ({} queues, steering {})",
+                    c.name,
+                    c.queues,
+                    c.steer.name()
+                );
+                c
+            }
+            _ => {
+                let queues = a.buckets.map_or(ncpus, |b| b.1);
+                let c = config(&a.name, Some(queues), Steer::from(a.steer), &a.key, false);
+                setup::up(&c).map_err(|e| Failure::runtime(anyhow!(e)))?;
+                if !a.keep_lab {
+                    guard.name = Some(c.name.clone());
+                }
+                eprintln!(
+                    "lab {} is up: {} queues, steering {}",
+                    c.name,
+                    c.queues,
+                    c.steer.name()
+                );
+                c
+            }
+        };
+        if let Some((_, hi)) = a.buckets {
+            if hi > cfg.queues {
+                return Err(Failure::usage(anyhow!(
+                    "lab {} has {} buckets; --buckets asks for {hi} (take it down, or ask for fewer)",
+                    cfg.name,
+                    cfg.queues
+                )));
+            }
+        }
+        Target {
+            to: format!("{LAB_DUT_V4}:9000"),
+            ncpus,
+            buckets: cfg.queues,
+            lab: Some((
+                Netns::existing(&cfg.gen_ns()),
+                Netns::existing(&cfg.dut_ns()),
+                cfg,
+            )),
+        }
+    };
+    let (lo, hi) = a.buckets.unwrap_or((1, target.buckets));
+    let modes: Vec<bool> = match a.mode {
+        BenchMode::Echo => vec![true],
+        BenchMode::Sink => vec![false],
+        BenchMode::Both => vec![false, true],
+    };
+    let say = |s: &str| {
+        if a.json {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    };
+    say(&format!(
+        "flowlane bench: {} — steps {lo}..{hi} buckets × {} flows each, {} s per step, {}-byte \
+         frames, {} server workers",
+        match &target.lab {
+            Some((_, _, c)) => format!("lab {} (steering {})", c.name, c.steer.name()),
+            None => "LOOPBACK 127.0.0.1 (not RSS-faithful: no NIC queues, no steering)".into(),
+        },
+        a.per_bucket,
+        a.step_secs,
+        a.size,
+        ncpus
+    ));
+    say(&row_header());
+    let mut steps = Vec::new();
+    'outer: for k in lo..=hi {
+        for &echo in &modes {
+            if stop.load(Ordering::Relaxed) {
+                break 'outer;
+            }
+            let s = step(&a, &target, k, echo)?;
+            say(&row(&s));
+            for p in s["problems"].as_array().into_iter().flatten() {
+                say(&format!("     !! {}", p.as_str().unwrap_or("")));
+            }
+            steps.push(s);
+        }
+    }
+    let problems: Vec<Value> = steps
+        .iter()
+        .flat_map(|s| s["problems"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let lab_json = match &target.lab {
+        Some((_, _, c)) => json!({
+            "name": c.name,
+            "queues": c.queues,
+            "steer": c.steer.name(),
+            "key": c.key,
+            "reta_size": c.reta.len(),
+            "hash": if c.ports { "4-tuple" } else { "2-tuple" },
+        }),
+        None => Value::Null,
+    };
+    let rep = json!({
+        "schema": "flowlane-bench-report/1",
+        "flowlane_version": env!("CARGO_PKG_VERSION"),
+        "created_unix": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        "host": {
+            "cpus": ncpus,
+            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        },
+        "rss_faithful": target.lab.is_some(),
+        "lab": lab_json,
+        "frame_bytes": a.size,
+        "step_secs": a.step_secs,
+        "per_bucket": a.per_bucket,
+        "steps": steps,
+        "problems": problems,
+        "interrupted": stop.load(Ordering::Relaxed),
+    });
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("creating {}", a.out.display()))
+        .map_err(Failure::runtime)?;
+    let jpath = a.out.join("report.json");
+    let hpath = a.out.join("report.html");
+    std::fs::write(
+        &jpath,
+        serde_json::to_string_pretty(&rep).map_err(Failure::runtime)?,
+    )
+    .with_context(|| format!("writing {}", jpath.display()))
+    .map_err(Failure::runtime)?;
+    std::fs::write(&hpath, report::html(&rep))
+        .with_context(|| format!("writing {}", hpath.display()))
+        .map_err(Failure::runtime)?;
+    drop(guard);
+    if a.json {
+        print_json(&rep)?;
+    } else {
+        println!(
+            "report: {} and {}{}",
+            jpath.display(),
+            hpath.display(),
+            if problems.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " — {} problem(s), listed above and in the report",
+                    problems.len()
+                )
+            }
+        );
+    }
+    Ok(if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

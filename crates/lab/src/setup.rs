@@ -1,0 +1,524 @@
+//! The persistent two-host lab behind `flowlane lab up|down|status` and `flowlane bench`:
+//! namespaces `NAME-gen` and `NAME-dut` joined by a multi-queue veth pair, with addresses from
+//! the benchmarking ranges, NAPI/GRO on, XPS (thread on CPU i sends on queue i), and the DUT's
+//! receive steering: software RSS (an XDP program computing the Toeplitz hash with the rss
+//! crate's tables and redirecting through a cpumap), the kernel's RPS, or nothing.
+//!
+//! Everything the lab makes hangs off its two namespaces: deleting them removes the links, the
+//! XDP program and its maps (nothing stays pinned). Its settings are kept in
+//! `/run/flowlane/lab-NAME.json`, so `bench` picks flows with the same key and table.
+
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use flowlane_io::ebpf;
+use flowlane_io::sys::bpf;
+use flowlane_rss::{Key, Reta, Toeplitz};
+use serde::{Deserialize, Serialize};
+
+use crate::{ip, run, LabError, Netns};
+
+/// The generator end's interface (in `NAME-gen`).
+pub const GEN_IF: &str = "flgen";
+/// The DUT end's interface (in `NAME-dut`).
+pub const DUT_IF: &str = "fldut";
+/// Addresses: generator, DUT (IPv4 /24 and IPv6 /64, from 198.18.0.0/15 and 2001:2::/48).
+pub const LAB_GEN_V4: &str = "198.18.0.1";
+/// The DUT's IPv4 address.
+pub const LAB_DUT_V4: &str = "198.18.0.2";
+/// The generator's IPv6 address.
+pub const LAB_GEN_V6: &str = "2001:2::1";
+/// The DUT's IPv6 address.
+pub const LAB_DUT_V6: &str = "2001:2::2";
+const GEN_MAC: &str = "02:f1:0e:00:01:01";
+const DUT_MAC: &str = "02:f1:0e:00:01:02";
+
+/// How the DUT spreads received frames over CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Steer {
+    /// Software RSS: Toeplitz + RETA in XDP, then a cpumap.
+    Rss,
+    /// The kernel's Receive Packet Steering over all CPUs (its own flow hash, not Toeplitz).
+    Rps,
+    /// Nothing: frames are processed where they arrive (on veth: the sender's CPU).
+    None,
+}
+
+impl Steer {
+    /// Name for output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Steer::Rss => "rss",
+            Steer::Rps => "rps",
+            Steer::None => "none",
+        }
+    }
+}
+
+/// What a lab is made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabConfig {
+    /// Lab name (namespaces `NAME-gen`, `NAME-dut`).
+    pub name: String,
+    /// RX and TX queues per veth end.
+    pub queues: u32,
+    /// Receive steering on the DUT.
+    pub steer: Steer,
+    /// RSS key (hex) the steering program hashes with.
+    pub key: String,
+    /// The indirection table: RETA index → queue (bucket).
+    pub reta: Vec<u16>,
+    /// Queue (bucket) → CPU.
+    pub queue_cpus: Vec<u32>,
+    /// Hash UDP/TCP ports (4-tuple) or only addresses (2-tuple).
+    pub ports: bool,
+}
+
+impl LabConfig {
+    /// A lab with `queues` buckets, a round-robin RETA of 128 entries, bucket q on CPU
+    /// q mod `ncpus`, and `key`.
+    pub fn new(name: &str, queues: u32, steer: Steer, key: &Key, ncpus: u32) -> LabConfig {
+        let q = queues.max(1);
+        let reta = Reta::round_robin(128, q as usize)
+            .map(|r| r.entries().to_vec())
+            .unwrap_or_else(|_| vec![0; 128]);
+        LabConfig {
+            name: name.to_string(),
+            queues: q,
+            steer,
+            key: key.to_hex(),
+            reta,
+            queue_cpus: (0..q).map(|b| b % ncpus.max(1)).collect(),
+            ports: true,
+        }
+    }
+
+    /// The generator's namespace.
+    pub fn gen_ns(&self) -> String {
+        format!("{}-gen", self.name)
+    }
+
+    /// The DUT's namespace.
+    pub fn dut_ns(&self) -> String {
+        format!("{}-dut", self.name)
+    }
+
+    /// The key.
+    pub fn rss_key(&self) -> Result<Key, LabError> {
+        Key::parse(&self.key).map_err(|e| LabError {
+            what: format!("lab {} key", self.name),
+            detail: e.to_string(),
+        })
+    }
+}
+
+fn state_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/run/flowlane/lab-{name}.json"))
+}
+
+/// A lab name usable in namespace and file names.
+pub fn check_name(name: &str) -> Result<(), LabError> {
+    let ok = !name.is_empty()
+        && name.len() <= 24
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(LabError {
+            what: format!("lab name `{name}`"),
+            detail: "use 1-24 letters, digits, - or _".into(),
+        })
+    }
+}
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+/// The saved settings of lab `name`, if it is up.
+pub fn saved(name: &str) -> Option<LabConfig> {
+    let text = std::fs::read_to_string(state_path(name)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// What `up` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Up {
+    /// Made it now.
+    Created,
+    /// It was already up with these settings.
+    AlreadyUp,
+}
+
+/// Brings the lab up. Idempotent: a lab already up with the same settings is left alone; one
+/// with other settings is refused (take it down first); leftovers of a half-made lab are
+/// removed first. A failure half-way removes what was made.
+pub fn up(cfg: &LabConfig) -> Result<Up, LabError> {
+    check_name(&cfg.name)?;
+    if let Some(old) = saved(&cfg.name) {
+        if netns_exists(&cfg.gen_ns()) && netns_exists(&cfg.dut_ns()) {
+            if old == *cfg {
+                return Ok(Up::AlreadyUp);
+            }
+            return Err(LabError {
+                what: format!("lab up {}", cfg.name),
+                detail: format!(
+                    "lab {} is up with other settings ({} queues, steer {}): run `flowlane lab \
+                     down --name {}` first",
+                    cfg.name,
+                    old.queues,
+                    old.steer.name(),
+                    cfg.name
+                ),
+            });
+        }
+    }
+    down(&cfg.name)?;
+    match build(cfg) {
+        Ok(()) => Ok(Up::Created),
+        Err(e) => {
+            let _ = down(&cfg.name);
+            Err(e)
+        }
+    }
+}
+
+fn build(cfg: &LabConfig) -> Result<(), LabError> {
+    let gen = Netns::persistent(&cfg.gen_ns())?;
+    let dut = Netns::persistent(&cfg.dut_ns())?;
+    let q = cfg.queues.to_string();
+    ip(&[
+        "link",
+        "add",
+        GEN_IF,
+        "address",
+        GEN_MAC,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "netns",
+        gen.name(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        DUT_IF,
+        "address",
+        DUT_MAC,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "netns",
+        dut.name(),
+    ])?;
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (ns, ifname, v4, v6, peer4, peer6, peer_mac) in [
+        (
+            &gen, GEN_IF, LAB_GEN_V4, LAB_GEN_V6, LAB_DUT_V4, LAB_DUT_V6, DUT_MAC,
+        ),
+        (
+            &dut, DUT_IF, LAB_DUT_V4, LAB_DUT_V6, LAB_GEN_V4, LAB_GEN_V6, GEN_MAC,
+        ),
+    ] {
+        // No router solicitations or address autoconfiguration chatter on the link.
+        for (k, v) in [("accept_ra", "0"), ("router_solicitations", "0")] {
+            ns.write_file(&format!("/proc/sys/net/ipv6/conf/{ifname}/{k}"), v)?;
+        }
+        ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", ifname])?;
+        ns.ip(&["addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"])?;
+        for (peer, _) in [(peer4, 4), (peer6, 6)] {
+            ns.ip(&[
+                "neigh",
+                "replace",
+                peer,
+                "lladdr",
+                peer_mac,
+                "dev",
+                ifname,
+                "nud",
+                "permanent",
+            ])?;
+        }
+        ns.ip(&["link", "set", ifname, "up"])?;
+        // NAPI with GRO on both ends: per-queue receive processing. Checksums computed by the
+        // sender, not left to "offload": a frame that XDP redirects (software RSS) loses the
+        // skb's note that its checksum is still partial, and the receiver would drop it.
+        run(ns
+            .command("ethtool")
+            .args(["-K", ifname, "gro", "on", "tx", "off"]))?;
+        // XPS: a thread on CPU i sends on TX queue i.
+        for tx in 0..cfg.queues as usize {
+            let mask = if tx < ncpus {
+                format!("{:x}", 1u64 << (tx % 64))
+            } else {
+                "0".into()
+            };
+            ns.write_sys(
+                &format!("/sys/class/net/{ifname}/queues/tx-{tx}/xps_cpus"),
+                &mask,
+            )?;
+        }
+    }
+    match cfg.steer {
+        Steer::Rss => attach_rss(cfg, &dut)?,
+        Steer::Rps => {
+            let all = format!("{:x}", (1u128 << ncpus.min(64)) - 1);
+            for rx in 0..cfg.queues {
+                dut.write_sys(
+                    &format!("/sys/class/net/{DUT_IF}/queues/rx-{rx}/rps_cpus"),
+                    &all,
+                )?;
+            }
+        }
+        Steer::None => {}
+    }
+    let path = state_path(&cfg.name);
+    let text = serde_json::to_string_pretty(cfg).map_err(|e| LabError {
+        what: "lab settings".into(),
+        detail: e.to_string(),
+    })?;
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, text)
+    };
+    write().map_err(|e| LabError {
+        what: format!("write {}", path.display()),
+        detail: e.to_string(),
+    })?;
+    // The namespaces stay: they are the lab.
+    gen.keep();
+    dut.keep();
+    Ok(())
+}
+
+/// The value of the steering table: Toeplitz byte rows, then RETA index → CPU.
+pub fn rss_table(cfg: &LabConfig) -> Result<Vec<u8>, LabError> {
+    let key = cfg.rss_key()?;
+    let t = Toeplitz::new(&key);
+    let mut v = Vec::with_capacity(ebpf::rss_table::value_size(cfg.reta.len()));
+    for row in t.byte_rows(ebpf::rss_table::ROWS) {
+        for x in row {
+            v.extend_from_slice(&x.to_ne_bytes());
+        }
+    }
+    v.resize(ebpf::rss_table::CPU_TABLE, 0);
+    for &q in &cfg.reta {
+        let cpu = cfg.queue_cpus.get(q as usize).copied().unwrap_or(0);
+        v.extend_from_slice(&cpu.to_ne_bytes());
+    }
+    Ok(v)
+}
+
+fn bpf_err(what: &str) -> impl FnOnce(flowlane_io::SysError) -> LabError + '_ {
+    move |e| LabError {
+        what: what.to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// Loads the software-RSS program with its maps and attaches it to the DUT's interface
+/// (native XDP on veth). The program is pinned on a private, temporary bpf file system only
+/// for `ip` to attach it, then unpinned: the interface holds it, and it goes with it.
+fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
+    let reta_len = cfg.reta.len();
+    if !reta_len.is_power_of_two() {
+        return Err(LabError {
+            what: "software RSS".into(),
+            detail: format!("the RETA has {reta_len} entries; it needs a power of two"),
+        });
+    }
+    let value = rss_table(cfg)?;
+    let table = bpf::create_map(bpf::MAP_ARRAY, 4, value.len() as u32, 1, 0, "fl_rss_table")
+        .map_err(bpf_err("create the RSS table map"))?;
+    bpf::map_update(&table, &0u32.to_ne_bytes(), &value, 4, value.len())
+        .map_err(bpf_err("fill the RSS table map"))?;
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let cpumap = bpf::create_map(bpf::MAP_CPUMAP, 4, 4, ncpus, 0, "fl_rss_cpus")
+        .map_err(bpf_err("create the cpumap"))?;
+    for cpu in 0..ncpus {
+        // Queue size per CPU: frames waiting for that CPU's kernel thread.
+        bpf::map_update(&cpumap, &cpu.to_ne_bytes(), &2048u32.to_ne_bytes(), 4, 4)
+            .map_err(bpf_err("add a CPU to the cpumap"))?;
+    }
+    let insns = ebpf::rss_steer_program(
+        table.as_raw_fd(),
+        cpumap.as_raw_fd(),
+        reta_len as u32,
+        cfg.ports,
+    )
+    .map_err(|e| LabError {
+        what: "assemble the RSS program".into(),
+        detail: e.to_string(),
+    })?;
+    let prog = bpf::prog_load(bpf::PROG_XDP, "fl_rss", &insns).map_err(|e| LabError {
+        what: "load the RSS program".into(),
+        detail: e.to_string(),
+    })?;
+    let fs = TempBpfFs::mount()?;
+    let pinned = fs.dir.join("fl_rss");
+    bpf::pin(&prog, &pinned).map_err(bpf_err("pin the RSS program"))?;
+    let attached = dut.ip(&[
+        "link",
+        "set",
+        "dev",
+        DUT_IF,
+        "xdpdrv",
+        "pinned",
+        &pinned.to_string_lossy(),
+    ]);
+    let _ = std::fs::remove_file(&pinned);
+    attached.map(drop)
+}
+
+/// A bpf file system mounted on a fresh directory, unmounted and removed on drop.
+struct TempBpfFs {
+    dir: PathBuf,
+}
+
+impl TempBpfFs {
+    fn mount() -> Result<TempBpfFs, LabError> {
+        let dir = std::env::temp_dir().join(format!("flowlane-bpffs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| LabError {
+            what: format!("mkdir {}", dir.display()),
+            detail: e.to_string(),
+        })?;
+        let fs = TempBpfFs { dir };
+        run(Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&fs.dir))?;
+        Ok(fs)
+    }
+}
+
+impl Drop for TempBpfFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).output();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Removes lab `name`: both namespaces (with them the links and the XDP program) and the
+/// saved settings. True if anything was there. Harmless when nothing is.
+pub fn down(name: &str) -> Result<bool, LabError> {
+    check_name(name)?;
+    let mut any = false;
+    for ns in [format!("{name}-gen"), format!("{name}-dut")] {
+        if netns_exists(&ns) {
+            ip(&["netns", "del", &ns])?;
+            any = true;
+        }
+    }
+    let path = state_path(name);
+    if path.exists() {
+        std::fs::remove_file(&path).map_err(|e| LabError {
+            what: format!("remove {}", path.display()),
+            detail: e.to_string(),
+        })?;
+        any = true;
+    }
+    Ok(any)
+}
+
+/// What `status` reports about a lab.
+#[derive(Debug, Clone, Serialize)]
+pub struct LabStatus {
+    /// Saved settings (none: not made by `up`, or half-made).
+    pub config: Option<LabConfig>,
+    /// Which namespaces exist.
+    pub namespaces: Vec<(String, bool)>,
+    /// RX queues of the DUT interface.
+    pub dut_rx_queues: Option<usize>,
+    /// Steering found on the DUT interface: `rss` (an XDP program is attached), `rps`, `none`.
+    pub steering: Option<String>,
+    /// Addresses per end.
+    pub addresses: Vec<(String, Vec<IpAddr>)>,
+    /// Interface counters per end: (rx packets, rx bytes, tx packets, tx bytes, rx dropped).
+    pub counters: Vec<(String, [u64; 5])>,
+}
+
+/// The state of lab `name` as the system shows it.
+pub fn status(name: &str) -> Result<LabStatus, LabError> {
+    check_name(name)?;
+    let config = saved(name);
+    let (g, d) = (format!("{name}-gen"), format!("{name}-dut"));
+    let mut st = LabStatus {
+        config,
+        namespaces: vec![(g.clone(), netns_exists(&g)), (d.clone(), netns_exists(&d))],
+        dut_rx_queues: None,
+        steering: None,
+        addresses: Vec::new(),
+        counters: Vec::new(),
+    };
+    for (ns_name, ifname) in [(&g, GEN_IF), (&d, DUT_IF)] {
+        if !netns_exists(ns_name) {
+            continue;
+        }
+        let ns = Netns::existing(ns_name);
+        if let Ok(text) = ns.ip(&["-j", "addr", "show", "dev", ifname]) {
+            let addrs = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| {
+                    v.get(0)?.get("addr_info")?.as_array().map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.get("local")?.as_str()?.parse().ok())
+                            .collect::<Vec<IpAddr>>()
+                    })
+                })
+                .unwrap_or_default();
+            st.addresses.push((ifname.to_string(), addrs));
+        }
+        if let Ok(dev) = ns.dev() {
+            if let Some(c) = dev.ifaces.get(ifname) {
+                st.counters.push((
+                    ifname.to_string(),
+                    [
+                        c.rx_packets,
+                        c.rx_bytes,
+                        c.tx_packets,
+                        c.tx_bytes,
+                        c.rx_dropped,
+                    ],
+                ));
+            }
+        }
+        if ifname == DUT_IF {
+            let ls = run(ns
+                .command("ls")
+                .arg(format!("/sys/class/net/{DUT_IF}/queues")))
+            .unwrap_or_default();
+            st.dut_rx_queues = Some(
+                ls.split_whitespace()
+                    .filter(|q| q.starts_with("rx-"))
+                    .count(),
+            );
+            let link = ns
+                .ip(&["-d", "link", "show", "dev", DUT_IF])
+                .unwrap_or_default();
+            let rps = run(ns
+                .command("cat")
+                .arg(format!("/sys/class/net/{DUT_IF}/queues/rx-0/rps_cpus")))
+            .unwrap_or_default();
+            let rps_on = !rps.trim().trim_matches(|c| c == '0' || c == ',').is_empty();
+            st.steering = Some(
+                if link.contains("xdp") {
+                    "rss"
+                } else if rps_on {
+                    "rps"
+                } else {
+                    "none"
+                }
+                .into(),
+            );
+        }
+    }
+    Ok(st)
+}
