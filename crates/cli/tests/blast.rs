@@ -793,3 +793,56 @@ fn echoes_overflowing_the_generators_own_socket_are_reported_as_its_loss() {
     assert_eq!(j["rx_packets"].as_i64().expect("rx") + own, N as i64);
     assert_eq!(after.delta(&before, "Udp", "RcvbufErrors"), own);
 }
+
+#[test]
+fn xdp_live_frames_leave_and_are_counted_exactly_at_the_peer() {
+    // The building blocks of a live-frames generator (BPF_PROG_TEST_RUN with
+    // BPF_F_TEST_XDP_LIVE_FRAMES): a generated XDP_TX program run on copies of one frame, and
+    // a receiver whose veth runs XDP (attached through a BPF link, gone with its descriptor).
+    use flowlane_io::ebpf::{Asm, R0};
+    use flowlane_io::sys::{bpf, packet::ifindex};
+    let Some((_one, p)) = pair() else { return };
+    let prog = |verdict: i32| {
+        let mut a = Asm::new();
+        a.mov_imm(R0, verdict).exit();
+        bpf::prog_load(bpf::PROG_XDP, "fl_test", &a.finish().expect("asm")).expect("load")
+    };
+    let dut_if = p.dut_if.clone();
+    // XDP_DROP at the receiver: veth then runs NAPI for it and counts every frame.
+    let link = p
+        .dut
+        .run(|| bpf::attach_xdp(&prog(1), ifindex(&dut_if).expect("ifindex"), 0))
+        .expect("in the DUT namespace")
+        .expect("attach");
+    let gen_if = p.gen_if.clone();
+    let n = dut_rx(&p, || {
+        p.gen
+            .run(|| {
+                let t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
+                    src_mac: [2, 0xf1, 0x0e, 0, 0, 1],
+                    dst_mac: [2, 0xf1, 0x0e, 0, 0, 2],
+                    vlan: None,
+                    src: "198.18.0.1:1000".parse().expect("addr"),
+                    dst: format!("{DUT_ADDR}:9000").parse().expect("addr"),
+                    frame_len: 60,
+                })
+                .expect("template");
+                let tx = prog(3); // XDP_TX: out of the interface the frame "arrived" on
+                let idx = ifindex(&gen_if).expect("ifindex");
+                for _ in 0..4 {
+                    bpf::xdp_test_run_live(&tx, &t.bytes, idx, 0, 25_000, 64).expect("test run");
+                }
+            })
+            .expect("in the generator namespace");
+    });
+    assert_eq!(n, 100_000, "every live frame arrived at the peer");
+    drop(link);
+    let after = p
+        .dut
+        .ip(&["-d", "link", "show", "dev", &p.dut_if])
+        .expect("link");
+    assert!(
+        !after.contains("prog/xdp"),
+        "detached with its link: {after}"
+    );
+}
