@@ -239,11 +239,13 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         "serve", "--bind", &t.to, "--mode", mode, "--cpus", &all_cpus,
     ]);
     serve_cmd.args(["--json", "--quiet", "--by-source"]);
-    let (serve, rest) = start_serve(&mut serve_cmd)?;
+    // Counters before the server starts and after it stops: nothing crosses the link outside
+    // the step, and no early return can leave a server running.
     let before = match &t.lab {
         Some((g, d, _)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
         None => None,
     };
+    let (serve, rest) = start_serve(&mut serve_cmd)?;
     let cpu0 = cpu_times();
     let threads = k.min(t.ncpus);
     let mut blast_cmd = match &t.lab {
@@ -275,11 +277,11 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
     let out = blast_cmd.output();
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu1 = cpu_times();
+    let srv = stop_serve(serve, rest)?;
     let after = match &t.lab {
         Some((g, d, _)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
         None => None,
     };
-    let srv = stop_serve(serve, rest)?;
     let out = out.map_err(|e| Failure::runtime(anyhow!("running flowlane blast: {e}")))?;
     if !out.status.success() {
         return Err(Failure::runtime(anyhow!(

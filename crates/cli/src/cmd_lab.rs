@@ -201,7 +201,7 @@ pub fn run(c: LabCommand) -> CmdResult {
                         c.queues,
                         c.steer.name(),
                         st.steering.as_deref().unwrap_or("?"),
-                        &c.key[..c.key.len().min(16)],
+                        c.key.chars().take(16).collect::<String>(),
                         c.reta.len(),
                         if c.ports { "4-tuple" } else { "2-tuple" }
                     );

@@ -172,6 +172,16 @@ fn bench_with_software_rss_adds_up_and_reports() {
         }
         assert_eq!(s["misplaced"], 0, "{s}");
         assert_eq!(s["missteered"], 0, "{s}");
+        // /proc/stat per CPU: a share of the step, and someone worked.
+        let busy: Vec<f64> = s["cpu_busy_pct"]
+            .as_array()
+            .expect("busy")
+            .iter()
+            .map(|x| x.as_f64().expect("pct"))
+            .collect();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(busy.len(), cpus, "one figure per CPU");
+        assert!(busy.iter().all(|b| (0.0..=100.0).contains(b)) && busy.iter().any(|&b| b > 0.0));
         // Every worker got exactly what its buckets were sent; k = 1 feeds one worker only.
         let busy = s["workers"]
             .as_array()

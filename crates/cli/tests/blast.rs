@@ -49,6 +49,16 @@ fn blast(p: &Pair, args: &[&str]) -> Value {
     json_of(&out)
 }
 
+/// Waits for a child's first stderr line (its start-up banner, which must begin with
+/// `prefix`); the rest of stderr is collected by the returned thread.
+fn after_banner(child: &mut std::process::Child, prefix: &str) -> std::thread::JoinHandle<String> {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(banner.starts_with(prefix), "{banner}");
+    std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"))
+}
+
 /// Packets the DUT's interface received while `f` ran.
 fn dut_rx(p: &Pair, f: impl FnOnce()) -> u64 {
     dut_rx_bytes(p, f).0
@@ -137,14 +147,8 @@ fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("serve");
-    {
-        use std::io::{BufRead, BufReader};
-        // With --json the banner goes to stderr once every worker is bound and polling.
-        let mut lines = BufReader::new(srv.stderr.take().expect("stderr")).lines();
-        let banner = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(banner.starts_with("flowlane serve:"), "{banner}");
-        std::thread::spawn(move || lines.for_each(drop));
-    }
+    // With --json the banner goes to stderr once every worker is bound and polling.
+    drop(after_banner(&mut srv, "flowlane serve:"));
     let j = blast(
         &p,
         &[
@@ -353,7 +357,6 @@ fn echo_to_a_closed_port_counts_icmp_errors_and_finishes() {
 /// Runs `flowlane sink` on the DUT's interface (watching UDP port 9000) while `f` sends, and
 /// returns its JSON summary and the DUT interface's received-frame count over the same time.
 fn sink_during(p: &Pair, extra: &[&str], f: impl FnOnce()) -> (Value, u64) {
-    use std::io::{BufRead, BufReader};
     let before = p.dut.dev().expect("counters").ifaces[&p.dut_if];
     let mut sink = p
         .dut
@@ -368,13 +371,10 @@ fn sink_during(p: &Pair, extra: &[&str], f: impl FnOnce()) -> (Value, u64) {
         .spawn()
         .expect("sink");
     // With --json the banner goes to stderr once the ring is open.
-    let mut lines = BufReader::new(sink.stderr.take().expect("stderr")).lines();
-    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert!(banner.starts_with("flowlane sink:"), "{banner}");
-    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let rest = after_banner(&mut sink, "flowlane sink:");
     f();
     let out = sink.wait_with_output().expect("sink ends");
-    let err = rest.join().expect("stderr").join("\n");
+    let err = rest.join().expect("stderr");
     assert_eq!(out.status.code(), Some(0), "sink failed: {err}");
     let after = p.dut.dev().expect("counters").ifaces[&p.dut_if];
     (
@@ -481,13 +481,14 @@ fn sink_reports_crafted_reordering_and_odd_frames_exactly() {
                 // 3 and 4 reordered, one duplicate.
                 let u = UdpSocket::bind("198.18.0.1:7777").expect("bind");
                 let to = format!("{DUT_ADDR}:9000");
+                // Stamped 5 ms in the past: the one-way latency must show that offset.
                 for seq in [0u32, 1, 2, 5, 3, 4, 6, 6, 9] {
                     let mut b = [0u8; 32];
-                    let now = flowlane_io::sys::monotonic_ns();
+                    let then = flowlane_io::sys::monotonic_ns() - 5_000_000;
                     assert!(FlowHeader {
                         flow: 7,
                         seq,
-                        tx_ns: now
+                        tx_ns: then
                     }
                     .write(&mut b));
                     u.send_to(&b, &to).expect("send");
@@ -551,6 +552,15 @@ fn sink_reports_crafted_reordering_and_odd_frames_exactly() {
     assert_eq!(s["other"], 1);
     assert_eq!(s["malformed"], 2);
     assert_eq!(s["bad_checksum"], 1);
+    // A known 5 ms offset plus the trip through veth and the ring (generous bound: a loaded VM).
+    let l = &s["latency_ns"];
+    let (p50, max) = (
+        l["p50"].as_u64().expect("p50"),
+        l["max"].as_u64().expect("max"),
+    );
+    assert!((5_000_000..105_000_000).contains(&p50), "{s}");
+    assert!(max < 1_005_000_000, "{s}");
+    assert_eq!(s["clock_skew"], 0);
     let f = &s["flows"][0];
     assert_eq!(
         (&f["id"], &f["rx_packets"], &f["highest_seq"]),

@@ -436,3 +436,38 @@ fn busy_poll_mode_echoes_and_reports_itself() {
         assert_eq!(j["notices"], serde_json::json!([]), "{j}");
     }
 }
+
+#[test]
+fn by_source_counts_each_clients_datagrams_in_the_worker_that_got_them() {
+    let srv = Server::start(&["--mode", "sink", "--by-source"]);
+    let (a, b) = (client(), client());
+    for _ in 0..30 {
+        a.send_to(b"a", ("127.0.0.1", srv.port)).expect("send");
+    }
+    for _ in 0..12 {
+        b.send_to(b"bb", ("127.0.0.1", srv.port)).expect("send");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let j = srv.finish();
+    let mut per_src = std::collections::BTreeMap::new();
+    for w in j["workers"].as_array().expect("workers") {
+        let sources = w["sources"].as_array().expect("sources with --by-source");
+        let sum: u64 = sources
+            .iter()
+            .map(|s| s["packets"].as_u64().expect("n"))
+            .sum();
+        assert_eq!(sum, w["rx_packets"].as_u64().expect("rx"), "{w}");
+        for s in sources {
+            *per_src
+                .entry(s["src"].as_str().expect("src").to_string())
+                .or_insert(0u64) += s["packets"].as_u64().expect("n");
+        }
+    }
+    let addr = |c: &UdpSocket| c.local_addr().expect("addr").to_string();
+    assert_eq!(per_src.get(&addr(&a)), Some(&30), "{per_src:?}");
+    assert_eq!(per_src.get(&addr(&b)), Some(&12), "{per_src:?}");
+    assert_eq!(per_src.len(), 2);
+    // Without the flag there is no per-source list (and no cost).
+    let plain = Server::start(&["--mode", "sink"]).finish();
+    assert!(plain["workers"][0].get("sources").is_none());
+}

@@ -120,6 +120,22 @@ impl Netns {
         self.owned = false;
     }
 
+    /// `ip neigh replace PEER lladdr MAC dev IF nud permanent`: no ARP or ND on the link.
+    pub fn permanent_neighbour(&self, ifname: &str, peer: &str, mac: &str) -> Result<(), LabError> {
+        self.ip(&[
+            "neigh",
+            "replace",
+            peer,
+            "lladdr",
+            mac,
+            "dev",
+            ifname,
+            "nud",
+            "permanent",
+        ])
+        .map(drop)
+    }
+
     /// Writes `value` to a per-namespace `/proc/sys` file from inside the namespace.
     pub fn write_file(&self, path: &str, value: &str) -> Result<(), LabError> {
         self.run(|| std::fs::write(path, value))?
@@ -234,55 +250,21 @@ impl Pair {
         let tag = SERIAL.fetch_add(1, Ordering::Relaxed) % 1000;
         let pid = std::process::id() % 100_000;
         let (gen_if, dut_if) = (format!("flg{pid}x{tag}"), format!("fld{pid}x{tag}"));
-        let q = queues.max(1).to_string();
-        ip(&[
-            "link",
-            "add",
-            &gen_if,
-            "address",
-            GEN_MAC,
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-            "netns",
-            gen.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &dut_if,
-            "address",
-            DUT_MAC,
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-            "netns",
-            dut.name(),
-        ])?;
+        add_veth(
+            (&gen, &gen_if, Some(GEN_MAC)),
+            (&dut, &dut_if, Some(DUT_MAC)),
+            queues,
+        )?;
         for (ns, ifname, addr, peer, peer_mac) in [
             (&gen, &gen_if, GEN_ADDR, DUT_ADDR, DUT_MAC),
             (&dut, &dut_if, DUT_ADDR, GEN_ADDR, GEN_MAC),
         ] {
-            let path = format!("/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6");
-            ns.run(|| std::fs::write(&path, "1"))?
-                .map_err(|e| LabError {
-                    what: format!("write 1 to {path}"),
-                    detail: e.to_string(),
-                })?;
+            ns.write_file(
+                &format!("/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6"),
+                "1",
+            )?;
             ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", ifname])?;
-            ns.ip(&[
-                "neigh",
-                "replace",
-                peer,
-                "lladdr",
-                peer_mac,
-                "dev",
-                ifname,
-                "nud",
-                "permanent",
-            ])?;
+            ns.permanent_neighbour(ifname, peer, peer_mac)?;
             ns.ip(&["link", "set", ifname, "up"])?;
         }
         Ok(Pair {
@@ -305,32 +287,41 @@ pub fn veth_pair(
     b_addr: &str,
     queues: u32,
 ) -> Result<(), LabError> {
-    let q = queues.max(1).to_string();
-    ip(&[
-        "link",
-        "add",
-        a_if,
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "netns",
-        a.name(),
-        "type",
-        "veth",
-        "peer",
-        "name",
-        b_if,
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "netns",
-        b.name(),
-    ])?;
+    add_veth((a, a_if, None), (b, b_if, None), queues)?;
     for (ns, ifname, addr) in [(a, a_if, a_addr), (b, b_if, b_addr)] {
         ns.ip(&["addr", "add", addr, "dev", ifname])?;
         ns.ip(&["link", "set", ifname, "up"])?;
     }
     Ok(())
+}
+
+/// `ip link add`: a veth pair with one end in each namespace, `queues` RX and TX queues per end
+/// and, where given, fixed MAC addresses (`(namespace, interface, MAC)` per end).
+pub(crate) fn add_veth(
+    a: (&Netns, &str, Option<&str>),
+    b: (&Netns, &str, Option<&str>),
+    queues: u32,
+) -> Result<(), LabError> {
+    let q = queues.max(1).to_string();
+    let end = |(ns, ifname, mac): (&Netns, &str, Option<&str>)| {
+        let mut v = vec![ifname.to_string()];
+        if let Some(m) = mac {
+            v.extend(["address".into(), m.to_string()]);
+        }
+        v.extend([
+            "numtxqueues".into(),
+            q.clone(),
+            "numrxqueues".into(),
+            q.clone(),
+            "netns".into(),
+            ns.name().to_string(),
+        ]);
+        v
+    };
+    let mut args = vec!["link".to_string(), "add".into()];
+    args.extend(end(a));
+    args.extend(["type".into(), "veth".into(), "peer".into(), "name".into()]);
+    args.extend(end(b));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ip(&args).map(drop)
 }

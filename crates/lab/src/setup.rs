@@ -18,7 +18,7 @@ use flowlane_io::sys::bpf;
 use flowlane_rss::{Key, Reta, Toeplitz};
 use serde::{Deserialize, Serialize};
 
-use crate::{ip, run, LabError, Netns};
+use crate::{add_veth, ip, run, LabError, Netns};
 
 /// The generator end's interface (in `NAME-gen`).
 pub const GEN_IF: &str = "flgen";
@@ -191,33 +191,11 @@ pub fn up(cfg: &LabConfig) -> Result<Up, LabError> {
 fn build(cfg: &LabConfig) -> Result<(), LabError> {
     let gen = Netns::persistent(&cfg.gen_ns())?;
     let dut = Netns::persistent(&cfg.dut_ns())?;
-    let q = cfg.queues.to_string();
-    ip(&[
-        "link",
-        "add",
-        GEN_IF,
-        "address",
-        GEN_MAC,
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "netns",
-        gen.name(),
-        "type",
-        "veth",
-        "peer",
-        "name",
-        DUT_IF,
-        "address",
-        DUT_MAC,
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "netns",
-        dut.name(),
-    ])?;
+    add_veth(
+        (&gen, GEN_IF, Some(GEN_MAC)),
+        (&dut, DUT_IF, Some(DUT_MAC)),
+        cfg.queues,
+    )?;
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (ns, ifname, v4, v6, peer4, peer6, peer_mac) in [
         (
@@ -233,18 +211,8 @@ fn build(cfg: &LabConfig) -> Result<(), LabError> {
         }
         ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", ifname])?;
         ns.ip(&["addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"])?;
-        for (peer, _) in [(peer4, 4), (peer6, 6)] {
-            ns.ip(&[
-                "neigh",
-                "replace",
-                peer,
-                "lladdr",
-                peer_mac,
-                "dev",
-                ifname,
-                "nud",
-                "permanent",
-            ])?;
+        for peer in [peer4, peer6] {
+            ns.permanent_neighbour(ifname, peer, peer_mac)?;
         }
         ns.ip(&["link", "set", ifname, "up"])?;
         // NAPI with GRO on both ends: per-queue receive processing. Checksums computed by the

@@ -116,10 +116,11 @@ impl Poll for ServeWorker {
             for i in 0..n {
                 let m = self.batch.meta(i);
                 let d = m.datagrams() as u64;
-                if let (Some((counts, _)), Some(src)) =
-                    (self.sources.as_mut(), self.batch.source(i))
-                {
-                    *counts.entry(src).or_default() += d;
+                // Only when asked: decoding the source costs on every datagram.
+                if let Some((counts, _)) = self.sources.as_mut() {
+                    if let Some(src) = self.batch.source(i) {
+                        *counts.entry(src).or_default() += d;
+                    }
                 }
                 dgrams += d;
                 gro += (d > 1) as u64;

@@ -63,11 +63,27 @@ struct ProgLoadAttr {
     prog_name: [u8; 16],
 }
 
-/// `bpf(cmd, attr, sizeof attr)`; returns the new file descriptor.
+/// `bpf(cmd, attr, sizeof attr)` for commands that return a new file descriptor.
 fn bpf_fd<T>(cmd: libc::c_long, attr: &mut T, call: &'static str) -> Result<OwnedFd, SysError> {
-    // SAFETY: `attr` is a live, initialised `repr(C)` prefix of `union bpf_attr` and its exact
-    // size is passed; the kernel zero-extends shorter attributes and writes nothing back for
-    // these commands except through pointers we set to our own live buffers.
+    // SAFETY: every caller passes an attribute whose pointers (if any) reference buffers it
+    // owns and keeps alive across this call: instructions, license, log, map name.
+    let fd = unsafe { bpf_call(cmd, attr, call) }?;
+    // SAFETY: on success `bpf` returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `bpf(cmd, attr, sizeof attr)`: the one place the system call is made.
+///
+/// # Safety
+/// `attr` must be a `repr(C)` prefix of `union bpf_attr` for `cmd`, and every pointer in it
+/// must reference memory valid for what the kernel does with it for that command (reads of
+/// the sizes given, or writes into buffers the caller owns), for the duration of the call.
+unsafe fn bpf_call<T>(
+    cmd: libc::c_long,
+    attr: &mut T,
+    call: &'static str,
+) -> Result<i32, SysError> {
+    // SAFETY: `attr` is live and its exact size is passed; the rest is the caller's promise.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -76,9 +92,7 @@ fn bpf_fd<T>(cmd: libc::c_long, attr: &mut T, call: &'static str) -> Result<Owne
             size_of::<T>() as libc::c_uint,
         )
     };
-    let fd = check(call, ret as libc::c_int)?;
-    // SAFETY: on success `bpf` returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    check(call, ret as libc::c_int)
 }
 
 fn name16(name: &str) -> [u8; 16] {
@@ -302,18 +316,17 @@ pub fn xdp_test_run_live(
         batch_size: batch.min(256),
         ..Default::default()
     };
-    // SAFETY: `attr` is a live `repr(C)` prefix of `union bpf_attr` of the size passed; its
-    // pointers reference `frame` and `ctx`, which outlive the call; in live-frames mode the
-    // kernel writes back only `retval` and `duration`, inside `attr`.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
+    // SAFETY: the pointers reference `frame` and `ctx`, which outlive the call and hold the
+    // sizes given; in live-frames mode the kernel writes back only `retval` and `duration`,
+    // inside `attr`.
+    unsafe {
+        bpf_call(
             BPF_PROG_TEST_RUN,
-            &mut attr as *mut TestRunAttr as *mut libc::c_void,
-            size_of::<TestRunAttr>() as libc::c_uint,
+            &mut attr,
+            "bpf(BPF_PROG_TEST_RUN, live frames)",
         )
-    };
-    check("bpf(BPF_PROG_TEST_RUN, live frames)", ret as libc::c_int).map(drop)
+    }
+    .map(drop)
 }
 
 /// The part of `union bpf_attr` used by `BPF_LINK_CREATE`.
@@ -393,18 +406,9 @@ pub fn map_update(
         value: value.as_ptr() as u64,
         ..Default::default()
     };
-    // SAFETY: `attr` is a live `repr(C)` prefix of `union bpf_attr` of the size passed; its
-    // pointers reference `key` and `value`, which hold the map's key and value sizes (checked
-    // above) and outlive the call; the kernel only reads through them.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
-            &mut attr as *mut MapElemAttr as *mut libc::c_void,
-            size_of::<MapElemAttr>() as libc::c_uint,
-        )
-    };
-    check("bpf(BPF_MAP_UPDATE_ELEM)", ret as libc::c_int).map(drop)
+    // SAFETY: the pointers reference `key` and `value`, which hold the map's key and value
+    // sizes (checked above) and outlive the call; the kernel only reads through them.
+    unsafe { bpf_call(BPF_MAP_UPDATE_ELEM, &mut attr, "bpf(BPF_MAP_UPDATE_ELEM)") }.map(drop)
 }
 
 /// The part of `union bpf_attr` used by `BPF_OBJ_PIN`.
@@ -429,33 +433,9 @@ pub fn pin(obj: &OwnedFd, path: &std::path::Path) -> Result<(), SysError> {
         bpf_fd: obj.as_raw_fd() as u32,
         file_flags: 0,
     };
-    // SAFETY: `attr` is a live `repr(C)` prefix of `union bpf_attr`; `pathname` points at a
-    // NUL-terminated string that outlives the call; the kernel only reads it.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_PIN,
-            &mut attr as *mut ObjPinAttr as *mut libc::c_void,
-            size_of::<ObjPinAttr>() as libc::c_uint,
-        )
-    };
-    check("bpf(BPF_OBJ_PIN)", ret as libc::c_int).map(drop)
-}
-
-/// `bpf(cmd, attr)` for commands that return a number, not a descriptor.
-fn bpf_call<T>(cmd: libc::c_long, attr: &mut T, call: &'static str) -> Result<i32, SysError> {
-    // SAFETY: `attr` is a live, initialised `repr(C)` prefix of `union bpf_attr` of the size
-    // passed; the commands used with it write only into `attr` or into buffers it points at,
-    // which the callers own and keep alive for the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut T as *mut libc::c_void,
-            size_of::<T>() as libc::c_uint,
-        )
-    };
-    check(call, ret as libc::c_int)
+    // SAFETY: `pathname` points at a NUL-terminated string that outlives the call; the kernel
+    // only reads it.
+    unsafe { bpf_call(BPF_OBJ_PIN, &mut attr, "bpf(BPF_OBJ_PIN)") }.map(drop)
 }
 
 /// The names of every BPF program loaded on this host (needs CAP_SYS_ADMIN): to check that
@@ -484,7 +464,8 @@ pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
             id,
             ..Default::default()
         };
-        match bpf_call(BPF_PROG_GET_NEXT_ID, &mut a, "bpf(BPF_PROG_GET_NEXT_ID)") {
+        // SAFETY: this attribute holds no pointers; the kernel writes `next_id` into it.
+        match unsafe { bpf_call(BPF_PROG_GET_NEXT_ID, &mut a, "bpf(BPF_PROG_GET_NEXT_ID)") } {
             Ok(_) => id = a.next_id,
             Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => break,
             Err(e) => return Err(e),
@@ -494,7 +475,10 @@ pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
             ..Default::default()
         };
         // A program may go away between the two calls: skip it.
-        let Ok(fd) = bpf_call(BPF_PROG_GET_FD_BY_ID, &mut f, "bpf(BPF_PROG_GET_FD_BY_ID)") else {
+        // SAFETY: no pointers in this attribute.
+        let Ok(fd) =
+            (unsafe { bpf_call(BPF_PROG_GET_FD_BY_ID, &mut f, "bpf(BPF_PROG_GET_FD_BY_ID)") })
+        else {
             continue;
         };
         // SAFETY: `fd` is the new descriptor the kernel just returned; owned here.
@@ -506,13 +490,15 @@ pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
             info_len: info.len() as u32,
             info: info.as_mut_ptr() as u64,
         };
-        if bpf_call(
-            BPF_OBJ_GET_INFO_BY_FD,
-            &mut ia,
-            "bpf(BPF_OBJ_GET_INFO_BY_FD)",
-        )
-        .is_ok()
-        {
+        // SAFETY: `info` points at `info_len` writable bytes that outlive the call.
+        let got = unsafe {
+            bpf_call(
+                BPF_OBJ_GET_INFO_BY_FD,
+                &mut ia,
+                "bpf(BPF_OBJ_GET_INFO_BY_FD)",
+            )
+        };
+        if got.is_ok() {
             let name = &info[64..80];
             let end = name.iter().position(|&b| b == 0).unwrap_or(16);
             names.push(String::from_utf8_lossy(&name[..end]).into_owned());
