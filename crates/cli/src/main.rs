@@ -11,6 +11,7 @@ mod cmd_blast;
 mod cmd_hash;
 mod cmd_lab;
 mod cmd_pick;
+mod cmd_route;
 mod cmd_rss;
 mod cmd_serve;
 mod cmd_sink;
@@ -51,6 +52,8 @@ enum Command {
     Bench(Box<cmd_bench::BenchArgs>),
     #[command(subcommand)]
     Lab(cmd_lab::LabCommand),
+    #[command(subcommand)]
+    Route(cmd_route::RouteCommand),
 }
 
 /// A failure with the exit code it maps to.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::Sink(a) => cmd_sink::run(a),
         Command::Bench(a) => cmd_bench::run(*a),
         Command::Lab(c) => cmd_lab::run(c),
+        Command::Route(c) => cmd_route::run(c),
     };
     match result {
         Ok(code) => code,

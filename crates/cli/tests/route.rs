@@ -1,0 +1,219 @@
+//! `flowlane route gen|lookup|bench` as a user runs them: real binary, real files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn flowlane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flowlane"))
+        .args(args)
+        .output()
+        .expect("flowlane runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A file in a directory of its own, removed when the test ends.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, contents: &[u8]) -> TempFile {
+        let dir =
+            std::env::temp_dir().join(format!("flowlane-route-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("test input is valid");
+        let p = dir.join(name);
+        std::fs::write(&p, contents).expect("test input is valid");
+        TempFile(p)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().expect("test input is valid")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+#[test]
+fn gen_is_deterministic_and_loadable() {
+    let a = flowlane(&[
+        "route", "gen", "--v4", "5000", "--v6", "1000", "--seed", "3",
+    ]);
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    let b = flowlane(&[
+        "route", "gen", "--v4", "5000", "--v6", "1000", "--seed", "3",
+    ]);
+    assert_eq!(a.stdout, b.stdout, "same seed, same table");
+    let c = flowlane(&[
+        "route", "gen", "--v4", "5000", "--v6", "1000", "--seed", "4",
+    ]);
+    assert_ne!(a.stdout, c.stdout);
+    let t = flowlane_lpm::load::parse(&text(&a.stdout), flowlane_lpm::load::Format::Plain)
+        .expect("test input is valid");
+    assert_eq!((t.v4.len(), t.v6.len()), (5000, 1000));
+    let none = flowlane(&["route", "gen"]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(
+        text(&none.stderr).contains("--v4"),
+        "{}",
+        text(&none.stderr)
+    );
+}
+
+#[test]
+fn lookup_plain_and_ip_route_tables() {
+    let plain = TempFile::new(
+        "plain.txt",
+        b"0.0.0.0/0 9\n198.18.0.0/15 1\n198.18.4.0/24 2\n2001:2::/48 3\n",
+    );
+    let o = flowlane(&[
+        "route",
+        "lookup",
+        "--table",
+        plain.path(),
+        "198.18.4.7",
+        "198.19.0.1",
+        "203.0.113.5",
+        "2001:2::1",
+        "2001:3::1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].contains("198.18.4.0/24") && lines[0].ends_with("next hop 2"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("198.18.0.0/15") && lines[1].ends_with("next hop 1"),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains("0.0.0.0/0") && lines[2].ends_with("next hop 9"),
+        "default route: {out}"
+    );
+    assert!(
+        lines[3].contains("2001:2::/48") && lines[3].ends_with("next hop 3"),
+        "{out}"
+    );
+    assert!(lines[4].ends_with("no route"), "{out}");
+
+    let ipr = TempFile::new(
+        "ipr.txt",
+        b"default via 198.18.0.1 dev fl0 proto static metric 100\n198.18.0.0/24 dev fl0 proto kernel scope link src 198.18.0.2\nblackhole 198.18.9.0/24\n",
+    );
+    let o = flowlane(&[
+        "route",
+        "lookup",
+        "--table",
+        ipr.path(),
+        "--json",
+        "198.18.0.77",
+        "198.18.9.1",
+        "198.51.100.1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("test input is valid");
+    let l = &v["lookups"];
+    assert_eq!(l[0]["prefix"], "198.18.0.0/24");
+    assert_eq!(l[0]["next_hop_name"], "dev fl0");
+    assert_eq!(l[1]["next_hop_name"], "blackhole");
+    assert_eq!(l[2]["prefix"], "0.0.0.0/0");
+    assert_eq!(l[2]["next_hop_name"], "via 198.18.0.1 dev fl0");
+    assert_eq!(
+        v["legend"].as_array().expect("test input is valid").len(),
+        3
+    );
+}
+
+#[test]
+fn bad_input_is_a_usage_error_with_the_line() {
+    let bad = TempFile::new("bad.txt", b"198.18.0.0/15 1\n198.18.0.0/40 2\n");
+    let o = flowlane(&["route", "lookup", "--table", bad.path(), "198.18.0.1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("line 2: bad prefix length"),
+        "{}",
+        text(&o.stderr)
+    );
+    let good = TempFile::new("good.txt", b"198.18.0.0/15 1\n");
+    let o = flowlane(&["route", "lookup", "--table", good.path(), "198.18.0.999"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("not an IPv4 or IPv6 address"));
+    let o = flowlane(&[
+        "route",
+        "lookup",
+        "--table",
+        "/nonexistent/flowlane-table",
+        "198.18.0.1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("cannot read table"));
+}
+
+#[test]
+fn bench_reports_every_mode_and_checks_every_lookup() {
+    let g = flowlane(&[
+        "route", "gen", "--v4", "20000", "--v6", "4000", "--seed", "5",
+    ]);
+    let table = TempFile::new("bench.txt", &g.stdout);
+    let o = flowlane(&[
+        "route",
+        "bench",
+        "--table",
+        table.path(),
+        "--json",
+        "--seconds",
+        "0.02",
+        "--addresses",
+        "4096",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("test input is valid");
+    for (fam, n) in [("ipv4", 20000), ("ipv6", 4000)] {
+        let f = &v[fam];
+        assert_eq!(f["prefixes"], n);
+        assert_eq!(f["mismatches"], 0);
+        assert_eq!(f["checked"], 4 * 4096);
+        assert!(
+            f["fib_bytes"].as_u64().expect("test input is valid") >= 1 << 20,
+            "at least the direct array"
+        );
+        assert!(f["inserts_per_s"].as_f64().expect("test input is valid") > 0.0);
+        assert!(
+            f["burst_deletes_per_s"]
+                .as_f64()
+                .expect("test input is valid")
+                > 0.0
+        );
+        for mode in ["uniform", "inside", "working_set"] {
+            assert!(
+                f["lookups"][mode]["batch_lps"]
+                    .as_f64()
+                    .expect("test input is valid")
+                    > 0.0,
+                "{fam} {mode}"
+            );
+            assert!(
+                f["lookups"][mode]["reference_batch_lps"]
+                    .as_f64()
+                    .expect("test input is valid")
+                    > 0.0
+            );
+        }
+        assert!(
+            f["lookups"]["dependent"]["single_lps"]
+                .as_f64()
+                .expect("test input is valid")
+                > 0.0
+        );
+    }
+    assert_eq!(v["ipv4"]["reference"], "DIR-24-8");
+}

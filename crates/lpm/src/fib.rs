@@ -1,0 +1,508 @@
+//! The frozen lookup structure: an 18-bit direct-pointing array over 64-way Poptrie nodes.
+
+use rustc_hash::FxHashMap;
+
+use crate::key::Key;
+use crate::rib::{Rib, Route};
+use crate::{DIRECT_BITS, NO_ROUTE, STRIDE};
+
+/// Direct entry flag: the low 31 bits index `nodes`; without it they are a next hop.
+const NODE: u32 = 0x8000_0000;
+/// "No route" as stored in a direct entry (31 bits).
+const DIRECT_NONE: u32 = 0x7FFF_FFFF;
+
+#[inline(always)]
+fn decode_direct(e: u32) -> u32 {
+    if e == DIRECT_NONE {
+        NO_ROUTE
+    } else {
+        e
+    }
+}
+
+#[inline(always)]
+fn encode_direct(hop: u32) -> u32 {
+    if hop == NO_ROUTE {
+        DIRECT_NONE
+    } else {
+        hop
+    }
+}
+
+/// A 64-way node: slot `i` (the next 6 address bits) is a child node when bit `i` of
+/// `vector` is set, else a leaf. Children are `nodes[base1..]` in slot order; leaves are
+/// run-length compressed: bit `i` of `leafvec` marks a leaf slot whose next hop differs from
+/// the previous leaf slot's, and the run's hop is `leaves[base0 + runs up to i - 1]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct Node {
+    vector: u64,
+    leafvec: u64,
+    base0: u32,
+    base1: u32,
+}
+
+/// The leaf array: 16-bit codes into a next-hop table when there are at most 65536 distinct
+/// next hops (routers' FIBs have tens), halving the leaves' footprint; the hops themselves
+/// otherwise.
+#[derive(Debug, Clone)]
+enum Leaves {
+    Narrow {
+        codes: Vec<u16>,
+        hops: Vec<u32>,
+        /// Code of each next hop below `SMALL_HOPS` (`u16::MAX`: none yet), else `code_of`.
+        small: Vec<u16>,
+        code_of: FxHashMap<u32, u16>,
+        overflow: bool,
+    },
+    Wide(Vec<u32>),
+}
+
+impl Leaves {
+    fn new(wide: bool) -> Self {
+        if wide {
+            Leaves::Wide(Vec::new())
+        } else {
+            Leaves::Narrow {
+                codes: Vec::new(),
+                hops: Vec::new(),
+                small: Vec::new(),
+                code_of: FxHashMap::default(),
+                overflow: false,
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, j: u32) -> u32 {
+        match self {
+            Leaves::Narrow { codes, hops, .. } => hops[codes[j as usize] as usize],
+            Leaves::Wide(v) => v[j as usize],
+        }
+    }
+
+    /// `n` more leaves at the end; returns the first index.
+    fn grow(&mut self, n: usize) -> u32 {
+        let start = self.len();
+        match self {
+            Leaves::Narrow { codes, .. } => codes.resize(start + n, 0),
+            Leaves::Wide(v) => v.resize(start + n, 0),
+        }
+        start as u32
+    }
+
+    fn set(&mut self, j: usize, hop: u32) {
+        match self {
+            Leaves::Narrow {
+                codes,
+                hops,
+                small,
+                code_of,
+                overflow,
+            } => {
+                if let Some(&c) = small.get(hop as usize).filter(|&&c| c != u16::MAX) {
+                    codes[j] = c;
+                    return;
+                }
+                let next = hops.len();
+                let code = *code_of.entry(hop).or_insert_with(|| {
+                    if next > usize::from(u16::MAX) {
+                        *overflow = true;
+                        0
+                    } else {
+                        hops.push(hop);
+                        next as u16
+                    }
+                });
+                codes[j] = code;
+                if (hop as usize) < SMALL_HOPS && !*overflow {
+                    if small.len() <= hop as usize {
+                        small.resize(hop as usize + 1, u16::MAX);
+                    }
+                    small[hop as usize] = code;
+                }
+            }
+            Leaves::Wide(v) => v[j] = hop,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Leaves::Narrow { codes, .. } => codes.len(),
+            Leaves::Wide(v) => v.len(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Leaves::Narrow { codes, hops, .. } => codes.len() * 2 + hops.len() * 4,
+            Leaves::Wide(v) => v.len() * 4,
+        }
+    }
+
+    fn overflowed(&self) -> bool {
+        matches!(self, Leaves::Narrow { overflow: true, .. })
+    }
+}
+
+/// Next hops below this get their leaf code from a plain array instead of a hash map.
+const SMALL_HOPS: usize = 1 << 16;
+
+/// Sizes of a [`Fib`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FibStats {
+    /// Bytes of the direct-pointing array.
+    pub direct_bytes: usize,
+    /// Nodes stored (live and garbage).
+    pub nodes: usize,
+    /// Leaves stored (live and garbage).
+    pub leaves: usize,
+    /// Nodes left behind by incremental updates, reclaimed by the next full rebuild.
+    pub garbage_nodes: usize,
+    /// Leaves left behind by incremental updates.
+    pub garbage_leaves: usize,
+    /// All bytes of the lookup structure (direct + nodes + leaves, garbage included).
+    pub bytes: usize,
+    /// Leaves hold next hops themselves (more than 65 536 distinct ones), not 16-bit codes.
+    pub wide_leaves: bool,
+}
+
+/// The lookup structure. Build it from a [`Rib`] with [`Fib::build`], or keep one in step
+/// with a table through a [`FibWriter`](crate::FibWriter).
+#[derive(Debug, Clone)]
+pub struct Fib<K: Key> {
+    direct: Vec<u32>,
+    nodes: Vec<Node>,
+    leaves: Leaves,
+    garbage_nodes: usize,
+    garbage_leaves: usize,
+    /// Freed blocks by exact size, 1–64 (a node has at most 64 leaves or children; updates
+    /// mostly replace a block with one of the same size).
+    free_nodes: Vec<Vec<u32>>,
+    free_leaves: Vec<Vec<u32>>,
+    _key: std::marker::PhantomData<K>,
+}
+
+impl<K: Key> Fib<K> {
+    /// The lookup structure for `rib`.
+    pub fn build(rib: &Rib<K>) -> Self {
+        let fib = Self::build_with(rib, false);
+        if fib.leaves.overflowed() {
+            return Self::build_with(rib, true);
+        }
+        fib
+    }
+
+    fn build_with(rib: &Rib<K>, wide: bool) -> Self {
+        let mut fib = Fib {
+            direct: vec![DIRECT_NONE; 1 << DIRECT_BITS],
+            nodes: Vec::new(),
+            leaves: Leaves::new(wide),
+            garbage_nodes: 0,
+            garbage_leaves: 0,
+            free_nodes: vec![Vec::new(); 65],
+            free_leaves: vec![Vec::new(); 65],
+            _key: std::marker::PhantomData,
+        };
+        for slot in 0..fib.direct.len() {
+            fib.set_slot(rib, slot);
+        }
+        fib
+    }
+
+    /// The next hop of the longest prefix covering `addr`, or `None` when no prefix does.
+    #[inline]
+    pub fn lookup(&self, addr: K) -> Option<u32> {
+        let hop = self.lookup_raw(addr);
+        (hop != NO_ROUTE).then_some(hop)
+    }
+
+    /// Looks up every address of `addrs` into the same position of `out` ([`NO_ROUTE`] where
+    /// none matches). Lookups are issued in groups so that their memory loads overlap.
+    ///
+    /// # Panics
+    /// When `addrs` and `out` differ in length (a caller bug, like `copy_from_slice`).
+    pub fn lookup_batch(&self, addrs: &[K], out: &mut [u32]) {
+        assert_eq!(
+            addrs.len(),
+            out.len(),
+            "lookup_batch: addrs and out differ in length"
+        );
+        const GROUP: usize = 32;
+        let mut node = [0u32; GROUP];
+        let mut pending = [0u8; GROUP];
+        for (a, o) in addrs.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+            // Level by level across the group: every load of one level is independent of
+            // the others, so they are all in flight together (memory-level parallelism)
+            // instead of one lookup's chain of loads after another's.
+            let mut n = 0;
+            for (i, (&addr, o)) in a.iter().zip(o.iter_mut()).enumerate() {
+                let e = self.direct[addr.slot()];
+                *o = decode_direct(e);
+                node[n] = e & !NODE;
+                pending[n] = i as u8;
+                n += usize::from(e & NODE != 0);
+            }
+            let mut offset = DIRECT_BITS;
+            while n > 0 {
+                let mut still = 0;
+                for k in 0..n {
+                    let i = pending[k] as usize;
+                    let nd = self.nodes[node[k] as usize];
+                    let v = a[i].stride(offset);
+                    if nd.vector & (1u64 << v) == 0 {
+                        let j = nd.base0 + (nd.leafvec << (63 - v)).count_ones() - 1;
+                        o[i] = self.leaves.get(j);
+                    } else {
+                        node[still] = nd.base1 + (nd.vector << (63 - v)).count_ones() - 1;
+                        pending[still] = i as u8;
+                        still += 1;
+                    }
+                }
+                n = still;
+                offset += STRIDE;
+            }
+        }
+    }
+
+    /// Sizes, including garbage left by incremental updates.
+    pub fn stats(&self) -> FibStats {
+        let bytes = self.direct.len() * 4
+            + self.nodes.len() * std::mem::size_of::<Node>()
+            + self.leaves.bytes();
+        FibStats {
+            direct_bytes: self.direct.len() * 4,
+            nodes: self.nodes.len(),
+            leaves: self.leaves.len(),
+            garbage_nodes: self.garbage_nodes,
+            garbage_leaves: self.garbage_leaves,
+            bytes,
+            wide_leaves: matches!(self.leaves, Leaves::Wide(_)),
+        }
+    }
+
+    #[inline(always)]
+    fn lookup_raw(&self, addr: K) -> u32 {
+        let e = self.direct[addr.slot()];
+        if e & NODE == 0 {
+            decode_direct(e)
+        } else {
+            self.walk(addr, e & !NODE)
+        }
+    }
+
+    #[inline(always)]
+    fn walk(&self, addr: K, first: u32) -> u32 {
+        let mut node = self.nodes[first as usize];
+        let mut offset = DIRECT_BITS;
+        loop {
+            let v = addr.stride(offset);
+            if node.vector & (1u64 << v) == 0 {
+                let i = node.base0 + (node.leafvec << (63 - v)).count_ones() - 1;
+                return self.leaves.get(i);
+            }
+            let i = node.base1 + (node.vector << (63 - v)).count_ones() - 1;
+            node = self.nodes[i as usize];
+            offset += STRIDE;
+        }
+    }
+
+    /// Rebuilds direct slot `slot` from the table; its old subtree's blocks are freed.
+    pub(crate) fn set_slot(&mut self, rib: &Rib<K>, slot: usize) {
+        let old = self.direct[slot];
+        if old & NODE != 0 {
+            self.free_below(old & !NODE);
+            self.free_block(false, old & !NODE, 1);
+        }
+        let inherited = rib.short_hop(slot);
+        let routes = rib.chunk(slot);
+        self.direct[slot] = if routes.is_empty() {
+            encode_direct(inherited)
+        } else {
+            let root = self.build_node(routes, DIRECT_BITS, inherited);
+            let at = self.alloc(false, 1);
+            self.nodes[at as usize] = root;
+            at | NODE
+        };
+        self.check_overflow(rib);
+    }
+
+    /// Applies a change of the route `addr/len` (longer than the direct stride, already made
+    /// in `rib`): only the deepest existing node whose slots the route paints (or below which
+    /// it must hang) is rebuilt, in place.
+    pub(crate) fn update_long(&mut self, rib: &Rib<K>, addr: K, len: u8) {
+        let slot = addr.slot();
+        let e = self.direct[slot];
+        let routes = rib.chunk(slot);
+        if e & NODE == 0 || routes.is_empty() {
+            return self.set_slot(rib, slot);
+        }
+        let (mut at, mut depth) = (e & !NODE, DIRECT_BITS);
+        while u32::from(len) > depth + STRIDE {
+            let node = self.nodes[at as usize];
+            let v = addr.stride(depth);
+            if node.vector & (1u64 << v) == 0 {
+                break;
+            }
+            at = node.base1 + (node.vector << (63 - v)).count_ones() - 1;
+            depth += STRIDE;
+        }
+        let lo = addr.mask(depth as u8);
+        // The longest route covering the whole node, from the slot's list or the short ones.
+        let inherited = (DIRECT_BITS + 1..=depth)
+            .rev()
+            .find_map(|l| {
+                let a = lo.mask(l as u8);
+                routes
+                    .binary_search_by(|r| (r.addr, u32::from(r.len)).cmp(&(a, l)))
+                    .ok()
+                    .map(|i| routes[i].hop)
+            })
+            .unwrap_or_else(|| rib.short_hop(slot));
+        // The routes inside the node and longer than its depth (sorted by address, so the
+        // ones covering the whole node come first and are skipped).
+        let first = routes.partition_point(|r| r.addr < lo);
+        let first = first
+            + routes[first..]
+                .iter()
+                .take_while(|r| r.addr == lo && u32::from(r.len) <= depth)
+                .count();
+        let last = first + routes[first..].partition_point(|r| r.addr.mask(depth as u8) == lo);
+        self.free_below(at);
+        let node = self.build_node(&routes[first..last], depth, inherited);
+        self.nodes[at as usize] = node;
+        self.check_overflow(rib);
+    }
+
+    fn check_overflow(&mut self, rib: &Rib<K>) {
+        if self.leaves.overflowed() {
+            // The 65537th distinct next hop: switch to wide leaves.
+            *self = Self::build_with(rib, true);
+        }
+    }
+
+    /// Whether the blocks left unused by updates outgrew the live structure.
+    pub(crate) fn wants_compaction(&self) -> bool {
+        let garbage = self.garbage_nodes * 4 + self.garbage_leaves;
+        let total = self.nodes.len() * 4 + self.leaves.len();
+        garbage > 64 * 1024 && garbage * 2 > total
+    }
+
+    /// Frees node `at`'s leaf block and child blocks, recursively (not `at` itself).
+    fn free_below(&mut self, at: u32) {
+        let node = self.nodes[at as usize];
+        let (leaves, children) = (node.leafvec.count_ones(), node.vector.count_ones());
+        if leaves > 0 {
+            self.free_block(true, node.base0, leaves);
+        }
+        if children > 0 {
+            for k in 0..children {
+                self.free_below(node.base1 + k);
+            }
+            self.free_block(false, node.base1, children);
+        }
+    }
+
+    fn free_block(&mut self, leaves: bool, start: u32, n: u32) {
+        let (list, garbage) = if leaves {
+            (&mut self.free_leaves, &mut self.garbage_leaves)
+        } else {
+            (&mut self.free_nodes, &mut self.garbage_nodes)
+        };
+        list[n as usize].push(start);
+        *garbage += n as usize;
+    }
+
+    /// A block of `n` nodes or leaves: a freed one of that size, or new at the end.
+    fn alloc(&mut self, leaves: bool, n: u32) -> u32 {
+        let (list, garbage) = if leaves {
+            (&mut self.free_leaves, &mut self.garbage_leaves)
+        } else {
+            (&mut self.free_nodes, &mut self.garbage_nodes)
+        };
+        if let Some(start) = list[n as usize].pop() {
+            *garbage -= n as usize;
+            return start;
+        }
+        if leaves {
+            self.leaves.grow(n as usize)
+        } else {
+            let start = self.nodes.len();
+            self.nodes.resize(start + n as usize, Node::default());
+            start as u32
+        }
+    }
+
+    /// Builds the node for the 6 bits at `depth` from `routes` (all longer than `depth`,
+    /// inside this node's range, sorted by (addr, len)), below a covering next hop
+    /// `inherited`. Children are appended contiguously before recursing into them.
+    fn build_node(&mut self, routes: &[Route<K>], depth: u32, inherited: u32) -> Node {
+        let end = depth + STRIDE;
+        let mut hops = [inherited; 64];
+        // Per child slot: the range of `routes` that goes deeper.
+        let mut children: [(u32, u32); 64] = [(0, 0); 64];
+        let mut vector = 0u64;
+        let mut i = 0;
+        while i < routes.len() {
+            let r = routes[i];
+            let s = r.addr.stride(depth);
+            if u32::from(r.len) <= end {
+                // Covering routes come before the routes nested in them, so painting in
+                // list order leaves every slot with its longest match.
+                let span = 1usize << (end - u32::from(r.len));
+                let start = s as usize & !(span - 1);
+                hops[start..start + span].fill(r.hop);
+                i += 1;
+            } else {
+                // The deeper routes of one slot are contiguous (they share its address bits).
+                let first = i;
+                while i < routes.len()
+                    && u32::from(routes[i].len) > end
+                    && routes[i].addr.stride(depth) == s
+                {
+                    i += 1;
+                }
+                vector |= 1u64 << s;
+                children[s as usize] = (first as u32, i as u32);
+            }
+        }
+        let mut leafvec = 0u64;
+        let mut prev = None;
+        for (s, &hop) in hops.iter().enumerate() {
+            if vector & (1u64 << s) == 0 && prev != Some(hop) {
+                leafvec |= 1u64 << s;
+                prev = Some(hop);
+            }
+        }
+        let runs = leafvec.count_ones();
+        let base0 = if runs > 0 { self.alloc(true, runs) } else { 0 };
+        let mut j = base0 as usize;
+        for (s, &hop) in hops.iter().enumerate() {
+            if leafvec & (1u64 << s) != 0 {
+                self.leaves.set(j, hop);
+                j += 1;
+            }
+        }
+        let count = vector.count_ones();
+        let base1 = if count > 0 {
+            self.alloc(false, count)
+        } else {
+            0
+        };
+        let mut k = base1 as usize;
+        for s in 0..64 {
+            if vector & (1u64 << s) != 0 {
+                let (a, b) = children[s];
+                let child = self.build_node(&routes[a as usize..b as usize], end, hops[s]);
+                self.nodes[k] = child;
+                k += 1;
+            }
+        }
+        Node {
+            vector,
+            leafvec,
+            base0,
+            base1,
+        }
+    }
+}

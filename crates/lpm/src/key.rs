@@ -1,0 +1,245 @@
+//! Address keys (IPv4 as `u32`, IPv6 as `u128`, network byte order read as a big integer) and
+//! prefixes over them.
+
+use std::fmt;
+use std::hash::Hash;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::ops::{BitOr, BitXor};
+use std::str::FromStr;
+
+use crate::{DIRECT_BITS, MAX_NEXT_HOP, STRIDE};
+
+/// An address family's key: an unsigned integer whose most significant bit is the first
+/// address bit on the wire.
+pub trait Key:
+    Copy
+    + Eq
+    + Ord
+    + Hash
+    + fmt::Debug
+    + Default
+    + Send
+    + Sync
+    + 'static
+    + BitOr<Output = Self>
+    + BitXor<Output = Self>
+    + private::Sealed
+{
+    /// Address width in bits (32 or 128).
+    const BITS: u8;
+    /// The `std::net` address type.
+    type Addr: Copy + fmt::Display + FromStr + Into<Self> + From<Self>;
+
+    /// Keeps the first `len` bits (`len <= BITS`), zeroing the rest.
+    fn mask(self, len: u8) -> Self;
+    /// The direct-pointing slot: the first 18 bits.
+    fn slot(self) -> usize;
+    /// The first address of a direct slot.
+    fn slot_base(slot: usize) -> Self;
+    /// The 6 bits starting at bit `offset` (`offset < BITS`); bits past the end read as 0.
+    fn stride(self, offset: u32) -> u32;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u128 {}
+}
+
+impl Key for u32 {
+    const BITS: u8 = 32;
+    type Addr = Ipv4Addr;
+    #[inline(always)]
+    fn mask(self, len: u8) -> u32 {
+        if len == 0 {
+            0
+        } else {
+            self & (u32::MAX << (32 - u32::from(len.min(32))))
+        }
+    }
+    #[inline(always)]
+    fn slot(self) -> usize {
+        (self >> (32 - DIRECT_BITS)) as usize
+    }
+    #[inline(always)]
+    fn slot_base(slot: usize) -> u32 {
+        (slot as u32) << (32 - DIRECT_BITS)
+    }
+    #[inline(always)]
+    fn stride(self, offset: u32) -> u32 {
+        (self << offset) >> (32 - STRIDE)
+    }
+}
+
+impl Key for u128 {
+    const BITS: u8 = 128;
+    type Addr = Ipv6Addr;
+    #[inline(always)]
+    fn mask(self, len: u8) -> u128 {
+        if len == 0 {
+            0
+        } else {
+            self & (u128::MAX << (128 - u32::from(len.min(128))))
+        }
+    }
+    #[inline(always)]
+    fn slot(self) -> usize {
+        (self >> (128 - DIRECT_BITS)) as usize
+    }
+    #[inline(always)]
+    fn slot_base(slot: usize) -> u128 {
+        (slot as u128) << (128 - DIRECT_BITS)
+    }
+    #[inline(always)]
+    fn stride(self, offset: u32) -> u32 {
+        ((self << offset) >> (128 - STRIDE)) as u32
+    }
+}
+
+/// Why a prefix or route was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixError {
+    /// The length is longer than the address.
+    #[error("prefix length {len} is longer than the address ({max} bits)")]
+    TooLong {
+        /// Given length.
+        len: u8,
+        /// Address width.
+        max: u8,
+    },
+    /// Bits after the prefix length are set (`10.1.2.3/8`); the message names the network.
+    #[error("host bits are set after the prefix length")]
+    HostBitsSet,
+    /// The next hop is above [`MAX_NEXT_HOP`].
+    #[error("next hop {0} is above the largest allowed index {max}", max = MAX_NEXT_HOP)]
+    NextHopReserved(u32),
+}
+
+/// A prefix: the first `len` bits of `addr` (the rest are zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Prefix<K: Key> {
+    addr: K,
+    len: u8,
+}
+
+impl<K: Key> Prefix<K> {
+    /// A prefix; refuses a length past the address width and set host bits.
+    pub fn new(addr: K, len: u8) -> Result<Self, PrefixError> {
+        if len > K::BITS {
+            return Err(PrefixError::TooLong { len, max: K::BITS });
+        }
+        if addr.mask(len) != addr {
+            return Err(PrefixError::HostBitsSet);
+        }
+        Ok(Prefix { addr, len })
+    }
+
+    /// The prefix covering `addr` with length `len` (host bits cleared; length clamped).
+    pub fn covering(addr: K, len: u8) -> Self {
+        let len = len.min(K::BITS);
+        Prefix {
+            addr: addr.mask(len),
+            len,
+        }
+    }
+
+    /// First address.
+    pub fn addr(&self) -> K {
+        self.addr
+    }
+
+    /// Length in bits.
+    pub fn len(&self) -> u8 {
+        self.len
+    }
+
+    /// True for the default route (length 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when `addr` lies inside the prefix.
+    pub fn contains(&self, addr: K) -> bool {
+        addr.mask(self.len) == self.addr
+    }
+}
+
+impl<K: Key> fmt::Display for Prefix<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", K::Addr::from(self.addr), self.len)
+    }
+}
+
+/// Parses `ADDR/LEN` (or a bare address as a host route). Errors are human-readable.
+impl<K: Key> FromStr for Prefix<K> {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: K = a
+            .parse::<K::Addr>()
+            .map_err(|_| {
+                format!(
+                    "`{a}` is not an IPv{} address",
+                    if K::BITS == 32 { 4 } else { 6 }
+                )
+            })?
+            .into();
+        let len = match l {
+            None => K::BITS,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|&n| n <= K::BITS)
+                .ok_or_else(|| format!("bad prefix length `{l}` (allowed 0–{})", K::BITS))?,
+        };
+        Prefix::new(addr, len).map_err(|e| match e {
+            PrefixError::HostBitsSet => format!(
+                "`{s}` has host bits set after /{len}; the network is {}",
+                Prefix::covering(addr, len)
+            ),
+            e => e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strides_and_slots() {
+        let a: u32 = 0xC612_3456; // 198.18.52.86
+        assert_eq!(a.slot(), (0xC612_3456u32 >> 14) as usize);
+        assert_eq!(a.stride(0), 0xC6 >> 2);
+        assert_eq!(a.stride(18), (a >> 8) & 63);
+        assert_eq!(a.stride(30), (a & 3) << 4, "past-the-end bits read as zero");
+        let b: u128 = 0x2001_0002_0000_0000_0000_0000_0000_00ffu128;
+        assert_eq!(b.stride(126), (0xff & 3) << 4);
+        assert_eq!(u128::slot_base(b.slot()), b.mask(18));
+        assert_eq!(0xffff_ffffu32.mask(0), 0);
+        assert_eq!(0xffff_ffffu32.mask(32), 0xffff_ffff);
+        assert_eq!(u128::MAX.mask(128), u128::MAX);
+    }
+
+    #[test]
+    fn parse_prefixes() {
+        let p: Prefix<u32> = "198.18.0.0/15".parse().expect("test input is valid");
+        assert_eq!((p.addr(), p.len()), (0xC612_0000, 15));
+        assert_eq!(p.to_string(), "198.18.0.0/15");
+        let h: Prefix<u32> = "198.18.0.1".parse().expect("test input is valid");
+        assert_eq!(h.len(), 32);
+        let e = "198.18.0.1/15"
+            .parse::<Prefix<u32>>()
+            .expect_err("input is invalid");
+        assert!(e.contains("198.18.0.0/15"), "{e}");
+        assert!("198.18.0.0/33".parse::<Prefix<u32>>().is_err());
+        assert!("2001:2::/48".parse::<Prefix<u32>>().is_err());
+        let v6: Prefix<u128> = "2001:2::/48".parse().expect("test input is valid");
+        assert_eq!(v6.to_string(), "2001:2::/48");
+        assert!(v6.contains(0x2001_0002_0000_ffff_0000_0000_0000_0001));
+        assert!("::/129".parse::<Prefix<u128>>().is_err());
+    }
+}

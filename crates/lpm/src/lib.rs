@@ -1,0 +1,69 @@
+//! # flowlane-lpm — longest-prefix match for IPv4 and IPv6
+//!
+//! Layer: pure computation. No sockets, files or clocks; `#![forbid(unsafe_code)]`.
+//! Mechanism apart from policy: a mutable [`Rib`] (insert, delete, replace, exact-match get)
+//! apart from the frozen lookup structure [`Fib`] built from it, and a [`FibWriter`] that
+//! keeps the two in step and publishes snapshots to any number of [`FibReader`]s without ever
+//! stopping them.
+//!
+//! ## The lookup structure, and why this one
+//! [`Fib`] is a Poptrie (Asai & Ohara, SIGCOMM 2015): an 18-bit *direct pointing* array
+//! (2^18 `u32`, 1 MiB) whose entries are either a resolved next hop or the index of a 64-way
+//! trie node; each node covers the next 6 address bits with two 64-bit vectors — `vector`
+//! (which of the 64 slots hold a child node) and `leafvec` (where a new run of equal next hops
+//! starts) — so children and leaves are stored contiguously and found with one `popcnt`.
+//! Leaves are pushed (every slot resolves to its longest match), so a lookup never
+//! backtracks. An IPv4 /24 is resolved by the direct array plus one node (18 + 6 = 24).
+//!
+//! The alternatives, measured on the same generated 950k-prefix table (see BENCHMARKS.md,
+//! `flowlane route bench`): DIR-24-8 (DPDK's `rte_lpm`, [`Dir24_8`] here as the baseline)
+//! needs a 64 MiB first-level table that does not stay in cache, and is slower on traffic
+//! that spreads over the table; a binary search over ranges (DXR) trades memory for a
+//! data-dependent search of ~log2(n) steps. Poptrie fits the whole table in a few MiB and
+//! keeps lookups to two or three dependent loads.
+//!
+//! ## Updates
+//! Every prefix longer than 18 bits lives inside exactly one direct slot; an update rebuilds
+//! only that slot's subtree (appending new nodes, leaving the old ones as counted garbage) and
+//! rewrites one direct entry. Shorter prefixes repaint the range of direct slots they cover.
+//! Garbage is reclaimed by a full rebuild once it outgrows the live structure.
+//! [`FibWriter::publish`] hands readers a new immutable snapshot through an atomic pointer
+//! swap (`arc-swap`), so readers never wait and never see a half-applied update.
+//!
+//! ## Results
+//! A lookup returns the next-hop index (`u32`) of the longest matching prefix, or "no route"
+//! ([`None`] from [`Fib::lookup`], [`NO_ROUTE`] from [`Fib::lookup_batch`]). A default route
+//! (`0.0.0.0/0`, `::/0`) is an ordinary prefix of length 0, so it and "no route" are distinct.
+//! Next hops are `0..=MAX_NEXT_HOP`; the top values are reserved for the encoding.
+//!
+//! Guarantees: nothing here panics on any input (addresses, prefixes, table text); errors are
+//! small enums that say what was wrong ([`PrefixError`], [`LoadError`]).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod dir24;
+mod fib;
+pub mod gen;
+mod key;
+pub mod load;
+pub mod reference;
+mod rib;
+mod writer;
+
+pub use dir24::Dir24_8;
+pub use fib::{Fib, FibStats};
+pub use key::{Key, Prefix, PrefixError};
+pub use load::{LoadError, Table};
+pub use rib::Rib;
+pub use writer::{FibReader, FibWriter};
+
+/// Returned by the batch lookups for an address no prefix covers.
+pub const NO_ROUTE: u32 = u32::MAX;
+/// The largest next-hop index a route may carry (`2^31 - 2`); larger values are reserved.
+pub const MAX_NEXT_HOP: u32 = 0x7FFF_FFFE;
+
+/// Bits resolved by the direct-pointing array.
+pub(crate) const DIRECT_BITS: u32 = 18;
+/// Bits resolved by each trie node.
+pub(crate) const STRIDE: u32 = 6;

@@ -1,0 +1,436 @@
+//! Every lookup path (incrementally updated, freshly built, batched, DIR-24-8) against the
+//! per-length hash-map reference: hand-picked edge cases, proptests over random insert /
+//! delete sequences, and a 10-million-address comparison on generated tables.
+
+use flowlane_lpm::reference::Reference;
+use flowlane_lpm::{gen, Dir24_8, Fib, FibWriter, Key, Prefix, Rib, MAX_NEXT_HOP, NO_ROUTE};
+use proptest::prelude::*;
+use rand::{Rng, RngExt, SeedableRng};
+
+fn p4(s: &str) -> Prefix<u32> {
+    s.parse().expect("test input is valid")
+}
+fn a4(s: &str) -> u32 {
+    s.parse::<std::net::Ipv4Addr>()
+        .expect("test input is valid")
+        .into()
+}
+
+/// The writer's incremental structure, a fresh build and the batch API all agree with the
+/// reference on `addrs`.
+fn agree<K: Key>(w: &FibWriter<K>, r: &Reference<K>, addrs: &[K]) {
+    let fresh = Fib::build(w.rib());
+    let mut batch = vec![0u32; addrs.len()];
+    w.fib().lookup_batch(addrs, &mut batch);
+    for (i, &a) in addrs.iter().enumerate() {
+        let want = r.lookup(a);
+        assert_eq!(w.fib().lookup(a), want, "incremental, {a:?}");
+        assert_eq!(fresh.lookup(a), want, "fresh build, {a:?}");
+        assert_eq!(batch[i], want.unwrap_or(NO_ROUTE), "batch, {a:?}");
+        if let Some((p, hop)) = w.rib().matching(a) {
+            assert_eq!(Some(hop), want);
+            assert!(p.contains(a));
+        } else {
+            assert_eq!(want, None);
+        }
+    }
+}
+
+#[test]
+fn edge_cases_v4() {
+    let mut w = FibWriter::new(Rib::<u32>::new());
+    let mut r = Reference::default();
+    let probes: Vec<u32> = [
+        "0.0.0.0",
+        "255.255.255.255",
+        "198.18.0.0",
+        "198.18.4.128",
+        "198.18.4.129",
+        "198.18.4.130",
+        "198.18.255.255",
+        "198.19.0.1",
+        "198.20.0.0",
+        "198.17.255.255",
+        "198.18.4.0",
+        "198.18.7.255",
+    ]
+    .iter()
+    .map(|s| a4(s))
+    .collect();
+    // Empty table: no route anywhere.
+    agree(&w, &r, &probes);
+    assert_eq!(w.fib().lookup(0), None);
+    // The default route is a route, distinct from "no route".
+    let ins = |w: &mut FibWriter<u32>, r: &mut Reference<u32>, p: &str, h: u32| {
+        let old = w.insert(p4(p), h).expect("test input is valid");
+        assert_eq!(old, r.insert(p4(p), h), "{p}");
+        agree(w, r, &probes);
+    };
+    ins(&mut w, &mut r, "0.0.0.0/0", 0);
+    assert_eq!(w.fib().lookup(a4("203.0.113.1")), Some(0));
+    // Nests: /15 ⊃ /16 ⊃ /22 ⊃ /25 ⊃ /32.
+    for (p, h) in [
+        ("198.18.0.0/15", 1),
+        ("198.18.0.0/16", 2),
+        ("198.18.4.0/22", 3),
+        ("198.18.4.128/25", 4),
+        ("198.18.4.129/32", 5),
+        ("255.255.255.255/32", 6),
+    ] {
+        ins(&mut w, &mut r, p, h);
+    }
+    assert_eq!(w.fib().lookup(a4("198.18.4.129")), Some(5));
+    assert_eq!(w.fib().lookup(a4("198.18.4.130")), Some(4));
+    assert_eq!(w.fib().lookup(a4("198.18.4.127")), Some(3));
+    assert_eq!(w.fib().lookup(a4("198.18.8.0")), Some(2));
+    assert_eq!(w.fib().lookup(a4("198.19.0.1")), Some(1));
+    assert_eq!(w.fib().lookup(a4("255.255.255.255")), Some(6));
+    // A duplicate insert replaces and reports the old next hop; the count does not change.
+    let n = w.rib().len();
+    assert_eq!(
+        w.insert(p4("198.18.4.0/22"), 3)
+            .expect("test input is valid"),
+        Some(3)
+    );
+    assert_eq!(
+        w.insert(p4("198.18.4.0/22"), 9)
+            .expect("test input is valid"),
+        Some(3)
+    );
+    r.insert(p4("198.18.4.0/22"), 9);
+    assert_eq!(w.rib().len(), n);
+    agree(&w, &r, &probes);
+    // Deleting a covering prefix uncovers the next shorter one, not "no route".
+    assert_eq!(w.remove(p4("198.18.0.0/16")), Some(2));
+    r.remove(p4("198.18.0.0/16"));
+    agree(&w, &r, &probes);
+    assert_eq!(w.fib().lookup(a4("198.18.8.0")), Some(1));
+    assert_eq!(w.remove(p4("198.18.0.0/16")), None, "deleting twice");
+    assert_eq!(w.remove(p4("0.0.0.0/0")), Some(0));
+    r.remove(p4("0.0.0.0/0"));
+    agree(&w, &r, &probes);
+    assert_eq!(w.fib().lookup(a4("203.0.113.1")), None);
+    // Reserved next hops are refused, and the table is unchanged.
+    assert!(w.insert(p4("198.18.0.0/24"), MAX_NEXT_HOP + 1).is_err());
+    assert!(w.insert(p4("198.18.0.0/24"), MAX_NEXT_HOP).is_ok());
+    r.insert(p4("198.18.0.0/24"), MAX_NEXT_HOP);
+    agree(&w, &r, &probes);
+    let d = Dir24_8::build(w.rib());
+    for &a in &probes {
+        assert_eq!(d.lookup(a), r.lookup(a));
+    }
+}
+
+#[test]
+fn edge_cases_v6() {
+    let mut w = FibWriter::new(Rib::<u128>::new());
+    let mut r = Reference::default();
+    let a6 = |s: &str| -> u128 {
+        s.parse::<std::net::Ipv6Addr>()
+            .expect("test input is valid")
+            .into()
+    };
+    let probes: Vec<u128> = [
+        "::",
+        "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        "2001:2::",
+        "2001:2::1",
+        "2001:2:0:1::",
+        "2001:2:ffff::",
+        "2001:3::",
+        "2001:2::ffff",
+    ]
+    .iter()
+    .map(|s| a6(s))
+    .collect();
+    for (p, h) in [
+        ("::/0", 0),
+        ("2001:2::/48", 1),
+        ("2001:2::/64", 2),
+        ("2001:2::1/128", 3),
+        ("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", 4),
+        ("2001::/16", 5),
+    ] {
+        let p: Prefix<u128> = p.parse().expect("test input is valid");
+        assert_eq!(w.insert(p, h).expect("test input is valid"), r.insert(p, h));
+        agree(&w, &r, &probes);
+    }
+    assert_eq!(w.fib().lookup(a6("2001:2::1")), Some(3));
+    assert_eq!(w.fib().lookup(a6("2001:2::2")), Some(2));
+    assert_eq!(w.fib().lookup(a6("2001:2:0:1::")), Some(1));
+    assert_eq!(w.fib().lookup(a6("2001:3::")), Some(5));
+    assert_eq!(w.fib().lookup(a6("3000::")), Some(0));
+    let p: Prefix<u128> = "2001:2::/48".parse().expect("test input is valid");
+    assert_eq!(w.remove(p), Some(1));
+    r.remove(p);
+    agree(&w, &r, &probes);
+    assert_eq!(w.fib().lookup(a6("2001:2:0:1::")), Some(5));
+}
+
+/// Random operations over prefixes cut from a few base addresses, so they nest and collide.
+fn run_ops<K: Key>(bases: &[K], ops: &[(bool, usize, u8, u32)], queries: &[K]) {
+    let mut w = FibWriter::new(Rib::<K>::new());
+    let mut r = Reference::default();
+    for &(insert, b, len, hop) in ops {
+        let p = Prefix::covering(bases[b % bases.len()], len % (K::BITS + 1));
+        if insert {
+            assert_eq!(
+                w.insert(p, hop).expect("test input is valid"),
+                r.insert(p, hop)
+            );
+        } else {
+            assert_eq!(w.remove(p), r.remove(p));
+        }
+    }
+    // Query the bases themselves and their neighbours too: the edges of every prefix.
+    let mut addrs: Vec<K> = queries.to_vec();
+    addrs.extend_from_slice(bases);
+    for &b in bases {
+        for len in [8u8, 16, 24, 30, 47, 63, 64, 100] {
+            if len < K::BITS {
+                let p = Prefix::covering(b, len);
+                addrs.push(p.addr());
+                addrs.push(p.addr() ^ b);
+            }
+        }
+    }
+    agree(&w, &r, &addrs);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn random_ops_v4(bases in prop::collection::vec(any::<u32>(), 1..6),
+                     ops in prop::collection::vec((prop::bool::weighted(0.7), 0usize..6, 0u8..33, 0u32..5), 0..120),
+                     queries in prop::collection::vec(any::<u32>(), 0..64)) {
+        run_ops(&bases, &ops, &queries);
+        // DIR-24-8 on the final table.
+        let mut r = Reference::default();
+        let mut rib = Rib::new();
+        for &(insert, b, len, hop) in &ops {
+            let p = Prefix::covering(bases[b % bases.len()], len);
+            if insert { r.insert(p, hop); rib.insert(p, hop).expect("test input is valid"); } else { r.remove(p); rib.remove(p); }
+        }
+        let d = Dir24_8::build(&rib);
+        for &a in queries.iter().chain(&bases) {
+            prop_assert_eq!(d.lookup(a), r.lookup(a));
+        }
+    }
+
+    #[test]
+    fn random_ops_v6(bases in prop::collection::vec(any::<u128>(), 1..6),
+                     ops in prop::collection::vec((prop::bool::weighted(0.7), 0usize..6, 0u8..129, 0u32..5), 0..120),
+                     queries in prop::collection::vec(any::<u128>(), 0..64)) {
+        run_ops(&bases, &ops, &queries);
+    }
+}
+
+/// An address: half uniform, half inside a random routed prefix.
+fn address<K: Key, R: Rng>(
+    rng: &mut R,
+    routes: &[(Prefix<K>, u32)],
+    random: impl Fn(&mut R) -> K,
+) -> K {
+    let r = random(rng);
+    if routes.is_empty() || rng.random_bool(0.5) {
+        return r;
+    }
+    let p = routes[rng.random_range(0..routes.len())].0;
+    p.addr() | (r ^ r.mask(p.len()))
+}
+
+/// Generated table, then a random mix of deletes, new inserts and replacements applied
+/// through the writer, then `n` addresses compared with the reference.
+fn big_comparison<K: Key>(
+    table: Vec<(Prefix<K>, u32)>,
+    extra: Vec<(Prefix<K>, u32)>,
+    n: usize,
+    random: impl Fn(&mut rand::rngs::StdRng) -> K + Copy,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut r = Reference::default();
+    for &(p, h) in &table {
+        r.insert(p, h);
+    }
+    let mut w =
+        FibWriter::new(Rib::from_routes(table.iter().copied()).expect("test input is valid"));
+    let mut live = table.clone();
+    for (i, &(p, h)) in extra.iter().enumerate() {
+        match i % 3 {
+            0 if !live.is_empty() => {
+                let (p, _) = live.swap_remove(rng.random_range(0..live.len()));
+                assert_eq!(w.remove(p), r.remove(p));
+            }
+            1 if !live.is_empty() => {
+                let (p, _) = live[rng.random_range(0..live.len())];
+                assert_eq!(w.insert(p, h).expect("test input is valid"), r.insert(p, h));
+            }
+            _ => {
+                assert_eq!(w.insert(p, h).expect("test input is valid"), r.insert(p, h));
+                live.push((p, h));
+            }
+        }
+    }
+    w.publish();
+    let reader = w.reader();
+    let snapshot = reader.load();
+    let fresh = Fib::build(w.rib());
+    let mut addrs = vec![K::default(); 1 << 16];
+    let mut out = vec![0u32; addrs.len()];
+    let mut checked = 0;
+    while checked < n {
+        for a in addrs.iter_mut() {
+            *a = address(&mut rng, &live, random);
+        }
+        snapshot.lookup_batch(&addrs, &mut out);
+        for (i, &a) in addrs.iter().enumerate() {
+            let want = r.lookup(a).unwrap_or(NO_ROUTE);
+            assert_eq!(out[i], want, "{a:?}");
+            if i % 8 == 0 {
+                assert_eq!(fresh.lookup(a).unwrap_or(NO_ROUTE), want, "{a:?}");
+            }
+        }
+        checked += addrs.len();
+    }
+}
+
+#[test]
+fn ten_million_v4_addresses_after_updates() {
+    big_comparison(
+        gen::ipv4(200_000, 11, 32),
+        gen::ipv4(60_000, 12, 32),
+        10_000_000,
+        |r| r.next_u32(),
+    );
+}
+
+#[test]
+fn two_million_v6_addresses_after_updates() {
+    big_comparison(
+        gen::ipv6(50_000, 13, 32),
+        gen::ipv6(15_000, 14, 32),
+        2_000_000,
+        |r| {
+            // Mostly inside 2000::/3, where the table is.
+            let x = u128::from(r.next_u64()) << 64 | u128::from(r.next_u64());
+            if r.random_bool(0.9) {
+                (x >> 3) | (1u128 << 125)
+            } else {
+                x
+            }
+        },
+    );
+}
+
+#[test]
+fn dir24_8_matches_reference_on_a_generated_table() {
+    let table = gen::ipv4(100_000, 5, 16);
+    let mut r = Reference::default();
+    for &(p, h) in &table {
+        r.insert(p, h);
+    }
+    let d = Dir24_8::build(&Rib::from_routes(table.iter().copied()).expect("test input is valid"));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    for _ in 0..1_000_000 {
+        let a = address(&mut rng, &table, |r: &mut rand::rngs::StdRng| r.next_u32());
+        assert_eq!(d.lookup(a), r.lookup(a));
+    }
+}
+
+/// Readers never wait for the writer and never see half an update: a reader checks that
+/// each snapshot answers a probe set entirely as table A or entirely as table B while the
+/// writer flips between them.
+#[test]
+fn readers_see_whole_snapshots() {
+    let base = gen::ipv4(20_000, 3, 8);
+    let flip = gen::ipv4(2_000, 4, 8);
+    let mut w =
+        FibWriter::new(Rib::from_routes(base.iter().copied()).expect("test input is valid"));
+    let probes: Vec<u32> = flip.iter().map(|(p, _)| p.addr()).collect();
+    let answers = |f: &Fib<u32>| probes.iter().map(|&a| f.lookup(a)).collect::<Vec<_>>();
+    let a = answers(w.fib());
+    for &(p, h) in &flip {
+        w.insert(p, h + 100).expect("test input is valid");
+    }
+    let b = answers(w.fib());
+    assert_ne!(a, b);
+    for &(p, _) in &flip {
+        w.remove(p);
+    }
+    w.publish();
+    let reader = w.reader();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = std::thread::scope(|s| {
+        let done2 = done.clone();
+        let h = s.spawn(move || {
+            let (mut seen_a, mut seen_b) = (0u32, 0u32);
+            for _ in 0..1_000_000 {
+                let snap = reader.load();
+                let got = answers(&snap);
+                if got == a {
+                    seen_a += 1;
+                } else if got == b {
+                    seen_b += 1;
+                } else {
+                    panic!("a snapshot mixing two tables");
+                }
+                if done2.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+            }
+            (seen_a, seen_b)
+        });
+        for _ in 0..40 {
+            for &(p, h) in &flip {
+                w.insert(p, h + 100).expect("test input is valid");
+            }
+            w.publish();
+            std::thread::yield_now();
+            for &(p, _) in &flip {
+                w.remove(p);
+            }
+            w.publish();
+            std::thread::yield_now();
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        h.join().expect("test input is valid")
+    });
+    assert!(seen.0 + seen.1 > 0);
+}
+
+/// More than 65 536 distinct next hops: the leaves switch from 16-bit codes to full next
+/// hops, both in a fresh build and when an update brings the 65 537th.
+#[test]
+fn many_distinct_next_hops() {
+    let routes: Vec<(Prefix<u32>, u32)> = (0..70_000u32)
+        .map(|i| (Prefix::covering(0xC400_0000 | (i << 1), 31), i * 7))
+        .collect();
+    let mut r = Reference::default();
+    let mut w = FibWriter::new(Rib::new());
+    for (k, &(p, h)) in routes.iter().enumerate() {
+        r.insert(p, h);
+        if k < 65_000 {
+            w.insert(p, h).expect("test input is valid");
+        }
+    }
+    let mut rest: Vec<_> = routes[65_000..]
+        .iter()
+        .map(|&(p, h)| (p, Some(h)))
+        .collect();
+    w.apply_batch(&mut rest).expect("test input is valid");
+    let addrs: Vec<u32> = routes
+        .iter()
+        .map(|(p, _)| p.addr() | 1)
+        .chain([0, u32::MAX])
+        .collect();
+    assert!(w.fib().stats().wide_leaves, "switched to wide leaves");
+    assert!(
+        !Fib::build(
+            &Rib::from_routes(routes[..1000].iter().copied()).expect("test input is valid")
+        )
+        .stats()
+        .wide_leaves
+    );
+    agree(&w, &r, &addrs);
+}
