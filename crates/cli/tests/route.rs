@@ -181,6 +181,8 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
         let f = &v[fam];
         assert_eq!(f["prefixes"], n);
         assert_eq!(f["mismatches"], 0);
+        assert_eq!(f["update_mismatches"], 0);
+        assert_eq!(f["update_checked"], 65536);
         assert_eq!(f["checked"], 4 * 4096);
         assert!(
             f["fib_bytes"].as_u64().expect("test input is valid") >= 1 << 20,

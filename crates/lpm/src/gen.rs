@@ -148,10 +148,18 @@ fn generate<K: Key>(
     let mut seen: HashSet<Prefix<K>> = HashSet::with_capacity(count);
     let mut out: Vec<(Prefix<K>, u32)> = Vec::with_capacity(count);
     // Lengths in ascending order, so every earlier prefix can cover a later one.
+    // Prefixes one length could not hold (its space, in the blocks used, is full) move on to
+    // the next longer length, so the total stays `count`.
+    let mut carry = 0;
     for (len, n) in counts(count, mix) {
+        let n = n + carry;
         let shorter = out.len();
         let mut made = 0;
+        let mut misses = 0u32;
         while made < n {
+            if misses > 10_000 {
+                break;
+            }
             let nested = shorter > 0 && rng.random_bool(NESTED);
             let mut placed = None;
             if nested {
@@ -177,6 +185,7 @@ fn generate<K: Key>(
                 None => {
                     let p = Prefix::covering(random_addr(&mut rng), len);
                     if seen.contains(&p) {
+                        misses += 1;
                         continue;
                     }
                     (p, rng.random_range(0..next_hops))
@@ -185,7 +194,9 @@ fn generate<K: Key>(
             seen.insert(p);
             out.push((p, hop));
             made += 1;
+            misses = 0;
         }
+        carry = n - made;
     }
     // Shuffle so that files and insert sequences are not sorted by length.
     for i in (1..out.len()).rev() {
@@ -254,6 +265,16 @@ fn mix_bits<K: Key>(parent: K, random: K, len: u8) -> K {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_length_whose_space_is_full_hands_its_share_on() {
+        // 1M IPv6 prefixes: the /19 and /20 shares exceed the /19s and /20s the six
+        // registry blocks hold; generation still ends, with exactly the count asked for.
+        let t = ipv6(1_000_000, 1, 4);
+        assert_eq!(t.len(), 1_000_000);
+        let set: HashSet<_> = t.iter().map(|r| r.0).collect();
+        assert_eq!(set.len(), t.len());
+    }
 
     #[test]
     fn deterministic_exact_count_and_mix() {
