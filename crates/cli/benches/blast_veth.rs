@@ -1,8 +1,15 @@
 //! `flowlane blast` over a veth pair, one sender thread pinned to CPU 0, 60-byte frames (64 on
-//! the wire with FCS), counted on the *receiving* interface: raw mode (AF_PACKET TX ring,
-//! qdisc bypass) against the udp-mode baseline measured in the same run. The receiver drops
-//! every frame in an nftables prerouting hook (after the interface counted it), so the receive
-//! stack costs as little as possible; on veth that receive work still runs on the sender's CPU.
+//! the wire with FCS), counted on the *receiving* interface: raw (AF_PACKET TX ring, qdisc
+//! bypass), xdp (AF_XDP copy mode) and xdp-live (live XDP frames) against the udp-mode
+//! baseline measured in the same run, with the same receiver for every mode. Three receivers:
+//! 1. plain veth, frames dropped in an nftables prerouting hook (after the interface counted
+//!    them), so the receive stack costs as little as possible (xdp-live cannot run here: veth
+//!    takes XDP frames only into a peer that runs NAPI);
+//! 2. the same with GRO on the receiving veth (NAPI, as `flowlane lab up` sets it);
+//! 3. an XDP program on the receiving veth that drops every frame after veth counted it: the
+//!    least receive work there is, so the closest to the generator's own ceiling.
+//!
+//! On veth the receive work runs on the sender's CPU in every case.
 //!
 //! Run (root): `cargo bench -p flowlane --bench blast_veth` (FLOWLANE_BENCH_SECS, default 3).
 
@@ -68,22 +75,55 @@ fn main() {
         )
     };
     println!("blast over veth, 60-byte frames, one sender thread on CPU 0, {secs} s per step");
-    println!(
-        "{:<36} {:>14} {:>12} {:>12} {:>8}",
-        "mode", "peer-counted pps", "sent", "counted", "ratio"
-    );
-    // The udp mode runs first: it is the baseline every ratio is taken against.
-    let mut base = None;
-    for (mode, label) in [
+    let modes = [
         ("udp", "udp (sendmmsg, baseline)"),
         ("raw", "raw (AF_PACKET TX ring, bypass)"),
         ("xdp", "xdp (AF_XDP, copy mode)"),
-    ] {
-        let (pps, sent, counted) = run(mode);
-        let b: f64 = *base.get_or_insert(pps);
+        ("xdp-live", "xdp-live (live XDP frames, XDP_TX)"),
+    ];
+    let pass = |receiver: &str, modes: &[(&str, &str)]| {
+        println!("\nreceiver: {receiver}");
         println!(
-            "{label:<36} {pps:>14.0} {sent:>12} {counted:>12} {:>8.2}",
-            pps / b.max(1.0)
+            "{:<36} {:>16} {:>12} {:>12} {:>8}",
+            "mode", "peer-counted pps", "sent", "counted", "ratio"
         );
-    }
+        // The udp mode runs first: it is the baseline every ratio is taken against.
+        let mut base = None;
+        for &(mode, label) in modes {
+            let (pps, sent, counted) = run(mode);
+            let b: f64 = *base.get_or_insert(pps);
+            println!(
+                "{label:<36} {pps:>16.0} {sent:>12} {counted:>12} {:>8.2}",
+                pps / b.max(1.0)
+            );
+        }
+    };
+    pass("plain veth, nftables prerouting drop", &modes[..3]);
+    let ethtool = |gro: &str| {
+        let st = p
+            .dut
+            .command("ethtool")
+            .args(["-K", &p.dut_if, "gro", gro])
+            .status()
+            .expect("ethtool runs (apt-get install ethtool)");
+        assert!(st.success(), "ethtool -K gro {gro}");
+    };
+    ethtool("on");
+    pass("GRO on (NAPI), nftables prerouting drop", &modes);
+    ethtool("off");
+    let drop_all = {
+        use flowlane_io::ebpf::{xdp, Asm, R0};
+        use flowlane_io::sys::{bpf, packet::ifindex};
+        let mut a = Asm::new();
+        a.mov_imm(R0, xdp::DROP).exit();
+        let prog = bpf::prog_load(bpf::PROG_XDP, "fl_bench_drop", &a.finish().expect("asm"))
+            .expect("load");
+        let dut_if = p.dut_if.clone();
+        p.dut
+            .run(|| bpf::attach_xdp(&prog, ifindex(&dut_if).expect("ifindex"), 0))
+            .expect("in the DUT namespace")
+            .expect("attach")
+    };
+    pass("XDP_DROP on the receiving veth", &modes);
+    drop(drop_all);
 }

@@ -13,8 +13,8 @@ use flowlane_io::sys;
 use flowlane_rss::pick::{pick, PickSpec};
 use flowlane_rss::Toeplitz;
 use flowlane_runtime::blast::{
-    packet_ring, xdp_socket, BlastError, BlastJob, BlastReport, Flow, RawBlaster, RawLink, Sender,
-    UdpBlaster,
+    packet_ring, xdp_socket, BlastError, BlastJob, BlastReport, Flow, LiveBlaster, RawBlaster,
+    RawLink, Sender, UdpBlaster,
 };
 use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use flowlane_wire::frame::headers_len;
@@ -59,6 +59,11 @@ enum ModeArg {
     /// Whole frames through AF_XDP sockets on --dev (thread i on TX queue i; copy mode, so
     /// it works on veth; need_wakeup), the UMEM filled once with template frames.
     Xdp,
+    /// No socket: a generated XDP program run in live-frames mode (BPF_PROG_TEST_RUN, Linux
+    /// 5.18+) stamps each frame and sends it with XDP_TX, no skb per frame — the fastest mode.
+    /// One frame size per step (no IMIX). Needs CAP_BPF and CAP_NET_ADMIN. On veth the peer
+    /// must run NAPI (an XDP program or GRO on, as `flowlane lab up` sets), or veth drops.
+    XdpLive,
 }
 
 #[derive(Debug, Args)]
@@ -68,11 +73,11 @@ pub struct BlastArgs {
     #[arg(long, value_enum, default_value_t = ModeArg::Udp)]
     mode: ModeArg,
 
-    /// Interface to send on (raw mode).
+    /// Interface to send on (raw, xdp and xdp-live modes).
     #[arg(long)]
     dev: Option<String>,
 
-    /// Destination MAC (raw mode). Default: the neighbour table's entry for --to on --dev.
+    /// Destination MAC (raw, xdp and xdp-live modes). Default: the neighbour table's entry for --to on --dev.
     #[arg(long, value_parser = parse_mac)]
     dst_mac: Option<[u8; 6]>,
 
@@ -390,6 +395,13 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let v6 = dst.is_ipv6();
     let raw = a.mode != ModeArg::Udp;
     let hdrs = headers_len(v6, raw && a.vlan.is_some());
+    if a.mode == ModeArg::XdpLive && a.rate.is_some() {
+        return Err(Failure::usage(anyhow!(
+            "--mode xdp-live cannot pace: each kernel run of the program costs ~20 ms to set up, \
+             so frames leave in runs of ~200 ms at full speed. Use --mode xdp or raw with --rate \
+             (or --count/--duration to bound an xdp-live run)"
+        )));
+    }
     if raw && a.echo {
         return Err(Failure::usage(anyhow!(
             "--echo takes echoes on UDP sockets: use --mode udp (raw and xdp frames are counted \
@@ -464,7 +476,7 @@ pub fn run(a: BlastArgs) -> CmdResult {
         for (w, e) in &errors {
             eprintln!("flowlane: sender {w} stopped: {e}");
         }
-        failed |= !errors.is_empty();
+        failed |= !errors.is_empty() || summary.device_refused().is_some_and(|r| r > 0);
         done.push(summary);
         if failed {
             break;
@@ -568,6 +580,9 @@ fn run_step(
             error,
         };
         match (&link, mode) {
+            (Some(l), ModeArg::XdpLive) => {
+                LiveBlaster::new(job, l, report).map(|r| Sender::Live(Box::new(r)))
+            }
             (Some(l), ModeArg::Xdp) => {
                 let x = xdp_socket(l, idx as u32).map_err(sock_err)?;
                 RawBlaster::new(job, l, x, report).map(|r| Sender::Xdp(Box::new(r)))
@@ -587,6 +602,15 @@ fn run_step(
         {
             Failure::usage(anyhow!(
                 "{e}: raw and xdp modes need CAP_NET_RAW (run as root or grant the capability)"
+            ))
+        }
+        StartError::Open(BlastError::Socket { ref error, .. })
+            if error.call.starts_with("bpf(")
+                && error.source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            Failure::usage(anyhow!(
+                "{e}: xdp-live mode loads a BPF program and needs CAP_BPF and CAP_NET_ADMIN \
+                 (run as root)"
             ))
         }
         StartError::Open(BlastError::Socket { ref error, .. })
@@ -621,6 +645,7 @@ fn run_step(
             ModeArg::Udp => "udp",
             ModeArg::Raw => "raw, AF_PACKET TX ring, qdisc bypass",
             ModeArg::Xdp => "xdp, AF_XDP copy mode",
+            ModeArg::XdpLive => "xdp-live, XDP_TX of live test-run frames",
         },
         flows.len(),
         plan.dst,
@@ -636,6 +661,17 @@ fn run_step(
         },
         if a.echo { ", echoes accounted" } else { "" }
     ));
+    // xdp-live frames are handed to the driver with nothing to say whether it took them (veth
+    // without NAPI on the peer drops them uncounted); the device's own transmit counter says.
+    let dev_tx = || -> Option<u64> {
+        let dev = a.dev.as_deref().filter(|_| a.mode == ModeArg::XdpLive)?;
+        std::fs::read_to_string(format!("/sys/class/net/{dev}/statistics/tx_packets"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let dev_tx_before = dev_tx();
     rt.go();
     let t0 = Instant::now();
     let mut prev = Snapshot::default();
@@ -675,7 +711,10 @@ fn run_step(
         .iter()
         .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
         .collect();
-    let summary = Summary::new(a, flows, &reports, &t, frames, requested_pps, errors.len());
+    let mut summary = Summary::new(a, flows, &reports, &t, frames, requested_pps, errors.len());
+    if let (Some(b), Some(e)) = (dev_tx_before, dev_tx()) {
+        summary.device_tx = Some(e.saturating_sub(b));
+    }
     Ok((summary, errors))
 }
 
@@ -707,6 +746,8 @@ struct Summary {
     rtt: Option<Histogram<u64>>,
     flows: Vec<Value>,
     errors: usize,
+    /// xdp-live: frames the device's transmit counter grew by during the step.
+    device_tx: Option<u64>,
 }
 
 impl Summary {
@@ -825,7 +866,14 @@ impl Summary {
             rtt,
             flows: flow_json,
             errors,
+            device_tx: None,
         }
+    }
+
+    /// Frames the generator released that the device did not transmit (xdp-live only; other
+    /// traffic on the device can hide a shortfall, never make one up).
+    fn device_refused(&self) -> Option<u64> {
+        self.device_tx.map(|d| self.tx.saturating_sub(d))
     }
 
     /// Megabits per second of frames (FCS excluded) over the send window.
@@ -855,7 +903,7 @@ impl Summary {
             mean(&self.frames).round(),
             self.tx_pps,
             bps / 1_000_000,
-            self.errors
+            self.errors as u64 + self.device_refused().unwrap_or(0)
         )
     }
 
@@ -889,6 +937,8 @@ impl Summary {
             "mbps": (self.mbps() * 10.0).round() / 10.0,
             "latency_ns": latency_json(self.rtt.as_ref(), "round-trip"),
             "pktgen": self.pktgen_line(),
+            "device_tx_packets": self.device_tx,
+            "device_refused": self.device_refused(),
             "flows": self.flows,
         })
     }
@@ -906,6 +956,14 @@ impl Summary {
                 cycle => format!("IMIX ({:.1}-byte mean)", mean(cycle)),
             }
         );
+        if let (Some(d), Some(r)) = (self.device_tx, self.device_refused().filter(|&r| r > 0)) {
+            println!(
+                "!! only {d} of {} frames left {}: the device refused {r} (on veth the peer must \
+                 run NAPI — an XDP program, or `ethtool -K PEER gro on` — and keep up)",
+                self.tx,
+                a.dev.as_deref().unwrap_or("the device")
+            );
+        }
         if self.icmp_errors > 0 {
             println!(
                 "{} ICMP errors came back (e.g. port unreachable: is anything listening at the \
@@ -988,7 +1046,7 @@ fn raw_link(a: &BlastArgs, dst: SocketAddr, frame: usize) -> Result<RawLink, Fai
     let dev = a
         .dev
         .as_deref()
-        .ok_or_else(|| Failure::usage(anyhow!("--mode raw and --mode xdp need --dev IFACE")))?;
+        .ok_or_else(|| Failure::usage(anyhow!("--mode raw, xdp and xdp-live need --dev IFACE")))?;
     let sys_path = format!("/sys/class/net/{dev}");
     let read = |f: &str| std::fs::read_to_string(format!("{sys_path}/{f}"));
     let mac_text = read("address").map_err(|_| {

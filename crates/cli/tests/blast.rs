@@ -856,3 +856,182 @@ fn xdp_live_frames_leave_and_are_counted_exactly_at_the_peer() {
         "detached with its link: {after}"
     );
 }
+
+/// Turns GRO on or off on the DUT's veth end: with it on, veth runs NAPI there and takes XDP
+/// frames; with it off (and no XDP program), veth refuses them.
+fn dut_gro(p: &Pair, on: bool) {
+    let st = p
+        .dut
+        .command("ethtool")
+        .args(["-K", &p.dut_if, "gro", if on { "on" } else { "off" }])
+        .status()
+        .expect("ethtool runs (apt-get install ethtool)");
+    assert!(st.success(), "ethtool -K gro");
+}
+
+#[test]
+fn xdp_live_count_is_exact_and_every_frame_is_well_formed() {
+    let Some((_one, p)) = pair() else { return };
+    dut_gro(&p, true);
+    let to = format!("{DUT_ADDR}:9000");
+    let before = p.dut.snmp().expect("snmp");
+    let mut b = Value::Null;
+    let (s, iface) = sink_during(&p, &[], || {
+        b = blast(
+            &p,
+            &[
+                "--mode", "xdp-live", "--dev", &p.gen_if, "--to", &to, "--count", "100000",
+                "--flows", "3",
+            ],
+        );
+    });
+    let after = p.dut.snmp().expect("snmp");
+    assert_eq!(b["tx_packets"], 100_000, "{b}");
+    assert_eq!(b["device_tx_packets"], 100_000, "{b}");
+    assert_eq!(b["device_refused"], 0);
+    assert_eq!(iface, 100_000, "frames counted on the peer interface");
+    // The program wrote each frame: flows, consecutive sequence numbers, times, checksums.
+    assert_eq!(s["flowlane_packets"], 100_000, "{s}");
+    assert_eq!(
+        (
+            &s["lost"],
+            &s["reordered"],
+            &s["duplicates"],
+            &s["bad_checksum"]
+        ),
+        (&0.into(), &0.into(), &0.into(), &0.into()),
+        "{s}"
+    );
+    let flows = s["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 3);
+    for (i, f) in flows.iter().enumerate() {
+        assert_eq!(f["src"], format!("198.18.0.1:{}", 10_000 + i), "{f}");
+        assert!(
+            (33_333..=33_334).contains(&f["rx_packets"].as_u64().expect("n")),
+            "{f}"
+        );
+    }
+    let sent: Vec<u64> = b["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .map(|f| f["tx_packets"].as_u64().expect("n"))
+        .collect();
+    assert_eq!(sent, [33_334, 33_333, 33_333], "frame n goes to flow n % 3");
+    // The kernel checked every UDP checksum too: nothing listens on 9000, so each datagram
+    // ends as NoPorts — after checksum validation, which would count InCsumErrors instead.
+    assert_eq!(after.delta(&before, "Udp", "NoPorts"), 100_000);
+    assert_eq!(after.delta(&before, "Udp", "InCsumErrors"), 0);
+    // Stamped with bpf_ktime_get_ns (CLOCK_MONOTONIC), the clock the sink compares with.
+    let l = &s["latency_ns"];
+    let (p50, max) = (
+        l["p50"].as_u64().expect("p50"),
+        l["max"].as_u64().expect("max"),
+    );
+    assert!(p50 > 0 && p50 <= max && max < 1_000_000_000, "{s}");
+}
+
+#[test]
+fn xdp_live_ipv6_vlan_frames_are_well_formed() {
+    let Some((_one, p)) = pair() else { return };
+    dut_gro(&p, true);
+    let (s, iface) = sink_during(&p, &[], || {
+        let b = blast(
+            &p,
+            &[
+                "--mode",
+                "xdp-live",
+                "--dev",
+                &p.gen_if,
+                "--to",
+                "[2001:2::2]:9000",
+                "--from",
+                "2001:2::1",
+                "--dst-mac",
+                "02:f1:0e:00:00:02",
+                "--count",
+                "20000",
+                "--flows",
+                "2",
+                "--size",
+                "98",
+                "--vlan",
+                "12",
+            ],
+        );
+        assert_eq!(b["tx_packets"], 20_000, "{b}");
+        assert_eq!(b["frame_bytes"], 98);
+    });
+    assert_eq!(iface, 20_000);
+    // IPv6 makes the UDP checksum mandatory; the sink verifies it on every frame.
+    assert_eq!(s["flowlane_packets"], 20_000, "{s}");
+    assert_eq!(
+        (&s["lost"], &s["bad_checksum"]),
+        (&0.into(), &0.into()),
+        "{s}"
+    );
+    assert_eq!(s["flows"][1]["src"], "[2001:2::1]:10001");
+}
+
+#[test]
+fn xdp_live_frames_the_device_refused_are_reported_not_hidden() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    // No NAPI on the peer (GRO off, no XDP program): veth drops XDP frames without a word.
+    dut_gro(&p, false);
+    let mut out = None;
+    let n = dut_rx(&p, || {
+        out = Some(
+            p.gen
+                .command(BIN)
+                .args([
+                    "blast", "--mode", "xdp-live", "--dev", &p.gen_if, "--to", &to,
+                ])
+                .args(["--count", "5000", "--json", "--quiet"])
+                .output()
+                .expect("runs"),
+        );
+    });
+    let out = out.expect("ran");
+    assert_eq!(n, 0, "nothing arrived");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "frames that did not leave fail the run"
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    assert_eq!(
+        (&j["tx_packets"], &j["device_refused"]),
+        (&5000.into(), &5000.into())
+    );
+    assert!(
+        j["pktgen"]
+            .as_str()
+            .expect("line")
+            .ends_with("errors: 5000"),
+        "{j}"
+    );
+    // What the mode cannot do is refused up front.
+    for extra in [
+        vec!["--rate", "10k"],
+        vec!["--imix", "64:7,594:4"],
+        vec!["--size", "50"],
+    ] {
+        let out = p
+            .gen
+            .command(BIN)
+            .args([
+                "blast", "--mode", "xdp-live", "--dev", &p.gen_if, "--to", &to,
+            ])
+            .args(["--count", "10"])
+            .args(&extra)
+            .output()
+            .expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
