@@ -269,7 +269,10 @@ impl Poll for SinkWorker {
                 } else {
                     Checksum::Verify
                 };
-                match self.book.frame(fr.data, csum, now) {
+                // The clock is read per frame: frames keep arriving while a round runs, and
+                // one stamped after a round-start reading would look like it came from the
+                // future (a high-rate sender made thousands of those per second).
+                match self.book.frame(fr.data, csum, sys::monotonic_ns()) {
                     Verdict::Foreign => foreign += 1,
                     Verdict::Malformed => malformed += 1,
                     Verdict::Flowlane | Verdict::Other => {}
