@@ -33,6 +33,11 @@ fn encode_direct(hop: u32) -> u32 {
 /// `vector` is set, else a leaf. Children are `nodes[base1..]` in slot order; leaves are
 /// run-length compressed: bit `i` of `leafvec` marks a leaf slot whose next hop differs from
 /// the previous leaf slot's, and the run's hop is `leaves[base0 + runs up to i - 1]`.
+///
+/// Inline leaves: a node without children and with at most [`INLINE_MAX`] runs (most nodes of
+/// a BGP-shaped table: a /18 holding a few /24s) keeps its runs' 16-bit leaf codes in the
+/// bytes `vector` and `base1` do not need then, and `base0` is [`INLINE`]: its lookups end in
+/// the node's own cache line, one dependent load fewer than through the leaf array.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub(crate) struct Node {
@@ -40,6 +45,37 @@ pub(crate) struct Node {
     leafvec: u64,
     base0: u32,
     base1: u32,
+}
+
+/// `base0` of a node whose leaf codes are inline.
+const INLINE: u32 = 0x8000_0000;
+/// Most runs a node keeps inline: 6 codes of 16 bits in `vector` (4) and `base1` (2).
+const INLINE_MAX: u32 = 6;
+
+impl Node {
+    #[inline(always)]
+    fn inline(&self) -> bool {
+        self.base0 & INLINE != 0
+    }
+
+    /// Inline leaf code `i` (< `INLINE_MAX`).
+    #[inline(always)]
+    fn inline_code(&self, i: u32) -> u16 {
+        let packed = (u128::from(self.base1) << 64) | u128::from(self.vector);
+        (packed >> (16 * (i % INLINE_MAX))) as u16
+    }
+
+    /// Whether slot `v` holds a child node.
+    #[inline(always)]
+    fn has_child(&self, v: u32) -> bool {
+        !self.inline() && self.vector & (1u64 << v) != 0
+    }
+
+    /// Index among the runs of the leaf run covering slot `v` (a leaf slot).
+    #[inline(always)]
+    fn run(&self, v: u32) -> u32 {
+        (self.leafvec << (63 - v)).count_ones().wrapping_sub(1)
+    }
 }
 
 /// The leaf array: 16-bit codes into a next-hop table when there are at most 65536 distinct
@@ -81,6 +117,15 @@ impl Leaves {
         }
     }
 
+    /// The next hop of leaf code `c` (inline leaves exist only with narrow leaves).
+    #[inline(always)]
+    fn hop_of(&self, c: u16) -> u32 {
+        match self {
+            Leaves::Narrow { hops, .. } => hops.get(usize::from(c)).copied().unwrap_or(NO_ROUTE),
+            Leaves::Wide(_) => NO_ROUTE,
+        }
+    }
+
     /// `n` more leaves at the end; returns the first index.
     fn grow(&mut self, n: usize) -> u32 {
         let start = self.len();
@@ -92,17 +137,32 @@ impl Leaves {
     }
 
     fn set(&mut self, j: usize, hop: u32) {
+        match self.code(hop) {
+            Some(c) => {
+                if let Leaves::Narrow { codes, .. } = self {
+                    codes[j] = c;
+                }
+            }
+            None => {
+                if let Leaves::Wide(v) = self {
+                    v[j] = hop;
+                }
+            }
+        }
+    }
+
+    /// The 16-bit code of `hop`, given one if it has none yet (`None` with wide leaves).
+    fn code(&mut self, hop: u32) -> Option<u16> {
         match self {
             Leaves::Narrow {
-                codes,
                 hops,
                 small,
                 code_of,
                 overflow,
+                ..
             } => {
                 if let Some(&c) = small.get(hop as usize).filter(|&&c| c != u16::MAX) {
-                    codes[j] = c;
-                    return;
+                    return Some(c);
                 }
                 let next = hops.len();
                 let code = *code_of.entry(hop).or_insert_with(|| {
@@ -114,15 +174,15 @@ impl Leaves {
                         next as u16
                     }
                 });
-                codes[j] = code;
                 if (hop as usize) < SMALL_HOPS && !*overflow {
                     if small.len() <= hop as usize {
                         small.resize(hop as usize + 1, u16::MAX);
                     }
                     small[hop as usize] = code;
                 }
+                Some(code)
             }
-            Leaves::Wide(v) => v[j] = hop,
+            Leaves::Wide(_) => None,
         }
     }
 
@@ -155,7 +215,9 @@ pub struct FibStats {
     pub direct_bytes: usize,
     /// Nodes stored (live and garbage).
     pub nodes: usize,
-    /// Leaves stored (live and garbage).
+    /// Nodes whose leaf codes are stored in the node itself (live and garbage).
+    pub inline_nodes: usize,
+    /// Leaves stored in the leaf array (live and garbage).
     pub leaves: usize,
     /// Nodes left behind by incremental updates, reclaimed by the next full rebuild.
     pub garbage_nodes: usize,
@@ -250,9 +312,10 @@ impl<K: Key> Fib<K> {
                     let i = pending[k] as usize;
                     let nd = self.nodes[node[k] as usize];
                     let v = a[i].stride(offset);
-                    if nd.vector & (1u64 << v) == 0 {
-                        let j = nd.base0 + (nd.leafvec << (63 - v)).count_ones() - 1;
-                        o[i] = self.leaves.get(j);
+                    if nd.inline() {
+                        o[i] = self.leaves.hop_of(nd.inline_code(nd.run(v)));
+                    } else if nd.vector & (1u64 << v) == 0 {
+                        o[i] = self.leaves.get(nd.base0 + nd.run(v));
                     } else {
                         node[still] = nd.base1 + (nd.vector << (63 - v)).count_ones() - 1;
                         pending[still] = i as u8;
@@ -273,6 +336,7 @@ impl<K: Key> Fib<K> {
         FibStats {
             direct_bytes: self.direct.len() * 4,
             nodes: self.nodes.len(),
+            inline_nodes: self.nodes.iter().filter(|n| n.inline()).count(),
             leaves: self.leaves.len(),
             garbage_nodes: self.garbage_nodes,
             garbage_leaves: self.garbage_leaves,
@@ -297,9 +361,11 @@ impl<K: Key> Fib<K> {
         let mut offset = DIRECT_BITS;
         loop {
             let v = addr.stride(offset);
+            if node.inline() {
+                return self.leaves.hop_of(node.inline_code(node.run(v)));
+            }
             if node.vector & (1u64 << v) == 0 {
-                let i = node.base0 + (node.leafvec << (63 - v)).count_ones() - 1;
-                return self.leaves.get(i);
+                return self.leaves.get(node.base0 + node.run(v));
             }
             let i = node.base1 + (node.vector << (63 - v)).count_ones() - 1;
             node = self.nodes[i as usize];
@@ -341,7 +407,7 @@ impl<K: Key> Fib<K> {
         while u32::from(len) > depth + STRIDE {
             let node = self.nodes[at as usize];
             let v = addr.stride(depth);
-            if node.vector & (1u64 << v) == 0 {
+            if !node.has_child(v) {
                 break;
             }
             at = node.base1 + (node.vector << (63 - v)).count_ones() - 1;
@@ -391,6 +457,9 @@ impl<K: Key> Fib<K> {
     /// Frees node `at`'s leaf block and child blocks, recursively (not `at` itself).
     fn free_below(&mut self, at: u32) {
         let node = self.nodes[at as usize];
+        if node.inline() {
+            return;
+        }
         let (leaves, children) = (node.leafvec.count_ones(), node.vector.count_ones());
         if leaves > 0 {
             self.free_block(true, node.base0, leaves);
@@ -475,6 +544,27 @@ impl<K: Key> Fib<K> {
             }
         }
         let runs = leafvec.count_ones();
+        if vector == 0 && runs <= INLINE_MAX {
+            let mut packed = 0u128;
+            let mut k = 0;
+            for (s, &hop) in hops.iter().enumerate() {
+                if leafvec & (1u64 << s) != 0 {
+                    match self.leaves.code(hop) {
+                        Some(c) => packed |= u128::from(c) << (16 * k),
+                        None => break,
+                    }
+                    k += 1;
+                }
+            }
+            if k == runs {
+                return Node {
+                    vector: packed as u64,
+                    leafvec,
+                    base0: INLINE,
+                    base1: (packed >> 64) as u32,
+                };
+            }
+        }
         let base0 = if runs > 0 { self.alloc(true, runs) } else { 0 };
         let mut j = base0 as usize;
         for (s, &hop) in hops.iter().enumerate() {
