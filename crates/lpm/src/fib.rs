@@ -117,6 +117,23 @@ impl Leaves {
         }
     }
 
+    /// Asks for leaf `j`'s cache line (a hint: nothing is read).
+    #[inline(always)]
+    fn prefetch(&self, j: u32) {
+        match self {
+            Leaves::Narrow { codes, .. } => {
+                if let Some(c) = codes.get(j as usize) {
+                    crate::prefetch::prefetch(c);
+                }
+            }
+            Leaves::Wide(v) => {
+                if let Some(h) = v.get(j as usize) {
+                    crate::prefetch::prefetch(h);
+                }
+            }
+        }
+    }
+
     /// The next hop of leaf code `c` (inline leaves exist only with narrow leaves).
     #[inline(always)]
     fn hop_of(&self, c: u16) -> u32 {
@@ -293,21 +310,35 @@ impl<K: Key> Fib<K> {
         const GROUP: usize = 32;
         let mut node = [0u32; GROUP];
         let mut pending = [0u8; GROUP];
-        for (a, o) in addrs.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-            // Level by level across the group: every load of one level is independent of
-            // the others, so they are all in flight together (memory-level parallelism)
-            // instead of one lookup's chain of loads after another's.
+        let mut leaf_at = [0u32; GROUP];
+        let mut leaf_of = [0u8; GROUP];
+        for (g, (a, o)) in addrs.chunks(GROUP).zip(out.chunks_mut(GROUP)).enumerate() {
+            // The next group's direct entries are on their way while this group runs.
+            for &addr in addrs.iter().skip((g + 1) * GROUP).take(GROUP) {
+                if let Some(e) = self.direct.get(addr.slot()) {
+                    crate::prefetch::prefetch(e);
+                }
+            }
+            // Level by level across the group, each pass prefetching what the next one loads
+            // (nodes, then leaf codes): by the time a node's bits are tested — a branch that
+            // would otherwise wait on memory and, mispredicted, throw away the loads behind
+            // it — the node is in cache.
             let mut n = 0;
             for (i, (&addr, o)) in a.iter().zip(o.iter_mut()).enumerate() {
                 let e = self.direct[addr.slot()];
                 *o = decode_direct(e);
+                if e & NODE != 0 {
+                    if let Some(nd) = self.nodes.get((e & !NODE) as usize) {
+                        crate::prefetch::prefetch(nd);
+                    }
+                }
                 node[n] = e & !NODE;
                 pending[n] = i as u8;
                 n += usize::from(e & NODE != 0);
             }
             let mut offset = DIRECT_BITS;
             while n > 0 {
-                let mut still = 0;
+                let (mut still, mut leaves) = (0, 0);
                 for k in 0..n {
                     let i = pending[k] as usize;
                     let nd = self.nodes[node[k] as usize];
@@ -315,12 +346,23 @@ impl<K: Key> Fib<K> {
                     if nd.inline() {
                         o[i] = self.leaves.hop_of(nd.inline_code(nd.run(v)));
                     } else if nd.vector & (1u64 << v) == 0 {
-                        o[i] = self.leaves.get(nd.base0 + nd.run(v));
+                        let j = nd.base0 + nd.run(v);
+                        self.leaves.prefetch(j);
+                        leaf_at[leaves] = j;
+                        leaf_of[leaves] = i as u8;
+                        leaves += 1;
                     } else {
-                        node[still] = nd.base1 + (nd.vector << (63 - v)).count_ones() - 1;
+                        let c = nd.base1 + (nd.vector << (63 - v)).count_ones() - 1;
+                        if let Some(child) = self.nodes.get(c as usize) {
+                            crate::prefetch::prefetch(child);
+                        }
+                        node[still] = c;
                         pending[still] = i as u8;
                         still += 1;
                     }
+                }
+                for k in 0..leaves {
+                    o[usize::from(leaf_of[k])] = self.leaves.get(leaf_at[k]);
                 }
                 n = still;
                 offset += STRIDE;
