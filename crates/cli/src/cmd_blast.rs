@@ -61,8 +61,10 @@ enum ModeArg {
     Xdp,
     /// No socket: a generated XDP program run in live-frames mode (BPF_PROG_TEST_RUN, Linux
     /// 5.18+) stamps each frame and sends it with XDP_TX, no skb per frame — the fastest mode.
-    /// One frame size per step (no IMIX). Needs CAP_BPF and CAP_NET_ADMIN. On veth the peer
-    /// must run NAPI (an XDP program or GRO on, as `flowlane lab up` sets), or veth drops.
+    /// One frame size per step (no IMIX), not paced (--rate is refused: each kernel run costs
+    /// ~20 ms to set up, so runs last ~200 ms). Needs CAP_BPF and CAP_NET_ADMIN. On veth the
+    /// peer must run NAPI (an XDP program or GRO on, as `flowlane lab up` sets); frames the
+    /// device refused are reported (device_refused) and make the exit code 1.
     XdpLive,
 }
 

@@ -182,6 +182,12 @@ impl TxBook {
         }
     }
 
+    /// Sleeps until the next frame is due (20 µs when unpaced), at most `timeout_ms`.
+    fn sleep(&self, timeout_ms: i32) {
+        let d = self.wait(sys::monotonic_ns(), Duration::from_micros(20));
+        pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
+    }
+
     /// Hands the per-flow counts over as the worker's report.
     fn publish(
         &self,
@@ -777,10 +783,7 @@ impl<T: FrameTx> Poll for RawBlaster<T> {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        let d = self
-            .book
-            .wait(sys::monotonic_ns(), Duration::from_micros(20));
-        pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
+        self.book.sleep(timeout_ms);
         Ok(())
     }
 
@@ -986,10 +989,7 @@ impl Poll for LiveBlaster {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        let d = self
-            .book
-            .wait(sys::monotonic_ns(), Duration::from_micros(20));
-        pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
+        self.book.sleep(timeout_ms);
         Ok(())
     }
 
