@@ -283,9 +283,10 @@ impl<K: Key> Fib<K> {
             free_leaves: vec![Vec::new(); 65],
             _key: std::marker::PhantomData,
         };
-        for slot in 0..fib.direct.len() {
-            fib.set_slot(rib, slot);
-        }
+        fib.set_slots(
+            rib,
+            (0..fib.direct.len() as u32).collect::<Vec<_>>().as_slice(),
+        );
         fib
     }
 
@@ -412,6 +413,31 @@ impl<K: Key> Fib<K> {
             let i = node.base1 + (node.vector << (63 - v)).count_ones() - 1;
             node = self.nodes[i as usize];
             offset += STRIDE;
+        }
+    }
+
+    /// Rebuilds every slot of `slots` (as [`Fib::set_slot`]), each slot's routes and old root
+    /// node prefetched a few slots ahead: every slot's routes are an allocation of their own,
+    /// and the first load from it was a quarter of `build_node`'s time (perf) before.
+    pub(crate) fn set_slots(&mut self, rib: &Rib<K>, slots: &[u32]) {
+        const AHEAD: usize = 4;
+        for (i, &slot) in slots.iter().enumerate() {
+            if let Some(&far) = slots.get(i + 2 * AHEAD) {
+                rib.prefetch_chunk_header(far as usize);
+            }
+            if let Some(&next) = slots.get(i + AHEAD) {
+                rib.prefetch_chunk(next as usize);
+                if let Some(&e) = self.direct.get(next as usize) {
+                    if let Some(n) = self
+                        .nodes
+                        .get((e & !NODE) as usize)
+                        .filter(|_| e & NODE != 0)
+                    {
+                        crate::prefetch::prefetch(n);
+                    }
+                }
+            }
+            self.set_slot(rib, slot as usize);
         }
     }
 

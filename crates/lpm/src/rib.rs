@@ -218,6 +218,20 @@ impl<K: Key> Rib<K> {
         std::mem::swap(into, &mut self.dirty);
     }
 
+    /// Asks for the cache line of slot `slot`'s list header.
+    pub(crate) fn prefetch_chunk_header(&self, slot: usize) {
+        if let Some(c) = self.chunks.get(slot) {
+            crate::prefetch::prefetch(c);
+        }
+    }
+
+    /// Asks for the first cache line of slot `slot`'s routes (reads the list header).
+    pub(crate) fn prefetch_chunk(&self, slot: usize) {
+        if let Some(r) = self.chunks.get(slot).and_then(|c| c.first()) {
+            crate::prefetch::prefetch(r);
+        }
+    }
+
     fn mark(&mut self, slot: usize) {
         if self.track {
             self.dirty.push(slot as u32);

@@ -98,9 +98,7 @@ impl<K: Key> FibWriter<K> {
         self.rib.take_dirty(&mut self.dirty);
         self.dirty.sort_unstable();
         self.dirty.dedup();
-        for &slot in &self.dirty {
-            self.fib.set_slot(&self.rib, slot as usize);
-        }
+        self.fib.set_slots(&self.rib, &self.dirty);
         self.compact_if_needed();
         result.map(|_| (added, removed))
     }
