@@ -973,7 +973,7 @@ impl Poll for LiveBlaster {
             self.batch,
         )
         .map_err(|e| e.to_string())?;
-        let ran = (self.counter.get(0) - before) as usize;
+        let ran = self.counter.get(0).saturating_sub(before) as usize;
         let end = sys::monotonic_ns();
         let first = self.book.sent == 0;
         // The run takes milliseconds: the window ends when it returns, not when it began.
