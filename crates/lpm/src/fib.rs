@@ -62,7 +62,7 @@ impl Node {
     #[inline(always)]
     fn inline_code(&self, i: u32) -> u16 {
         let packed = (u128::from(self.base1) << 64) | u128::from(self.vector);
-        (packed >> (16 * (i % INLINE_MAX))) as u16
+        (packed >> (16 * i.min(INLINE_MAX - 1))) as u16
     }
 
     /// Whether slot `v` holds a child node.
@@ -283,10 +283,8 @@ impl<K: Key> Fib<K> {
             free_leaves: vec![Vec::new(); 65],
             _key: std::marker::PhantomData,
         };
-        fib.set_slots(
-            rib,
-            (0..fib.direct.len() as u32).collect::<Vec<_>>().as_slice(),
-        );
+        let slots = fib.direct.len();
+        fib.set_slots(rib, slots, |i| i as u32);
         fib
     }
 
@@ -419,13 +417,15 @@ impl<K: Key> Fib<K> {
     /// Rebuilds every slot of `slots` (as [`Fib::set_slot`]), each slot's routes and old root
     /// node prefetched a few slots ahead: every slot's routes are an allocation of their own,
     /// and the first load from it was a quarter of `build_node`'s time (perf) before.
-    pub(crate) fn set_slots(&mut self, rib: &Rib<K>, slots: &[u32]) {
+    /// `slot_at(i)` is the `i`-th of `count` slots.
+    pub(crate) fn set_slots(&mut self, rib: &Rib<K>, count: usize, slot_at: impl Fn(usize) -> u32) {
         const AHEAD: usize = 4;
-        for (i, &slot) in slots.iter().enumerate() {
-            if let Some(&far) = slots.get(i + 2 * AHEAD) {
-                rib.prefetch_chunk_header(far as usize);
+        for i in 0..count {
+            if i + 2 * AHEAD < count {
+                rib.prefetch_chunk_header(slot_at(i + 2 * AHEAD) as usize);
             }
-            if let Some(&next) = slots.get(i + AHEAD) {
+            if i + AHEAD < count {
+                let next = slot_at(i + AHEAD);
                 rib.prefetch_chunk(next as usize);
                 if let Some(&e) = self.direct.get(next as usize) {
                     if let Some(n) = self
@@ -437,7 +437,7 @@ impl<K: Key> Fib<K> {
                     }
                 }
             }
-            self.set_slot(rib, slot as usize);
+            self.set_slot(rib, slot_at(i) as usize);
         }
     }
 

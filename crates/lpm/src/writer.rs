@@ -98,7 +98,8 @@ impl<K: Key> FibWriter<K> {
         self.rib.take_dirty(&mut self.dirty);
         self.dirty.sort_unstable();
         self.dirty.dedup();
-        self.fib.set_slots(&self.rib, &self.dirty);
+        let dirty = &self.dirty;
+        self.fib.set_slots(&self.rib, dirty.len(), |i| dirty[i]);
         self.compact_if_needed();
         result.map(|_| (added, removed))
     }

@@ -399,6 +399,33 @@ fn readers_see_whole_snapshots() {
     assert!(seen.0 + seen.1 > 0);
 }
 
+/// The sizes `route bench` prints, against structures worked out by hand.
+#[test]
+fn stats_count_inline_nodes_and_leaves() {
+    // One /24 in its /18: the slot's node has no child and 3 runs (none, the /24, none),
+    // so its codes sit inline and the leaf array stays empty.
+    let mut rib = Rib::from_routes([(p4("198.18.1.0/24"), 5)]).expect("valid");
+    let s = Fib::build(&rib).stats();
+    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (1, 1, 0), "{s:?}");
+    // A /25 inside it turns the /24's slot of the root into a child: the root (one run of
+    // "none" around the child) keeps its leaf in the leaf array, and the child (the /25 over
+    // the /24: 2 runs) is inline.
+    rib.insert(p4("198.18.1.0/25"), 6).expect("valid");
+    let s = Fib::build(&rib).stats();
+    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (2, 1, 1), "{s:?}");
+    // Seven /24s two apart in one /18, hops alternating: each starts a run and the gap after
+    // it another, 14 runs, too many to keep inline.
+    let rib = Rib::from_routes((0..7u32).map(|i| {
+        (
+            Prefix::covering(u32::from_be_bytes([198, 18, 2 * i as u8, 0]), 24),
+            i % 2,
+        )
+    }))
+    .expect("valid");
+    let s = Fib::build(&rib).stats();
+    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (1, 0, 14), "{s:?}");
+}
+
 /// More than 65 536 distinct next hops: the leaves switch from 16-bit codes to full next
 /// hops, both in a fresh build and when an update brings the 65 537th.
 #[test]
