@@ -169,7 +169,19 @@ impl Leaves {
     }
 
     /// The 16-bit code of `hop`, given one if it has none yet (`None` with wide leaves).
+    #[inline]
     fn code(&mut self, hop: u32) -> Option<u16> {
+        if let Leaves::Narrow { small, .. } = self {
+            if let Some(&c) = small.get(hop as usize).filter(|&&c| c != u16::MAX) {
+                return Some(c);
+            }
+        }
+        self.new_code(hop)
+    }
+
+    /// [`Leaves::code`] for a hop not seen yet, or one above `SMALL_HOPS`.
+    #[cold]
+    fn new_code(&mut self, hop: u32) -> Option<u16> {
         match self {
             Leaves::Narrow {
                 hops,
@@ -576,9 +588,15 @@ impl<K: Key> Fib<K> {
     fn build_node(&mut self, routes: &[Route<K>], depth: u32, inherited: u32) -> Node {
         let end = depth + STRIDE;
         let mut hops = [inherited; 64];
-        // Per child slot: the range of `routes` that goes deeper.
-        let mut children: [(u32, u32); 64] = [(0, 0); 64];
+        // The child slots in slot order (routes are sorted by address), each with the range of
+        // `routes` that goes deeper.
+        let mut children = [(0u32, 0u32); 64];
         let mut vector = 0u64;
+        // Slots where the painted next hop may differ from the slot before: the edges of every
+        // painted range. Only these (and the first leaf after a child) can start a leaf run,
+        // so runs are found without a pass over all 64 slots (this loop was most of a
+        // rebuild's time: perf, BENCHMARKS.md).
+        let mut edges = 1u64;
         let mut i = 0;
         while i < routes.len() {
             let r = routes[i];
@@ -589,6 +607,7 @@ impl<K: Key> Fib<K> {
                 let span = 1usize << (end - u32::from(r.len));
                 let start = s as usize & !(span - 1);
                 hops[start..start + span].fill(r.hop);
+                edges |= (1u64 << start) | 1u64.checked_shl((start + span) as u32).unwrap_or(0);
                 i += 1;
             } else {
                 // The deeper routes of one slot are contiguous (they share its address bits).
@@ -599,30 +618,33 @@ impl<K: Key> Fib<K> {
                 {
                     i += 1;
                 }
+                children[vector.count_ones() as usize] = (first as u32, i as u32);
                 vector |= 1u64 << s;
-                children[s as usize] = (first as u32, i as u32);
             }
         }
+        // A leaf slot starts a run when its hop differs from the previous leaf slot's (or it
+        // has none). Runs may span child slots, so the first leaf after a child is checked too.
+        let leaf_slots = !vector;
         let mut leafvec = 0u64;
-        let mut prev = None;
-        for (s, &hop) in hops.iter().enumerate() {
-            if vector & (1u64 << s) == 0 && prev != Some(hop) {
+        let mut cand = (edges | (vector << 1)) & leaf_slots;
+        while cand != 0 {
+            let s = cand.trailing_zeros();
+            cand &= cand - 1;
+            let before = leaf_slots & ((1u64 << s) - 1);
+            if before == 0 || hops[63 - before.leading_zeros() as usize] != hops[s as usize] {
                 leafvec |= 1u64 << s;
-                prev = Some(hop);
             }
         }
         let runs = leafvec.count_ones();
         if vector == 0 && runs <= INLINE_MAX {
             let mut packed = 0u128;
             let mut k = 0;
-            for (s, &hop) in hops.iter().enumerate() {
-                if leafvec & (1u64 << s) != 0 {
-                    match self.leaves.code(hop) {
-                        Some(c) => packed |= u128::from(c) << (16 * k),
-                        None => break,
-                    }
-                    k += 1;
+            for s in set_bits(leafvec) {
+                match self.leaves.code(hops[s]) {
+                    Some(c) => packed |= u128::from(c) << (16 * k),
+                    None => break,
                 }
+                k += 1;
             }
             if k == runs {
                 return Node {
@@ -634,12 +656,8 @@ impl<K: Key> Fib<K> {
             }
         }
         let base0 = if runs > 0 { self.alloc(true, runs) } else { 0 };
-        let mut j = base0 as usize;
-        for (s, &hop) in hops.iter().enumerate() {
-            if leafvec & (1u64 << s) != 0 {
-                self.leaves.set(j, hop);
-                j += 1;
-            }
+        for (j, s) in set_bits(leafvec).enumerate() {
+            self.leaves.set(base0 as usize + j, hops[s]);
         }
         let count = vector.count_ones();
         let base1 = if count > 0 {
@@ -647,14 +665,10 @@ impl<K: Key> Fib<K> {
         } else {
             0
         };
-        let mut k = base1 as usize;
-        for s in 0..64 {
-            if vector & (1u64 << s) != 0 {
-                let (a, b) = children[s];
-                let child = self.build_node(&routes[a as usize..b as usize], end, hops[s]);
-                self.nodes[k] = child;
-                k += 1;
-            }
+        for (k, s) in set_bits(vector).enumerate() {
+            let (a, b) = children[k];
+            let child = self.build_node(&routes[a as usize..b as usize], end, hops[s]);
+            self.nodes[base1 as usize + k] = child;
         }
         Node {
             vector,
@@ -663,4 +677,16 @@ impl<K: Key> Fib<K> {
             base1,
         }
     }
+}
+
+/// The positions of the set bits of `m`, lowest first.
+#[inline(always)]
+fn set_bits(mut m: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (m != 0).then(|| {
+            let s = m.trailing_zeros() as usize;
+            m &= m - 1;
+            s
+        })
+    })
 }

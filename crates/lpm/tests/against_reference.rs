@@ -424,6 +424,19 @@ fn stats_count_inline_nodes_and_leaves() {
     .expect("valid");
     let s = Fib::build(&rib).stats();
     assert_eq!((s.nodes, s.inline_nodes, s.leaves), (1, 0, 14), "{s:?}");
+    // A run that starts right after a child slot with no route edge there: the /23 paints
+    // slots 0-1, the /25 makes slot 0 a child, so slot 1 (the /23) and slot 2 on (none) are
+    // the root's two runs; the child (the /25 over the /23) has two inline.
+    let rib =
+        Rib::from_routes([(p4("198.18.0.0/23"), 5), (p4("198.18.0.0/25"), 6)]).expect("valid");
+    let fib = Fib::build(&rib);
+    let s = fib.stats();
+    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (2, 1, 2), "{s:?}");
+    let hops: Vec<_> = ["198.18.0.1", "198.18.0.200", "198.18.1.1", "198.18.2.1"]
+        .iter()
+        .map(|a| fib.lookup(u32::from(a.parse::<std::net::Ipv4Addr>().expect("valid"))))
+        .collect();
+    assert_eq!(hops, [Some(6), Some(5), Some(5), None]);
 }
 
 /// More than 65 536 distinct next hops: the leaves switch from 16-bit codes to full next
