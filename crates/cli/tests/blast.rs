@@ -778,8 +778,16 @@ fn echoes_overflowing_the_generators_own_socket_are_reported_as_its_loss() {
                         };
                         held.push((buf[..len].to_vec(), from));
                     }
-                    for (d, from) in &held {
-                        s.send_to(d, from).expect("echo");
+                    // In bursts of 64, 2 ms apart: each burst reaches the generator's socket
+                    // in one softirq run and overflows its buffer, but never the receiving
+                    // CPU's backlog queue (netdev_max_backlog, 1000), which under load — when
+                    // ksoftirqd runs late — dropped echoes before any socket saw them and made
+                    // this test flaky.
+                    for burst in held.chunks(64) {
+                        for (d, from) in burst {
+                            s.send_to(d, from).expect("echo");
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
                     }
                     held.len()
                 })
