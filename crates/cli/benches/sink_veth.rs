@@ -26,25 +26,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
     let p = Pair::create("flb-sink", 1).expect("namespaces");
-    for args in [
-        vec!["add", "table", "ip", "fl"],
-        vec![
-            "add",
-            "chain",
-            "ip",
-            "fl",
-            "pre",
-            "{ type filter hook prerouting priority -300; policy drop; }",
-        ],
-    ] {
-        let st = p
-            .dut
-            .command("nft")
-            .args(&args)
-            .status()
-            .expect("nft runs (apt-get install nftables)");
-        assert!(st.success(), "nft {args:?}");
-    }
+    p.dut
+        .nft_drop_prerouting()
+        .expect("nft drop chain (apt-get install nftables)");
     let to = format!("{DUT_ADDR}:9000");
     let d = secs.to_string();
     let step = |mode: &str, rate: Option<&str>| {

@@ -154,6 +154,26 @@ impl Netns {
         .map(drop)
     }
 
+    /// Drops every IPv4 packet in an nftables prerouting hook (table `fl`), after the
+    /// interface and any packet tap counted it: the cheapest receiver a benchmark can have
+    /// that still runs the kernel's receive path. Needs `nft` (Debian: nftables).
+    pub fn nft_drop_prerouting(&self) -> Result<(), LabError> {
+        for args in [
+            &["add", "table", "ip", "fl"][..],
+            &[
+                "add",
+                "chain",
+                "ip",
+                "fl",
+                "pre",
+                "{ type filter hook prerouting priority -300; policy drop; }",
+            ],
+        ] {
+            run(self.command("nft").args(args))?;
+        }
+        Ok(())
+    }
+
     /// The namespace's name (as `ip netns` lists it).
     pub fn name(&self) -> &str {
         &self.name
