@@ -447,17 +447,23 @@ impl<K: Key> Fib<K> {
             if i + AHEAD < count {
                 let next = slot_at(i + AHEAD);
                 rib.prefetch_chunk(next as usize);
-                if let Some(&e) = self.direct.get(next as usize) {
-                    if let Some(n) = self
-                        .nodes
-                        .get((e & !NODE) as usize)
-                        .filter(|_| e & NODE != 0)
-                    {
-                        crate::prefetch::prefetch(n);
-                    }
-                }
+                self.prefetch_root(next as usize);
             }
             self.set_slot(rib, slot_at(i) as usize);
+        }
+    }
+
+    /// Asks for the cache lines of direct slot `slot`'s entry and root node (a hint, for an
+    /// update about to touch them; reads the entry).
+    pub(crate) fn prefetch_root(&self, slot: usize) {
+        if let Some(&e) = self.direct.get(slot) {
+            if let Some(n) = self
+                .nodes
+                .get((e & !NODE) as usize)
+                .filter(|_| e & NODE != 0)
+            {
+                n.prefetch();
+            }
         }
     }
 

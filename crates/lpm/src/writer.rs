@@ -53,6 +53,7 @@ impl<K: Key> FibWriter<K> {
     /// Inserts or replaces a route; returns the next hop it replaced. Visible to
     /// [`FibWriter::fib`] at once and to readers at the next [`FibWriter::publish`].
     pub fn insert(&mut self, prefix: Prefix<K>, next_hop: u32) -> Result<Option<u32>, PrefixError> {
+        self.prefetch(prefix);
         let old = self.rib.insert(prefix, next_hop)?;
         if old != Some(next_hop) {
             self.apply(prefix);
@@ -62,6 +63,7 @@ impl<K: Key> FibWriter<K> {
 
     /// Deletes a route; returns its next hop, or `None` when it was not there.
     pub fn remove(&mut self, prefix: Prefix<K>) -> Option<u32> {
+        self.prefetch(prefix);
         let old = self.rib.remove(prefix);
         if old.is_some() {
             self.apply(prefix);
@@ -140,6 +142,15 @@ impl<K: Key> FibWriter<K> {
     /// How many times garbage from incremental updates was reclaimed by a full rebuild.
     pub fn rebuilds(&self) -> u64 {
         self.rebuilds
+    }
+
+    /// One update is a chain of cache misses (slot list header, list, direct entry, root
+    /// node, …): asking for the FIB's lines before the table's are read lets the two chains
+    /// overlap.
+    fn prefetch(&self, prefix: Prefix<K>) {
+        let slot = prefix.addr().slot();
+        self.rib.prefetch_chunk_header(slot);
+        self.fib.prefetch_root(slot);
     }
 
     fn apply(&mut self, prefix: Prefix<K>) {
