@@ -1,4 +1,5 @@
-//! The frozen lookup structure: an 18-bit direct-pointing array over 64-way Poptrie nodes.
+//! The frozen lookup structure: an 18-bit direct-pointing array over 64-way Poptrie nodes,
+//! childless first-level nodes stored flat.
 
 use rustc_hash::FxHashMap;
 
@@ -6,8 +7,46 @@ use crate::key::Key;
 use crate::rib::{Rib, Route};
 use crate::{DIRECT_BITS, NO_ROUTE, STRIDE};
 
-/// Direct entry flag: the low 31 bits index `nodes`; without it they are a next hop.
+/// Direct entry flag: the entry leads to a node; without it the low 31 bits are a next hop.
 const NODE: u32 = 0x8000_0000;
+/// With [`NODE`]: the node is a flat block (see [`Fib`]'s `flat`) whose word offset is the
+/// low [`FLAT_OFFSET_BITS`] bits and whose run count minus one the 6 bits above; without it
+/// the low 30 bits index `nodes` (2^30 nodes would be 24 GiB: the allocation fails long
+/// before an index could reach this bit).
+const FLAT: u32 = 0x4000_0000;
+const FLAT_OFFSET_BITS: u32 = 24;
+const FLAT_OFFSET: u32 = (1 << FLAT_OFFSET_BITS) - 1;
+/// Most runs of a flat block; also the most runs of any node.
+const FLAT_RUNS_MAX: u32 = 64;
+
+/// Words (`u64`) of a flat block with `runs` leaf runs: the leaf vector, then 4 codes a word.
+#[inline(always)]
+fn flat_words(runs: u32) -> u32 {
+    1 + runs.div_ceil(4)
+}
+
+/// The direct entry of a flat block at word `at` with `runs` runs.
+#[inline(always)]
+fn flat_entry(at: u32, runs: u32) -> u32 {
+    NODE | FLAT | ((runs - 1) << FLAT_OFFSET_BITS) | at
+}
+
+/// Word offset and word count of the flat block a direct entry with [`FLAT`] leads to.
+#[inline(always)]
+fn flat_block(e: u32) -> (usize, usize) {
+    let runs = ((e >> FLAT_OFFSET_BITS) & (FLAT_RUNS_MAX - 1)) + 1;
+    ((e & FLAT_OFFSET) as usize, flat_words(runs) as usize)
+}
+
+/// The leaf code slot `v` of the flat block at word `at` resolves to (0 outside the arena:
+/// never, for entries this module wrote).
+#[inline(always)]
+fn flat_code(flat: &[u64], at: usize, v: u32) -> u16 {
+    let leafvec = flat.get(at).copied().unwrap_or(1);
+    let run = (leafvec << (63 - v)).count_ones().wrapping_sub(1);
+    let word = flat.get(at + 1 + (run / 4) as usize).copied().unwrap_or(0);
+    (word >> (16 * (run % 4))) as u16
+}
 /// "No route" as stored in a direct entry (31 bits).
 const DIRECT_NONE: u32 = 0x7FFF_FFFF;
 
@@ -49,6 +88,9 @@ pub(crate) struct Node {
 
 /// `base0` of a node whose leaf codes are inline.
 const INLINE: u32 = 0x8000_0000;
+/// Most routes in a direct slot for which a delete that empties a child of the first-level
+/// node rebuilds the whole slot (see [`Fib::update_long`]).
+const COLLAPSE_MAX: usize = 64;
 /// Most runs a node keeps inline: 6 codes of 16 bits in `vector` (4) and `base1` (2).
 const INLINE_MAX: u32 = 6;
 
@@ -256,11 +298,16 @@ pub struct FibStats {
     pub inline_nodes: usize,
     /// Leaves stored in the leaf array (live and garbage).
     pub leaves: usize,
+    /// First-level nodes stored flat (leaf vector and codes only; live).
+    pub flat_nodes: usize,
+    /// Bytes of the flat blocks (live and garbage).
+    pub flat_bytes: usize,
     /// Nodes left behind by incremental updates, reclaimed by the next full rebuild.
     pub garbage_nodes: usize,
     /// Leaves left behind by incremental updates.
     pub garbage_leaves: usize,
-    /// All bytes of the lookup structure (direct + nodes + leaves, garbage included).
+    /// All bytes of the lookup structure (direct + nodes + leaves + flat blocks, garbage
+    /// included).
     pub bytes: usize,
     /// Leaves hold next hops themselves (more than 65 536 distinct ones), not 16-bit codes.
     pub wide_leaves: bool,
@@ -268,17 +315,30 @@ pub struct FibStats {
 
 /// The lookup structure. Build it from a [`Rib`] with [`Fib::build`], or keep one in step
 /// with a table through a [`FibWriter`](crate::FibWriter).
+///
+/// A first-level node (the one a direct entry leads to) without children — nearly every one
+/// on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored *flat* instead: its
+/// leaf vector followed by its runs' 16-bit leaf codes, 4 to a word, in `flat`, the direct
+/// entry carrying the block's offset and run count. A lookup ending there is direct entry,
+/// leaf vector, code (usually the same cache line): no node decode, no inline-or-array
+/// choice, no base to add, and the block is as long as its runs (8 + 2 per run bytes against
+/// a 24-byte node plus 2 per run outside it). Only with narrow leaves (16-bit codes).
 #[derive(Debug, Clone)]
 pub struct Fib<K: Key> {
     direct: Vec<u32>,
     nodes: Vec<Node>,
     leaves: Leaves,
+    flat: Vec<u64>,
     garbage_nodes: usize,
     garbage_leaves: usize,
+    /// Words of `flat` left behind by updates.
+    garbage_flat: usize,
     /// Freed blocks by exact size, 1–64 (a node has at most 64 leaves or children; updates
     /// mostly replace a block with one of the same size).
     free_nodes: Vec<Vec<u32>>,
     free_leaves: Vec<Vec<u32>>,
+    /// Freed flat blocks by size in words (2–17).
+    free_flat: Vec<Vec<u32>>,
     _key: std::marker::PhantomData<K>,
 }
 
@@ -297,10 +357,14 @@ impl<K: Key> Fib<K> {
             direct: vec![DIRECT_NONE; 1 << DIRECT_BITS],
             nodes: Vec::new(),
             leaves: Leaves::new(wide),
+            // Word 0 stays unused, so that no flat entry is 0.
+            flat: vec![0],
             garbage_nodes: 0,
             garbage_leaves: 0,
+            garbage_flat: 0,
             free_nodes: vec![Vec::new(); 65],
             free_leaves: vec![Vec::new(); 65],
+            free_flat: vec![Vec::new(); flat_words(FLAT_RUNS_MAX) as usize + 1],
             _key: std::marker::PhantomData,
         };
         let slots = fib.direct.len();
@@ -331,6 +395,9 @@ impl<K: Key> Fib<K> {
         let mut pending = [0u8; GROUP];
         let mut leaf_at = [0u32; GROUP];
         let mut leaf_of = [0u8; GROUP];
+        let mut flat_at = [0u32; GROUP];
+        let mut flat_of = [0u8; GROUP];
+        let flat = &self.flat[..];
         for (g, (a, o)) in addrs.chunks(GROUP).zip(out.chunks_mut(GROUP)).enumerate() {
             // The next group's direct entries are on their way while this group runs.
             for &addr in addrs.iter().skip((g + 1) * GROUP).take(GROUP) {
@@ -342,18 +409,40 @@ impl<K: Key> Fib<K> {
             // (nodes, then leaf codes): by the time a node's bits are tested — a branch that
             // would otherwise wait on memory and, mispredicted, throw away the loads behind
             // it — the node is in cache.
-            let mut n = 0;
+            // Direct entries: a next hop ends here; flat blocks and nodes are prefetched and
+            // their addresses listed for the passes below.
+            let (mut n, mut f) = (0, 0);
             for (i, (&addr, o)) in a.iter().zip(o.iter_mut()).enumerate() {
                 let e = self.direct[addr.slot()];
                 *o = decode_direct(e);
-                if e & NODE != 0 {
+                if e & NODE == 0 {
+                    continue;
+                }
+                if e & FLAT != 0 {
+                    // The block's first and last lines (one and the same for most blocks).
+                    let (at, words) = flat_block(e);
+                    if let Some(w) = flat.get(at) {
+                        crate::prefetch::prefetch(w);
+                    }
+                    if let Some(w) = flat.get(at + words - 1) {
+                        crate::prefetch::prefetch(w);
+                    }
+                    flat_at[f] = at as u32;
+                    flat_of[f] = i as u8;
+                    f += 1;
+                } else {
                     if let Some(nd) = self.nodes.get((e & !NODE) as usize) {
                         nd.prefetch();
                     }
+                    node[n] = e & !NODE;
+                    pending[n] = i as u8;
+                    n += 1;
                 }
-                node[n] = e & !NODE;
-                pending[n] = i as u8;
-                n += usize::from(e & NODE != 0);
+            }
+            for k in 0..f {
+                let i = usize::from(flat_of[k]);
+                let code = flat_code(flat, flat_at[k] as usize, a[i].stride(DIRECT_BITS));
+                o[i] = self.leaves.hop_of(code);
             }
             let mut offset = DIRECT_BITS;
             while n > 0 {
@@ -393,12 +482,19 @@ impl<K: Key> Fib<K> {
     pub fn stats(&self) -> FibStats {
         let bytes = self.direct.len() * 4
             + self.nodes.len() * std::mem::size_of::<Node>()
-            + self.leaves.bytes();
+            + self.leaves.bytes()
+            + self.flat.len() * 8;
         FibStats {
             direct_bytes: self.direct.len() * 4,
             nodes: self.nodes.len(),
             inline_nodes: self.nodes.iter().filter(|n| n.inline()).count(),
             leaves: self.leaves.len(),
+            flat_nodes: self
+                .direct
+                .iter()
+                .filter(|&&e| e & (NODE | FLAT) == NODE | FLAT)
+                .count(),
+            flat_bytes: self.flat.len() * 8,
             garbage_nodes: self.garbage_nodes,
             garbage_leaves: self.garbage_leaves,
             bytes,
@@ -411,6 +507,13 @@ impl<K: Key> Fib<K> {
         let e = self.direct[addr.slot()];
         if e & NODE == 0 {
             decode_direct(e)
+        } else if e & FLAT != 0 {
+            let code = flat_code(
+                &self.flat,
+                (e & FLAT_OFFSET) as usize,
+                addr.stride(DIRECT_BITS),
+            );
+            self.leaves.hop_of(code)
         } else {
             self.walk(addr, e & !NODE)
         }
@@ -457,7 +560,11 @@ impl<K: Key> Fib<K> {
     /// update about to touch them; reads the entry).
     pub(crate) fn prefetch_root(&self, slot: usize) {
         if let Some(&e) = self.direct.get(slot) {
-            if let Some(n) = self
+            if e & (NODE | FLAT) == NODE | FLAT {
+                if let Some(w) = self.flat.get(flat_block(e).0) {
+                    crate::prefetch::prefetch(w);
+                }
+            } else if let Some(n) = self
                 .nodes
                 .get((e & !NODE) as usize)
                 .filter(|_| e & NODE != 0)
@@ -470,7 +577,11 @@ impl<K: Key> Fib<K> {
     /// Rebuilds direct slot `slot` from the table; its old subtree's blocks are freed.
     pub(crate) fn set_slot(&mut self, rib: &Rib<K>, slot: usize) {
         let old = self.direct[slot];
-        if old & NODE != 0 {
+        if old & (NODE | FLAT) == NODE | FLAT {
+            let (at, words) = flat_block(old);
+            self.free_flat[words].push(at as u32);
+            self.garbage_flat += words;
+        } else if old & NODE != 0 {
             self.free_below(old & !NODE);
             self.free_block(false, old & !NODE, 1);
         }
@@ -479,10 +590,7 @@ impl<K: Key> Fib<K> {
         self.direct[slot] = if routes.is_empty() {
             encode_direct(inherited)
         } else {
-            let root = self.build_node(routes, DIRECT_BITS, inherited);
-            let at = self.alloc(false, 1);
-            self.nodes[at as usize] = root;
-            at | NODE
+            self.build_root(routes, inherited)
         };
         self.check_overflow(rib);
     }
@@ -494,7 +602,9 @@ impl<K: Key> Fib<K> {
         let slot = addr.slot();
         let e = self.direct[slot];
         let routes = rib.chunk(slot);
-        if e & NODE == 0 || routes.is_empty() {
+        if e & NODE == 0 || e & FLAT != 0 || routes.is_empty() {
+            // Nothing below the direct entry to keep: the slot is rebuilt whole (for a flat
+            // block that is the one node an in-place rebuild would redo too).
             return self.set_slot(rib, slot);
         }
         let (mut at, mut depth) = (e & !NODE, DIRECT_BITS);
@@ -507,7 +617,29 @@ impl<K: Key> Fib<K> {
             at = node.base1 + (node.vector << (63 - v)).count_ones() - 1;
             depth += STRIDE;
         }
+        if depth == DIRECT_BITS {
+            // The first-level node itself is redone (with everything below it): as a slot
+            // rebuild, so that it becomes a flat block if it has no children left.
+            return self.set_slot(rib, slot);
+        }
         let lo = addr.mask(depth as u8);
+        // The routes inside the node and longer than its depth (sorted by address, so the
+        // ones covering the whole node come first and are skipped).
+        let first = routes.partition_point(|r| r.addr < lo);
+        let first = first
+            + routes[first..]
+                .iter()
+                .take_while(|r| r.addr == lo && u32::from(r.len) <= depth)
+                .count();
+        let last = first + routes[first..].partition_point(|r| r.addr.mask(depth as u8) == lo);
+        if first == last && depth == DIRECT_BITS + STRIDE && routes.len() <= COLLAPSE_MAX {
+            // A delete emptied a child of the first-level node: the slot is rebuilt, so the
+            // child's slot turns back into a leaf and the node into a flat block when it was
+            // the last child. (Deeper, or in a slot of many routes, the emptied node stays,
+            // all one leaf run, until the next compaction: rebuilding its parent's whole
+            // subtree would cost more than it saves.)
+            return self.set_slot(rib, slot);
+        }
         // The longest route covering the whole node, from the slot's list or the short ones.
         let inherited = (DIRECT_BITS + 1..=depth)
             .rev()
@@ -519,15 +651,6 @@ impl<K: Key> Fib<K> {
                     .map(|i| routes[i].hop)
             })
             .unwrap_or_else(|| rib.short_hop(slot));
-        // The routes inside the node and longer than its depth (sorted by address, so the
-        // ones covering the whole node come first and are skipped).
-        let first = routes.partition_point(|r| r.addr < lo);
-        let first = first
-            + routes[first..]
-                .iter()
-                .take_while(|r| r.addr == lo && u32::from(r.len) <= depth)
-                .count();
-        let last = first + routes[first..].partition_point(|r| r.addr.mask(depth as u8) == lo);
         self.free_below(at);
         let node = self.build_node(&routes[first..last], depth, inherited);
         self.nodes[at as usize] = node;
@@ -543,9 +666,10 @@ impl<K: Key> Fib<K> {
 
     /// Whether the blocks left unused by updates outgrew the live structure.
     pub(crate) fn wants_compaction(&self) -> bool {
-        let garbage = self.garbage_nodes * 4 + self.garbage_leaves;
-        let total = self.nodes.len() * 4 + self.leaves.len();
-        garbage > 64 * 1024 && garbage * 2 > total
+        // In 2-byte units: a node is 24 bytes, a leaf 2 (or 4), a flat word 8.
+        let garbage = self.garbage_nodes * 12 + self.garbage_leaves + self.garbage_flat * 4;
+        let total = self.nodes.len() * 12 + self.leaves.len() + self.flat.len() * 4;
+        garbage > 192 * 1024 && garbage * 2 > total
     }
 
     /// Frees node `at`'s leaf block and child blocks, recursively (not `at` itself).
@@ -596,16 +720,63 @@ impl<K: Key> Fib<K> {
         }
     }
 
+    /// The direct entry for a slot with `routes` (all longer than the direct stride, sorted)
+    /// below the covering next hop `inherited`: a flat block when the first-level node has
+    /// no children (and leaves are narrow), else a node.
+    fn build_root(&mut self, routes: &[Route<K>], inherited: u32) -> u32 {
+        let mut p = Painted::new(inherited);
+        Self::paint(&mut p, routes, DIRECT_BITS);
+        if p.vector == 0 && matches!(self.leaves, Leaves::Narrow { .. }) {
+            let runs = p.leafvec.count_ones();
+            if let Some(at) = self.alloc_flat(flat_words(runs)) {
+                let at = at as usize;
+                self.flat[at] = p.leafvec;
+                for (k, s) in set_bits(p.leafvec).enumerate() {
+                    // Narrow leaves always give a code (0 on overflow, which rebuilds wide).
+                    let code = self.leaves.code(p.hops[s]).unwrap_or(0);
+                    let word = &mut self.flat[at + 1 + k / 4];
+                    *word =
+                        (*word & !(0xFFFF << (16 * (k % 4)))) | (u64::from(code) << (16 * (k % 4)));
+                }
+                return flat_entry(at as u32, runs);
+            }
+        }
+        let root = self.finish_node(&p, routes, DIRECT_BITS);
+        let at = self.alloc(false, 1);
+        self.nodes[at as usize] = root;
+        at | NODE
+    }
+
+    /// A flat block of `words` words: a freed one of that size, or new at the end; `None`
+    /// when the arena's offsets are used up (the slot then gets a node).
+    fn alloc_flat(&mut self, words: u32) -> Option<u32> {
+        if let Some(at) = self.free_flat[words as usize].pop() {
+            self.garbage_flat -= words as usize;
+            return Some(at);
+        }
+        let at = self.flat.len();
+        if at + words as usize > FLAT_OFFSET as usize {
+            return None;
+        }
+        self.flat.resize(at + words as usize, 0);
+        Some(at as u32)
+    }
+
     /// Builds the node for the 6 bits at `depth` from `routes` (all longer than `depth`,
     /// inside this node's range, sorted by (addr, len)), below a covering next hop
     /// `inherited`. Children are appended contiguously before recursing into them.
     fn build_node(&mut self, routes: &[Route<K>], depth: u32, inherited: u32) -> Node {
+        let mut p = Painted::new(inherited);
+        Self::paint(&mut p, routes, depth);
+        self.finish_node(&p, routes, depth)
+    }
+
+    /// Fills `p` (fresh from [`Painted::new`]): each of the 64 slots' longest match among
+    /// `routes` (as [`Fib::build_node`]), which slots hold children (and their ranges of
+    /// `routes`), and where leaf runs start. Filled in place: the arrays are ~800 bytes, and
+    /// moving them between functions measured ~15% of an IPv6 burst.
+    fn paint(p: &mut Painted, routes: &[Route<K>], depth: u32) {
         let end = depth + STRIDE;
-        let mut hops = [inherited; 64];
-        // The child slots in slot order (routes are sorted by address), each with the range of
-        // `routes` that goes deeper.
-        let mut children = [(0u32, 0u32); 64];
-        let mut vector = 0u64;
         // Slots where the painted next hop may differ from the slot before: the edges of every
         // painted range. Only these (and the first leaf after a child) can start a leaf run,
         // so runs are found without a pass over all 64 slots (this loop was most of a
@@ -620,7 +791,7 @@ impl<K: Key> Fib<K> {
                 // list order leaves every slot with its longest match.
                 let span = 1usize << (end - u32::from(r.len));
                 let start = s as usize & !(span - 1);
-                hops[start..start + span].fill(r.hop);
+                p.hops[start..start + span].fill(r.hop);
                 edges |= (1u64 << start) | 1u64.checked_shl((start + span) as u32).unwrap_or(0);
                 i += 1;
             } else {
@@ -632,23 +803,34 @@ impl<K: Key> Fib<K> {
                 {
                     i += 1;
                 }
-                children[vector.count_ones() as usize] = (first as u32, i as u32);
-                vector |= 1u64 << s;
+                p.children[p.vector.count_ones() as usize] = (first as u32, i as u32);
+                p.vector |= 1u64 << s;
             }
         }
         // A leaf slot starts a run when its hop differs from the previous leaf slot's (or it
         // has none). Runs may span child slots, so the first leaf after a child is checked too.
-        let leaf_slots = !vector;
-        let mut leafvec = 0u64;
-        let mut cand = (edges | (vector << 1)) & leaf_slots;
+        let leaf_slots = !p.vector;
+        let mut cand = (edges | (p.vector << 1)) & leaf_slots;
         while cand != 0 {
             let s = cand.trailing_zeros();
             cand &= cand - 1;
             let before = leaf_slots & ((1u64 << s) - 1);
-            if before == 0 || hops[63 - before.leading_zeros() as usize] != hops[s as usize] {
-                leafvec |= 1u64 << s;
+            if before == 0 || p.hops[63 - before.leading_zeros() as usize] != p.hops[s as usize] {
+                p.leafvec |= 1u64 << s;
             }
         }
+    }
+
+    /// The node for painted slots `p` (see [`Fib::paint`]), its leaves and children stored.
+    fn finish_node(&mut self, p: &Painted, routes: &[Route<K>], depth: u32) -> Node {
+        let end = depth + STRIDE;
+        let Painted {
+            hops,
+            children,
+            vector,
+            leafvec,
+        } = p;
+        let (vector, leafvec) = (*vector, *leafvec);
         let runs = leafvec.count_ones();
         if vector == 0 && runs <= INLINE_MAX {
             let mut packed = 0u128;
@@ -689,6 +871,29 @@ impl<K: Key> Fib<K> {
             leafvec,
             base0,
             base1,
+        }
+    }
+}
+
+/// A node's slots worked out from its routes, before anything is stored.
+struct Painted {
+    /// Each slot's next hop (for a child slot: the hop the child inherits).
+    hops: [u32; 64],
+    /// Per child, in slot order: its range of the routes.
+    children: [(u32, u32); 64],
+    vector: u64,
+    leafvec: u64,
+}
+
+impl Painted {
+    /// No routes yet: every slot a leaf of `inherited`.
+    #[inline(always)]
+    fn new(inherited: u32) -> Self {
+        Painted {
+            hops: [inherited; 64],
+            children: [(0, 0); 64],
+            vector: 0,
+            leafvec: 0,
         }
     }
 }

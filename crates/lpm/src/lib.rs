@@ -16,11 +16,18 @@
 //! starts) — so children and leaves are stored contiguously and found with one `popcnt`.
 //! Leaves are pushed (every slot resolves to its longest match), so a lookup never
 //! backtracks. An IPv4 /24 is resolved by the direct array plus one node (18 + 6 = 24).
-//! A node with no children and at most 6 runs keeps its runs' 16-bit leaf codes inline (in
-//! the bytes its child vector and child base would take), so lookups ending there need no
-//! load from the leaf array: on the 950k-prefix table 60% of nodes, 37% fewer leaves, the
-//! structure 7.84 → 6.96 MiB, and dependent (latency-bound) lookups ~15% faster relative to
-//! DIR-24-8 in the same run (BENCHMARKS.md).
+//!
+//! Two departures from the paper, both measured (BENCHMARKS.md):
+//! - **Flat first-level nodes.** A node a direct entry leads to that has no children — 96%
+//!   of them on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored as its leaf
+//!   vector followed by its runs' 16-bit leaf codes, and the direct entry carries the block's
+//!   offset and run count. A /24 lookup is then direct entry → leaf vector and code (mostly
+//!   one cache line, prefetched whole by the batch lookup): no child vector, no base, no
+//!   choice between inline and array leaves. 950k IPv4 prefixes: 6.96 → 5.53 MiB, batch
+//!   lookups inside routed prefixes 0.7–0.8× → 1.13–1.24× DIR-24-8 in the same run.
+//! - **Inline leaves** below the first level: a node with no children and at most 6 runs
+//!   keeps its runs' codes in the bytes its child vector and child base would take, so
+//!   lookups ending there need no load from the leaf array.
 //!
 //! The alternatives, measured on the same generated 950k-prefix table (see BENCHMARKS.md,
 //! `flowlane route bench`): DIR-24-8 (DPDK's `rte_lpm`, [`Dir24_8`] here as the baseline)

@@ -3,7 +3,9 @@
 //! delete sequences, and a 10-million-address comparison on generated tables.
 
 use flowlane_lpm::reference::Reference;
-use flowlane_lpm::{gen, Dir24_8, Fib, FibWriter, Key, Prefix, Rib, MAX_NEXT_HOP, NO_ROUTE};
+use flowlane_lpm::{
+    gen, Dir24_8, Fib, FibStats, FibWriter, Key, Prefix, Rib, MAX_NEXT_HOP, NO_ROUTE,
+};
 use proptest::prelude::*;
 use rand::{Rng, RngExt, SeedableRng};
 
@@ -401,20 +403,30 @@ fn readers_see_whole_snapshots() {
 
 /// The sizes `route bench` prints, against structures worked out by hand.
 #[test]
-fn stats_count_inline_nodes_and_leaves() {
-    // One /24 in its /18: the slot's node has no child and 3 runs (none, the /24, none),
-    // so its codes sit inline and the leaf array stays empty.
+fn stats_count_nodes_flat_blocks_and_leaves() {
+    let shape = |s: FibStats| {
+        (
+            s.nodes,
+            s.inline_nodes,
+            s.leaves,
+            s.flat_nodes,
+            s.flat_bytes,
+        )
+    };
+    // One /24 in its /18: the slot's first-level node has no child, so it is a flat block:
+    // the leaf vector and 3 runs' codes (none, the /24, none) in one word; 8 bytes more for
+    // the arena's unused word 0.
     let mut rib = Rib::from_routes([(p4("198.18.1.0/24"), 5)]).expect("valid");
     let s = Fib::build(&rib).stats();
-    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (1, 1, 0), "{s:?}");
-    // A /25 inside it turns the /24's slot of the root into a child: the root (one run of
-    // "none" around the child) keeps its leaf in the leaf array, and the child (the /25 over
-    // the /24: 2 runs) is inline.
+    assert_eq!(shape(s), (0, 0, 0, 1, 8 + 16), "{s:?}");
+    // A /25 inside it turns the /24's slot of the root into a child: the root is a node (one
+    // run of "none" around the child) whose leaf is in the leaf array, and the child (the
+    // /25 over the /24: 2 runs) keeps its codes inline.
     rib.insert(p4("198.18.1.0/25"), 6).expect("valid");
     let s = Fib::build(&rib).stats();
-    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (2, 1, 1), "{s:?}");
+    assert_eq!(shape(s), (2, 1, 1, 0, 8), "{s:?}");
     // Seven /24s two apart in one /18, hops alternating: each starts a run and the gap after
-    // it another, 14 runs, too many to keep inline.
+    // it another, 14 runs: a leaf vector and 4 words of codes.
     let rib = Rib::from_routes((0..7u32).map(|i| {
         (
             Prefix::covering(u32::from_be_bytes([198, 18, 2 * i as u8, 0]), 24),
@@ -422,8 +434,21 @@ fn stats_count_inline_nodes_and_leaves() {
         )
     }))
     .expect("valid");
-    let s = Fib::build(&rib).stats();
-    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (1, 0, 14), "{s:?}");
+    let fib = Fib::build(&rib);
+    assert_eq!(
+        shape(fib.stats()),
+        (0, 0, 0, 1, 8 + 40),
+        "{:?}",
+        fib.stats()
+    );
+    for i in 0..14u8 {
+        let want = (i % 2 == 0).then_some(u32::from(i / 2 % 2));
+        assert_eq!(
+            fib.lookup(u32::from_be_bytes([198, 18, i, 9])),
+            want,
+            "198.18.{i}.9"
+        );
+    }
     // A run that starts right after a child slot with no route edge there: the /23 paints
     // slots 0-1, the /25 makes slot 0 a child, so slot 1 (the /23) and slot 2 on (none) are
     // the root's two runs; the child (the /25 over the /23) has two inline.
@@ -431,12 +456,34 @@ fn stats_count_inline_nodes_and_leaves() {
         Rib::from_routes([(p4("198.18.0.0/23"), 5), (p4("198.18.0.0/25"), 6)]).expect("valid");
     let fib = Fib::build(&rib);
     let s = fib.stats();
-    assert_eq!((s.nodes, s.inline_nodes, s.leaves), (2, 1, 2), "{s:?}");
+    assert_eq!(shape(s), (2, 1, 2, 0, 8), "{s:?}");
     let hops: Vec<_> = ["198.18.0.1", "198.18.0.200", "198.18.1.1", "198.18.2.1"]
         .iter()
         .map(|a| fib.lookup(u32::from(a.parse::<std::net::Ipv4Addr>().expect("valid"))))
         .collect();
     assert_eq!(hops, [Some(6), Some(5), Some(5), None]);
+}
+
+/// A slot's first-level node turning from flat block to node (a child appears) and back,
+/// through incremental updates, with lookups and the freed blocks' reuse checked each step.
+#[test]
+fn flat_blocks_become_nodes_and_back() {
+    let mut w = FibWriter::new(Rib::from_routes([(p4("198.18.1.0/24"), 5)]).expect("valid"));
+    let a = |s: &str| u32::from(s.parse::<std::net::Ipv4Addr>().expect("valid"));
+    for round in 0..3 {
+        w.insert(p4("198.18.1.0/25"), 6).expect("valid");
+        let s = w.fib().stats();
+        assert_eq!((s.flat_nodes, s.nodes), (0, 2), "round {round}: {s:?}");
+        assert_eq!(w.fib().lookup(a("198.18.1.1")), Some(6));
+        assert_eq!(w.fib().lookup(a("198.18.1.129")), Some(5));
+        w.remove(p4("198.18.1.0/25"));
+        let s = w.fib().stats();
+        assert_eq!(s.flat_nodes, 1, "round {round}: {s:?}");
+        // The freed block of the same size is reused: the arena does not grow.
+        assert_eq!(s.flat_bytes, 8 + 16, "round {round}: {s:?}");
+        assert_eq!(w.fib().lookup(a("198.18.1.1")), Some(5));
+        assert_eq!(w.fib().lookup(a("198.18.2.1")), None);
+    }
 }
 
 /// More than 65 536 distinct next hops: the leaves switch from 16-bit codes to full next
