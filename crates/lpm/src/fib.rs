@@ -10,7 +10,8 @@ use crate::{DIRECT_BITS, NO_ROUTE, STRIDE};
 /// Direct entry flag: the entry leads to a node; without it the low 31 bits are a next hop.
 const NODE: u32 = 0x8000_0000;
 /// With [`NODE`]: the node is a flat block (see [`Fib`]'s `flat`) whose word offset is the
-/// low [`FLAT_OFFSET_BITS`] bits and whose run count minus one the 6 bits above; without it
+/// low [`FLAT_OFFSET_BITS`] bits and whose size in words minus one the 6 bits above (the
+/// offset of its last word, which the batch lookup prefetches with its first); without it
 /// the low 30 bits index `nodes` (2^30 nodes would be 24 GiB: the allocation fails long
 /// before an index could reach this bit).
 const FLAT: u32 = 0x4000_0000;
@@ -28,14 +29,14 @@ fn flat_words(runs: u32) -> u32 {
 /// The direct entry of a flat block at word `at` with `runs` runs.
 #[inline(always)]
 fn flat_entry(at: u32, runs: u32) -> u32 {
-    NODE | FLAT | ((runs - 1) << FLAT_OFFSET_BITS) | at
+    NODE | FLAT | ((flat_words(runs) - 1) << FLAT_OFFSET_BITS) | at
 }
 
 /// Word offset and word count of the flat block a direct entry with [`FLAT`] leads to.
 #[inline(always)]
 fn flat_block(e: u32) -> (usize, usize) {
-    let runs = ((e >> FLAT_OFFSET_BITS) & (FLAT_RUNS_MAX - 1)) + 1;
-    ((e & FLAT_OFFSET) as usize, flat_words(runs) as usize)
+    let last = (e >> FLAT_OFFSET_BITS) & 0x3F;
+    ((e & FLAT_OFFSET) as usize, last as usize + 1)
 }
 
 /// The leaf code slot `v` of the flat block at word `at` resolves to (0 outside the arena:
@@ -405,10 +406,6 @@ impl<K: Key> Fib<K> {
                     crate::prefetch::prefetch(e);
                 }
             }
-            // Level by level across the group, each pass prefetching what the next one loads
-            // (nodes, then leaf codes): by the time a node's bits are tested — a branch that
-            // would otherwise wait on memory and, mispredicted, throw away the loads behind
-            // it — the node is in cache.
             // Direct entries: a next hop ends here; flat blocks and nodes are prefetched and
             // their addresses listed for the passes below.
             let (mut n, mut f) = (0, 0);
@@ -444,6 +441,10 @@ impl<K: Key> Fib<K> {
                 let code = flat_code(flat, flat_at[k] as usize, a[i].stride(DIRECT_BITS));
                 o[i] = self.leaves.hop_of(code);
             }
+            // Level by level across the group, each pass prefetching what the next one loads
+            // (nodes, then leaf codes): by the time a node's bits are tested — a branch that
+            // would otherwise wait on memory and, mispredicted, throw away the loads behind
+            // it — the node is in cache.
             let mut offset = DIRECT_BITS;
             while n > 0 {
                 let (mut still, mut leaves) = (0, 0);
