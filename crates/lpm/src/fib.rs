@@ -89,6 +89,8 @@ pub(crate) struct Node {
 
 /// `base0` of a node whose leaf codes are inline.
 const INLINE: u32 = 0x8000_0000;
+/// Addresses a batch lookup works on together.
+const GROUP: usize = 32;
 /// Most routes in a direct slot for which a delete that empties a child of the first-level
 /// node rebuilds the whole slot (see [`Fib::update_long`]).
 const COLLAPSE_MAX: usize = 64;
@@ -391,26 +393,35 @@ impl<K: Key> Fib<K> {
             out.len(),
             "lookup_batch: addrs and out differ in length"
         );
-        const GROUP: usize = 32;
+        // As a fixed-size array, indexing by a slot (< 2^18 by construction) needs no bounds
+        // check. The fallback never runs: the array always has 2^18 entries.
+        let Ok(direct) = <&[u32; 1 << DIRECT_BITS]>::try_from(&self.direct[..]) else {
+            for (o, &a) in out.iter_mut().zip(addrs) {
+                *o = self.lookup_raw(a);
+            }
+            return;
+        };
+        // Flat blocks exist only with narrow leaves; their codes index this directly.
+        let hops: &[u32] = match &self.leaves {
+            Leaves::Narrow { hops, .. } => hops,
+            Leaves::Wide(_) => &[],
+        };
+        let flat = &self.flat[..];
         let mut node = [0u32; GROUP];
         let mut pending = [0u8; GROUP];
-        let mut leaf_at = [0u32; GROUP];
-        let mut leaf_of = [0u8; GROUP];
         let mut flat_at = [0u32; GROUP];
         let mut flat_of = [0u8; GROUP];
-        let flat = &self.flat[..];
         for (g, (a, o)) in addrs.chunks(GROUP).zip(out.chunks_mut(GROUP)).enumerate() {
             // The next group's direct entries are on their way while this group runs.
-            for &addr in addrs.iter().skip((g + 1) * GROUP).take(GROUP) {
-                if let Some(e) = self.direct.get(addr.slot()) {
-                    crate::prefetch::prefetch(e);
-                }
+            let next = addrs.get((g + 1) * GROUP..).unwrap_or(&[]);
+            for &addr in next.iter().take(GROUP) {
+                crate::prefetch::prefetch(&direct[addr.slot()]);
             }
             // Direct entries: a next hop ends here; flat blocks and nodes are prefetched and
             // their addresses listed for the passes below.
             let (mut n, mut f) = (0, 0);
             for (i, (&addr, o)) in a.iter().zip(o.iter_mut()).enumerate() {
-                let e = self.direct[addr.slot()];
+                let e = direct[addr.slot()];
                 *o = decode_direct(e);
                 if e & NODE == 0 {
                     continue;
@@ -439,43 +450,61 @@ impl<K: Key> Fib<K> {
             for k in 0..f {
                 let i = usize::from(flat_of[k]);
                 let code = flat_code(flat, flat_at[k] as usize, a[i].stride(DIRECT_BITS));
-                o[i] = self.leaves.hop_of(code);
+                o[i] = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
             }
-            // Level by level across the group, each pass prefetching what the next one loads
-            // (nodes, then leaf codes): by the time a node's bits are tested — a branch that
-            // would otherwise wait on memory and, mispredicted, throw away the loads behind
-            // it — the node is in cache.
-            let mut offset = DIRECT_BITS;
-            while n > 0 {
-                let (mut still, mut leaves) = (0, 0);
-                for k in 0..n {
-                    let i = pending[k] as usize;
-                    let nd = self.nodes[node[k] as usize];
-                    let v = a[i].stride(offset);
-                    if nd.inline() {
-                        o[i] = self.leaves.hop_of(nd.inline_code(nd.run(v)));
-                    } else if nd.vector & (1u64 << v) == 0 {
-                        let j = nd.base0 + nd.run(v);
-                        self.leaves.prefetch(j);
-                        leaf_at[leaves] = j;
-                        leaf_of[leaves] = i as u8;
-                        leaves += 1;
-                    } else {
-                        let c = nd.base1 + (nd.vector << (63 - v)).count_ones() - 1;
-                        if let Some(child) = self.nodes.get(c as usize) {
-                            child.prefetch();
-                        }
-                        node[still] = c;
-                        pending[still] = i as u8;
-                        still += 1;
+            if n > 0 {
+                self.descend(a, o, &mut node, &mut pending, n);
+            }
+        }
+    }
+
+    /// The batch lookup below the first level, for the `n` addresses of the group `a` listed
+    /// in `pending` with their (prefetched) nodes in `node`. Level by level across the group,
+    /// each pass prefetching what the next one loads (nodes, then leaf codes): by the time a
+    /// node's bits are tested — a branch that would otherwise wait on memory and,
+    /// mispredicted, throw away the loads behind it — the node is in cache. (Out of line it
+    /// measured ~5% slower for IPv6, where most lookups come here.)
+    #[inline(always)]
+    fn descend(
+        &self,
+        a: &[K],
+        o: &mut [u32],
+        node: &mut [u32; GROUP],
+        pending: &mut [u8; GROUP],
+        mut n: usize,
+    ) {
+        let mut leaf_at = [0u32; GROUP];
+        let mut leaf_of = [0u8; GROUP];
+        let mut offset = DIRECT_BITS;
+        while n > 0 {
+            let (mut still, mut leaves) = (0, 0);
+            for k in 0..n {
+                let i = pending[k] as usize;
+                let nd = self.nodes[node[k] as usize];
+                let v = a[i].stride(offset);
+                if nd.inline() {
+                    o[i] = self.leaves.hop_of(nd.inline_code(nd.run(v)));
+                } else if nd.vector & (1u64 << v) == 0 {
+                    let j = nd.base0 + nd.run(v);
+                    self.leaves.prefetch(j);
+                    leaf_at[leaves] = j;
+                    leaf_of[leaves] = i as u8;
+                    leaves += 1;
+                } else {
+                    let c = nd.base1 + (nd.vector << (63 - v)).count_ones() - 1;
+                    if let Some(child) = self.nodes.get(c as usize) {
+                        child.prefetch();
                     }
+                    node[still] = c;
+                    pending[still] = i as u8;
+                    still += 1;
                 }
-                for k in 0..leaves {
-                    o[usize::from(leaf_of[k])] = self.leaves.get(leaf_at[k]);
-                }
-                n = still;
-                offset += STRIDE;
             }
+            for k in 0..leaves {
+                o[usize::from(leaf_of[k])] = self.leaves.get(leaf_at[k]);
+            }
+            n = still;
+            offset += STRIDE;
         }
     }
 
