@@ -322,7 +322,7 @@ pub struct FibStats {
 /// A first-level node (the one a direct entry leads to) without children — nearly every one
 /// on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored *flat* instead: its
 /// leaf vector followed by its runs' 16-bit leaf codes, 4 to a word, in `flat`, the direct
-/// entry carrying the block's offset and run count. A lookup ending there is direct entry,
+/// entry carrying the block's offset and size. A lookup ending there is direct entry,
 /// leaf vector, code (usually the same cache line): no node decode, no inline-or-array
 /// choice, no base to add, and the block is as long as its runs (8 + 2 per run bytes against
 /// a 24-byte node plus 2 per run outside it). Only with narrow leaves (16-bit codes).

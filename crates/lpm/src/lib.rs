@@ -21,10 +21,11 @@
 //! - **Flat first-level nodes.** A node a direct entry leads to that has no children — 96%
 //!   of them on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored as its leaf
 //!   vector followed by its runs' 16-bit leaf codes, and the direct entry carries the block's
-//!   offset and run count. A /24 lookup is then direct entry → leaf vector and code (mostly
+//!   offset and size. A /24 lookup is then direct entry → leaf vector and code (mostly
 //!   one cache line, prefetched whole by the batch lookup): no child vector, no base, no
 //!   choice between inline and array leaves. 950k IPv4 prefixes: 6.96 → 5.53 MiB, batch
-//!   lookups inside routed prefixes 0.7–0.8× → 1.13–1.24× DIR-24-8 in the same run.
+//!   lookups inside routed prefixes 0.7–0.8× → 1.12–1.24× DIR-24-8 in the same run (one
+//!   noisy pair 0.77×).
 //! - **Inline leaves** below the first level: a node with no children and at most 6 runs
 //!   keeps its runs' codes in the bytes its child vector and child base would take, so
 //!   lookups ending there need no load from the leaf array.
