@@ -89,6 +89,8 @@ pub(crate) struct Node {
 
 /// `base0` of a node whose leaf codes are inline.
 const INLINE: u32 = 0x8000_0000;
+/// With [`INLINE`]: a prefix node (see [`Node::prefix`]).
+const PREFIX: u32 = 0x4000_0000;
 /// Addresses a batch lookup works on together.
 const GROUP: usize = 32;
 /// Most routes in a direct slot for which a delete that empties a child of the first-level
@@ -108,6 +110,44 @@ impl Node {
     fn inline_code(&self, i: u32) -> u16 {
         let packed = (u128::from(self.base1) << 64) | u128::from(self.vector);
         (packed >> (16 * i.min(INLINE_MAX - 1))) as u16
+    }
+
+    /// A prefix node: the node's whole subtree is one or two routes (`a` no longer than
+    /// `b`), kept verbatim instead of as slots and children: their bits from the node's depth
+    /// on, left-aligned, in `vector` and `leafvec`; their lengths past the depth (1–64, less
+    /// one) and the code of the hop around them in `base0`; their codes in `base1`. A lookup
+    /// compares instead of descending: on a BGP-shaped IPv6 table most nodes below /30 hold
+    /// one or two routes, a /48 under them walked two or three more nodes and a leaf before.
+    /// With one route, `b` repeats `a`.
+    fn prefix(a: (u64, u32, u16), b: (u64, u32, u16), outside: u16) -> Node {
+        Node {
+            vector: a.0,
+            leafvec: b.0,
+            base0: INLINE | PREFIX | ((a.1 - 1) << 24) | ((b.1 - 1) << 18) | u32::from(outside),
+            base1: u32::from(a.2) | (u32::from(b.2) << 16),
+        }
+    }
+
+    /// The leaf code of an inline node (a prefix node or inline leaves) for address bits
+    /// `bits` from the node's depth on, whose first 6 are `v`.
+    #[inline(always)]
+    fn inline_leaf(&self, bits: u64, v: u32) -> u16 {
+        if self.base0 & PREFIX == 0 {
+            return self.inline_code(self.run(v));
+        }
+        let hit = |p: u64, m1: u32| (bits ^ p) >> (63 - (m1 & 63)) == 0;
+        if hit(self.leafvec, self.base0 >> 18) {
+            (self.base1 >> 16) as u16
+        } else if hit(self.vector, self.base0 >> 24) {
+            self.base1 as u16
+        } else {
+            self.base0 as u16
+        }
+    }
+
+    #[inline(always)]
+    fn is_prefix(&self) -> bool {
+        self.base0 & (INLINE | PREFIX) == INLINE | PREFIX
     }
 
     /// Asks for the node's cache lines: both of them when it straddles two (a 24-byte node
@@ -299,6 +339,9 @@ pub struct FibStats {
     pub nodes: usize,
     /// Nodes whose leaf codes are stored in the node itself (live and garbage).
     pub inline_nodes: usize,
+    /// Prefix nodes: a subtree of one or two routes kept as the routes themselves (live and
+    /// garbage; not counted in `inline_nodes`).
+    pub prefix_nodes: usize,
     /// Leaves stored in the leaf array (live and garbage).
     pub leaves: usize,
     /// First-level nodes stored flat (leaf vector and codes only; live).
@@ -483,7 +526,7 @@ impl<K: Key> Fib<K> {
                 let nd = self.nodes[node[k] as usize];
                 let v = a[i].stride(offset);
                 if nd.inline() {
-                    o[i] = self.leaves.hop_of(nd.inline_code(nd.run(v)));
+                    o[i] = self.leaves.hop_of(nd.inline_leaf(a[i].bits64(offset), v));
                 } else if nd.vector & (1u64 << v) == 0 {
                     let j = nd.base0 + nd.run(v);
                     self.leaves.prefetch(j);
@@ -517,7 +560,12 @@ impl<K: Key> Fib<K> {
         FibStats {
             direct_bytes: self.direct.len() * 4,
             nodes: self.nodes.len(),
-            inline_nodes: self.nodes.iter().filter(|n| n.inline()).count(),
+            inline_nodes: self
+                .nodes
+                .iter()
+                .filter(|n| n.inline() && !n.is_prefix())
+                .count(),
+            prefix_nodes: self.nodes.iter().filter(|n| n.is_prefix()).count(),
             leaves: self.leaves.len(),
             flat_nodes: self
                 .direct
@@ -556,7 +604,7 @@ impl<K: Key> Fib<K> {
         loop {
             let v = addr.stride(offset);
             if node.inline() {
-                return self.leaves.hop_of(node.inline_code(node.run(v)));
+                return self.leaves.hop_of(node.inline_leaf(addr.bits64(offset), v));
             }
             if node.vector & (1u64 << v) == 0 {
                 return self.leaves.get(node.base0 + node.run(v));
@@ -637,7 +685,22 @@ impl<K: Key> Fib<K> {
             // block that is the one node an in-place rebuild would redo too).
             return self.set_slot(rib, slot);
         }
+        // The routes inside the node at `depth` on `addr`'s path and longer than its depth
+        // (sorted by address, so the ones covering the whole node come first and are skipped).
+        let inside = |depth: u32| {
+            let lo = addr.mask(depth as u8);
+            let first = routes.partition_point(|r| r.addr < lo);
+            let first = first
+                + routes[first..]
+                    .iter()
+                    .take_while(|r| r.addr == lo && u32::from(r.len) <= depth)
+                    .count();
+            let last = first + routes[first..].partition_point(|r| r.addr.mask(depth as u8) == lo);
+            (first, last)
+        };
         let (mut at, mut depth) = (e & !NODE, DIRECT_BITS);
+        // Set with every step down: `inside(depth)` below the first level.
+        let (mut first, mut last) = (0, 0);
         while u32::from(len) > depth + STRIDE {
             let node = self.nodes[at as usize];
             let v = addr.stride(depth);
@@ -646,6 +709,12 @@ impl<K: Key> Fib<K> {
             }
             at = node.base1 + (node.vector << (63 - v)).count_ones() - 1;
             depth += STRIDE;
+            (first, last) = inside(depth);
+            if last - first <= 2 {
+                // Few enough routes below to be a prefix node (a delete left them, or an
+                // insert joins a prefix node): this node is rebuilt, not one further down.
+                break;
+            }
         }
         if depth == DIRECT_BITS {
             // The first-level node itself is redone (with everything below it): as a slot
@@ -653,15 +722,6 @@ impl<K: Key> Fib<K> {
             return self.set_slot(rib, slot);
         }
         let lo = addr.mask(depth as u8);
-        // The routes inside the node and longer than its depth (sorted by address, so the
-        // ones covering the whole node come first and are skipped).
-        let first = routes.partition_point(|r| r.addr < lo);
-        let first = first
-            + routes[first..]
-                .iter()
-                .take_while(|r| r.addr == lo && u32::from(r.len) <= depth)
-                .count();
-        let last = first + routes[first..].partition_point(|r| r.addr.mask(depth as u8) == lo);
         if first == last && depth == DIRECT_BITS + STRIDE && routes.len() <= COLLAPSE_MAX {
             // A delete emptied a child of the first-level node: the slot is rebuilt, so the
             // child's slot turns back into a leaf and the node into a flat block when it was
@@ -796,9 +856,43 @@ impl<K: Key> Fib<K> {
     /// inside this node's range, sorted by (addr, len)), below a covering next hop
     /// `inherited`. Children are appended contiguously before recursing into them.
     fn build_node(&mut self, routes: &[Route<K>], depth: u32, inherited: u32) -> Node {
+        if let Some(node) = self.prefix_node(routes, depth, inherited) {
+            return node;
+        }
         let mut p = Painted::new(inherited);
         Self::paint(&mut p, routes, depth);
         self.finish_node(&p, routes, depth)
+    }
+
+    /// The node as a prefix node (see [`Node::prefix`]) when `routes` are one or two, one of
+    /// them longer than the node's 6 bits (else an ordinary node is as short a walk), none
+    /// more than 64 bits past `depth`, and leaves are narrow.
+    fn prefix_node(&mut self, routes: &[Route<K>], depth: u32, inherited: u32) -> Option<Node> {
+        let (a, b) = match routes {
+            [a] => (a, a),
+            [a, b] => {
+                if a.len <= b.len {
+                    (a, b)
+                } else {
+                    (b, a)
+                }
+            }
+            _ => return None,
+        };
+        let past = |r: &Route<K>| u32::from(r.len).wrapping_sub(depth);
+        if past(b) <= STRIDE || past(b) > 64 || past(a) == 0 || past(a) > 64 {
+            return None;
+        }
+        let codes = (
+            self.leaves.code(a.hop)?,
+            self.leaves.code(b.hop)?,
+            self.leaves.code(inherited)?,
+        );
+        Some(Node::prefix(
+            (a.addr.bits64(depth), past(a), codes.0),
+            (b.addr.bits64(depth), past(b), codes.1),
+            codes.2,
+        ))
     }
 
     /// Fills `p` (fresh from [`Painted::new`]): each of the 64 slots' longest match among

@@ -38,6 +38,9 @@ pub trait Key:
     fn slot_base(slot: usize) -> Self;
     /// The 6 bits starting at bit `offset` (`offset < BITS`); bits past the end read as 0.
     fn stride(self, offset: u32) -> u32;
+    /// The 64 bits starting at bit `offset` (`offset < BITS`), first bit most significant;
+    /// bits past the end read as 0.
+    fn bits64(self, offset: u32) -> u64;
 }
 
 mod private {
@@ -69,6 +72,10 @@ impl Key for u32 {
     fn stride(self, offset: u32) -> u32 {
         (self << offset) >> (32 - STRIDE)
     }
+    #[inline(always)]
+    fn bits64(self, offset: u32) -> u64 {
+        (u64::from(self) << 32) << offset.min(32)
+    }
 }
 
 impl Key for u128 {
@@ -93,6 +100,10 @@ impl Key for u128 {
     #[inline(always)]
     fn stride(self, offset: u32) -> u32 {
         ((self << offset) >> (128 - STRIDE)) as u32
+    }
+    #[inline(always)]
+    fn bits64(self, offset: u32) -> u64 {
+        ((self << offset.min(127)) >> 64) as u64
     }
 }
 
@@ -218,6 +229,12 @@ mod tests {
         assert_eq!(a.stride(30), (a & 3) << 4, "past-the-end bits read as zero");
         let b: u128 = 0x2001_0002_0000_0000_0000_0000_0000_00ffu128;
         assert_eq!(b.stride(126), (0xff & 3) << 4);
+        assert_eq!(a.bits64(0), 0xC612_3456_0000_0000);
+        assert_eq!(a.bits64(18), 0x3456u64 << 50);
+        assert_eq!(a.bits64(31), 0);
+        assert_eq!(b.bits64(0), 0x2001_0002_0000_0000);
+        assert_eq!(b.bits64(16), 0x0002_0000_0000_0000);
+        assert_eq!(b.bits64(120), 0xffu64 << 56);
         assert_eq!(u128::slot_base(b.slot()), b.mask(18));
         assert_eq!(0xffff_ffffu32.mask(0), 0);
         assert_eq!(0xffff_ffffu32.mask(32), 0xffff_ffff);

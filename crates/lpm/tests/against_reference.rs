@@ -553,3 +553,88 @@ fn freed_flat_blocks_are_reclaimed_by_compaction() {
     );
     assert_eq!(w.fib().lookup(prefixes[5].addr() | 1), None);
 }
+
+/// Prefix nodes: a subtree of one or two routes, one of them reaching past the node's 6 bits,
+/// is stored as the routes themselves; a third route turns it back into slots and children,
+/// and deleting it makes a prefix node again. Lookups are checked against the reference at
+/// each step, at the routes' edges.
+#[test]
+fn prefix_nodes_hold_one_or_two_routes() {
+    let p6 = |s: &str| -> Prefix<u128> { s.parse().expect("test input is valid") };
+    let a6 = |s: &str| -> u128 {
+        s.parse::<std::net::Ipv6Addr>()
+            .expect("test input is valid")
+            .into()
+    };
+    let probes: Vec<u128> = [
+        "2001:2::",
+        "2001:2::1",
+        "2001:2:0:1::5",
+        "2001:2:0:1:ffff:ffff:ffff:ffff",
+        "2001:2:0:2::",
+        "2001:2:0:8000::1",
+        "2001:2:0:ffff::",
+        "2001:2:1::",
+        "2001:2:ff::",
+        "2001:3::",
+        "2001:1ff:ffff::",
+        "2001:2:0:1:0:ffff::",
+        "2001:2:0:1:0:ffff:ffff:ffff",
+        "2001:2:0:1:0:fffe::",
+    ]
+    .iter()
+    .map(|s| a6(s))
+    .collect();
+    let shape = |s: FibStats| (s.nodes, s.prefix_nodes);
+    let mut w = FibWriter::new(Rib::<u128>::new());
+    let mut r = Reference::default();
+    let mut step = |w: &mut FibWriter<u128>, p: &str, hop: Option<u32>| {
+        match hop {
+            Some(h) => assert_eq!(w.insert(p6(p), h).expect("valid"), r.insert(p6(p), h)),
+            None => assert_eq!(w.remove(p6(p)), r.remove(p6(p))),
+        }
+        agree(w, &r, &probes);
+        // The incremental structure has as many live nodes as a fresh build: a delete that
+        // leaves one or two routes below a node turns it back into a prefix node.
+        let fresh = Fib::build(w.rib()).stats();
+        let s = w.fib().stats();
+        assert_eq!(
+            s.nodes - s.garbage_nodes,
+            fresh.nodes,
+            "after {p}: {s:?} {fresh:?}"
+        );
+        shape(fresh)
+    };
+    // A /48 alone in its /18 slot: the slot's root node (bits 18-23) and, for the /48's slot
+    // of it, one prefix node at /24 instead of four nodes and a leaf.
+    assert_eq!(step(&mut w, "2001:2::/48", Some(1)), (2, 1));
+    assert_eq!(w.fib().lookup(a6("2001:2::1")), Some(1));
+    assert_eq!(w.fib().lookup(a6("2001:2:1::")), None);
+    // A /64 nested in it: still one prefix node, holding both (the longer wins inside it).
+    assert_eq!(step(&mut w, "2001:2:0:1::/64", Some(2)), (2, 1));
+    assert_eq!(w.fib().lookup(a6("2001:2:0:1::5")), Some(2));
+    assert_eq!(w.fib().lookup(a6("2001:2:0:2::")), Some(1));
+    // A covering /20 is the hop around them, also inside the prefix node.
+    assert_eq!(step(&mut w, "2001::/20", Some(3)), (2, 1));
+    assert_eq!(w.fib().lookup(a6("2001:2:1::")), Some(3));
+    // A third route below /24: slots and children again (/24 root slot → node at /24 with
+    // the /48 and /64 under its child at /30 … down to a prefix node at /36 holding both).
+    let (nodes, prefix) = step(&mut w, "2001:2:0:8000::/49", Some(4));
+    assert!(nodes > 2, "{nodes}");
+    assert_eq!(
+        prefix, 1,
+        "the /48 and /64 below the /49's split, as one prefix node"
+    );
+    assert_eq!(w.fib().lookup(a6("2001:2:0:8000::1")), Some(4));
+    // Deleting it collapses back to the /24 prefix node.
+    step(&mut w, "2001:2:0:8000::/49", None);
+    assert_eq!(w.fib().lookup(a6("2001:2:0:8000::1")), Some(1));
+    // The /20 alone: the slot's root has no child, so it is a flat block (no nodes).
+    step(&mut w, "2001:2::/48", None);
+    assert_eq!(step(&mut w, "2001:2:0:1::/64", None), (0, 0));
+    // A /96 is more than 64 bits past /24 and /30: ordinary nodes there, the prefix node at
+    // /36 (root, /24, /30, /36).
+    assert_eq!(step(&mut w, "2001:2:0:1:0:ffff::/96", Some(5)), (4, 1));
+    assert_eq!(w.fib().lookup(a6("2001:2:0:1:0:ffff::")), Some(5));
+    assert_eq!(w.fib().lookup(a6("2001:2:0:1:0:fffe::")), Some(3));
+}
