@@ -78,6 +78,7 @@ fn encode_direct(hop: u32) -> u32 {
 /// a BGP-shaped table: a /18 holding a few /24s) keeps its runs' 16-bit leaf codes in the
 /// bytes `vector` and `base1` do not need then, and `base0` is [`INLINE`]: its lookups end in
 /// the node's own cache line, one dependent load fewer than through the leaf array.
+/// A prefix node (see [`Node::prefix`]) is inline too, with [`PREFIX`] set as well.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub(crate) struct Node {
@@ -675,7 +676,8 @@ impl<K: Key> Fib<K> {
 
     /// Applies a change of the route `addr/len` (longer than the direct stride, already made
     /// in `rib`): only the deepest existing node whose slots the route paints (or below which
-    /// it must hang) is rebuilt, in place.
+    /// it must hang) is rebuilt, in place — or, when a node above it on the route's path has
+    /// at most two routes left below it, that node, so that it becomes a prefix node.
     pub(crate) fn update_long(&mut self, rib: &Rib<K>, addr: K, len: u8) {
         let slot = addr.slot();
         let e = self.direct[slot];
