@@ -17,6 +17,11 @@ fn a4(s: &str) -> u32 {
         .expect("test input is valid")
         .into()
 }
+fn a6(s: &str) -> u128 {
+    s.parse::<std::net::Ipv6Addr>()
+        .expect("test input is valid")
+        .into()
+}
 
 /// The writer's incremental structure, a fresh build and the batch API all agree with the
 /// reference on `addrs`.
@@ -127,11 +132,6 @@ fn edge_cases_v4() {
 fn edge_cases_v6() {
     let mut w = FibWriter::new(Rib::<u128>::new());
     let mut r = Reference::default();
-    let a6 = |s: &str| -> u128 {
-        s.parse::<std::net::Ipv6Addr>()
-            .expect("test input is valid")
-            .into()
-    };
     let probes: Vec<u128> = [
         "::",
         "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
@@ -561,11 +561,6 @@ fn freed_flat_blocks_are_reclaimed_by_compaction() {
 #[test]
 fn prefix_nodes_hold_one_or_two_routes() {
     let p6 = |s: &str| -> Prefix<u128> { s.parse().expect("test input is valid") };
-    let a6 = |s: &str| -> u128 {
-        s.parse::<std::net::Ipv6Addr>()
-            .expect("test input is valid")
-            .into()
-    };
     let probes: Vec<u128> = [
         "2001:2::",
         "2001:2::1",
