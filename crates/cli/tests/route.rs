@@ -219,3 +219,59 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
     }
     assert_eq!(v["ipv4"]["reference"], "DIR-24-8");
 }
+
+/// The structure sizes `route bench --json` prints, against a table small enough to work the
+/// structure out by hand (the same shapes the crate's stats test checks).
+#[test]
+fn bench_prints_the_structure_it_built() {
+    let table = TempFile::new(
+        "tiny.txt",
+        b"198.18.1.0/24 5\n2001:2::/48 1\n2001:2:0:1::/64 2\n",
+    );
+    let o = flowlane(&[
+        "route",
+        "bench",
+        "--table",
+        table.path(),
+        "--json",
+        "--seconds",
+        "0.01",
+        "--addresses",
+        "1024",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("bench prints JSON");
+    let field = |fam: &str, k: &str| v[fam][k].as_u64().expect("a number");
+    // IPv4: the /24 alone in its /18 is a flat block (leaf vector + one word of 3 codes, after
+    // the arena's unused word 0); no nodes, no leaves.
+    for (k, want) in [
+        ("fib_flat_nodes", 1),
+        ("fib_flat_bytes", 8 + 16),
+        ("fib_nodes", 0),
+        ("fib_prefix_nodes", 0),
+        ("fib_leaves", 0),
+    ] {
+        assert_eq!(field("ipv4", k), want, "ipv4 {k}");
+    }
+    // IPv6: the /48 and the /64 in it are one prefix node below the slot's root node, whose
+    // one run of "no route" is in the leaf array.
+    for (k, want) in [
+        ("fib_flat_nodes", 0),
+        ("fib_nodes", 2),
+        ("fib_prefix_nodes", 1),
+        ("fib_inline_nodes", 0),
+        ("fib_leaves", 1),
+    ] {
+        assert_eq!(field("ipv6", k), want, "ipv6 {k}");
+    }
+    // Bytes: the 1 MiB direct array, 24 per node, 2 per leaf code, the flat arena, and 4 per
+    // distinct next hop in the code table (IPv4: none and 5; IPv6: none, 1 and 2).
+    assert_eq!(field("ipv4", "fib_bytes"), (1 << 20) + 24 + 2 * 4);
+    assert_eq!(
+        field("ipv6", "fib_bytes"),
+        (1 << 20) + 2 * 24 + 2 + 8 + 3 * 4
+    );
+    for fam in ["ipv4", "ipv6"] {
+        assert_eq!(v[fam]["mismatches"], 0, "{fam}");
+    }
+}

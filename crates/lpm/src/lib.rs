@@ -22,7 +22,7 @@
 //!   of them on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored as its leaf
 //!   vector followed by its runs' 16-bit leaf codes, and the direct entry carries the block's
 //!   offset and size. A /24 lookup is then direct entry → leaf vector and code (mostly
-//!   one cache line, prefetched whole by the batch lookup): no child vector, no base, no
+//!   one cache line; the batch lookup prefetches its first and last line): no child vector, no base, no
 //!   choice between inline and array leaves. 950k IPv4 prefixes: 6.96 → 5.53 MiB, batch
 //!   lookups inside routed prefixes 0.7–0.8× → 1.12–1.24× DIR-24-8 in the same run (one
 //!   noisy pair 0.77×).
@@ -31,7 +31,8 @@
 //!   from the node's depth on, lengths and leaf codes) and a lookup compares instead of
 //!   walking on. On a BGP-shaped IPv6 table most nodes below /30 hold one or two routes, so
 //!   a /48 under them is two or three nodes and a leaf shorter: 220k IPv6 prefixes 9.79 →
-//!   5.36 MiB, dependent lookups ~1.7×, single ~2×, batch 1.0–1.5× (same-run pairs).
+//!   5.36 MiB, dependent lookups ~1.7×, single 1.5–2×, batch 1.25–1.46× (same-process
+//!   pairs).
 //! - **Inline leaves** below the first level: a node with no children and at most 6 runs
 //!   keeps its runs' codes in the bytes its child vector and child base would take, so
 //!   lookups ending there need no load from the leaf array.
