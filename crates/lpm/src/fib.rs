@@ -39,14 +39,23 @@ fn flat_block(e: u32) -> (usize, usize) {
     ((e & FLAT_OFFSET) as usize, last as usize + 1)
 }
 
-/// The leaf code slot `v` of the flat block at word `at` resolves to (0 outside the arena:
-/// never, for entries this module wrote).
+/// The flat arena as 16-bit leaf codes: the codes of the block at word `at` start at code
+/// `4 * (at + 1)`. Read and written through this view (never by shifting words), so the
+/// layout is the same on any byte order.
 #[inline(always)]
-fn flat_code(flat: &[u64], at: usize, v: u32) -> u16 {
+fn flat_codes(flat: &[u64]) -> &[u16] {
+    bytemuck::cast_slice(flat)
+}
+
+/// The leaf code slot `v` of the flat block at word `at` resolves to (0 outside the arena:
+/// never, for entries this module wrote). `codes` is [`flat_codes`] of `flat`.
+#[inline(always)]
+fn flat_code(flat: &[u64], codes: &[u16], at: usize, v: u32) -> u16 {
     let leafvec = flat.get(at).copied().unwrap_or(1);
-    let run = (leafvec << (63 - v)).count_ones().wrapping_sub(1);
-    let word = flat.get(at + 1 + (run / 4) as usize).copied().unwrap_or(0);
-    (word >> (16 * (run % 4))) as u16
+    // Runs up to and including slot `v`: the run's index plus one (the leaf vector always
+    // has bit 0 set, so at least one).
+    let runs = (leafvec << (63 - v)).count_ones() as usize;
+    codes.get(4 * at + 3 + runs).copied().unwrap_or(0)
 }
 /// "No route" as stored in a direct entry (31 bits).
 const DIRECT_NONE: u32 = 0x7FFF_FFFF;
@@ -451,50 +460,61 @@ impl<K: Key> Fib<K> {
             Leaves::Wide(_) => &[],
         };
         let flat = &self.flat[..];
+        let codes = flat_codes(flat);
         let mut node = [0u32; GROUP];
         let mut pending = [0u8; GROUP];
-        let mut flat_at = [0u32; GROUP];
-        let mut flat_of = [0u8; GROUP];
+        let mut entry = [0u32; GROUP];
         for (g, (a, o)) in addrs.chunks(GROUP).zip(out.chunks_mut(GROUP)).enumerate() {
-            // The next group's direct entries are on their way while this group runs.
+            // The next group's direct entries are asked for while this group runs: one per
+            // address in the pass below when that group is whole, else all here.
             let next = addrs.get((g + 1) * GROUP..).unwrap_or(&[]);
-            for &addr in next.iter().take(GROUP) {
-                crate::prefetch::prefetch(&direct[addr.slot()]);
-            }
-            // Direct entries: a next hop ends here; flat blocks and nodes are prefetched and
-            // their addresses listed for the passes below.
-            let (mut n, mut f) = (0, 0);
-            for (i, (&addr, o)) in a.iter().zip(o.iter_mut()).enumerate() {
-                let e = direct[addr.slot()];
-                *o = decode_direct(e);
-                if e & NODE == 0 {
-                    continue;
+            let ahead = next
+                .get(..GROUP)
+                .and_then(|s| <&[K; GROUP]>::try_from(s).ok());
+            if ahead.is_none() {
+                for addr in next {
+                    crate::prefetch::prefetch(&direct[addr.slot()]);
                 }
-                if e & FLAT != 0 {
-                    // The block's first and last lines (one and the same for most blocks).
-                    let (at, words) = flat_block(e);
-                    if let Some(w) = flat.get(at) {
-                        crate::prefetch::prefetch(w);
-                    }
-                    if let Some(w) = flat.get(at + words - 1) {
-                        crate::prefetch::prefetch(w);
-                    }
-                    flat_at[f] = at as u32;
-                    flat_of[f] = i as u8;
-                    f += 1;
-                } else {
-                    if let Some(nd) = self.nodes.get((e & !NODE) as usize) {
+            }
+            // Direct entries: a next hop ends here; a flat block is prefetched (first and
+            // last line) and resolved in the pass after this one; a node is prefetched and
+            // listed for `descend`. The flat blocks' pass is separate (rather than listing
+            // them as nodes are listed) because most IPv4 lookups end in one: a plain scan
+            // of the group's entries costs less than writing and reading back a list, and
+            // the block's lines have the rest of this pass to arrive.
+            let mut n = 0;
+            let mut flats = 0;
+            for (j, ((e, addr), o)) in entry.iter_mut().zip(a).zip(o.iter_mut()).enumerate() {
+                if let Some(ahead) = ahead {
+                    crate::prefetch::prefetch(&direct[ahead[j % GROUP].slot()]);
+                }
+                let x = direct[addr.slot()];
+                *e = x;
+                if x & (NODE | FLAT) == NODE | FLAT {
+                    // Hints: the addresses need no bounds check.
+                    let (at, words) = flat_block(x);
+                    crate::prefetch::prefetch(flat.as_ptr().wrapping_add(at));
+                    crate::prefetch::prefetch(flat.as_ptr().wrapping_add(at + words - 1));
+                    flats += 1;
+                } else if x & NODE != 0 {
+                    if let Some(nd) = self.nodes.get((x & !NODE) as usize) {
                         nd.prefetch();
                     }
-                    node[n] = e & !NODE;
-                    pending[n] = i as u8;
+                    node[n % GROUP] = x & !NODE;
+                    pending[n % GROUP] = j as u8;
                     n += 1;
+                } else {
+                    *o = decode_direct(x);
                 }
             }
-            for k in 0..f {
-                let i = usize::from(flat_of[k]);
-                let code = flat_code(flat, flat_at[k] as usize, a[i].stride(DIRECT_BITS));
-                o[i] = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
+            if flats > 0 {
+                for ((&e, addr), o) in entry.iter().zip(a).zip(o.iter_mut()) {
+                    if e & (NODE | FLAT) == NODE | FLAT {
+                        let (at, _) = flat_block(e);
+                        let code = flat_code(flat, codes, at, addr.stride(DIRECT_BITS));
+                        *o = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
+                    }
+                }
             }
             if n > 0 {
                 self.descend(a, o, &mut node, &mut pending, n);
@@ -589,6 +609,7 @@ impl<K: Key> Fib<K> {
         } else if e & FLAT != 0 {
             let code = flat_code(
                 &self.flat,
+                flat_codes(&self.flat),
                 (e & FLAT_OFFSET) as usize,
                 addr.stride(DIRECT_BITS),
             );
@@ -826,9 +847,7 @@ impl<K: Key> Fib<K> {
                 for (k, s) in set_bits(p.leafvec).enumerate() {
                     // Narrow leaves always give a code (0 on overflow, which rebuilds wide).
                     let code = self.leaves.code(p.hops[s]).unwrap_or(0);
-                    let word = &mut self.flat[at + 1 + k / 4];
-                    *word =
-                        (*word & !(0xFFFF << (16 * (k % 4)))) | (u64::from(code) << (16 * (k % 4)));
+                    bytemuck::cast_slice_mut::<u64, u16>(&mut self.flat)[4 * (at + 1) + k] = code;
                 }
                 return flat_entry(at as u32, runs);
             }
