@@ -545,9 +545,12 @@ impl<K: Key> Fib<K> {
             for k in 0..n {
                 let i = pending[k] as usize;
                 let nd = self.nodes[node[k] as usize];
-                let v = a[i].stride(offset);
+                // The node's slot is the first 6 of the 64 bits a prefix node compares: one
+                // key operation per level, not two.
+                let bits = a[i].bits64(offset);
+                let v = (bits >> (64 - STRIDE)) as u32;
                 if nd.inline() {
-                    o[i] = self.leaves.hop_of(nd.inline_leaf(a[i].bits64(offset), v));
+                    o[i] = self.leaves.hop_of(nd.inline_leaf(bits, v));
                 } else if nd.vector & (1u64 << v) == 0 {
                     let j = nd.base0 + nd.run(v);
                     self.leaves.prefetch(j);
@@ -624,9 +627,10 @@ impl<K: Key> Fib<K> {
         let mut node = self.nodes[first as usize];
         let mut offset = DIRECT_BITS;
         loop {
-            let v = addr.stride(offset);
+            let bits = addr.bits64(offset);
+            let v = (bits >> (64 - STRIDE)) as u32;
             if node.inline() {
-                return self.leaves.hop_of(node.inline_leaf(addr.bits64(offset), v));
+                return self.leaves.hop_of(node.inline_leaf(bits, v));
             }
             if node.vector & (1u64 << v) == 0 {
                 return self.leaves.get(node.base0 + node.run(v));

@@ -103,7 +103,15 @@ impl Key for u128 {
     }
     #[inline(always)]
     fn bits64(self, offset: u32) -> u64 {
-        ((self << offset.min(127)) >> 64) as u64
+        // Two 64-bit halves and a double shift (SHLD): a general u128 shift is a longer
+        // sequence, and lookups call this at every node below /18.
+        let (hi, lo) = ((self >> 64) as u64, self as u64);
+        if offset < 64 {
+            // `lo >> 1 >> (63 - offset)`: `lo >> (64 - offset)` without a shift by 64.
+            (hi << offset) | ((lo >> 1) >> (63 - offset))
+        } else {
+            lo << (offset - 64).min(63)
+        }
     }
 }
 
@@ -239,6 +247,35 @@ mod tests {
         assert_eq!(0xffff_ffffu32.mask(0), 0);
         assert_eq!(0xffff_ffffu32.mask(32), 0xffff_ffff);
         assert_eq!(u128::MAX.mask(128), u128::MAX);
+    }
+
+    #[test]
+    fn bits64_is_a_shift_at_every_offset() {
+        // The two-halves form against the plain 128-bit shift, at every offset either side of
+        // the halves' boundary; the slot a lookup takes is its first 6 bits.
+        let keys = [
+            0x2001_0002_0000_ffff_8000_0000_0000_0001u128,
+            u128::MAX,
+            1,
+            1 << 64,
+            (1 << 64) - 1,
+            0x8000_0000_0000_0000_0000_0000_0000_0000,
+        ];
+        for k in keys {
+            for offset in 0..128 {
+                assert_eq!(
+                    k.bits64(offset),
+                    ((k << offset) >> 64) as u64,
+                    "{k:x} at {offset}"
+                );
+                assert_eq!((k.bits64(offset) >> 58) as u32, k.stride(offset));
+            }
+        }
+        for k in [0xC612_0480u32, u32::MAX, 1] {
+            for offset in 0..32 {
+                assert_eq!((k.bits64(offset) >> 58) as u32, k.stride(offset));
+            }
+        }
     }
 
     #[test]
