@@ -482,6 +482,7 @@ impl<K: Key> Fib<K> {
             // them as nodes are listed) because most IPv4 lookups end in one: a plain scan
             // of the group's entries costs less than writing and reading back a list, and
             // the block's lines have the rest of this pass to arrive.
+            // (`n <= j < GROUP`: the `% GROUP` below only spares a bounds check.)
             let mut n = 0;
             let mut flats = 0;
             for (j, ((e, addr), o)) in entry.iter_mut().zip(a).zip(o.iter_mut()).enumerate() {
