@@ -1,0 +1,120 @@
+/*
+ * DPDK's own rte_lpm (DIR-24-8) on a `flowlane route gen` table, traffic inside routed
+ * prefixes: the peer measurement behind the DIR-24-8 column of `flowlane route bench`.
+ * Prints lookups per second for rte_lpm_lookup_bulk and rte_lpm_lookupx4 (SSE), median of
+ * rounds. Build and run: bench/dpdk_lpm.sh TABLE (needs libdpdk-dev; no hugepages needed).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_eal.h>
+#include <rte_lpm.h>
+#include <rte_version.h>
+
+#define N_ADDR (1u << 22)
+#define ROUNDS 15
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next32(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+	char *eal[] = {argv[0], "--no-huge", "--no-pci", "--no-shconf", "-m", "1024", "-l", "0",
+		       "--log-level=error"};
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s TABLE (PREFIX/LEN NEXTHOP lines, IPv4)\n", argv[0]);
+		return 2;
+	}
+	if (rte_eal_init(sizeof(eal) / sizeof(eal[0]), eal) < 0) {
+		fprintf(stderr, "rte_eal_init failed\n");
+		return 1;
+	}
+	FILE *f = fopen(argv[1], "r");
+	if (!f) {
+		perror(argv[1]);
+		return 1;
+	}
+	uint32_t cap = 1u << 21, n = 0;
+	uint32_t *pfx = malloc(cap * 4), *hop = malloc(cap * 4);
+	uint8_t *len = malloc(cap);
+	char line[256];
+	while (fgets(line, sizeof line, f)) {
+		unsigned a, b, c, d, l, h;
+		if (sscanf(line, "%u.%u.%u.%u/%u %u", &a, &b, &c, &d, &l, &h) != 6)
+			continue; /* IPv6 lines and comments */
+		if (n == cap)
+			break;
+		pfx[n] = a << 24 | b << 16 | c << 8 | d;
+		len[n] = (uint8_t)l;
+		hop[n] = h;
+		n++;
+	}
+	fclose(f);
+	struct rte_lpm_config cfg = {.max_rules = n + 16, .number_tbl8s = 1u << 17, .flags = 0};
+	struct rte_lpm *lpm = rte_lpm_create("flowlane", 0, &cfg);
+	if (!lpm) {
+		fprintf(stderr, "rte_lpm_create failed\n");
+		return 1;
+	}
+	double t0 = now();
+	for (uint32_t i = 0; i < n; i++) {
+		if (rte_lpm_add(lpm, pfx[i], len[i], hop[i]) < 0) {
+			fprintf(stderr, "rte_lpm_add failed at route %u\n", i);
+			return 1;
+		}
+	}
+	double build = now() - t0;
+	uint32_t *addr = malloc(N_ADDR * 4), *out = malloc(N_ADDR * 4);
+	for (uint32_t i = 0; i < N_ADDR; i++) {
+		uint32_t r = next32() % n;
+		uint32_t host = len[r] == 32 ? 0 : (next32() & (0xFFFFFFFFu >> len[r]));
+		addr[i] = pfx[r] | host;
+	}
+	double bulk[ROUNDS], x4[ROUNDS];
+	uint64_t sum = 0;
+	for (int r = 0; r < ROUNDS; r++) {
+		t0 = now();
+		for (uint32_t i = 0; i < N_ADDR; i += 64)
+			rte_lpm_lookup_bulk(lpm, addr + i, out + i, 64);
+		bulk[r] = N_ADDR / (now() - t0) / 1e6;
+		sum += out[r];
+		t0 = now();
+		for (uint32_t i = 0; i < N_ADDR; i += 4) {
+			xmm_t ip = _mm_loadu_si128((const __m128i *)(addr + i));
+			rte_lpm_lookupx4(lpm, ip, out + i, UINT32_MAX);
+		}
+		x4[r] = N_ADDR / (now() - t0) / 1e6;
+		sum += out[r];
+	}
+	qsort(bulk, ROUNDS, sizeof(double), cmp_double);
+	qsort(x4, ROUNDS, sizeof(double), cmp_double);
+	printf("rte_lpm (DPDK %s): %u IPv4 routes added in %.0f ms; inside routed prefixes, "
+	       "%u addresses: lookup_bulk %.1f M/s, lookupx4 %.1f M/s (medians of %d rounds) [%llu]\n",
+	       rte_version(), n, build * 1e3, N_ADDR, bulk[ROUNDS / 2], x4[ROUNDS / 2], ROUNDS,
+	       (unsigned long long)(sum & 1));
+	rte_lpm_free(lpm);
+	rte_eal_cleanup();
+	return 0;
+}

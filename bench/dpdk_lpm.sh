@@ -1,0 +1,9 @@
+#!/bin/sh
+# DPDK's rte_lpm on a flowlane table: the peer check for `flowlane route bench`'s DIR-24-8
+# column. Needs Debian's libdpdk-dev (apt-get install -y libdpdk-dev pkg-config).
+# Usage: bench/dpdk_lpm.sh TABLE   (e.g. from `flowlane route gen --v4 950000 --seed 1`)
+set -eu
+here=$(dirname "$0")
+out=${TMPDIR:-/tmp}/flowlane-dpdk-lpm
+cc -O2 -march=x86-64-v2 -o "$out" "$here/dpdk_lpm.c" $(pkg-config --cflags --libs libdpdk)
+exec "$out" "$@"
