@@ -313,8 +313,12 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
     let cpumap = bpf::create_map(bpf::MAP_CPUMAP, 4, 4, ncpus, 0, "fl_rss_cpus")
         .map_err(bpf_err("create the cpumap"))?;
     for cpu in 0..ncpus {
-        // Queue size per CPU: frames waiting for that CPU's kernel thread.
-        bpf::map_update(&cpumap, &cpu.to_ne_bytes(), &2048u32.to_ne_bytes(), 4, 4)
+        // Queue size per CPU: frames waiting for that CPU's kernel thread. The kernel's
+        // largest: a frame that finds the queue full is dropped with no interface or socket
+        // counter to show it (only the xdp_cpumap_enqueue tracepoint), and a 2048 queue
+        // overflowed at 40k pps on a 2-CPU VM when the thread's CPU stalled ~50 ms (a CI
+        // run of the bench test); 16384 rides out ~400 ms at that rate.
+        bpf::map_update(&cpumap, &cpu.to_ne_bytes(), &16384u32.to_ne_bytes(), 4, 4)
             .map_err(bpf_err("add a CPU to the cpumap"))?;
     }
     let insns = ebpf::rss_steer_program(
