@@ -760,58 +760,68 @@ fn echoes_overflowing_the_generators_own_socket_are_reported_as_its_loss() {
     let Some((_one, p)) = pair() else { return };
     const N: usize = 3000;
     let bind = format!("{DUT_ADDR}:9100");
-    let before = p.gen.snmp().expect("snmp");
-    let j = std::thread::scope(|sc| {
-        let server = sc.spawn(|| {
-            p.dut
-                .run(|| {
-                    // Collect every datagram, then echo them back to back: far more than the
-                    // generator's 4 KiB receive buffer holds.
-                    let s = UdpSocket::bind(&bind).expect("bind");
-                    s.set_read_timeout(Some(Duration::from_secs(10)))
-                        .expect("timeout");
-                    let mut held = Vec::with_capacity(N);
-                    let mut buf = [0u8; 2048];
-                    while held.len() < N {
-                        let Ok((len, from)) = s.recv_from(&mut buf) else {
-                            break;
-                        };
-                        held.push((buf[..len].to_vec(), from));
-                    }
-                    // In bursts of 64, 2 ms apart: each burst reaches the generator's socket
-                    // in one softirq run and overflows its buffer, but never the receiving
-                    // CPU's backlog queue (netdev_max_backlog, 1000), which under load — when
-                    // ksoftirqd runs late — dropped echoes before any socket saw them and made
-                    // this test flaky.
-                    for burst in held.chunks(64) {
-                        for (d, from) in burst {
-                            s.send_to(d, from).expect("echo");
+    // Whether a burst overflows depends on how fast the generator drains its socket: on a
+    // fast host it once kept up with every burst and nothing overflowed. So up to three
+    // attempts, each checked in full; at least one must overflow.
+    for attempt in 1..=3 {
+        let before = p.gen.snmp().expect("snmp");
+        let j = std::thread::scope(|sc| {
+            let server = sc.spawn(|| {
+                p.dut
+                    .run(|| {
+                        // Collect every datagram, then echo them back to back: far more
+                        // than the generator's 4 KiB receive buffer holds.
+                        let s = UdpSocket::bind(&bind).expect("bind");
+                        s.set_read_timeout(Some(Duration::from_secs(10)))
+                            .expect("timeout");
+                        let mut held = Vec::with_capacity(N);
+                        let mut buf = [0u8; 2048];
+                        while held.len() < N {
+                            let Ok((len, from)) = s.recv_from(&mut buf) else {
+                                break;
+                            };
+                            held.push((buf[..len].to_vec(), from));
                         }
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                    held.len()
-                })
-                .expect("in the DUT namespace")
+                        // In bursts of 64, 2 ms apart: each burst reaches the generator's
+                        // socket in one softirq run and overflows its buffer, but never the
+                        // receiving CPU's backlog queue (netdev_max_backlog, 1000), which
+                        // under load — when ksoftirqd runs late — dropped echoes before any
+                        // socket saw them and made this test flaky.
+                        for burst in held.chunks(64) {
+                            for (d, from) in burst {
+                                s.send_to(d, from).expect("echo");
+                            }
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                        held.len()
+                    })
+                    .expect("in the DUT namespace")
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            let j = blast(
+                &p,
+                &[
+                    "--to", &bind, "--count", "3000", "--rate", "50k", "--echo", "--rcvbuf",
+                    "4096", "--linger", "2",
+                ],
+            );
+            assert_eq!(server.join().expect("server"), N);
+            j
         });
-        std::thread::sleep(Duration::from_millis(200));
-        let j = blast(
-            &p,
-            &[
-                "--to", &bind, "--count", "3000", "--rate", "50k", "--echo", "--rcvbuf", "4096",
-                "--linger", "2",
-            ],
-        );
-        assert_eq!(server.join().expect("server"), N);
-        j
-    });
-    let after = p.gen.snmp().expect("snmp");
-    let own = j["lost_at_own_socket"].as_i64().expect("own drops");
-    // Every echo was sent back over a link that loses nothing: what did not arrive was dropped
-    // at the generator's own socket, and the kernel's counter for that says the same.
-    assert!(own > 0, "the burst overflowed the small buffer: {j}");
-    assert_eq!(j["lost"], own, "{j}");
-    assert_eq!(j["rx_packets"].as_i64().expect("rx") + own, N as i64);
-    assert_eq!(after.delta(&before, "Udp", "RcvbufErrors"), own);
+        let after = p.gen.snmp().expect("snmp");
+        let own = j["lost_at_own_socket"].as_i64().expect("own drops");
+        // Every echo was sent back over a link that loses nothing: what did not arrive was
+        // dropped at the generator's own socket, and the kernel's counter for that says the
+        // same.
+        assert_eq!(j["lost"], own, "{j}");
+        assert_eq!(j["rx_packets"].as_i64().expect("rx") + own, N as i64);
+        assert_eq!(after.delta(&before, "Udp", "RcvbufErrors"), own);
+        if own > 0 {
+            return;
+        }
+        eprintln!("attempt {attempt}: the generator drained every burst, nothing overflowed");
+    }
+    panic!("three attempts and no burst overflowed the generator's 4 KiB receive buffer");
 }
 
 #[test]
