@@ -59,19 +59,36 @@ int main(int argc, char **argv)
 	uint32_t cap = 1u << 21, n = 0;
 	uint32_t *pfx = malloc(cap * 4), *hop = malloc(cap * 4);
 	uint8_t *len = malloc(cap);
+	if (!pfx || !hop || !len) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
 	char line[256];
+	unsigned long lineno = 0;
 	while (fgets(line, sizeof line, f)) {
 		unsigned a, b, c, d, l, h;
+		lineno++;
 		if (sscanf(line, "%u.%u.%u.%u/%u %u", &a, &b, &c, &d, &l, &h) != 6)
 			continue; /* IPv6 lines and comments */
-		if (n == cap)
-			break;
+		if (a > 255 || b > 255 || c > 255 || d > 255 || l > 32 || h >= 1u << 24) {
+			fprintf(stderr, "%s:%lu: not an IPv4 route with a 24-bit next hop: %s",
+				argv[1], lineno, line);
+			return 2;
+		}
+		if (n == cap) {
+			fprintf(stderr, "%s: more than %u IPv4 routes\n", argv[1], cap);
+			return 2;
+		}
 		pfx[n] = a << 24 | b << 16 | c << 8 | d;
 		len[n] = (uint8_t)l;
 		hop[n] = h;
 		n++;
 	}
 	fclose(f);
+	if (n == 0) {
+		fprintf(stderr, "%s: no IPv4 routes (PREFIX/LEN NEXTHOP lines)\n", argv[1]);
+		return 2;
+	}
 	struct rte_lpm_config cfg = {.max_rules = n + 16, .number_tbl8s = 1u << 17, .flags = 0};
 	struct rte_lpm *lpm = rte_lpm_create("flowlane", 0, &cfg);
 	if (!lpm) {
@@ -87,6 +104,10 @@ int main(int argc, char **argv)
 	}
 	double build = now() - t0;
 	uint32_t *addr = malloc(N_ADDR * 4), *out = malloc(N_ADDR * 4);
+	if (!addr || !out) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
 	for (uint32_t i = 0; i < N_ADDR; i++) {
 		uint32_t r = next32() % n;
 		uint32_t host = len[r] == 32 ? 0 : (next32() & (0xFFFFFFFFu >> len[r]));

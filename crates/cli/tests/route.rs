@@ -158,12 +158,9 @@ fn bad_input_is_a_usage_error_with_the_line() {
     assert!(text(&o.stderr).contains("cannot read table"));
 }
 
-#[test]
-fn bench_reports_every_mode_and_checks_every_lookup() {
-    let g = flowlane(&[
-        "route", "gen", "--v4", "20000", "--v6", "4000", "--seed", "5",
-    ]);
-    let table = TempFile::new("bench.txt", &g.stdout);
+/// `route bench --json` on `table` (seconds per measurement, addresses per mode): it must
+/// succeed and print JSON.
+fn bench_json(table: &TempFile, seconds: &str, addresses: &str) -> Value {
     let o = flowlane(&[
         "route",
         "bench",
@@ -171,12 +168,21 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
         table.path(),
         "--json",
         "--seconds",
-        "0.02",
+        seconds,
         "--addresses",
-        "4096",
+        addresses,
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let v: Value = serde_json::from_slice(&o.stdout).expect("test input is valid");
+    serde_json::from_slice(&o.stdout).expect("bench prints JSON")
+}
+
+#[test]
+fn bench_reports_every_mode_and_checks_every_lookup() {
+    let g = flowlane(&[
+        "route", "gen", "--v4", "20000", "--v6", "4000", "--seed", "5",
+    ]);
+    let table = TempFile::new("bench.txt", &g.stdout);
+    let v = bench_json(&table, "0.02", "4096");
     for (fam, n) in [("ipv4", 20000), ("ipv6", 4000)] {
         let f = &v[fam];
         assert_eq!(f["prefixes"], n);
@@ -228,19 +234,7 @@ fn bench_prints_the_structure_it_built() {
         "tiny.txt",
         b"198.18.1.0/24 5\n2001:2::/48 1\n2001:2:0:1::/64 2\n",
     );
-    let o = flowlane(&[
-        "route",
-        "bench",
-        "--table",
-        table.path(),
-        "--json",
-        "--seconds",
-        "0.01",
-        "--addresses",
-        "1024",
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let v: Value = serde_json::from_slice(&o.stdout).expect("bench prints JSON");
+    let v = bench_json(&table, "0.01", "1024");
     let field = |fam: &str, k: &str| v[fam][k].as_u64().expect("a number");
     // IPv4: the /24 alone in its /18 is a flat block (leaf vector + one word of 3 codes, after
     // the arena's unused word 0); no nodes, no leaves.

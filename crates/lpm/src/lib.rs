@@ -22,8 +22,8 @@
 //!   of them on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored as its leaf
 //!   vector followed by its runs' 16-bit leaf codes, and the direct entry carries the block's
 //!   offset and size. A /24 lookup is then direct entry → leaf vector and code (mostly
-//!   one cache line; the batch lookup prefetches its first and last line): no child vector, no base, no
-//!   choice between inline and array leaves. 950k IPv4 prefixes: 6.96 → 5.53 MiB, batch
+//!   one cache line; the batch lookup prefetches its first and last line): no child
+//!   vector, no base, no choice between inline and array leaves. 950k IPv4 prefixes: 6.96 → 5.53 MiB, batch
 //!   lookups inside routed prefixes 0.7–0.8× → 1.12–1.24× DIR-24-8 in the same run (one
 //!   noisy pair 0.77×) on a Zen 1 host. The batch resolves a group's flat blocks in a
 //!   second scan of its direct entries, once all their lines are on the way: on a Zen 3
