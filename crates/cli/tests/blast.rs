@@ -700,14 +700,13 @@ fn random_sources_are_distinct_in_range_and_reproducible() {
     assert_ne!(run("4"), a);
 }
 
-/// A UDP echo server for tests, in the calling thread's namespace: takes `n` datagrams on
-/// `bind`, answering each as `answer` says.
+/// A UDP echo server for tests on socket `s`: takes `n` datagrams, answering each as `answer`
+/// says.
 fn echo_server(
-    bind: &str,
+    s: UdpSocket,
     n: usize,
     answer: impl Fn(&UdpSocket, &[u8], std::net::SocketAddr),
 ) -> usize {
-    let s = UdpSocket::bind(bind).expect("bind echo server");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     let mut buf = [0u8; 2048];
@@ -723,17 +722,16 @@ fn echo_server(
 #[test]
 fn round_trip_percentiles_show_a_known_delay() {
     // Loopback; each echo is held 5 ms (datagrams come every 10 ms, so none waits for another).
-    let probe = UdpSocket::bind("127.0.0.1:0").expect("port");
-    let bind = probe.local_addr().expect("addr").to_string();
-    drop(probe);
-    let b2 = bind.clone();
+    // The server's socket is bound here, before its thread starts: a port found free and
+    // bound later can be taken meanwhile by another test.
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("bind echo server");
+    let bind = sock.local_addr().expect("addr").to_string();
     let server = std::thread::spawn(move || {
-        echo_server(&b2, 100, |s, d, from| {
+        echo_server(sock, 100, |s, d, from| {
             std::thread::sleep(Duration::from_millis(5));
             s.send_to(d, from).expect("echo");
         })
     });
-    std::thread::sleep(Duration::from_millis(100));
     let out = Command::new(BIN)
         .args([
             "blast", "--to", &bind, "--count", "100", "--rate", "100", "--echo",
