@@ -41,8 +41,10 @@ use crate::{CmdResult, Failure};
 ///   back        echoes the client program received          (blast)
 ///
 /// plus each worker's share against what its buckets were sent, mis-steered datagrams (eBPF
-/// detector), socket drops, CPU use per core (/proc/stat) and round-trip percentiles. A number
-/// that does not add up is reported as a problem (and the exit code is 1).
+/// detector), socket drops, software-RSS CPU queue drops (qdrops: frames a full cpumap queue
+/// dropped, from the lab's XDP counters), CPU use per core (/proc/stat) and round-trip
+/// percentiles. A number that does not add up — including a datagram lost where no counter
+/// shows — is reported as a problem (and the exit code is 1).
 ///
 /// Without root: `--loopback` runs the same steps on 127.0.0.1 in this namespace (no
 /// interfaces, no steering: not RSS-faithful, labelled so).
@@ -221,6 +223,35 @@ fn counters(ns: &Netns, ifname: &str) -> Result<flowlane_lab::counters::IfCounte
         .ok_or_else(|| Failure::runtime(anyhow!("no interface {ifname} in {}", ns.name())))
 }
 
+/// The lab's software-RSS counts per CPU (None: loopback, or steering other than rss).
+fn steer_counts(t: &Target) -> Result<Option<Vec<setup::SteerCount>>, Failure> {
+    match &t.lab {
+        Some((_, d, c)) if c.steer == Steer::Rss => {
+            setup::steer_counts(d).map_err(|e| Failure::runtime(anyhow!(e)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Frames each CPU's software-RSS queue dropped between two readings: handed to the queue but
+/// never taken off it (the step is over, so none is still waiting).
+fn queue_drops(
+    before: &Option<Vec<setup::SteerCount>>,
+    after: &Option<Vec<setup::SteerCount>>,
+) -> Option<BTreeMap<u64, u64>> {
+    let (b, a) = (before.as_ref()?, after.as_ref()?);
+    Some(
+        a.iter()
+            .map(|x| {
+                let y = b.iter().find(|y| y.cpu == x.cpu);
+                let redirected = x.redirected - y.map_or(0, |y| y.redirected);
+                let arrived = x.arrived - y.map_or(0, |y| y.arrived);
+                (x.cpu as u64, redirected.saturating_sub(arrived))
+            })
+            .collect(),
+    )
+}
+
 fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
@@ -245,6 +276,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         Some((g, d, _)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
         None => None,
     };
+    let steer0 = steer_counts(t)?;
     let (serve, rest) = start_serve(&mut serve_cmd)?;
     let cpu0 = cpu_times();
     let threads = k.min(t.ncpus);
@@ -282,6 +314,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         Some((g, d, _)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
         None => None,
     };
+    let qdrops = queue_drops(&steer0, &steer_counts(t)?);
     let out = out.map_err(|e| Failure::runtime(anyhow!("running flowlane blast: {e}")))?;
     if !out.status.success() {
         return Err(Failure::runtime(anyhow!(
@@ -329,6 +362,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
             "echoed": n(&w["tx_packets"]),
             "missteered": w["missteered"],
             "socket_drops": n(&w["socket_drops"]),
+            "queue_drops": qdrops.as_ref().map(|q| q.get(&cpu).copied().unwrap_or(0)),
         }));
     }
     let tot = &srv["total"];
@@ -359,6 +393,18 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
     let pps = |x: u64| (x as f64 / secs).round() as u64;
     let missteered: u64 = workers.iter().map(|w| n(&w["missteered"])).sum();
     let drops: u64 = workers.iter().map(|w| n(&w["socket_drops"])).sum();
+    let qdrops_total: Option<u64> = qdrops.as_ref().map(|q| q.values().sum());
+    // Where the datagrams the server never saw went, as far as counters show: its sockets'
+    // and CPU queues' drops, its interface's, and frames the client's interface sent that
+    // the server's never received.
+    let lost = prog_sent.saturating_sub(seen);
+    let counted = drops
+        + qdrops_total.unwrap_or(0)
+        + iface_rx_dropped.unwrap_or(0)
+        + iface_sent
+            .zip(iface_rx)
+            .map_or(0, |(s, r)| s.saturating_sub(r));
+    let unexplained = lost.saturating_sub(counted);
 
     // The checks: what must add up.
     let mut problems = Vec::new();
@@ -400,6 +446,15 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
             "{missteered} datagrams reached a worker after the kernel processed them on another CPU"
         ));
     }
+    if unexplained > 0 {
+        problems.push(format!(
+            "{unexplained} of {lost} datagrams lost where no counter shows: the server's socket \
+             drops ({drops}), CPU queue drops ({}), interface drops ({}) and link loss account \
+             for {counted}",
+            qdrops_total.map_or("not measured".into(), |q| q.to_string()),
+            iface_rx_dropped.map_or("not measured".into(), |q| q.to_string()),
+        ));
+    }
     Ok(json!({
         "mode": mode,
         "buckets": k,
@@ -422,11 +477,13 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
             "echoed": if echo { json!(pps(echoed)) } else { Value::Null },
             "back": if echo { json!(pps(back)) } else { Value::Null },
         },
-        "lost": prog_sent.saturating_sub(seen),
+        "lost": lost,
+        "lost_unexplained": unexplained,
         "workers": workers,
         "misplaced": misplaced,
         "missteered": missteered,
         "socket_drops": drops,
+        "queue_drops": qdrops_total,
         "cpu_busy_pct": busy,
         "latency_ns": if echo { b["latency_ns"].clone() } else { Value::Null },
         "problems": problems,
@@ -435,7 +492,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
 
 fn row_header() -> String {
     format!(
-        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7}  {}",
+        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7} {:>7}  {}",
         "mode",
         "bkts",
         "sent",
@@ -446,6 +503,7 @@ fn row_header() -> String {
         "seen pps",
         "p99 µs",
         "drops",
+        "qdrops",
         "per worker (got/expected)"
     )
 }
@@ -462,7 +520,7 @@ fn row(s: &Value) -> String {
         })
         .unwrap_or_default();
     format!(
-        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7}  {}",
+        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7} {:>7}  {}",
         s["mode"].as_str().unwrap_or("?"),
         s["buckets"],
         show(&f["client_sent"]),
@@ -475,6 +533,7 @@ fn row(s: &Value) -> String {
             .as_u64()
             .map_or("-".into(), |p| format!("{:.1}", p as f64 / 1e3)),
         s["socket_drops"],
+        show(&s["queue_drops"]),
         workers.join("  ")
     )
 }

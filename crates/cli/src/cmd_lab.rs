@@ -91,6 +91,13 @@ pub struct UpArgs {
     /// Hash only the addresses (2-tuple), not the ports.
     #[arg(long)]
     pub two_tuple: bool,
+
+    /// Frames each CPU's software-RSS queue holds (the cpumap entry's queue; the kernel takes
+    /// 1..=16384). A frame that finds it full is dropped; `lab status` and `bench` count those
+    /// as "queue drops". Smaller queues show how bursts overflow a busy CPU.
+    #[arg(long, default_value_t = setup::MAX_CPU_QUEUE,
+          value_parser = clap::value_parser!(u32).range(1..=setup::MAX_CPU_QUEUE as i64))]
+    pub cpu_queue: u32,
 }
 
 #[derive(Debug, Args)]
@@ -152,7 +159,8 @@ pub fn run(c: LabCommand) -> CmdResult {
     match c {
         LabCommand::Up(a) => {
             need_root("flowlane lab up")?;
-            let cfg = config(&a.name.name, a.queues, a.steer.into(), &a.key, a.two_tuple);
+            let mut cfg = config(&a.name.name, a.queues, a.steer.into(), &a.key, a.two_tuple);
+            cfg.cpu_queue = a.cpu_queue;
             let r = setup::up(&cfg).map_err(|e| Failure::runtime(anyhow!(e)))?;
             println!(
                 "lab {} {}: {}-gen ({GEN_IF}) <-> {}-dut ({DUT_IF}), {} queues, steering {}",
@@ -197,13 +205,24 @@ pub fn run(c: LabCommand) -> CmdResult {
                 );
                 if let Some(c) = &st.config {
                     println!(
-                        "  queues {}  steering {} (found: {})  key {}…  RETA {} entries  hash {}",
+                        "  queues {}  steering {} (found: {})  key {}…  RETA {} entries  hash {}  \
+                         CPU queue {}",
                         c.queues,
                         c.steer.name(),
                         st.steering.as_deref().unwrap_or("?"),
                         c.key.chars().take(16).collect::<String>(),
                         c.reta.len(),
-                        if c.ports { "4-tuple" } else { "2-tuple" }
+                        if c.ports { "4-tuple" } else { "2-tuple" },
+                        c.cpu_queue
+                    );
+                }
+                for s in st.steer_counts.iter().flatten() {
+                    println!(
+                        "  cpu{:<3} steered {}  arrived {}  queue drops {}",
+                        s.cpu,
+                        s.redirected,
+                        s.arrived,
+                        s.redirected.saturating_sub(s.arrived)
                     );
                 }
                 for (ifname, addrs) in &st.addresses {

@@ -196,7 +196,7 @@ pub fn html(r: &Value) -> String {
             .unwrap_or_default();
         let _ = write!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             num(&s["mode"]),
             num(&s["buckets"]),
             num(&f["client_sent"]),
@@ -208,6 +208,7 @@ pub fn html(r: &Value) -> String {
             esc(&workers.join(", ")),
             num(&s["missteered"]),
             num(&s["socket_drops"]),
+            num(&s["queue_drops"]),
             esc(&busy.join(" "))
         );
     }
@@ -255,7 +256,7 @@ figcaption {{ font-size: 12px; color: #555; }}
 {dist_chart}
 {lat_chart}
 <h2>Steps</h2>
-<table><tr><th>mode</th><th>buckets</th><th>sent</th><th>received</th><th>seen</th><th>echoed</th><th>back</th><th>seen pps</th><th>per worker (got / expected)</th><th>missteered</th><th>socket drops</th><th>CPU busy</th></tr>
+<table><tr><th>mode</th><th>buckets</th><th>sent</th><th>received</th><th>seen</th><th>echoed</th><th>back</th><th>seen pps</th><th>per worker (got / expected)</th><th>missteered</th><th>socket drops</th><th>queue drops</th><th>CPU busy</th></tr>
 {rows}</table>
 </body></html>
 "#,

@@ -363,6 +363,26 @@ pub mod xdp {
     pub const PASS: i32 = 2;
     /// Send the frame back out of the interface it arrived on.
     pub const TX: i32 = 3;
+    /// What `bpf_redirect_map` returns when it took the frame.
+    pub const REDIRECT: i32 = 4;
+}
+
+/// Layout of the software-RSS counters (one array map entry, key 0): for each CPU `c` below
+/// `cpus`, two u64 at `16 c`: frames the steering program handed to that CPU's cpumap entry
+/// ([`REDIRECTED`]) and frames that CPU's cpumap thread took off its queue ([`ARRIVED`]).
+/// Once traffic stops, redirected − arrived is what the queue dropped because it was full —
+/// a loss the kernel shows on no interface or socket counter.
+pub mod rss_stats {
+    /// Offset of the redirected count in a CPU's slot.
+    pub const REDIRECTED: usize = 0;
+    /// Offset of the arrived count in a CPU's slot.
+    pub const ARRIVED: usize = 8;
+    /// Bytes per CPU.
+    pub const SLOT: usize = 16;
+    /// Value size for `cpus` CPUs.
+    pub fn value_size(cpus: u32) -> usize {
+        SLOT * cpus as usize
+    }
 }
 
 /// Layout of the value the software-RSS program reads (one array map entry, key 0): the
@@ -397,10 +417,13 @@ fn hash_bytes(a: &mut Asm, frame_off: i16, len: usize) {
 /// hash) from the byte table in map `table_fd` (see [`rss_table`]), its low bits
 /// (`reta_len − 1`) index the RETA→CPU table, and the frame is redirected into the `cpumap_fd`
 /// entry of that CPU, whose kernel thread then runs the stack for it there. Frames that are
-/// not IP (ARP, …) pass on the CPU they came in on. `reta_len` must be a power of two.
+/// not IP (ARP, …) pass on the CPU they came in on. `reta_len` must be a power of two. Each
+/// frame redirected to CPU `c < cpus` is counted in map `stats_fd` (see [`rss_stats`]).
 pub fn rss_steer_program(
     table_fd: i32,
     cpumap_fd: i32,
+    stats_fd: i32,
+    cpus: u32,
     reta_len: u32,
     ports: bool,
 ) -> Result<Vec<Insn>, AsmError> {
@@ -411,6 +434,8 @@ pub fn rss_steer_program(
     let steer = a.label();
     let v4_addrs = a.label();
     let v6_addrs = a.label();
+    let redirected = a.label();
+    let done = a.label();
     a.mov(R6, R1)
         .store_imm(Size::W, R10, -4, 0)
         .mov(R2, R10)
@@ -483,14 +508,59 @@ pub fn rss_steer_program(
         .alu_imm(Alu::Lsh, R5, 2)
         .alu_reg(Alu::Add, R5, R9)
         .alu_imm(Alu::Add, R5, rss_table::CPU_TABLE as i32)
-        .load(Size::W, R2, R5, 0)
+        .load(Size::W, R7, R5, 0)
+        .mov(R2, R7)
         .load_map_fd(R1, cpumap_fd)
         .mov_imm(R3, xdp::PASS)
         .call(Helper::RedirectMap)
+        .jump_imm(Cond::Ne, R0, xdp::REDIRECT, done);
+    // Count it against the CPU (R7; the key 0 is still at R10 − 4).
+    count_for_cpu(
+        &mut a,
+        stats_fd,
+        cpus,
+        R7,
+        rss_stats::REDIRECTED as i16,
+        redirected,
+    );
+    a.bind(redirected)
+        .mov_imm(R0, xdp::REDIRECT)
+        .bind(done)
         .exit()
         .bind(pass)
         .mov_imm(R0, xdp::PASS)
         .exit();
+    a.finish()
+}
+
+/// Adds 1 to the u64 at `off` in CPU `cpu`'s slot of the [`rss_stats`] map `stats_fd` (key 0
+/// at `R10 − 4`), then goes to `next`; a CPU at or past `cpus` is not counted. `cpu` must be
+/// R6–R9 (kept across the lookup); clobbers R0–R5.
+fn count_for_cpu(a: &mut Asm, stats_fd: i32, cpus: u32, cpu: Reg, off: i16, next: Label) {
+    a.jump_imm(Cond::Ge, cpu, cpus as i32, next)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -4)
+        .load_map_fd(R1, stats_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, next)
+        .alu_imm(Alu::Lsh, cpu, 4)
+        .alu_reg(Alu::Add, R0, cpu)
+        .mov_imm(R1, 1)
+        .atomic_add(Size::Dw, R0, off, R1)
+        .jump(next);
+}
+
+/// The program each software-RSS cpumap entry runs on the frames taken off its queue, on its
+/// CPU, before the stack sees them (load with [`crate::sys::bpf::ATTACH_XDP_CPUMAP`]): counts
+/// them as arrived for that CPU in map `stats_fd` (see [`rss_stats`]) and passes them on.
+pub fn cpumap_arrivals_program(stats_fd: i32, cpus: u32) -> Result<Vec<Insn>, AsmError> {
+    let mut a = Asm::new();
+    let pass = a.label();
+    a.call(Helper::GetSmpProcessorId)
+        .mov(R6, R0)
+        .store_imm(Size::W, R10, -4, 0);
+    count_for_cpu(&mut a, stats_fd, cpus, R6, rss_stats::ARRIVED as i16, pass);
+    a.bind(pass).mov_imm(R0, xdp::PASS).exit();
     a.finish()
 }
 

@@ -75,6 +75,17 @@ pub struct LabConfig {
     pub queue_cpus: Vec<u32>,
     /// Hash UDP/TCP ports (4-tuple) or only addresses (2-tuple).
     pub ports: bool,
+    /// Frames each CPU's software-RSS queue (cpumap entry) holds, 1..=16384 (saved labs
+    /// from before this setting: the largest).
+    #[serde(default = "default_cpu_queue")]
+    pub cpu_queue: u32,
+}
+
+/// The largest cpumap queue the kernel takes (16385 fails with EOVERFLOW).
+pub const MAX_CPU_QUEUE: u32 = 16384;
+
+fn default_cpu_queue() -> u32 {
+    MAX_CPU_QUEUE
 }
 
 impl LabConfig {
@@ -93,6 +104,7 @@ impl LabConfig {
             reta,
             queue_cpus: (0..q).map(|b| b % ncpus.max(1)).collect(),
             ports: true,
+            cpu_queue: MAX_CPU_QUEUE,
         }
     }
 
@@ -304,26 +316,64 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
             detail: format!("the RETA has {reta_len} entries; it needs a power of two"),
         });
     }
+    if !(1..=MAX_CPU_QUEUE).contains(&cfg.cpu_queue) {
+        return Err(LabError {
+            what: "software RSS".into(),
+            detail: format!(
+                "a CPU queue of {} frames; the kernel takes 1 to {MAX_CPU_QUEUE}",
+                cfg.cpu_queue
+            ),
+        });
+    }
     let value = rss_table(cfg)?;
     let table = bpf::create_map(bpf::MAP_ARRAY, 4, value.len() as u32, 1, 0, "fl_rss_table")
         .map_err(bpf_err("create the RSS table map"))?;
     bpf::map_update(&table, &0u32.to_ne_bytes(), &value, 4, value.len())
         .map_err(bpf_err("fill the RSS table map"))?;
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let cpumap = bpf::create_map(bpf::MAP_CPUMAP, 4, 4, ncpus, 0, "fl_rss_cpus")
+    let stats = bpf::create_map(
+        bpf::MAP_ARRAY,
+        4,
+        ebpf::rss_stats::value_size(ncpus) as u32,
+        1,
+        0,
+        STATS_MAP,
+    )
+    .map_err(bpf_err("create the RSS counters map"))?;
+    let arrivals =
+        ebpf::cpumap_arrivals_program(stats.as_raw_fd(), ncpus).map_err(|e| LabError {
+            what: "assemble the cpumap program".into(),
+            detail: e.to_string(),
+        })?;
+    let arrivals = bpf::prog_load_for(
+        bpf::PROG_XDP,
+        bpf::ATTACH_XDP_CPUMAP,
+        "fl_rss_arrive",
+        &arrivals,
+    )
+    .map_err(|e| LabError {
+        what: "load the cpumap program".into(),
+        detail: e.to_string(),
+    })?;
+    // struct bpf_cpumap_val: the queue size, then the program each entry runs.
+    let cpumap = bpf::create_map(bpf::MAP_CPUMAP, 4, 8, ncpus, 0, "fl_rss_cpus")
         .map_err(bpf_err("create the cpumap"))?;
+    let mut entry = cfg.cpu_queue.to_ne_bytes().to_vec();
+    entry.extend_from_slice(&arrivals.as_raw_fd().to_ne_bytes());
     for cpu in 0..ncpus {
-        // Queue size per CPU: frames waiting for that CPU's kernel thread. The kernel's
-        // largest: a frame that finds the queue full is dropped with no interface or socket
-        // counter to show it (only the xdp_cpumap_enqueue tracepoint), and a 2048 queue
-        // overflowed at 40k pps on a 2-CPU VM when the thread's CPU stalled ~50 ms (a CI
-        // run of the bench test); 16384 rides out ~400 ms at that rate.
-        bpf::map_update(&cpumap, &cpu.to_ne_bytes(), &16384u32.to_ne_bytes(), 4, 4)
+        // Queue size per CPU: frames waiting for that CPU's kernel thread. A frame that finds
+        // the queue full is dropped with no interface or socket counter to show it, hence the
+        // counters. The default is the kernel's largest: a 2048 queue overflowed at 40k pps on
+        // a 2-CPU VM when the thread's CPU stalled ~50 ms (a CI run of the bench test); 16384
+        // rides out ~400 ms at that rate.
+        bpf::map_update(&cpumap, &cpu.to_ne_bytes(), &entry, 4, 8)
             .map_err(bpf_err("add a CPU to the cpumap"))?;
     }
     let insns = ebpf::rss_steer_program(
         table.as_raw_fd(),
         cpumap.as_raw_fd(),
+        stats.as_raw_fd(),
+        ncpus,
         reta_len as u32,
         cfg.ports,
     )
@@ -349,6 +399,59 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
     ]);
     let _ = std::fs::remove_file(&pinned);
     attached.map(drop)
+}
+
+/// Name of the software-RSS counters map (see [`ebpf::rss_stats`]).
+const STATS_MAP: &str = "fl_rss_stats";
+
+/// One CPU's software-RSS counts since the lab came up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SteerCount {
+    /// The CPU.
+    pub cpu: u32,
+    /// Frames the steering program handed to its queue.
+    pub redirected: u64,
+    /// Frames its queue's kernel thread took off (and gave the stack).
+    pub arrived: u64,
+}
+
+/// The software-RSS counts per CPU of the XDP program attached to the DUT's interface, or
+/// `None` when none is (steering `rps` or `none`). Redirected − arrived, once traffic has
+/// stopped, is what the CPU queues dropped when full.
+pub fn steer_counts(dut: &Netns) -> Result<Option<Vec<SteerCount>>, LabError> {
+    let text = dut.ip(&["-j", "link", "show", "dev", DUT_IF])?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError {
+        what: format!("`ip -j link show dev {DUT_IF}` output"),
+        detail: e.to_string(),
+    })?;
+    let Some(id) = v[0]["xdp"]["prog"]["id"].as_u64() else {
+        return Ok(None);
+    };
+    let id = u32::try_from(id).map_err(|_| LabError {
+        what: "XDP program id".into(),
+        detail: format!("{id} is out of range"),
+    })?;
+    let Some(map) = bpf::map_of_program(id, STATS_MAP).map_err(bpf_err("find the RSS counters"))?
+    else {
+        return Ok(None);
+    };
+    let value = map.lookup(0).map_err(bpf_err("read the RSS counters"))?;
+    let slot = ebpf::rss_stats::SLOT;
+    let u64_at = |o: usize| {
+        value
+            .get(o..o + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_ne_bytes)
+    };
+    Ok(Some(
+        (0..value.len() / slot)
+            .map(|c| SteerCount {
+                cpu: c as u32,
+                redirected: u64_at(c * slot + ebpf::rss_stats::REDIRECTED),
+                arrived: u64_at(c * slot + ebpf::rss_stats::ARRIVED),
+            })
+            .collect(),
+    ))
 }
 
 /// A bpf file system mounted on a fresh directory, unmounted and removed on drop.
@@ -415,6 +518,9 @@ pub struct LabStatus {
     pub addresses: Vec<(String, Vec<IpAddr>)>,
     /// Interface counters per end: (rx packets, rx bytes, tx packets, tx bytes, rx dropped).
     pub counters: Vec<(String, [u64; 5])>,
+    /// Software-RSS counts per CPU (when the steering program is attached); redirected −
+    /// arrived is what the CPU queues dropped (exact once traffic stops).
+    pub steer_counts: Option<Vec<SteerCount>>,
 }
 
 /// The state of lab `name` as the system shows it.
@@ -429,6 +535,7 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         steering: None,
         addresses: Vec::new(),
         counters: Vec::new(),
+        steer_counts: None,
     };
     for (ns_name, ifname) in [(&g, GEN_IF), (&d, DUT_IF)] {
         if !netns_exists(ns_name) {
@@ -480,6 +587,7 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
                 .arg(format!("/sys/class/net/{DUT_IF}/queues/rx-0/rps_cpus")))
             .unwrap_or_default();
             let rps_on = !rps.trim().trim_matches(|c| c == '0' || c == ',').is_empty();
+            st.steer_counts = steer_counts(&ns).ok().flatten();
             st.steering = Some(
                 if link.contains("xdp") {
                     "rss"

@@ -11,13 +11,21 @@ use super::{check, SysError};
 use crate::ebpf::Insn;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
 /// `BPF_XDP` attach type (for `BPF_LINK_CREATE`).
 const ATTACH_XDP: u32 = 37;
+/// `BPF_XDP_CPUMAP`: the expected attach type of an XDP program run by a cpumap entry's kernel
+/// thread on the frames redirected to it (set in the entry's `struct bpf_cpumap_val`).
+pub const ATTACH_XDP_CPUMAP: u32 = 35;
 /// `BPF_F_TEST_XDP_LIVE_FRAMES`: frames the program redirects or transmits really leave.
 const F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 
@@ -61,6 +69,8 @@ struct ProgLoadAttr {
     kern_version: u32,
     prog_flags: u32,
     prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
 }
 
 /// `bpf(cmd, attr, sizeof attr)` for commands that return a new file descriptor.
@@ -210,6 +220,17 @@ impl std::error::Error for LoadError {}
 
 /// Loads a program; on refusal, loads it again with the verifier log on to say why.
 pub fn prog_load(prog_type: u32, name: &str, insns: &[Insn]) -> Result<OwnedFd, LoadError> {
+    prog_load_for(prog_type, 0, name, insns)
+}
+
+/// [`prog_load`] with an expected attach type (e.g. [`ATTACH_XDP_CPUMAP`]), for the program
+/// kinds the kernel checks it for.
+pub fn prog_load_for(
+    prog_type: u32,
+    expected_attach_type: u32,
+    name: &str,
+    insns: &[Insn],
+) -> Result<OwnedFd, LoadError> {
     const LICENSE: &CStr = c"Dual MIT/GPL";
     let mut log = vec![0u8; 1 << 16];
     let mut attempt = |with_log: bool| {
@@ -219,6 +240,7 @@ pub fn prog_load(prog_type: u32, name: &str, insns: &[Insn]) -> Result<OwnedFd, 
             insns: insns.as_ptr() as u64,
             license: LICENSE.as_ptr() as u64,
             prog_name: name16(name),
+            expected_attach_type,
             ..Default::default()
         };
         if with_log {
@@ -438,12 +460,9 @@ pub fn pin(obj: &OwnedFd, path: &std::path::Path) -> Result<(), SysError> {
     unsafe { bpf_call(BPF_OBJ_PIN, &mut attr, "bpf(BPF_OBJ_PIN)") }.map(drop)
 }
 
-/// The names of every BPF program loaded on this host (needs CAP_SYS_ADMIN): to check that
-/// nothing was left behind.
-pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
-    const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
-    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+/// The descriptor of the program or map with id `id` (`cmd`: `BPF_PROG_GET_FD_BY_ID` or
+/// `BPF_MAP_GET_FD_BY_ID`; needs CAP_SYS_ADMIN).
+fn fd_by_id(cmd: libc::c_long, id: u32, call: &'static str) -> Result<OwnedFd, SysError> {
     #[repr(C)]
     #[derive(Default)]
     struct IdAttr {
@@ -451,11 +470,134 @@ pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
         next_id: u32,
         open_flags: u32,
     }
+    bpf_fd(
+        cmd,
+        &mut IdAttr {
+            id,
+            ..Default::default()
+        },
+        call,
+    )
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` into `info` (the kernel fills what fits and zeroes the rest of
+/// what it knows; fields beyond `info` are left out). Pointer fields the caller set in `info`
+/// must reference buffers of the sizes given next to them.
+fn obj_info(fd: &OwnedFd, info: &mut [u8]) -> Result<(), SysError> {
     #[repr(C)]
     struct InfoAttr {
         bpf_fd: u32,
         info_len: u32,
         info: u64,
+    }
+    let mut ia = InfoAttr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: info.len() as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    // SAFETY: `info` points at `info_len` writable bytes that outlive the call; any pointer
+    // inside it is the caller's promise (see above).
+    unsafe {
+        bpf_call(
+            BPF_OBJ_GET_INFO_BY_FD,
+            &mut ia,
+            "bpf(BPF_OBJ_GET_INFO_BY_FD)",
+        )
+    }
+    .map(drop)
+}
+
+/// A NUL-padded 16-byte object name as text.
+fn name_of(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// A map found by [`map_of_program`], with its sizes as the kernel reports them.
+#[derive(Debug)]
+pub struct FoundMap {
+    fd: OwnedFd,
+    key_size: u32,
+    value_size: u32,
+    per_cpu: bool,
+}
+
+/// The map named `name` among those program `prog_id` uses (as `bpftool prog show` lists
+/// them), or `None` if it uses none of that name. Needs CAP_SYS_ADMIN. This is how a process
+/// other than the one that loaded a program reads its counters.
+pub fn map_of_program(prog_id: u32, name: &str) -> Result<Option<FoundMap>, SysError> {
+    let prog = fd_by_id(BPF_PROG_GET_FD_BY_ID, prog_id, "bpf(BPF_PROG_GET_FD_BY_ID)")?;
+    // bpf_prog_info up to `map_ids` (offset 56): nr_map_ids at 52 in, the count out.
+    let mut ids = [0u32; 64];
+    let mut info = [0u8; 64];
+    info[52..56].copy_from_slice(&(ids.len() as u32).to_ne_bytes());
+    info[56..64].copy_from_slice(&(ids.as_mut_ptr() as u64).to_ne_bytes());
+    // `map_ids` points at `ids`, 64 u32 slots as `nr_map_ids` says, alive across the call.
+    obj_info(&prog, &mut info)?;
+    let n = u32::from_ne_bytes([info[52], info[53], info[54], info[55]]) as usize;
+    for &id in &ids[..n.min(ids.len())] {
+        // A map may go away between the calls: skip it.
+        let Ok(fd) = fd_by_id(BPF_MAP_GET_FD_BY_ID, id, "bpf(BPF_MAP_GET_FD_BY_ID)") else {
+            continue;
+        };
+        // bpf_map_info up to and including `name[16]` at offset 24; no pointers.
+        let mut mi = [0u8; 40];
+        obj_info(&fd, &mut mi)?;
+        if name_of(&mi[24..40]) == name16_str(name) {
+            let word = |o: usize| u32::from_ne_bytes([mi[o], mi[o + 1], mi[o + 2], mi[o + 3]]);
+            // PERCPU_HASH 5, PERCPU_ARRAY 6, LRU_PERCPU_HASH 10, PERCPU_CGROUP_STORAGE 21.
+            let per_cpu = matches!(word(0), 5 | 6 | 10 | 21);
+            return Ok(Some(FoundMap {
+                fd,
+                key_size: word(8),
+                value_size: word(12),
+                per_cpu,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// `name` as the kernel stores it (see `name16`).
+fn name16_str(name: &str) -> String {
+    name_of(&name16(name))
+}
+
+impl FoundMap {
+    /// The value of `self[key]` (4-byte keys, as every map made here has; a map with other
+    /// keys is refused with EINVAL, not read).
+    pub fn lookup(&self, key: u32) -> Result<Vec<u8>, SysError> {
+        if self.key_size != 4 || self.per_cpu {
+            return Err(SysError {
+                call: "bpf(BPF_MAP_LOOKUP_ELEM)",
+                source: io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
+        let key = key.to_ne_bytes();
+        let mut value = vec![0u8; self.value_size as usize];
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: `key` holds the map's 4-byte key and `value` its value size as the kernel
+        // reported it for this descriptor (not a per-CPU map, whose values are larger); both
+        // outlive the call, and the kernel reads the one and fills the other.
+        unsafe { bpf_call(BPF_MAP_LOOKUP_ELEM, &mut attr, "bpf(BPF_MAP_LOOKUP_ELEM)") }?;
+        Ok(value)
+    }
+}
+
+/// The names of every BPF program loaded on this host (needs CAP_SYS_ADMIN): to check that
+/// nothing was left behind.
+pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct IdAttr {
+        id: u32,
+        next_id: u32,
+        open_flags: u32,
     }
     let mut names = Vec::new();
     let mut id = 0u32;
@@ -470,38 +612,14 @@ pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
             Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => break,
             Err(e) => return Err(e),
         }
-        let mut f = IdAttr {
-            id,
-            ..Default::default()
-        };
         // A program may go away between the two calls: skip it.
-        // SAFETY: no pointers in this attribute.
-        let Ok(fd) =
-            (unsafe { bpf_call(BPF_PROG_GET_FD_BY_ID, &mut f, "bpf(BPF_PROG_GET_FD_BY_ID)") })
-        else {
+        let Ok(fd) = fd_by_id(BPF_PROG_GET_FD_BY_ID, id, "bpf(BPF_PROG_GET_FD_BY_ID)") else {
             continue;
         };
-        // SAFETY: `fd` is the new descriptor the kernel just returned; owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // bpf_prog_info up to and including `name[16]` at offset 64.
+        // bpf_prog_info up to and including `name[16]` at offset 64; no pointers set.
         let mut info = [0u8; 80];
-        let mut ia = InfoAttr {
-            bpf_fd: fd.as_raw_fd() as u32,
-            info_len: info.len() as u32,
-            info: info.as_mut_ptr() as u64,
-        };
-        // SAFETY: `info` points at `info_len` writable bytes that outlive the call.
-        let got = unsafe {
-            bpf_call(
-                BPF_OBJ_GET_INFO_BY_FD,
-                &mut ia,
-                "bpf(BPF_OBJ_GET_INFO_BY_FD)",
-            )
-        };
-        if got.is_ok() {
-            let name = &info[64..80];
-            let end = name.iter().position(|&b| b == 0).unwrap_or(16);
-            names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+        if obj_info(&fd, &mut info).is_ok() {
+            names.push(name_of(&info[64..80]));
         }
     }
     Ok(names)
