@@ -24,13 +24,32 @@ impl Server {
         Server::start_on("127.0.0.1", extra)
     }
 
-    /// A server on `host` (an IPv4 address, or an IPv6 one in brackets).
+    /// A server on `host` (an IPv4 address, or an IPv6 one in brackets), on a free port. A
+    /// port found free can be taken by a parallel test before serve binds it: then serve
+    /// exits, and another port is tried (three in all).
     fn start_on(host: &str, extra: &[&str]) -> Server {
-        Server::start_in(None, host, free_port(), extra)
+        let mut why = String::new();
+        for _ in 0..3 {
+            match Server::try_start_in(None, host, free_port(), extra) {
+                Ok(s) => return s,
+                Err(e) => why = e,
+            }
+        }
+        panic!("serve did not start on three free ports: {why}")
     }
 
     /// A server on `host:port`, inside `ns` if given.
     fn start_in(ns: Option<&Netns>, host: &str, port: u16, extra: &[&str]) -> Server {
+        Server::try_start_in(ns, host, port, extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Server::start_in`], or what serve said when it exited before it was ready.
+    fn try_start_in(
+        ns: Option<&Netns>,
+        host: &str,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<Server, String> {
         let bind = format!("{host}:{port}");
         let mut args = vec![
             "serve",
@@ -62,15 +81,27 @@ impl Server {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut said = Vec::new();
         loop {
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(l) if l.starts_with("flowlane serve:") => break,
-                Ok(_) => {}
-                Err(_) if Instant::now() > deadline => panic!("serve did not start"),
+                Ok(l) => said.push(l),
+                Err(_) if Instant::now() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("serve did not start in 10 s: {said:?}"));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    // stderr closed: serve exited (its last words are in `said`).
+                    let status = child.wait().map_err(|e| e.to_string())?;
+                    return Err(format!(
+                        "serve exited ({status}) before it was ready: {said:?}"
+                    ));
+                }
                 Err(_) => {}
             }
         }
-        Server { child, port }
+        Ok(Server { child, port })
     }
 
     /// SIGINT, then the JSON summary; asserts exit 0.
