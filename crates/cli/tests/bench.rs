@@ -148,6 +148,24 @@ fn bench(name: &str, out: &Path, extra: &[&str]) -> (Option<i32>, Value) {
     (o.status.code(), v)
 }
 
+/// `bench` for k = 1, 2 in `mode`, 2 s steps at 40k datagrams/s.
+fn bench_40k(name: &str, out: &Path, mode: &str) -> (Option<i32>, Value) {
+    bench(
+        name,
+        out,
+        &[
+            "--buckets",
+            "1..2",
+            "--step-secs",
+            "2",
+            "--mode",
+            mode,
+            "--rate",
+            "40000",
+        ],
+    )
+}
+
 fn out_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("flowlane-bench-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -160,20 +178,7 @@ fn bench_with_software_rss_adds_up_and_reports() {
     let name = lab_name("b");
     let _down = Down(name.clone());
     let dir = out_dir("rss");
-    let (code, r) = bench(
-        &name,
-        &dir,
-        &[
-            "--buckets",
-            "1..2",
-            "--step-secs",
-            "2",
-            "--mode",
-            "both",
-            "--rate",
-            "40000",
-        ],
-    );
+    let (code, r) = bench_40k(&name, &dir, "both");
     assert_eq!(code, Some(0), "{}", r["problems"]);
     assert!(
         !ns_exists(&format!("{name}-dut")),
@@ -322,20 +327,7 @@ fn a_full_cpu_queue_drops_frames_and_bench_counts_every_one() {
     // A one-frame queue per CPU: every burst the steering program hands over at once overflows.
     lab_up(&name, &["--cpu-queue", "1"]);
     let dir = out_dir("q");
-    let (code, r) = bench(
-        &name,
-        &dir,
-        &[
-            "--buckets",
-            "1..2",
-            "--step-secs",
-            "2",
-            "--mode",
-            "sink",
-            "--rate",
-            "40000",
-        ],
-    );
+    let (code, r) = bench_40k(&name, &dir, "sink");
     // Loss that counters explain is not a problem.
     assert_eq!(code, Some(0), "{}", r["problems"]);
     let mut total = 0;

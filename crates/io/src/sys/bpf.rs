@@ -460,16 +460,18 @@ pub fn pin(obj: &OwnedFd, path: &std::path::Path) -> Result<(), SysError> {
     unsafe { bpf_call(BPF_OBJ_PIN, &mut attr, "bpf(BPF_OBJ_PIN)") }.map(drop)
 }
 
+/// The part of `union bpf_attr` used by `BPF_*_GET_NEXT_ID` and `BPF_*_GET_FD_BY_ID`.
+#[repr(C)]
+#[derive(Default)]
+struct IdAttr {
+    id: u32,
+    next_id: u32,
+    open_flags: u32,
+}
+
 /// The descriptor of the program or map with id `id` (`cmd`: `BPF_PROG_GET_FD_BY_ID` or
 /// `BPF_MAP_GET_FD_BY_ID`; needs CAP_SYS_ADMIN).
 fn fd_by_id(cmd: libc::c_long, id: u32, call: &'static str) -> Result<OwnedFd, SysError> {
-    #[repr(C)]
-    #[derive(Default)]
-    struct IdAttr {
-        id: u32,
-        next_id: u32,
-        open_flags: u32,
-    }
     bpf_fd(
         cmd,
         &mut IdAttr {
@@ -592,13 +594,6 @@ impl FoundMap {
 /// The names of every BPF program loaded on this host (needs CAP_SYS_ADMIN): to check that
 /// nothing was left behind.
 pub fn loaded_program_names() -> Result<Vec<String>, SysError> {
-    #[repr(C)]
-    #[derive(Default)]
-    struct IdAttr {
-        id: u32,
-        next_id: u32,
-        open_flags: u32,
-    }
     let mut names = Vec::new();
     let mut id = 0u32;
     loop {
