@@ -244,8 +244,9 @@ fn queue_drops(
         a.iter()
             .map(|x| {
                 let y = b.iter().find(|y| y.cpu == x.cpu);
-                let redirected = x.redirected - y.map_or(0, |y| y.redirected);
-                let arrived = x.arrived - y.map_or(0, |y| y.arrived);
+                // Saturating: a lab taken down and up again meanwhile starts from zero.
+                let redirected = x.redirected.saturating_sub(y.map_or(0, |y| y.redirected));
+                let arrived = x.arrived.saturating_sub(y.map_or(0, |y| y.arrived));
                 (x.cpu as u64, redirected.saturating_sub(arrived))
             })
             .collect(),
@@ -309,6 +310,10 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
     let out = blast_cmd.output();
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu1 = cpu_times();
+    // Datagrams still queued on the server's sockets when it stops would count as lost with
+    // no counter to show it: give the workers a moment to read what the client sent last (an
+    // overloaded socket holds a few hundred, read in well under a millisecond).
+    std::thread::sleep(std::time::Duration::from_millis(100));
     let srv = stop_serve(serve, rest)?;
     let after = match &t.lab {
         Some((g, d, _)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
