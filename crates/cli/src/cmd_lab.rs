@@ -216,6 +216,9 @@ pub fn run(c: LabCommand) -> CmdResult {
                         c.cpu_queue
                     );
                 }
+                if let Some(e) = &st.steer_counts_error {
+                    println!("  software-RSS counts unavailable: {e}");
+                }
                 for s in st.steer_counts.iter().flatten() {
                     println!(
                         "  cpu{:<3} steered {}  arrived {}  queue drops {}",

@@ -324,8 +324,15 @@ fn a_full_cpu_queue_drops_frames_and_bench_counts_every_one() {
     let Some(_one) = root() else { return };
     let name = lab_name("q");
     let _down = Down(name.clone());
+    // The kernel's own count of the drops: the xdp:xdp_cpumap_enqueue tracepoint, recorded
+    // from before the lab exists (the queues' only other trace of them).
+    let trace = CpumapTrace::start();
     // A one-frame queue per CPU: every burst the steering program hands over at once overflows.
     lab_up(&name, &["--cpu-queue", "1"]);
+    let map_id =
+        flowlane_lab::setup::cpumap_id(&flowlane_lab::Netns::existing(&format!("{name}-dut")))
+            .expect("read the lab's maps")
+            .expect("software RSS has a cpumap");
     let dir = out_dir("q");
     let (code, r) = bench_40k(&name, &dir, "sink");
     // Loss that counters explain is not a problem.
@@ -374,7 +381,66 @@ fn a_full_cpu_queue_drops_frames_and_bench_counts_every_one() {
         .map(|c| c["redirected"].as_u64().expect("n") - c["arrived"].as_u64().expect("n"))
         .sum();
     assert!(since_up >= total, "{since_up} >= {total}: {st}");
+    // And the kernel counted the same drops, frame for frame.
+    assert_eq!(trace.drops(map_id), since_up, "{st}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A private ftrace instance recording `xdp:xdp_cpumap_enqueue` (each cpumap flush: its map
+/// id, frames queued and frames dropped because the queue was full); removed on drop.
+struct CpumapTrace(PathBuf);
+
+impl CpumapTrace {
+    fn start() -> CpumapTrace {
+        let root = Path::new("/sys/kernel/tracing");
+        if !root.join("instances").exists() {
+            let _ = Command::new("mount")
+                .args(["-t", "tracefs", "nodev"])
+                .arg(root)
+                .status();
+        }
+        let dir = root
+            .join("instances")
+            .join(format!("flt{}", std::process::id()));
+        std::fs::create_dir(&dir).expect("a tracing instance (tracefs on /sys/kernel/tracing)");
+        let t = CpumapTrace(dir);
+        // Room for every event of the test (one per flush, at most one per frame).
+        std::fs::write(t.0.join("buffer_size_kb"), "16384").expect("buffer size");
+        std::fs::write(t.event("enable"), "1").expect("enable the tracepoint");
+        t
+    }
+
+    fn event(&self, file: &str) -> PathBuf {
+        self.0.join("events/xdp/xdp_cpumap_enqueue").join(file)
+    }
+
+    /// Stops recording; the frames the queues of cpumap `map_id` dropped, as the kernel
+    /// reported them. Fails if the buffer lost an event.
+    fn drops(&self, map_id: u32) -> u64 {
+        std::fs::write(self.event("enable"), "0").expect("disable the tracepoint");
+        for cpu in std::fs::read_dir(self.0.join("per_cpu")).expect("per_cpu") {
+            let stats =
+                std::fs::read_to_string(cpu.expect("cpu").path().join("stats")).expect("stats");
+            assert!(stats.contains("overrun: 0\n"), "events lost: {stats}");
+        }
+        let text = std::fs::read_to_string(self.0.join("trace")).expect("trace");
+        let field = |l: &str, k: &str| -> Option<u64> {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .and_then(|v| v.parse().ok())
+        };
+        text.lines()
+            .filter(|l| field(l, "map_id=") == Some(u64::from(map_id)))
+            .map(|l| field(l, "drops=").expect("drops= in every event"))
+            .sum()
+    }
+}
+
+impl Drop for CpumapTrace {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.event("enable"), "0");
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 #[test]

@@ -356,7 +356,7 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
         detail: e.to_string(),
     })?;
     // struct bpf_cpumap_val: the queue size, then the program each entry runs.
-    let cpumap = bpf::create_map(bpf::MAP_CPUMAP, 4, 8, ncpus, 0, "fl_rss_cpus")
+    let cpumap = bpf::create_map(bpf::MAP_CPUMAP, 4, 8, ncpus, 0, CPUMAP)
         .map_err(bpf_err("create the cpumap"))?;
     let mut entry = cfg.cpu_queue.to_ne_bytes().to_vec();
     entry.extend_from_slice(&arrivals.as_raw_fd().to_ne_bytes());
@@ -403,6 +403,8 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
 
 /// Name of the software-RSS counters map (see [`ebpf::rss_stats`]).
 const STATS_MAP: &str = "fl_rss_stats";
+/// Name of the software-RSS cpumap.
+const CPUMAP: &str = "fl_rss_cpus";
 
 /// One CPU's software-RSS counts since the lab came up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -415,10 +417,9 @@ pub struct SteerCount {
     pub arrived: u64,
 }
 
-/// The software-RSS counts per CPU of the XDP program attached to the DUT's interface, or
-/// `None` when none is (steering `rps` or `none`). Redirected − arrived, once traffic has
-/// stopped, is what the CPU queues dropped when full.
-pub fn steer_counts(dut: &Netns) -> Result<Option<Vec<SteerCount>>, LabError> {
+/// Map `name` of the XDP program attached to the DUT's interface (`None`: no program, or no
+/// such map), found by the program's id: another process than `lab up` can read it.
+fn steer_map(dut: &Netns, name: &str) -> Result<Option<bpf::FoundMap>, LabError> {
     let text = dut.ip(&["-j", "link", "show", "dev", DUT_IF])?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError {
         what: format!("`ip -j link show dev {DUT_IF}` output"),
@@ -431,8 +432,20 @@ pub fn steer_counts(dut: &Netns) -> Result<Option<Vec<SteerCount>>, LabError> {
         what: "XDP program id".into(),
         detail: format!("{id} is out of range"),
     })?;
-    let Some(map) = bpf::map_of_program(id, STATS_MAP).map_err(bpf_err("find the RSS counters"))?
-    else {
+    bpf::map_of_program(id, name).map_err(bpf_err("find the steering program's maps"))
+}
+
+/// The id of the software-RSS cpumap (as the `xdp:xdp_cpumap_enqueue` tracepoint reports
+/// it), or `None` without software RSS.
+pub fn cpumap_id(dut: &Netns) -> Result<Option<u32>, LabError> {
+    Ok(steer_map(dut, CPUMAP)?.map(|m| m.id()))
+}
+
+/// The software-RSS counts per CPU of the XDP program attached to the DUT's interface, or
+/// `None` when none is (steering `rps` or `none`). Redirected − arrived, once traffic has
+/// stopped, is what the CPU queues dropped when full.
+pub fn steer_counts(dut: &Netns) -> Result<Option<Vec<SteerCount>>, LabError> {
+    let Some(map) = steer_map(dut, STATS_MAP)? else {
         return Ok(None);
     };
     let value = map.lookup(0).map_err(bpf_err("read the RSS counters"))?;
@@ -521,6 +534,8 @@ pub struct LabStatus {
     /// Software-RSS counts per CPU (when the steering program is attached); redirected −
     /// arrived is what the CPU queues dropped (exact once traffic stops).
     pub steer_counts: Option<Vec<SteerCount>>,
+    /// Why the software-RSS counts could not be read, if they could not.
+    pub steer_counts_error: Option<String>,
 }
 
 /// The state of lab `name` as the system shows it.
@@ -536,6 +551,7 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         addresses: Vec::new(),
         counters: Vec::new(),
         steer_counts: None,
+        steer_counts_error: None,
     };
     for (ns_name, ifname) in [(&g, GEN_IF), (&d, DUT_IF)] {
         if !netns_exists(ns_name) {
@@ -587,7 +603,10 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
                 .arg(format!("/sys/class/net/{DUT_IF}/queues/rx-0/rps_cpus")))
             .unwrap_or_default();
             let rps_on = !rps.trim().trim_matches(|c| c == '0' || c == ',').is_empty();
-            st.steer_counts = steer_counts(&ns).ok().flatten();
+            match steer_counts(&ns) {
+                Ok(c) => st.steer_counts = c,
+                Err(e) => st.steer_counts_error = Some(e.to_string()),
+            }
             st.steering = Some(
                 if link.contains("xdp") {
                     "rss"

@@ -519,6 +519,7 @@ fn name_of(b: &[u8]) -> String {
 #[derive(Debug)]
 pub struct FoundMap {
     fd: OwnedFd,
+    id: u32,
     key_size: u32,
     value_size: u32,
     per_cpu: bool,
@@ -551,6 +552,7 @@ pub fn map_of_program(prog_id: u32, name: &str) -> Result<Option<FoundMap>, SysE
             let per_cpu = matches!(word(0), 5 | 6 | 10 | 21);
             return Ok(Some(FoundMap {
                 fd,
+                id,
                 key_size: word(8),
                 value_size: word(12),
                 per_cpu,
@@ -566,6 +568,11 @@ fn name16_str(name: &str) -> String {
 }
 
 impl FoundMap {
+    /// The map's id (as tracepoints such as `xdp:xdp_cpumap_enqueue` report it).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
     /// The value of `self[key]` (4-byte keys, as every map made here has; a map with other
     /// keys is refused with EINVAL, not read).
     pub fn lookup(&self, key: u32) -> Result<Vec<u8>, SysError> {
