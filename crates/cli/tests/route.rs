@@ -232,7 +232,7 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
 fn bench_prints_the_structure_it_built() {
     let table = TempFile::new(
         "tiny.txt",
-        b"198.18.1.0/24 5\n2001:2::/48 1\n2001:2:0:1::/64 2\n",
+        b"198.18.1.0/24 5\n2001:2::/48 1\n2001:2:0:1::/64 2\n2001:4000::/48 1\n2001:4000:1::/48 2\n2001:4000:2::/48 1\n",
     );
     let v = bench_json(&table, "0.01", "1024");
     let field = |fam: &str, k: &str| v[fam][k].as_u64().expect("a number");
@@ -248,22 +248,26 @@ fn bench_prints_the_structure_it_built() {
         assert_eq!(field("ipv4", k), want, "ipv4 {k}");
     }
     // IPv6: the /48 and the /64 in it are one prefix node below the slot's root node, whose
-    // one run of "no route" is in the leaf array.
+    // one run of "no route" is in the leaf array. In another slot, three /48s: its root, a
+    // node at /24 (one leaf run each) and the /24 node's one child at /30 as a range line.
     for (k, want) in [
         ("fib_flat_nodes", 0),
-        ("fib_nodes", 2),
+        ("fib_nodes", 4),
         ("fib_prefix_nodes", 1),
         ("fib_inline_nodes", 0),
-        ("fib_leaves", 1),
+        ("fib_leaves", 3),
+        ("fib_lines", 1),
+        ("fib_escapes", 0),
     ] {
         assert_eq!(field("ipv6", k), want, "ipv6 {k}");
     }
-    // Bytes: the 1 MiB direct array, 24 per node, 2 per leaf code, the flat arena, and 4 per
-    // distinct next hop in the code table (IPv4: none and 5; IPv6: none, 1 and 2).
+    // Bytes: the 1 MiB direct array, 24 per node, 2 per leaf code, the flat arena, 64 per
+    // line, and 4 per distinct next hop in the code table (IPv4: none and 5; IPv6: none, 1
+    // and 2).
     assert_eq!(field("ipv4", "fib_bytes"), (1 << 20) + 24 + 2 * 4);
     assert_eq!(
         field("ipv6", "fib_bytes"),
-        (1 << 20) + 2 * 24 + 2 + 8 + 3 * 4
+        (1 << 20) + 4 * 24 + 3 * 2 + 8 + 64 + 3 * 4
     );
     for fam in ["ipv4", "ipv6"] {
         assert_eq!(v[fam]["mismatches"], 0, "{fam}");

@@ -28,12 +28,19 @@ fn a6(s: &str) -> u128 {
 fn agree<K: Key>(w: &FibWriter<K>, r: &Reference<K>, addrs: &[K]) {
     let fresh = Fib::build(w.rib());
     let mut batch = vec![0u32; addrs.len()];
+    let mut fresh_batch = vec![0u32; addrs.len()];
     w.fib().lookup_batch(addrs, &mut batch);
+    fresh.lookup_batch(addrs, &mut fresh_batch);
     for (i, &a) in addrs.iter().enumerate() {
         let want = r.lookup(a);
         assert_eq!(w.fib().lookup(a), want, "incremental, {a:?}");
         assert_eq!(fresh.lookup(a), want, "fresh build, {a:?}");
         assert_eq!(batch[i], want.unwrap_or(NO_ROUTE), "batch, {a:?}");
+        assert_eq!(
+            fresh_batch[i],
+            want.unwrap_or(NO_ROUTE),
+            "fresh batch, {a:?}"
+        );
         if let Some((p, hop)) = w.rib().matching(a) {
             assert_eq!(Some(hop), want);
             assert!(p.contains(a));
@@ -580,7 +587,7 @@ fn prefix_nodes_hold_one_or_two_routes() {
     .iter()
     .map(|s| a6(s))
     .collect();
-    let shape = |s: FibStats| (s.nodes, s.prefix_nodes);
+    let shape = |s: FibStats| (s.nodes, s.prefix_nodes, s.lines);
     let mut w = FibWriter::new(Rib::<u128>::new());
     let mut r = Reference::default();
     let mut step = |w: &mut FibWriter<u128>, p: &str, hop: Option<u32>| {
@@ -594,31 +601,32 @@ fn prefix_nodes_hold_one_or_two_routes() {
         let fresh = Fib::build(w.rib()).stats();
         let s = w.fib().stats();
         assert_eq!(
-            s.nodes - s.garbage_nodes,
-            fresh.nodes,
+            (s.nodes - s.garbage_nodes, s.lines - s.garbage_lines),
+            (fresh.nodes, fresh.lines),
             "after {p}: {s:?} {fresh:?}"
         );
         shape(fresh)
     };
     // A /48 alone in its /18 slot: the slot's root node (bits 18-23) and, for the /48's slot
     // of it, one prefix node at /24 instead of four nodes and a leaf.
-    assert_eq!(step(&mut w, "2001:2::/48", Some(1)), (2, 1));
+    assert_eq!(step(&mut w, "2001:2::/48", Some(1)), (2, 1, 0));
     assert_eq!(w.fib().lookup(a6("2001:2::1")), Some(1));
     assert_eq!(w.fib().lookup(a6("2001:2:1::")), None);
     // A /64 nested in it: still one prefix node, holding both (the longer wins inside it).
-    assert_eq!(step(&mut w, "2001:2:0:1::/64", Some(2)), (2, 1));
+    assert_eq!(step(&mut w, "2001:2:0:1::/64", Some(2)), (2, 1, 0));
     assert_eq!(w.fib().lookup(a6("2001:2:0:1::5")), Some(2));
     assert_eq!(w.fib().lookup(a6("2001:2:0:2::")), Some(1));
     // A covering /20 is the hop around them, also inside the prefix node.
-    assert_eq!(step(&mut w, "2001::/20", Some(3)), (2, 1));
+    assert_eq!(step(&mut w, "2001::/20", Some(3)), (2, 1, 0));
     assert_eq!(w.fib().lookup(a6("2001:2:1::")), Some(3));
-    // A third route below /24: slots and children again (/24 root slot → node at /24 with
-    // the /48 and /64 under its child at /30 … down to a prefix node at /36 holding both).
-    let (nodes, prefix) = step(&mut w, "2001:2:0:8000::/49", Some(4));
-    assert!(nodes > 2, "{nodes}");
+    // A third route below /24: slots and children again. The /24 node's one child at /30
+    // holds the three, but the /64 is more than 32 bits past /30, so that child is an
+    // ordinary node; its child at /36 holds all three within 32 bits, so it is a line
+    // (the three routes' five range edges), and the /30 node keeps its children as lines.
     assert_eq!(
-        prefix, 1,
-        "the /48 and /64 below the /49's split, as one prefix node"
+        step(&mut w, "2001:2:0:8000::/49", Some(4)),
+        (3, 0, 1),
+        "root, /24 and /30 nodes, one line at /36"
     );
     assert_eq!(w.fib().lookup(a6("2001:2:0:8000::1")), Some(4));
     // Deleting it collapses back to the /24 prefix node.
@@ -626,10 +634,83 @@ fn prefix_nodes_hold_one_or_two_routes() {
     assert_eq!(w.fib().lookup(a6("2001:2:0:8000::1")), Some(1));
     // The /20 alone: the slot's root has no child, so it is a flat block (no nodes).
     step(&mut w, "2001:2::/48", None);
-    assert_eq!(step(&mut w, "2001:2:0:1::/64", None), (0, 0));
+    assert_eq!(step(&mut w, "2001:2:0:1::/64", None), (0, 0, 0));
     // A /96 is more than 64 bits past /24 and /30: ordinary nodes there, the prefix node at
-    // /36 (root, /24, /30, /36).
-    assert_eq!(step(&mut w, "2001:2:0:1:0:ffff::/96", Some(5)), (4, 1));
+    // /36 (root, /24, /30, /36); more than 32 bits past /36 too, so no line.
+    assert_eq!(step(&mut w, "2001:2:0:1:0:ffff::/96", Some(5)), (4, 1, 0));
     assert_eq!(w.fib().lookup(a6("2001:2:0:1:0:ffff::")), Some(5));
     assert_eq!(w.fib().lookup(a6("2001:2:0:1:0:fffe::")), Some(3));
+}
+
+/// Range lines: a small subtree below a node past the first two levels is kept as its
+/// address ranges in one cache line. Nested routes and equal neighbours merge; an eleventh
+/// boundary makes the child an escape (an ordinary node), and a delete makes it a line again.
+/// Lookups are checked against the reference at every route's edges after each step.
+#[test]
+fn lines_hold_small_subtrees_and_escape_big_ones() {
+    let p6 = |s: &str| -> Prefix<u128> { s.parse().expect("test input is valid") };
+    let mut w = FibWriter::new(Rib::<u128>::new());
+    let mut r = Reference::default();
+    let mut probes: Vec<u128> = vec![a6("2001::"), a6("2001:3:ffff::"), a6("2001:4::")];
+    // (live nodes, live lines, live escapes) of the incremental structure; and the fresh
+    // build's, which must be the same unless `differs`.
+    let mut step = |w: &mut FibWriter<u128>, p: &str, hop: Option<u32>, differs: bool| {
+        let q = p6(p);
+        match hop {
+            Some(h) => assert_eq!(w.insert(q, h).expect("valid"), r.insert(q, h)),
+            None => assert_eq!(w.remove(q), r.remove(q)),
+        }
+        let last = q.addr() | u128::MAX.checked_shr(u32::from(q.len())).unwrap_or(0);
+        probes.extend([
+            q.addr(),
+            q.addr().wrapping_sub(1),
+            last,
+            last.wrapping_add(1),
+        ]);
+        agree(w, &r, &probes);
+        let live = |s: FibStats| {
+            (
+                s.nodes - s.garbage_nodes,
+                s.lines - s.garbage_lines,
+                s.escapes,
+            )
+        };
+        let (got, fresh) = (live(w.fib().stats()), live(Fib::build(w.rib()).stats()));
+        if !differs {
+            assert_eq!(got, fresh, "after {p}");
+        }
+        got
+    };
+    // Three /48s in 2001::/30: the slot's root, a node at /24 (three routes are too many for
+    // a prefix node), and its one child at /30 as a line of 4 boundaries.
+    step(&mut w, "2001:1::/48", Some(1), false);
+    step(&mut w, "2001:1:1::/48", Some(2), false);
+    assert_eq!(step(&mut w, "2001:1:2::/48", Some(1), false), (2, 1, 0));
+    // A /40 around them with the first and third's hop: the same 4 boundaries (its start
+    // merges with the first /48, the third merges into it).
+    assert_eq!(step(&mut w, "2001:1::/40", Some(1), false), (2, 1, 0));
+    // Three /48s apart from the rest and each other: 10 boundaries, still one line.
+    for k in ["2001:2::/48", "2001:2:2::/48", "2001:2:4::/48"] {
+        assert_eq!(step(&mut w, k, Some(3), false), (2, 1, 0), "{k}");
+    }
+    // An eleventh and twelfth: the line becomes an escape to a node at /30, itself with two
+    // lines at /36 (the /40's routes, the four /48s). A fresh build, whose only child at /30
+    // would be an escape, keeps nodes at /24 instead.
+    assert_eq!(step(&mut w, "2001:2:6::/48", Some(3), true), (3, 3, 1));
+    // A route deeper than 32 bits past /30 inside the escape: updated within its node.
+    step(&mut w, "2001:2:6:0:1::/80", Some(4), true);
+    step(&mut w, "2001:2:6:0:1::/80", None, true);
+    // The twelfth boundary gone: a line again, the escape's nodes freed.
+    assert_eq!(step(&mut w, "2001:2:6::/48", None, false), (2, 1, 0));
+    // Emptied: the delete of the last route below the line leaves it all one range.
+    for k in [
+        "2001:2::/48",
+        "2001:2:2::/48",
+        "2001:2:4::/48",
+        "2001:1:1::/48",
+    ] {
+        step(&mut w, k, None, true);
+    }
+    assert_eq!(w.fib().lookup(a6("2001:1:1::5")), Some(1));
+    assert_eq!(w.fib().lookup(a6("2001:2:2::5")), None);
 }
