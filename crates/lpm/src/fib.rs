@@ -899,8 +899,8 @@ impl<K: Key> Fib<K> {
                 // A line child is redone alone (it has nothing below it): as a line when
                 // its routes still fit one, else as an escape. An escape whose routes still
                 // do not fit keeps its node, and the walk goes on into it.
-                let sub = &routes[first..last];
-                let line = self.line_of(sub, depth, inherited(depth));
+                let (sub, around) = (&routes[first..last], inherited(depth));
+                let line = self.line_of(sub, depth, around);
                 let escaped = self.lines[at as usize].escaped();
                 match (line, escaped) {
                     (None, Some(c)) => {
@@ -915,7 +915,7 @@ impl<K: Key> Fib<K> {
                         self.lines[at as usize] = l;
                     }
                     (None, None) => {
-                        let l = self.escape(sub, depth, inherited(depth));
+                        let l = self.escape(sub, depth, around);
                         self.lines[at as usize] = l;
                     }
                 }
@@ -955,7 +955,7 @@ impl<K: Key> Fib<K> {
 
     /// Whether the blocks left unused by updates outgrew the live structure.
     pub(crate) fn wants_compaction(&self) -> bool {
-        // In 2-byte units: a node is 24 bytes, a leaf 2 (or 4), a flat word 8.
+        // In 2-byte units: a node is 24 bytes, a leaf 2 (or 4), a flat word 8, a line 64.
         let garbage = self.garbage_nodes * 12
             + self.garbage_leaves
             + self.garbage_flat * 4
