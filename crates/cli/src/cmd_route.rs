@@ -447,7 +447,7 @@ fn bench_family<K: Key>(
     let per_s = |count: usize, s: f64| count as f64 / s.max(1e-9);
     let mut text = format!(
         "{name}: {} prefixes\n  build      table {:.0} ms ({:.2} M inserts/s), FIB {:.0} ms, {reference_name} {:.0} ms\n  \
-         memory     FIB {:.2} MiB (direct {:.2} MiB, {} flat first-level nodes in {:.2} MiB, {} nodes of which {} with inline leaves and {} prefix nodes, {} leaves, {} range lines of which {} escapes); {reference_name} {}\n  \
+         memory     FIB {:.2} MiB (direct {:.2} MiB, {} flat first-level nodes in {:.2} MiB, {} expanded first-level nodes, {} nodes of which {} with inline leaves and {} prefix nodes, {} leaves, {} range lines of which {} escapes); {reference_name} {}\n  \
          updates    {} routes one by one: insert {:.2} M/s, delete {:.2} M/s; as one burst: insert {:.2} M/s, \
          delete {:.2} M/s; publish {:.2} ms; {rebuilds} compactions\n  \
          lookups    M lookups/s, one core     FIB batch   single   {reference_name:>9} batch   single   batch ×\n",
@@ -460,6 +460,7 @@ fn bench_family<K: Key>(
         mib(stats.direct_bytes),
         stats.flat_nodes,
         mib(stats.flat_bytes),
+        stats.expanded_roots,
         stats.nodes,
         stats.inline_nodes,
         stats.prefix_nodes,
@@ -522,6 +523,7 @@ fn bench_family<K: Key>(
         "fib_leaves": stats.leaves,
         "fib_lines": stats.lines,
         "fib_escapes": stats.escapes,
+        "fib_expanded_roots": stats.expanded_roots,
         "reference_bytes": ref_bytes,
         "updates": updates.len(),
         "inserts_per_s": per_s(updates.len(), ins_s),

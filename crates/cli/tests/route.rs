@@ -250,8 +250,10 @@ fn bench_prints_the_structure_it_built() {
     // IPv6: the /48 and the /64 in it are one prefix node below the slot's root node, whose
     // one run of "no route" is in the leaf array. In another slot, three /48s: its root, a
     // node at /24 (one leaf run each) and the /24 node's one child at /30 as a range line.
+    // Both roots are expanded (64 entries each, for lookups; the nodes stay for updates).
     for (k, want) in [
         ("fib_flat_nodes", 0),
+        ("fib_expanded_roots", 2),
         ("fib_nodes", 4),
         ("fib_prefix_nodes", 1),
         ("fib_inline_nodes", 0),
@@ -262,12 +264,12 @@ fn bench_prints_the_structure_it_built() {
         assert_eq!(field("ipv6", k), want, "ipv6 {k}");
     }
     // Bytes: the 1 MiB direct array, 24 per node, 2 per leaf code, the flat arena, 64 per
-    // line, and 4 per distinct next hop in the code table (IPv4: none and 5; IPv6: none, 1
-    // and 2).
+    // line, 4 per distinct next hop in the code table (IPv4: none and 5; IPv6: none, 1 and
+    // 2), and 64 entries and a root index of 4 bytes per expanded root.
     assert_eq!(field("ipv4", "fib_bytes"), (1 << 20) + 24 + 2 * 4);
     assert_eq!(
         field("ipv6", "fib_bytes"),
-        (1 << 20) + 4 * 24 + 3 * 2 + 8 + 64 + 3 * 4
+        (1 << 20) + 4 * 24 + 3 * 2 + 8 + 64 + 3 * 4 + 2 * (64 + 1) * 4
     );
     for fam in ["ipv4", "ipv6"] {
         assert_eq!(v[fam]["mismatches"], 0, "{fam}");

@@ -1,5 +1,5 @@
 //! The frozen lookup structure: an 18-bit direct-pointing array over 64-way Poptrie nodes,
-//! childless first-level nodes stored flat.
+//! childless first-level nodes stored flat, IPv6 first-level nodes expanded to 64 entries.
 
 use rustc_hash::FxHashMap;
 
@@ -438,14 +438,16 @@ pub struct FibStats {
     pub lines: usize,
     /// Lines that are escapes: their subtree's ranges did not fit, so they lead to a node.
     pub escapes: usize,
+    /// First-level nodes expanded into 64 direct-style entries (IPv6 only; live).
+    pub expanded_roots: usize,
     /// Lines left behind by incremental updates.
     pub garbage_lines: usize,
     /// Nodes left behind by incremental updates, reclaimed by the next full rebuild.
     pub garbage_nodes: usize,
     /// Leaves left behind by incremental updates.
     pub garbage_leaves: usize,
-    /// All bytes of the lookup structure (direct + nodes + leaves + flat blocks + lines,
-    /// garbage included).
+    /// All bytes of the lookup structure (direct + nodes + leaves + flat blocks + lines +
+    /// expanded roots, garbage included).
     pub bytes: usize,
     /// Leaves hold next hops themselves (more than 65 536 distinct ones), not 16-bit codes.
     pub wide_leaves: bool,
@@ -472,6 +474,13 @@ pub struct Fib<K: Key> {
     leaves: Leaves,
     flat: Vec<u64>,
     lines: Vec<Line>,
+    /// Expanded roots (IPv6 only, see [`Fib::EXPAND`]): 64 entries per first-level node,
+    /// slot `v`'s entry a next hop (as in `direct`) or [`NODE`] and the index of its child.
+    mid: Vec<u32>,
+    /// Per expanded root: the index of its first-level node (kept for updates).
+    mid_root: Vec<u32>,
+    /// Expanded roots left behind by updates, for reuse.
+    free_mid: Vec<u32>,
     garbage_nodes: usize,
     garbage_leaves: usize,
     /// Words of `flat` left behind by updates.
@@ -488,6 +497,16 @@ pub struct Fib<K: Key> {
 }
 
 impl<K: Key> Fib<K> {
+    /// Whether first-level nodes are *expanded* (IPv6): a direct entry with [`NODE`] (and
+    /// not [`FLAT`]) then indexes a block of 64 entries in `mid`, one per slot of the node —
+    /// a next hop, or [`NODE`] and the index of the slot's child — instead of the node. An
+    /// IPv6 table uses few direct slots (324 of 2^18 on the 220k table), nearly all with
+    /// children, so every lookup spent a pass decoding one of a few hundred nodes; now it is
+    /// a second load from 256 bytes per root (81 KiB there, cache-resident), done in the
+    /// direct pass. IPv4 tables are not expanded: their first-level nodes are many (one per
+    /// /18 holding a longer route), almost all flat blocks.
+    const EXPAND: bool = K::BITS == 128;
+
     /// The lookup structure for `rib`.
     pub fn build(rib: &Rib<K>) -> Self {
         let fib = Self::build_with(rib, false);
@@ -505,6 +524,9 @@ impl<K: Key> Fib<K> {
             // Word 0 stays unused, so that no flat entry is 0.
             flat: vec![0],
             lines: Vec::new(),
+            mid: Vec::new(),
+            mid_root: Vec::new(),
+            free_mid: Vec::new(),
             garbage_nodes: 0,
             garbage_leaves: 0,
             garbage_flat: 0,
@@ -553,6 +575,7 @@ impl<K: Key> Fib<K> {
         };
         let flat = &self.flat[..];
         let codes = flat_codes(flat);
+        let mid = &self.mid[..];
         let mut node = [0u32; GROUP];
         let mut pending = [0u8; GROUP];
         let mut entry = [0u32; GROUP];
@@ -589,15 +612,26 @@ impl<K: Key> Fib<K> {
                     crate::prefetch::prefetch(flat.as_ptr().wrapping_add(at));
                     crate::prefetch::prefetch(flat.as_ptr().wrapping_add(at + words - 1));
                     flats += 1;
-                } else if x & NODE != 0 {
-                    if let Some(nd) = self.nodes.get((x & !NODE) as usize) {
-                        nd.prefetch();
-                    }
-                    node[n % GROUP] = x & !NODE;
-                    pending[n % GROUP] = j as u8;
-                    n += 1;
                 } else {
-                    *o = decode_direct(x);
+                    // An expanded root's entry for the address's slot: a cache hit (the
+                    // blocks are few), so loaded here rather than a pass later.
+                    let x = if Self::EXPAND && x & NODE != 0 {
+                        let at =
+                            ((x & !NODE) as usize) << STRIDE | addr.stride(DIRECT_BITS) as usize;
+                        mid.get(at).copied().unwrap_or(DIRECT_NONE)
+                    } else {
+                        x
+                    };
+                    if x & NODE != 0 {
+                        if let Some(nd) = self.nodes.get((x & !NODE) as usize) {
+                            nd.prefetch();
+                        }
+                        node[n % GROUP] = x & !NODE;
+                        pending[n % GROUP] = j as u8;
+                        n += 1;
+                    } else {
+                        *o = decode_direct(x);
+                    }
                 }
             }
             if flats > 0 {
@@ -610,7 +644,7 @@ impl<K: Key> Fib<K> {
                 }
             }
             if n > 0 {
-                self.descend(a, o, &mut node, &mut pending, n);
+                self.descend(a, o, &mut node, &mut pending, n, Self::first_depth());
             }
         }
     }
@@ -629,16 +663,18 @@ impl<K: Key> Fib<K> {
         node: &mut [u32; GROUP],
         pending: &mut [u8; GROUP],
         mut n: usize,
+        mut offset: u32,
     ) {
         let mut leaf_at = [0u32; GROUP];
         let mut leaf_of = [0u8; GROUP];
         let mut line_at = [0u32; GROUP];
         let mut line_of = [0u8; GROUP];
+        // The 32 address bits past each line's depth, from the bits its parent's pass took.
+        let mut line_x = [0u32; GROUP];
         let hops: &[u32] = match &self.leaves {
             Leaves::Narrow { hops, .. } => hops,
             Leaves::Wide(_) => &[],
         };
-        let mut offset = DIRECT_BITS;
         while n > 0 {
             let (mut still, mut leaves, mut lines) = (0, 0, 0);
             for k in 0..n {
@@ -663,6 +699,7 @@ impl<K: Key> Fib<K> {
                     }
                     line_at[lines] = c;
                     line_of[lines] = i as u8;
+                    line_x[lines] = ((bits << STRIDE) >> 32) as u32;
                     lines += 1;
                 } else {
                     let c = nd.child(v);
@@ -690,9 +727,8 @@ impl<K: Key> Fib<K> {
                     pending[still % GROUP] = i as u8;
                     still += 1;
                 } else {
-                    let x = (a[i].bits64(offset + STRIDE) >> 32) as u32;
                     o[i] = hops
-                        .get(usize::from(l.code(x)))
+                        .get(usize::from(l.code(line_x[k])))
                         .copied()
                         .unwrap_or(NO_ROUTE);
                 }
@@ -708,7 +744,9 @@ impl<K: Key> Fib<K> {
             + self.nodes.len() * std::mem::size_of::<Node>()
             + self.leaves.bytes()
             + self.flat.len() * 8
-            + self.lines.len() * std::mem::size_of::<Line>();
+            + self.lines.len() * std::mem::size_of::<Line>()
+            + self.mid.len() * 4
+            + self.mid_root.len() * 4;
         FibStats {
             direct_bytes: self.direct.len() * 4,
             nodes: self.nodes.len(),
@@ -727,6 +765,7 @@ impl<K: Key> Fib<K> {
             flat_bytes: self.flat.len() * 8,
             lines: self.lines.len(),
             escapes: self.lines.iter().filter(|l| l.escaped().is_some()).count(),
+            expanded_roots: self.mid_root.len() - self.free_mid.len(),
             garbage_lines: self.garbage_lines,
             garbage_nodes: self.garbage_nodes,
             garbage_leaves: self.garbage_leaves,
@@ -748,15 +787,33 @@ impl<K: Key> Fib<K> {
                 addr.stride(DIRECT_BITS),
             );
             self.leaves.hop_of(code)
+        } else if Self::EXPAND {
+            let at = ((e & !NODE) as usize) << STRIDE | addr.stride(DIRECT_BITS) as usize;
+            let m = self.mid.get(at).copied().unwrap_or(DIRECT_NONE);
+            if m & NODE == 0 {
+                decode_direct(m)
+            } else {
+                self.walk(addr, m & !NODE, Self::first_depth())
+            }
         } else {
-            self.walk(addr, e & !NODE)
+            self.walk(addr, e & !NODE, Self::first_depth())
         }
     }
 
+    /// The depth of the nodes a direct entry (through its expanded root, if any) leads to.
     #[inline(always)]
-    fn walk(&self, addr: K, first: u32) -> u32 {
+    const fn first_depth() -> u32 {
+        if Self::EXPAND {
+            DIRECT_BITS + STRIDE
+        } else {
+            DIRECT_BITS
+        }
+    }
+
+    /// The walk from node `first` at depth `offset` down to `addr`'s leaf.
+    #[inline(always)]
+    fn walk(&self, addr: K, first: u32, mut offset: u32) -> u32 {
         let mut node = self.nodes[first as usize];
-        let mut offset = DIRECT_BITS;
         loop {
             let bits = addr.bits64(offset);
             let v = (bits >> (64 - STRIDE)) as u32;
@@ -780,6 +837,46 @@ impl<K: Key> Fib<K> {
             }
             node = self.nodes[i as usize];
         }
+    }
+
+    /// The first-level node of a direct entry with [`NODE`] and not [`FLAT`].
+    #[inline(always)]
+    fn root_of(&self, e: u32) -> u32 {
+        if Self::EXPAND {
+            self.mid_root
+                .get((e & !NODE) as usize)
+                .copied()
+                .unwrap_or(0)
+        } else {
+            e & !NODE
+        }
+    }
+
+    /// The direct entry for first-level node `root`: the node itself, or with [`Fib::EXPAND`]
+    /// its expansion into a block of `mid` (a freed one, or new at the end).
+    fn root_entry(&mut self, root: u32) -> u32 {
+        if !Self::EXPAND {
+            return root | NODE;
+        }
+        let node = self.nodes[root as usize];
+        let block = self.free_mid.pop().unwrap_or_else(|| {
+            self.mid.resize(self.mid.len() + 64, DIRECT_NONE);
+            self.mid_root.push(0);
+            (self.mid_root.len() - 1) as u32
+        });
+        self.mid_root[block as usize] = root;
+        for v in 0..64u32 {
+            self.mid[block as usize * 64 + v as usize] = if node.has_child(v) {
+                // First-level nodes never have lines ([`Fib::wants_lines`]): a node.
+                NODE | node.child(v)
+            } else if node.inline() {
+                // First-level nodes are never prefix nodes: an inline leaf code.
+                encode_direct(self.leaves.hop_of(node.inline_code(node.run(v))))
+            } else {
+                encode_direct(self.leaves.get((node.base0 & !RANGED) + node.run(v)))
+            };
+        }
+        block | NODE
     }
 
     /// Rebuilds every slot of `slots` (as [`Fib::set_slot`]), each slot's routes and old root
@@ -811,7 +908,7 @@ impl<K: Key> Fib<K> {
                 }
             } else if let Some(n) = self
                 .nodes
-                .get((e & !NODE) as usize)
+                .get(self.root_of(e) as usize)
                 .filter(|_| e & NODE != 0)
             {
                 n.prefetch();
@@ -827,8 +924,12 @@ impl<K: Key> Fib<K> {
             self.free_flat[words].push(at as u32);
             self.garbage_flat += words;
         } else if old & NODE != 0 {
-            self.free_below(old & !NODE);
-            self.free_block(Arena::Nodes, old & !NODE, 1);
+            let root = self.root_of(old);
+            self.free_below(root);
+            self.free_block(Arena::Nodes, root, 1);
+            if Self::EXPAND {
+                self.free_mid.push(old & !NODE);
+            }
         }
         let inherited = rib.short_hop(slot);
         let routes = rib.chunk(slot);
@@ -883,7 +984,7 @@ impl<K: Key> Fib<K> {
                 })
                 .unwrap_or_else(|| rib.short_hop(slot))
         };
-        let (mut at, mut depth) = (e & !NODE, DIRECT_BITS);
+        let (mut at, mut depth) = (self.root_of(e), DIRECT_BITS);
         // Set with every step down: `inside(depth)` below the first level.
         let (mut first, mut last) = (0, 0);
         while u32::from(len) > depth + STRIDE {
@@ -955,13 +1056,18 @@ impl<K: Key> Fib<K> {
 
     /// Whether the blocks left unused by updates outgrew the live structure.
     pub(crate) fn wants_compaction(&self) -> bool {
-        // In 2-byte units: a node is 24 bytes, a leaf 2 (or 4), a flat word 8, a line 64.
+        // In 2-byte units: a node is 24 bytes, a leaf 2 (or 4), a flat word 8, a line 64, an
+        // expanded root 256.
         let garbage = self.garbage_nodes * 12
             + self.garbage_leaves
             + self.garbage_flat * 4
-            + self.garbage_lines * 32;
-        let total =
-            self.nodes.len() * 12 + self.leaves.len() + self.flat.len() * 4 + self.lines.len() * 32;
+            + self.garbage_lines * 32
+            + self.free_mid.len() * 128;
+        let total = self.nodes.len() * 12
+            + self.leaves.len()
+            + self.flat.len() * 4
+            + self.lines.len() * 32
+            + self.mid_root.len() * 128;
         garbage > 192 * 1024 && garbage * 2 > total
     }
 
@@ -1063,7 +1169,7 @@ impl<K: Key> Fib<K> {
         let root = self.finish_node(&p, routes, DIRECT_BITS);
         let at = self.alloc(Arena::Nodes, 1);
         self.nodes[at as usize] = root;
-        at | NODE
+        self.root_entry(at)
     }
 
     /// A flat block of `words` words: a freed one of that size, or new at the end; `None`

@@ -17,7 +17,7 @@
 //! Leaves are pushed (every slot resolves to its longest match), so a lookup never
 //! backtracks. An IPv4 /24 is resolved by the direct array plus one node (18 + 6 = 24).
 //!
-//! Four departures from the paper, all measured (BENCHMARKS.md):
+//! Five departures from the paper, all measured (BENCHMARKS.md):
 //! - **Flat first-level nodes.** A node a direct entry leads to that has no children — 96%
 //!   of them on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored as its leaf
 //!   vector followed by its runs' 16-bit leaf codes, and the direct entry carries the block's
@@ -48,6 +48,15 @@
 //!   5.36 → 7.58 MiB; the build 2.2× and updates ~15% slower; single lookups on a cached
 //!   working set 0.91–0.93×. IPv4 tables get no lines (their nodes below /18 are few, and
 //!   the first level's children never become lines).
+//! - **Expanded roots** for IPv6: an IPv6 table uses few direct slots (324 of 2^18 on the
+//!   220k table), nearly all with a first-level node with children, through which every
+//!   lookup made a pass. Each such node is expanded into 64 entries (256 bytes, 81 KiB in
+//!   all: they stay in cache), slot `v`'s entry a next hop or the child; the batch lookup
+//!   reads it in the direct pass, so the first node pass is at /24. Single lookups inside
+//!   routed prefixes 1.07–1.18×, batches on a cached working set 1.08×, batches inside
+//!   0.99–1.05× with groups of 32 and 1.06–1.10× with groups of 128 (same process). The
+//!   node stays beside its expansion for updates, which rebuild both together (a node below
+//!   the first level is rebuilt in place, so its parent's expansion keeps pointing at it).
 //! - **Inline leaves** below the first level: a node with no children and at most 6 runs
 //!   keeps its runs' codes in the bytes its child vector and child base would take, so
 //!   lookups ending there need no load from the leaf array.

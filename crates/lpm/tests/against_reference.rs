@@ -493,6 +493,58 @@ fn flat_blocks_become_nodes_and_back() {
     }
 }
 
+/// IPv6 first-level nodes are expanded (one entry per slot: a hop or the child): a slot's
+/// root turning from flat block to expanded node and back through updates, with lookups in
+/// the child's slot, a leaf slot of the same root, and outside it checked each step, and the
+/// freed expansion reused.
+#[test]
+fn ipv6_roots_expand_and_collapse() {
+    let p6 = |s: &str| -> Prefix<u128> { s.parse().expect("test input is valid") };
+    // 2001:200::/23 paints two slots (/24s) of the /18 root: a flat block.
+    let mut w = FibWriter::new(Rib::from_routes([(p6("2001:200::/23"), 5)]).expect("valid"));
+    let s = w.fib().stats();
+    assert_eq!((s.flat_nodes, s.expanded_roots), (1, 0), "{s:?}");
+    let mut bytes = None;
+    for round in 0..3 {
+        // A /32 inside it makes 2001:200::/24 a child: the root is a node, expanded.
+        w.insert(p6("2001:200::/32"), 6).expect("valid");
+        let s = w.fib().stats();
+        assert_eq!(
+            (s.flat_nodes, s.expanded_roots, s.nodes - s.garbage_nodes),
+            (0, 1, 2),
+            "round {round}: {s:?}"
+        );
+        // The expansion's 64 entries and its root index: the arena does not grow again.
+        assert_eq!(
+            *bytes.get_or_insert(s.bytes),
+            s.bytes,
+            "round {round}: {s:?}"
+        );
+        let fresh = Fib::build(w.rib()).stats();
+        assert_eq!(fresh.expanded_roots, 1);
+        for (a, want) in [
+            ("2001:200::1", Some(6)),
+            ("2001:201::1", Some(5)),
+            ("2001:3ff:ffff::", Some(5)),
+            ("2001:400::", None),
+            ("2001:1ff:ffff::", None),
+        ] {
+            let mut batch = [0u32];
+            w.fib().lookup_batch(&[a6(a)], &mut batch);
+            assert_eq!(w.fib().lookup(a6(a)), want, "round {round}: {a}");
+            assert_eq!(batch[0], want.unwrap_or(NO_ROUTE), "round {round}: {a}");
+        }
+        w.remove(p6("2001:200::/32"));
+        let s = w.fib().stats();
+        assert_eq!(
+            (s.flat_nodes, s.expanded_roots),
+            (1, 0),
+            "round {round}: {s:?}"
+        );
+        assert_eq!(w.fib().lookup(a6("2001:200::1")), Some(5));
+    }
+}
+
 /// More than 65 536 distinct next hops: the leaves switch from 16-bit codes to full next
 /// hops, both in a fresh build and when an update brings the 65 537th.
 #[test]
@@ -500,6 +552,20 @@ fn many_distinct_next_hops() {
     let routes: Vec<(Prefix<u32>, u32)> = (0..70_000u32)
         .map(|i| (Prefix::covering(0xC400_0000 | (i << 1), 31), i * 7))
         .collect();
+    many_hops(&routes);
+    // IPv6: /66s in one /48 (one expanded root whose slots are children and wide leaves),
+    // and /20s that each make a root of leaves only (no flat blocks with wide leaves).
+    let base = a6("2001:2::");
+    let routes: Vec<(Prefix<u128>, u32)> = (0..70_000u32)
+        .map(|i| (Prefix::covering(base | (u128::from(i) << 62), 66), i * 7))
+        .chain((1..4u128).map(|i| (Prefix::covering(base | (i << 110), 20), 3)))
+        .collect();
+    many_hops(&routes);
+}
+
+/// `routes` (more than 65 536 distinct hops; the first 1000 fewer) through a writer, 65 000
+/// one by one and the rest as a burst; lookups at each route's start and at address 0.
+fn many_hops<K: Key>(routes: &[(Prefix<K>, u32)]) {
     let mut r = Reference::default();
     let mut w = FibWriter::new(Rib::new());
     for (k, &(p, h)) in routes.iter().enumerate() {
@@ -513,10 +579,10 @@ fn many_distinct_next_hops() {
         .map(|&(p, h)| (p, Some(h)))
         .collect();
     w.apply_batch(&mut rest).expect("test input is valid");
-    let addrs: Vec<u32> = routes
+    let addrs: Vec<K> = routes
         .iter()
-        .map(|(p, _)| p.addr() | 1)
-        .chain([0, u32::MAX])
+        .map(|(p, _)| p.addr())
+        .chain([K::default()])
         .collect();
     assert!(w.fib().stats().wide_leaves, "switched to wide leaves");
     assert!(
@@ -675,7 +741,9 @@ fn lines_hold_small_subtrees_and_escape_big_ones() {
                 s.escapes,
             )
         };
-        let (got, fresh) = (live(w.fib().stats()), live(Fib::build(w.rib()).stats()));
+        let (s, fresh) = (w.fib().stats(), Fib::build(w.rib()).stats());
+        assert_eq!(s.expanded_roots, fresh.expanded_roots, "after {p}");
+        let (got, fresh) = (live(s), live(fresh));
         if !differs {
             assert_eq!(got, fresh, "after {p}");
         }
