@@ -417,9 +417,8 @@ pub struct SteerCount {
     pub arrived: u64,
 }
 
-/// Map `name` of the XDP program attached to the DUT's interface (`None`: no program, or no
-/// such map), found by the program's id: another process than `lab up` can read it.
-fn steer_map(dut: &Netns, name: &str) -> Result<Option<bpf::FoundMap>, LabError> {
+/// The id of the XDP program attached to the DUT's interface (`None`: none is).
+fn xdp_program(dut: &Netns) -> Result<Option<u32>, LabError> {
     let text = dut.ip(&["-j", "link", "show", "dev", DUT_IF])?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError {
         what: format!("`ip -j link show dev {DUT_IF}` output"),
@@ -428,24 +427,37 @@ fn steer_map(dut: &Netns, name: &str) -> Result<Option<bpf::FoundMap>, LabError>
     let Some(id) = v[0]["xdp"]["prog"]["id"].as_u64() else {
         return Ok(None);
     };
-    let id = u32::try_from(id).map_err(|_| LabError {
+    u32::try_from(id).map(Some).map_err(|_| LabError {
         what: "XDP program id".into(),
         detail: format!("{id} is out of range"),
-    })?;
+    })
+}
+
+/// Map `name` of XDP program `prog` (`None`: no program, or no such map), found by the
+/// program's id: another process than `lab up` can read it.
+fn steer_map(prog: Option<u32>, name: &str) -> Result<Option<bpf::FoundMap>, LabError> {
+    let Some(id) = prog else {
+        return Ok(None);
+    };
     bpf::map_of_program(id, name).map_err(bpf_err("find the steering program's maps"))
 }
 
 /// The id of the software-RSS cpumap (as the `xdp:xdp_cpumap_enqueue` tracepoint reports
 /// it), or `None` without software RSS.
 pub fn cpumap_id(dut: &Netns) -> Result<Option<u32>, LabError> {
-    Ok(steer_map(dut, CPUMAP)?.map(|m| m.id()))
+    Ok(steer_map(xdp_program(dut)?, CPUMAP)?.map(|m| m.id()))
 }
 
 /// The software-RSS counts per CPU of the XDP program attached to the DUT's interface, or
 /// `None` when none is (steering `rps` or `none`). Redirected − arrived, once traffic has
 /// stopped, is what the CPU queues dropped when full.
 pub fn steer_counts(dut: &Netns) -> Result<Option<Vec<SteerCount>>, LabError> {
-    let Some(map) = steer_map(dut, STATS_MAP)? else {
+    steer_counts_of(xdp_program(dut)?)
+}
+
+/// [`steer_counts`] of XDP program `prog`.
+fn steer_counts_of(prog: Option<u32>) -> Result<Option<Vec<SteerCount>>, LabError> {
+    let Some(map) = steer_map(prog, STATS_MAP)? else {
         return Ok(None);
     };
     let value = map.lookup(0).map_err(bpf_err("read the RSS counters"))?;
@@ -595,20 +607,21 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
                     .filter(|q| q.starts_with("rx-"))
                     .count(),
             );
-            let link = ns
-                .ip(&["-d", "link", "show", "dev", DUT_IF])
-                .unwrap_or_default();
+            // One `ip link` query: whether a program is attached (software RSS), and which
+            // one, for its counters.
+            let prog = xdp_program(&ns);
             let rps = run(ns
                 .command("cat")
                 .arg(format!("/sys/class/net/{DUT_IF}/queues/rx-0/rps_cpus")))
             .unwrap_or_default();
             let rps_on = !rps.trim().trim_matches(|c| c == '0' || c == ',').is_empty();
-            match steer_counts(&ns) {
+            let attached = matches!(prog, Ok(Some(_)));
+            match prog.and_then(steer_counts_of) {
                 Ok(c) => st.steer_counts = c,
                 Err(e) => st.steer_counts_error = Some(e.to_string()),
             }
             st.steering = Some(
-                if link.contains("xdp") {
+                if attached {
                     "rss"
                 } else if rps_on {
                     "rps"
