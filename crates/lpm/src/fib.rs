@@ -97,6 +97,9 @@ pub(crate) struct Node {
     base1: u32,
 }
 
+/// A node's size: a prefetch of its first and last byte brings all of it.
+const NODE_BYTES: usize = std::mem::size_of::<Node>();
+
 /// `base0` of a node whose leaf codes are inline.
 const INLINE: u32 = 0x8000_0000;
 /// With [`INLINE`]: a prefix node (see [`Node::prefix`]).
@@ -112,6 +115,39 @@ const RANGED: u32 = PREFIX;
 const GROUP: usize = 128;
 // A group's addresses are listed by their `u8` position.
 const _: () = assert!(GROUP <= 256);
+
+/// Per-group working lists of the batch lookup, reused from group to group: each pass lists
+/// the lookups it hands to the next (the node, line or leaf each needs and its position in
+/// the group).
+struct Scratch {
+    entry: [u32; GROUP],
+    node: [u32; GROUP],
+    pending: [u8; GROUP],
+    /// The 64 address bits from each listed node's depth (taken when it was listed, so that
+    /// the node's pass reads them instead of the address).
+    bits: [u64; GROUP],
+    leaf_at: [u32; GROUP],
+    leaf_of: [u8; GROUP],
+    line_at: [u32; GROUP],
+    line_of: [u8; GROUP],
+    line_x: [u32; GROUP],
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch {
+            entry: [0; GROUP],
+            node: [0; GROUP],
+            pending: [0; GROUP],
+            bits: [0; GROUP],
+            leaf_at: [0; GROUP],
+            leaf_of: [0; GROUP],
+            line_at: [0; GROUP],
+            line_of: [0; GROUP],
+            line_x: [0; GROUP],
+        }
+    }
+}
 /// Most routes in a direct slot for which a delete that empties a child of the first-level
 /// node rebuilds the whole slot (see [`Fib::update_long`]).
 const COLLAPSE_MAX: usize = 64;
@@ -173,8 +209,8 @@ impl Node {
     /// does at 2 of every 8 positions, and then its second line was a demand miss).
     #[inline(always)]
     fn prefetch(&self) {
-        crate::prefetch::prefetch(&self.vector);
-        crate::prefetch::prefetch(&self.base1);
+        crate::arch::prefetch(&self.vector);
+        crate::arch::prefetch(&self.base1);
     }
 
     /// Whether slot `v` holds a child node.
@@ -245,20 +281,7 @@ impl Line {
     /// The leaf code for the 32 address bits `x` past the line's depth.
     #[inline(always)]
     fn code(&self, x: u32) -> u16 {
-        let (head, tail) = self.bounds.split_at(8);
-        let mut n = 0u32;
-        for &b in head {
-            n += u32::from(b <= x);
-        }
-        for &b in tail {
-            n += u32::from(b <= x);
-        }
-        self.codes[(n as usize).min(LINE_BOUNDS)]
-    }
-
-    #[inline(always)]
-    fn prefetch(&self) {
-        crate::prefetch::prefetch(self);
+        self.codes[(crate::arch::bounds_at_or_below(&self.bounds, x) as usize).min(LINE_BOUNDS)]
     }
 }
 
@@ -307,12 +330,12 @@ impl Leaves {
         match self {
             Leaves::Narrow { codes, .. } => {
                 if let Some(c) = codes.get(j as usize) {
-                    crate::prefetch::prefetch(c);
+                    crate::arch::prefetch(c);
                 }
             }
             Leaves::Wide(v) => {
                 if let Some(h) = v.get(j as usize) {
-                    crate::prefetch::prefetch(h);
+                    crate::arch::prefetch(h);
                 }
             }
         }
@@ -574,6 +597,41 @@ impl<K: Key> Fib<K> {
             }
             return;
         };
+        // Whole groups as arrays, so that a position (masked to the group) needs no bounds
+        // check either; a last, partial group is padded with address 0 and copied out.
+        let (groups, tail) = addrs.as_chunks::<GROUP>();
+        let (outs, tail_out) = out.as_chunks_mut::<GROUP>();
+        let mut s = Scratch::new();
+        for (g, (a, o)) in groups.iter().zip(outs.iter_mut()).enumerate() {
+            let next = groups.get(g + 1);
+            if next.is_none() {
+                for addr in tail {
+                    crate::arch::prefetch(&direct[addr.slot()]);
+                }
+            }
+            self.group(direct, a, next, o, &mut s);
+        }
+        if !tail.is_empty() {
+            let mut a = [K::default(); GROUP];
+            a[..tail.len()].copy_from_slice(tail);
+            let mut o = [NO_ROUTE; GROUP];
+            self.group(direct, &a, None, &mut o, &mut s);
+            tail_out.copy_from_slice(&o[..tail.len()]);
+        }
+    }
+
+    /// One group of the batch lookup: the direct pass, then the flat blocks' pass, then
+    /// [`Fib::descend`] for the lookups that go on to nodes. `next` is the following group,
+    /// whose direct entries are asked for while this one runs.
+    #[inline(always)]
+    fn group(
+        &self,
+        direct: &[u32; 1 << DIRECT_BITS],
+        a: &[K; GROUP],
+        next: Option<&[K; GROUP]>,
+        o: &mut [u32; GROUP],
+        s: &mut Scratch,
+    ) {
         // Flat blocks exist only with narrow leaves; their codes index this directly.
         let hops: &[u32] = match &self.leaves {
             Leaves::Narrow { hops, .. } => hops,
@@ -582,159 +640,146 @@ impl<K: Key> Fib<K> {
         let flat = &self.flat[..];
         let codes = flat_codes(flat);
         let mid = &self.mid[..];
-        let mut node = [0u32; GROUP];
-        let mut pending = [0u8; GROUP];
-        let mut entry = [0u32; GROUP];
-        for (g, (a, o)) in addrs.chunks(GROUP).zip(out.chunks_mut(GROUP)).enumerate() {
-            // The next group's direct entries are asked for while this group runs: one per
-            // address in the pass below when that group is whole, else all here.
-            let next = addrs.get((g + 1) * GROUP..).unwrap_or(&[]);
-            let ahead = next
-                .get(..GROUP)
-                .and_then(|s| <&[K; GROUP]>::try_from(s).ok());
-            if ahead.is_none() {
-                for addr in next {
-                    crate::prefetch::prefetch(&direct[addr.slot()]);
+        let nodes = self.nodes.as_ptr();
+        // Direct entries: a next hop ends here; a flat block is prefetched (first and last
+        // line) and resolved in the pass after this one; a node is prefetched and listed for
+        // `descend`. The flat blocks' pass is separate (rather than listing them as nodes are
+        // listed) because most IPv4 lookups end in one: a plain scan of the group's entries
+        // costs less than writing and reading back a list, and the block's lines have the
+        // rest of this pass to arrive. (`n <= j < GROUP`: the `% GROUP` below only spares a
+        // bounds check. Prefetches take addresses unchecked: a hint cannot fault.)
+        let mut n = 0;
+        let mut flats = 0;
+        for j in 0..GROUP {
+            if let Some(next) = next {
+                crate::arch::prefetch(&direct[next[j].slot()]);
+            }
+            let addr = a[j];
+            let x = direct[addr.slot()];
+            s.entry[j] = x;
+            if x & (NODE | FLAT) == NODE | FLAT {
+                let (at, words) = flat_block(x);
+                crate::arch::prefetch(flat.as_ptr().wrapping_add(at));
+                crate::arch::prefetch(flat.as_ptr().wrapping_add(at + words - 1));
+                flats += 1;
+                continue;
+            }
+            // An expanded root's entry for the address's slot: a cache hit (the blocks are
+            // few), so loaded here rather than a pass later.
+            let x = if Self::EXPAND && x & NODE != 0 {
+                let at = ((x & !NODE) as usize) << STRIDE | addr.stride(DIRECT_BITS) as usize;
+                mid.get(at).copied().unwrap_or(DIRECT_NONE)
+            } else {
+                x
+            };
+            if x & NODE != 0 {
+                let c = x & !NODE;
+                let p = nodes.wrapping_add(c as usize);
+                crate::arch::prefetch(p);
+                // The node's last byte: its second line when it straddles two (a 24-byte
+                // node does at 2 of every 8 positions, and that line was a demand miss).
+                crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
+                s.node[n % GROUP] = c;
+                s.pending[n % GROUP] = j as u8;
+                s.bits[n % GROUP] = addr.bits64(Self::first_depth());
+                n += 1;
+            } else {
+                o[j] = decode_direct(x);
+            }
+        }
+        if flats > 0 {
+            for j in 0..GROUP {
+                let e = s.entry[j];
+                if e & (NODE | FLAT) == NODE | FLAT {
+                    let (at, _) = flat_block(e);
+                    let code = flat_code(flat, codes, at, a[j].stride(DIRECT_BITS));
+                    o[j] = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
                 }
             }
-            // Direct entries: a next hop ends here; a flat block is prefetched (first and
-            // last line) and resolved in the pass after this one; a node is prefetched and
-            // listed for `descend`. The flat blocks' pass is separate (rather than listing
-            // them as nodes are listed) because most IPv4 lookups end in one: a plain scan
-            // of the group's entries costs less than writing and reading back a list, and
-            // the block's lines have the rest of this pass to arrive.
-            // (`n <= j < GROUP`: the `% GROUP` below only spares a bounds check.)
-            let mut n = 0;
-            let mut flats = 0;
-            for (j, ((e, addr), o)) in entry.iter_mut().zip(a).zip(o.iter_mut()).enumerate() {
-                if let Some(ahead) = ahead {
-                    crate::prefetch::prefetch(&direct[ahead[j % GROUP].slot()]);
-                }
-                let x = direct[addr.slot()];
-                *e = x;
-                if x & (NODE | FLAT) == NODE | FLAT {
-                    // Hints: the addresses need no bounds check.
-                    let (at, words) = flat_block(x);
-                    crate::prefetch::prefetch(flat.as_ptr().wrapping_add(at));
-                    crate::prefetch::prefetch(flat.as_ptr().wrapping_add(at + words - 1));
-                    flats += 1;
-                } else {
-                    // An expanded root's entry for the address's slot: a cache hit (the
-                    // blocks are few), so loaded here rather than a pass later.
-                    let x = if Self::EXPAND && x & NODE != 0 {
-                        let at =
-                            ((x & !NODE) as usize) << STRIDE | addr.stride(DIRECT_BITS) as usize;
-                        mid.get(at).copied().unwrap_or(DIRECT_NONE)
-                    } else {
-                        x
-                    };
-                    if x & NODE != 0 {
-                        if let Some(nd) = self.nodes.get((x & !NODE) as usize) {
-                            nd.prefetch();
-                        }
-                        node[n % GROUP] = x & !NODE;
-                        pending[n % GROUP] = j as u8;
-                        n += 1;
-                    } else {
-                        *o = decode_direct(x);
-                    }
-                }
-            }
-            if flats > 0 {
-                for ((&e, addr), o) in entry.iter().zip(a).zip(o.iter_mut()) {
-                    if e & (NODE | FLAT) == NODE | FLAT {
-                        let (at, _) = flat_block(e);
-                        let code = flat_code(flat, codes, at, addr.stride(DIRECT_BITS));
-                        *o = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
-                    }
-                }
-            }
-            if n > 0 {
-                self.descend(a, o, &mut node, &mut pending, n, Self::first_depth());
-            }
+        }
+        if n > 0 {
+            self.descend(a, o, s, n, Self::first_depth());
         }
     }
 
     /// The batch lookup below the first level, for the `n` addresses of the group `a` listed
-    /// in `pending` with their (prefetched) nodes in `node`. Level by level across the group,
-    /// each pass prefetching what the next one loads (nodes, then leaf codes): by the time a
-    /// node's bits are tested — a branch that would otherwise wait on memory and,
+    /// in `s.pending` with their (prefetched) nodes in `s.node`. Level by level across the
+    /// group, each pass prefetching what the next one loads (nodes, lines, leaf codes): by
+    /// the time a node's bits are tested — a branch that would otherwise wait on memory and,
     /// mispredicted, throw away the loads behind it — the node is in cache. (Out of line it
     /// measured ~5% slower for IPv6, where most lookups come here.)
     #[inline(always)]
     fn descend(
         &self,
-        a: &[K],
-        o: &mut [u32],
-        node: &mut [u32; GROUP],
-        pending: &mut [u8; GROUP],
+        a: &[K; GROUP],
+        o: &mut [u32; GROUP],
+        s: &mut Scratch,
         mut n: usize,
         mut offset: u32,
     ) {
-        let mut leaf_at = [0u32; GROUP];
-        let mut leaf_of = [0u8; GROUP];
-        let mut line_at = [0u32; GROUP];
-        let mut line_of = [0u8; GROUP];
-        // The 32 address bits past each line's depth, from the bits its parent's pass took.
-        let mut line_x = [0u32; GROUP];
         let hops: &[u32] = match &self.leaves {
             Leaves::Narrow { hops, .. } => hops,
             Leaves::Wide(_) => &[],
         };
+        let node_ptr = self.nodes.as_ptr();
+        let line_ptr = self.lines.as_ptr();
         while n > 0 {
             let (mut still, mut leaves, mut lines) = (0, 0, 0);
             for k in 0..n {
-                let i = pending[k] as usize;
-                let nd = self.nodes[node[k] as usize];
-                // The node's slot is the first 6 of the 64 bits a prefix node compares: one
-                // key operation per level, not two.
-                let bits = a[i].bits64(offset);
+                let i = usize::from(s.pending[k % GROUP]) % GROUP;
+                let Some(nd) = self.nodes.get(s.node[k % GROUP] as usize) else {
+                    continue;
+                };
+                // The node's slot is the first 6 of the 64 bits a prefix node compares.
+                let bits = s.bits[k % GROUP];
                 let v = (bits >> (64 - STRIDE)) as u32;
                 if nd.inline() {
                     o[i] = self.leaves.hop_of(nd.inline_leaf(bits, v));
                 } else if nd.vector & (1u64 << v) == 0 {
                     let j = (nd.base0 & !RANGED) + nd.run(v);
                     self.leaves.prefetch(j);
-                    leaf_at[leaves] = j;
-                    leaf_of[leaves] = i as u8;
+                    s.leaf_at[leaves % GROUP] = j;
+                    s.leaf_of[leaves % GROUP] = i as u8;
                     leaves += 1;
                 } else if nd.base0 & RANGED != 0 {
                     let c = nd.child(v);
-                    if let Some(l) = self.lines.get(c as usize) {
-                        l.prefetch();
-                    }
-                    line_at[lines] = c;
-                    line_of[lines] = i as u8;
-                    line_x[lines] = ((bits << STRIDE) >> 32) as u32;
+                    crate::arch::prefetch(line_ptr.wrapping_add(c as usize));
+                    s.line_at[lines % GROUP] = c;
+                    s.line_of[lines % GROUP] = i as u8;
+                    // The 32 address bits past the line's depth, from the bits taken here.
+                    s.line_x[lines % GROUP] = ((bits << STRIDE) >> 32) as u32;
                     lines += 1;
                 } else {
                     let c = nd.child(v);
-                    if let Some(child) = self.nodes.get(c as usize) {
-                        child.prefetch();
-                    }
-                    node[still] = c;
-                    pending[still] = i as u8;
+                    let p = node_ptr.wrapping_add(c as usize);
+                    crate::arch::prefetch(p);
+                    crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
+                    s.node[still % GROUP] = c;
+                    s.pending[still % GROUP] = i as u8;
+                    s.bits[still % GROUP] = a[i].bits64(offset + STRIDE);
                     still += 1;
                 }
             }
             for k in 0..leaves {
-                o[usize::from(leaf_of[k])] = self.leaves.get(leaf_at[k]);
+                o[usize::from(s.leaf_of[k % GROUP]) % GROUP] =
+                    self.leaves.get(s.leaf_at[k % GROUP]);
             }
             for k in 0..lines {
-                let i = usize::from(line_of[k]);
-                let Some(l) = self.lines.get(line_at[k] as usize) else {
+                let i = usize::from(s.line_of[k % GROUP]) % GROUP;
+                let Some(l) = self.lines.get(s.line_at[k % GROUP] as usize) else {
                     continue;
                 };
                 if let Some(c) = l.escaped() {
-                    if let Some(child) = self.nodes.get(c as usize) {
-                        child.prefetch();
-                    }
-                    node[still % GROUP] = c;
-                    pending[still % GROUP] = i as u8;
+                    let p = node_ptr.wrapping_add(c as usize);
+                    crate::arch::prefetch(p);
+                    crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
+                    s.node[still % GROUP] = c;
+                    s.pending[still % GROUP] = i as u8;
+                    s.bits[still % GROUP] = a[i].bits64(offset + STRIDE);
                     still += 1;
                 } else {
                     o[i] = hops
-                        .get(usize::from(l.code(line_x[k])))
+                        .get(usize::from(l.code(s.line_x[k % GROUP])))
                         .copied()
                         .unwrap_or(NO_ROUTE);
                 }
@@ -910,7 +955,7 @@ impl<K: Key> Fib<K> {
         if let Some(&e) = self.direct.get(slot) {
             if e & (NODE | FLAT) == NODE | FLAT {
                 if let Some(w) = self.flat.get(flat_block(e).0) {
-                    crate::prefetch::prefetch(w);
+                    crate::arch::prefetch(w);
                 }
             } else if let Some(n) = self
                 .nodes

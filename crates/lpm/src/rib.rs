@@ -221,14 +221,14 @@ impl<K: Key> Rib<K> {
     /// Asks for the cache line of slot `slot`'s list header.
     pub(crate) fn prefetch_chunk_header(&self, slot: usize) {
         if let Some(c) = self.chunks.get(slot) {
-            crate::prefetch::prefetch(c);
+            crate::arch::prefetch(c);
         }
     }
 
     /// Asks for the first cache line of slot `slot`'s routes (reads the list header).
     pub(crate) fn prefetch_chunk(&self, slot: usize) {
         if let Some(r) = self.chunks.get(slot).and_then(|c| c.first()) {
-            crate::prefetch::prefetch(r);
+            crate::arch::prefetch(r);
         }
     }
 

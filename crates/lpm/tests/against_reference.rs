@@ -332,6 +332,67 @@ fn two_million_v6_addresses_after_updates() {
     );
 }
 
+/// Batches of every length around the batch's group size (128) and its multiples, with
+/// their last, partial group padded inside the lookup: each agrees with the reference, and
+/// nothing past the batch is written.
+fn batch_lengths<K: Key>(
+    table: Vec<(Prefix<K>, u32)>,
+    random: impl Fn(&mut rand::rngs::StdRng) -> K,
+) {
+    let fib = Fib::build(&Rib::from_routes(table.iter().copied()).expect("test input is valid"));
+    let mut r = Reference::default();
+    for &(p, h) in &table {
+        r.insert(p, h);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let addrs: Vec<K> = (0..600)
+        .map(|i| {
+            if i % 2 == 0 {
+                address(&mut rng, &table, &random)
+            } else {
+                random(&mut rng)
+            }
+        })
+        .collect();
+    let want: Vec<u32> = addrs
+        .iter()
+        .map(|&a| r.lookup(a).unwrap_or(NO_ROUTE))
+        .collect();
+    assert!(want.iter().any(|&h| h != NO_ROUTE) && want.contains(&NO_ROUTE));
+    for n in [
+        0, 1, 2, 63, 127, 128, 129, 200, 255, 256, 257, 383, 384, 385, 599,
+    ] {
+        // Start at an odd offset too, so that groups do not line up with the table's order.
+        for start in [0, 1] {
+            let mut out = vec![u32::MAX - 1; n + 3];
+            fib.lookup_batch(&addrs[start..start + n], &mut out[..n]);
+            assert_eq!(
+                &out[..n],
+                &want[start..start + n],
+                "length {n} from {start}"
+            );
+            assert_eq!(
+                &out[n..],
+                &[u32::MAX - 1; 3],
+                "length {n}: wrote past the batch"
+            );
+        }
+    }
+}
+
+#[test]
+fn batches_of_any_length_v4() {
+    batch_lengths(gen::ipv4(50_000, 21, 16), |r| r.next_u32());
+}
+
+#[test]
+fn batches_of_any_length_v6() {
+    batch_lengths(gen::ipv6(20_000, 22, 16), |r| {
+        let x = u128::from(r.next_u64()) << 64 | u128::from(r.next_u64());
+        (x >> 3) | (1u128 << 125)
+    });
+}
+
 #[test]
 fn dir24_8_matches_reference_on_a_generated_table() {
     let table = gen::ipv4(100_000, 5, 16);
