@@ -234,6 +234,8 @@ impl Node {
 
 /// Boundaries a [`Line`] holds.
 const LINE_BOUNDS: usize = 10;
+/// Every code of an escape [`Line`]; narrow leaves stop one code short of it.
+const ESCAPE: u16 = u16::MAX;
 /// Ranges worked out before giving up on a line (a few past what fits: merges at the end
 /// can still bring the count down).
 const RANGES_CAP: usize = 2 * LINE_BOUNDS + 4;
@@ -244,8 +246,9 @@ const RANGES_CAP: usize = 2 * LINE_BOUNDS + 4;
 /// lookup counts the bounds at or below its address bits and takes that code: no branch,
 /// no further load. Children of a node with [`RANGED`] are lines.
 ///
-/// An escape (a child whose ranges do not fit): `bounds[0]` is 0 (never a range start: the
-/// first range starts there) and `bounds[1]` the index of an ordinary node for the child.
+/// An escape (a child whose ranges do not fit): every code is [`ESCAPE`] (never a leaf
+/// code), and `bounds[0]` the index of an ordinary node for the child. So the batch learns
+/// of an escape from the code its count picks, and tests nothing before counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 struct Line {
@@ -266,16 +269,18 @@ impl Default for Line {
 
 impl Line {
     fn escape(node: u32) -> Line {
-        let mut l = Line::default();
-        l.bounds[0] = 0;
-        l.bounds[1] = node;
+        let mut l = Line {
+            codes: [ESCAPE; LINE_BOUNDS + 1],
+            ..Line::default()
+        };
+        l.bounds[0] = node;
         l
     }
 
     /// The node an escape leads to.
     #[inline(always)]
     fn escaped(&self) -> Option<u32> {
-        (self.bounds[0] == 0).then_some(self.bounds[1])
+        (self.codes[0] == ESCAPE).then_some(self.bounds[0])
     }
 
     /// The leaf code for the 32 address bits `x` past the line's depth.
@@ -285,9 +290,9 @@ impl Line {
     }
 }
 
-/// The leaf array: 16-bit codes into a next-hop table when there are at most 65536 distinct
-/// next hops (routers' FIBs have tens), halving the leaves' footprint; the hops themselves
-/// otherwise.
+/// The leaf array: 16-bit codes into a next-hop table when there are at most 65 535 codes
+/// ("no route" and 65 534 distinct next hops; routers' FIBs have tens), halving the leaves'
+/// footprint; the hops themselves otherwise.
 #[derive(Debug, Clone)]
 enum Leaves {
     Narrow {
@@ -402,7 +407,8 @@ impl Leaves {
                 }
                 let next = hops.len();
                 let code = *code_of.entry(hop).or_insert_with(|| {
-                    if next > usize::from(u16::MAX) {
+                    // Codes 0..ESCAPE: the last 16-bit value marks escape lines.
+                    if next >= usize::from(ESCAPE) {
                         *overflow = true;
                         0
                     } else {
@@ -478,7 +484,7 @@ pub struct FibStats {
     /// All bytes of the lookup structure (direct + nodes + leaves + flat blocks + lines +
     /// expanded roots, garbage included).
     pub bytes: usize,
-    /// Leaves hold next hops themselves (more than 65 536 distinct ones), not 16-bit codes.
+    /// Leaves hold next hops themselves (more than 65 534 distinct ones), not 16-bit codes.
     pub wide_leaves: bool,
 }
 
@@ -638,7 +644,6 @@ impl<K: Key> Fib<K> {
             Leaves::Wide(_) => &[],
         };
         let flat = &self.flat[..];
-        let codes = flat_codes(flat);
         let mid = &self.mid[..];
         let nodes = self.nodes.as_ptr();
         // Direct entries: a next hop ends here; a flat block is prefetched (first and last
@@ -688,17 +693,32 @@ impl<K: Key> Fib<K> {
             }
         }
         if flats > 0 {
-            for j in 0..GROUP {
-                let e = s.entry[j];
-                if e & (NODE | FLAT) == NODE | FLAT {
-                    let (at, _) = flat_block(e);
-                    let code = flat_code(flat, codes, at, a[j].stride(DIRECT_BITS));
-                    o[j] = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
-                }
-            }
+            Self::flat_pass(flat, hops, a, o, &s.entry);
         }
         if n > 0 {
             self.descend(a, o, s, n, Self::first_depth());
+        }
+    }
+
+    /// The group's lookups whose direct entry is a flat block (prefetched in the direct
+    /// pass). Out of line, so that its few values stay in registers (inlined, the flat
+    /// arena's and the hop table's bounds were reloaded from the stack for every lookup).
+    #[inline(never)]
+    fn flat_pass(
+        flat: &[u64],
+        hops: &[u32],
+        a: &[K; GROUP],
+        o: &mut [u32; GROUP],
+        entry: &[u32; GROUP],
+    ) {
+        let codes = flat_codes(flat);
+        for j in 0..GROUP {
+            let e = entry[j];
+            if e & (NODE | FLAT) == NODE | FLAT {
+                let (at, _) = flat_block(e);
+                let code = flat_code(flat, codes, at, a[j].stride(DIRECT_BITS));
+                o[j] = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
+            }
         }
     }
 
@@ -725,13 +745,13 @@ impl<K: Key> Fib<K> {
         let line_ptr = self.lines.as_ptr();
         while n > 0 {
             let (mut still, mut leaves, mut lines) = (0, 0, 0);
-            for k in 0..n {
-                let i = usize::from(s.pending[k % GROUP]) % GROUP;
-                let Some(nd) = self.nodes.get(s.node[k % GROUP] as usize) else {
+            for k in 0..n.min(GROUP) {
+                let i = usize::from(s.pending[k]) % GROUP;
+                let Some(nd) = self.nodes.get(s.node[k] as usize) else {
                     continue;
                 };
                 // The node's slot is the first 6 of the 64 bits a prefix node compares.
-                let bits = s.bits[k % GROUP];
+                let bits = s.bits[k];
                 let v = (bits >> (64 - STRIDE)) as u32;
                 if nd.inline() {
                     o[i] = self.leaves.hop_of(nd.inline_leaf(bits, v));
@@ -760,16 +780,17 @@ impl<K: Key> Fib<K> {
                     still += 1;
                 }
             }
-            for k in 0..leaves {
-                o[usize::from(s.leaf_of[k % GROUP]) % GROUP] =
-                    self.leaves.get(s.leaf_at[k % GROUP]);
+            for k in 0..leaves.min(GROUP) {
+                o[usize::from(s.leaf_of[k]) % GROUP] = self.leaves.get(s.leaf_at[k]);
             }
-            for k in 0..lines {
-                let i = usize::from(s.line_of[k % GROUP]) % GROUP;
-                let Some(l) = self.lines.get(s.line_at[k % GROUP] as usize) else {
+            for k in 0..lines.min(GROUP) {
+                let i = usize::from(s.line_of[k]) % GROUP;
+                let Some(l) = self.lines.get(s.line_at[k] as usize) else {
                     continue;
                 };
-                if let Some(c) = l.escaped() {
+                let code = l.code(s.line_x[k]);
+                if code == ESCAPE {
+                    let c = l.bounds[0];
                     let p = node_ptr.wrapping_add(c as usize);
                     crate::arch::prefetch(p);
                     crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
@@ -778,10 +799,7 @@ impl<K: Key> Fib<K> {
                     s.bits[still % GROUP] = a[i].bits64(offset + STRIDE);
                     still += 1;
                 } else {
-                    o[i] = hops
-                        .get(usize::from(l.code(s.line_x[k % GROUP])))
-                        .copied()
-                        .unwrap_or(NO_ROUTE);
+                    o[i] = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
                 }
             }
             n = still;

@@ -626,6 +626,40 @@ fn many_distinct_next_hops() {
 
 /// `routes` (more than 65 536 distinct hops; the first 1000 fewer) through a writer, 65 000
 /// one by one and the rest as a burst; lookups at each route's start and at address 0.
+/// Narrow leaves hold 65 535 codes (16 bits, the last value marking escape lines): "no
+/// route" and 65 534 distinct next hops; one more switches to wide leaves. Both answer like the reference, with
+/// the top codes in range lines.
+#[test]
+fn the_last_narrow_code() {
+    let base = a6("2001:2::");
+    for (hops, wide) in [(65_534u32, false), (65_535, true)] {
+        // /62s in one /40: /24 nodes whose children are range lines, two routes to a line.
+        let routes: Vec<(Prefix<u128>, u32)> = (0..hops)
+            .map(|i| (Prefix::covering(base | (u128::from(i) << 66), 62), i + 10))
+            .collect();
+        let mut r = Reference::default();
+        for &(p, h) in &routes {
+            r.insert(p, h);
+        }
+        let w =
+            FibWriter::new(Rib::from_routes(routes.iter().copied()).expect("test input is valid"));
+        let stats = w.fib().stats();
+        assert_eq!(stats.wide_leaves, wide, "{hops} hops");
+        if !wide {
+            assert!(stats.lines > 0, "{stats:?}");
+        }
+        // Every 16th route, and the last 300 (codes are given in address order, so these
+        // hold the top codes): a route's first address, one inside, and the gap past it.
+        let addrs: Vec<u128> = routes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i % 16 == 0 || i + 300 >= routes.len())
+            .flat_map(|(_, (p, _))| [p.addr(), p.addr() | (1 << 65), p.addr() | (3 << 66)])
+            .collect();
+        agree(&w, &r, &addrs);
+    }
+}
+
 fn many_hops<K: Key>(routes: &[(Prefix<K>, u32)]) {
     let mut r = Reference::default();
     let mut w = FibWriter::new(Rib::new());
