@@ -2,7 +2,8 @@
  * DPDK's own rte_lpm (DIR-24-8) on a `flowlane route gen` table, traffic inside routed
  * prefixes: the peer measurement behind the DIR-24-8 column of `flowlane route bench`.
  * Prints lookups per second for rte_lpm_lookup_bulk and rte_lpm_lookupx4 (SSE), median of
- * rounds. Build and run: bench/dpdk_lpm.sh TABLE (needs libdpdk-dev; no hugepages needed).
+ * rounds. Build and run: bench/dpdk_lpm.sh TABLE (needs libdpdk-dev; no hugepages needed, but
+ * FLOWLANE_DPDK_HUGE=1 puts the tables on them).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,8 +42,11 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	char *eal[] = {argv[0], "--no-huge", "--no-pci", "--no-shconf", "-m", "1024", "-l", "0",
-		       "--log-level=error"};
+	/* Hugepages, as DPDK runs in production, when FLOWLANE_DPDK_HUGE is set (reserve them
+	 * first: echo 700 > /proc/sys/vm/nr_hugepages); else ordinary pages, as flowlane uses. */
+	const char *huge = getenv("FLOWLANE_DPDK_HUGE");
+	char *eal[] = {argv[0], huge && *huge ? "--in-memory" : "--no-huge", "--no-pci",
+		       "--no-shconf", "-m", "1024", "-l", "0", "--log-level=error"};
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s TABLE (PREFIX/LEN NEXTHOP lines, IPv4)\n", argv[0]);
 		return 2;
@@ -131,9 +135,9 @@ int main(int argc, char **argv)
 	}
 	qsort(bulk, ROUNDS, sizeof(double), cmp_double);
 	qsort(x4, ROUNDS, sizeof(double), cmp_double);
-	printf("rte_lpm (DPDK %s): %u IPv4 routes added in %.0f ms; inside routed prefixes, "
+	printf("rte_lpm (DPDK %s, %s): %u IPv4 routes added in %.0f ms; inside routed prefixes, "
 	       "%u addresses: lookup_bulk %.1f M/s, lookupx4 %.1f M/s (medians of %d rounds) [%llu]\n",
-	       rte_version(), n, build * 1e3, N_ADDR, bulk[ROUNDS / 2], x4[ROUNDS / 2], ROUNDS,
+	       rte_version(), huge && *huge ? "hugepages" : "no hugepages", n, build * 1e3, N_ADDR, bulk[ROUNDS / 2], x4[ROUNDS / 2], ROUNDS,
 	       (unsigned long long)(sum & 1));
 	rte_lpm_free(lpm);
 	rte_eal_cleanup();

@@ -502,6 +502,13 @@ fn bench_family<K: Key>(
                    "reference_single_lps": r.ref_single, "ratio": ratio}),
         );
     }
+    // Both structures are allocated through the binary's huge-page allocator; say how much
+    // of the process the kernel actually backed with 2 MiB pages (0 where THP is off).
+    let huge = flowlane_io::sys::huge::huge_page_bytes();
+    text.push_str(&format!(
+        "  pages      {} of the process on 2 MiB pages (allocations of 2 MiB and more are advised onto them)\n",
+        huge.map_or("unknown".to_string(), |b| format!("{:.1} MiB", mib(b as usize)))
+    ));
     text.push_str(&format!(
         "  check      {checked} lookups compared with {reference_name}: {} mismatches; {} lookups of the \
          incrementally updated FIB compared with a fresh build: {update_mismatches} mismatches\n",
@@ -525,6 +532,7 @@ fn bench_family<K: Key>(
         "fib_escapes": stats.escapes,
         "fib_expanded_roots": stats.expanded_roots,
         "reference_bytes": ref_bytes,
+        "process_huge_page_bytes": huge,
         "updates": updates.len(),
         "inserts_per_s": per_s(updates.len(), ins_s),
         "deletes_per_s": per_s(updates.len(), del_s),

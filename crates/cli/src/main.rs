@@ -20,6 +20,12 @@ mod report;
 
 use std::process::ExitCode;
 
+/// Allocations of 2 MiB and more (lookup tables, packet and address buffers) go on huge
+/// pages, as DPDK's do: without that, random lookups over megabytes miss the TLB, and
+/// flowlane's figures would not compare with those measured so (BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: flowlane_io::sys::huge::HugeAlloc = flowlane_io::sys::huge::HugeAlloc;
+
 use clap::{Parser, Subcommand};
 
 /// flowlane: does this host scale per core, how many packets per second does each stage carry,

@@ -224,6 +224,17 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
         );
     }
     assert_eq!(v["ipv4"]["reference"], "DIR-24-8");
+    // The binary's allocator advises large blocks onto huge pages: DIR-24-8's 64 MiB table
+    // is one, so wherever transparent huge pages are not off, some of it is on them.
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let huge = v["ipv4"]["process_huge_page_bytes"].as_u64();
+    if thp.contains("[always]") || thp.contains("[madvise]") {
+        assert!(
+            huge.expect("smaps_rollup is readable") >= 2 << 20,
+            "{huge:?}"
+        );
+    }
 }
 
 /// The structure sizes `route bench --json` prints, against a table small enough to work the

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod bpf;
+pub mod huge;
 pub mod packet;
 pub mod xsk;
 
