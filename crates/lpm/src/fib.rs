@@ -134,6 +134,22 @@ struct Scratch {
 }
 
 impl Scratch {
+    /// Lists node `c` as the `at`-th of the next node pass, for the lookup at position `i`
+    /// of the group, with the 64 address bits from the node's depth, and asks for the node's
+    /// first and last byte (its second line when it straddles two, as a 24-byte node does at
+    /// 2 of every 8 positions, and then that line was a demand miss). `nodes` is the node
+    /// arena: a prefetch is a hint, so its address needs no bounds check. (`at < GROUP`
+    /// always: the `% GROUP` only spares the check.)
+    #[inline(always)]
+    fn list_node(&mut self, at: usize, c: u32, i: usize, bits: u64, nodes: *const Node) {
+        let p = nodes.wrapping_add(c as usize);
+        crate::arch::prefetch(p);
+        crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
+        self.node[at % GROUP] = c;
+        self.pending[at % GROUP] = i as u8;
+        self.bits[at % GROUP] = bits;
+    }
+
     fn new() -> Self {
         Scratch {
             entry: [0; GROUP],
@@ -678,15 +694,7 @@ impl<K: Key> Fib<K> {
                 x
             };
             if x & NODE != 0 {
-                let c = x & !NODE;
-                let p = nodes.wrapping_add(c as usize);
-                crate::arch::prefetch(p);
-                // The node's last byte: its second line when it straddles two (a 24-byte
-                // node does at 2 of every 8 positions, and that line was a demand miss).
-                crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
-                s.node[n % GROUP] = c;
-                s.pending[n % GROUP] = j as u8;
-                s.bits[n % GROUP] = addr.bits64(Self::first_depth());
+                s.list_node(n, x & !NODE, j, addr.bits64(Self::first_depth()), nodes);
                 n += 1;
             } else {
                 o[j] = decode_direct(x);
@@ -770,13 +778,13 @@ impl<K: Key> Fib<K> {
                     s.line_x[lines % GROUP] = ((bits << STRIDE) >> 32) as u32;
                     lines += 1;
                 } else {
-                    let c = nd.child(v);
-                    let p = node_ptr.wrapping_add(c as usize);
-                    crate::arch::prefetch(p);
-                    crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
-                    s.node[still % GROUP] = c;
-                    s.pending[still % GROUP] = i as u8;
-                    s.bits[still % GROUP] = a[i].bits64(offset + STRIDE);
+                    s.list_node(
+                        still,
+                        nd.child(v),
+                        i,
+                        a[i].bits64(offset + STRIDE),
+                        node_ptr,
+                    );
                     still += 1;
                 }
             }
@@ -790,13 +798,13 @@ impl<K: Key> Fib<K> {
                 };
                 let code = l.code(s.line_x[k]);
                 if code == ESCAPE {
-                    let c = l.bounds[0];
-                    let p = node_ptr.wrapping_add(c as usize);
-                    crate::arch::prefetch(p);
-                    crate::arch::prefetch(p.cast::<u8>().wrapping_add(NODE_BYTES - 1));
-                    s.node[still % GROUP] = c;
-                    s.pending[still % GROUP] = i as u8;
-                    s.bits[still % GROUP] = a[i].bits64(offset + STRIDE);
+                    s.list_node(
+                        still,
+                        l.bounds[0],
+                        i,
+                        a[i].bits64(offset + STRIDE),
+                        node_ptr,
+                    );
                     still += 1;
                 } else {
                     o[i] = hops.get(usize::from(code)).copied().unwrap_or(NO_ROUTE);
