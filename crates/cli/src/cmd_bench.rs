@@ -257,6 +257,36 @@ fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 
+/// A UDP port on 127.0.0.1 that is free now (the kernel's pick for port 0).
+fn free_loopback_port() -> Result<u16, Failure> {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Failure::runtime(anyhow!("no free UDP port on 127.0.0.1: {e}")))
+}
+
+/// Runs `attempt` on the server address `to` (`127.0.0.1:PORT`); when its server could not
+/// bind because another program took the port meanwhile, moves `to` to a port `pick` finds
+/// free and tries again, at most three times in all.
+fn with_free_port<T>(
+    to: &mut String,
+    mut attempt: impl FnMut(&str) -> Result<T, Failure>,
+    mut pick: impl FnMut() -> Result<u16, Failure>,
+) -> Result<T, Failure> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match attempt(to) {
+            Err(f) if tries < 3 && format!("{:#}", f.err).contains("already in use") => {
+                let port = pick()?;
+                eprintln!("{to} was taken before the server could bind it: using port {port}");
+                *to = format!("127.0.0.1:{port}");
+            }
+            r => return r,
+        }
+    }
+}
+
 /// One step: serve, then blast for `secs`, then the numbers.
 fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::runtime(anyhow!("own path: {e}")))?;
@@ -561,15 +591,10 @@ pub fn run(a: BenchArgs) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let mut guard = LabGuard { name: None };
-    let target = if a.loopback {
-        // A free port for the server.
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| Failure::runtime(anyhow!("no free UDP port on 127.0.0.1: {e}")))?;
+    let mut target = if a.loopback {
         Target {
             lab: None,
-            to: format!("127.0.0.1:{port}"),
+            to: format!("127.0.0.1:{}", free_loopback_port()?),
             ncpus,
             buckets: a.buckets.map_or(ncpus, |b| b.1),
         }
@@ -656,7 +681,26 @@ pub fn run(a: BenchArgs) -> CmdResult {
             if stop.load(Ordering::Relaxed) {
                 break 'outer;
             }
-            let s = step(&a, &target, k, echo)?;
+            let s = if a.loopback {
+                // The port was free when picked, but another program can take it before the
+                // step's server binds it: then the step runs again on a new one.
+                let (ncpus, buckets) = (target.ncpus, target.buckets);
+                with_free_port(
+                    &mut target.to,
+                    |to| {
+                        let t = Target {
+                            lab: None,
+                            to: to.to_string(),
+                            ncpus,
+                            buckets,
+                        };
+                        step(&a, &t, k, echo)
+                    },
+                    free_loopback_port,
+                )?
+            } else {
+                step(&a, &target, k, echo)?
+            };
             say(&row(&s));
             for p in s["problems"].as_array().into_iter().flatten() {
                 say(&format!("     !! {}", p.as_str().unwrap_or("")));
@@ -735,4 +779,73 @@ pub fn run(a: BenchArgs) -> CmdResult {
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(to: &str) -> Failure {
+        Failure::runtime(anyhow!(
+            "flowlane serve did not start: flowlane: error: {to} is already in use by another program"
+        ))
+    }
+
+    #[test]
+    fn a_step_whose_port_was_taken_runs_again_on_a_new_one() {
+        let mut to = "127.0.0.1:5000".to_string();
+        let mut seen = Vec::new();
+        let mut ports = [5001u16, 5002].into_iter();
+        let r = with_free_port(
+            &mut to,
+            |t| {
+                seen.push(t.to_string());
+                if seen.len() < 3 {
+                    Err(busy(t))
+                } else {
+                    Ok(7)
+                }
+            },
+            || Ok(ports.next().expect("two picks at most")),
+        );
+        assert_eq!(r.ok(), Some(7));
+        assert_eq!(seen, ["127.0.0.1:5000", "127.0.0.1:5001", "127.0.0.1:5002"]);
+        assert_eq!(
+            to, "127.0.0.1:5002",
+            "later steps keep the port that worked"
+        );
+    }
+
+    #[test]
+    fn three_taken_ports_or_another_failure_end_the_run() {
+        let mut to = "127.0.0.1:5000".to_string();
+        let mut n = 0;
+        let mut next = 6000u16;
+        let r: Result<(), Failure> = with_free_port(
+            &mut to,
+            |t| {
+                n += 1;
+                Err(busy(t))
+            },
+            || {
+                next += 1;
+                Ok(next)
+            },
+        );
+        assert_eq!(n, 3);
+        assert_eq!(to, "127.0.0.1:6002");
+        assert!(format!("{:#}", r.expect_err("fails").err).contains("already in use"));
+
+        let mut calls = 0;
+        let r: Result<(), Failure> = with_free_port(
+            &mut to,
+            |_| {
+                calls += 1;
+                Err(Failure::runtime(anyhow!("flowlane blast failed in step 1")))
+            },
+            || panic!("no new port for other failures"),
+        );
+        assert_eq!(calls, 1);
+        assert!(r.is_err());
+    }
 }
