@@ -505,9 +505,16 @@ fn bench_family<K: Key>(
     // Both structures are allocated through the binary's huge-page allocator; say how much
     // of the process the kernel actually backed with 2 MiB pages (0 where THP is off).
     let huge = flowlane_io::sys::huge::huge_page_bytes();
+    let thp = flowlane_io::sys::huge::Thp::read();
     text.push_str(&format!(
-        "  pages      {} of the process on 2 MiB pages (allocations of 2 MiB and more are advised onto them)\n",
-        huge.map_or("unknown".to_string(), |b| format!("{:.1} MiB", mib(b as usize)))
+        "  pages      {} of the process on 2 MiB pages (allocations of 2 MiB and more are advised onto them; {})\n",
+        huge.map_or("unknown".to_string(), |b| format!("{:.1} MiB", mib(b as usize))),
+        thp.as_ref().map_or("no transparent huge pages here".to_string(), |t| format!(
+            "THP enabled={} defrag={}{}",
+            t.enabled,
+            t.defrag,
+            if t.advice_is_honoured() { "" } else { ": advice not honoured, expect few or none" }
+        ))
     ));
     text.push_str(&format!(
         "  check      {checked} lookups compared with {reference_name}: {} mismatches; {} lookups of the \
@@ -533,6 +540,8 @@ fn bench_family<K: Key>(
         "fib_expanded_roots": stats.expanded_roots,
         "reference_bytes": ref_bytes,
         "process_huge_page_bytes": huge,
+        "thp_enabled": thp.as_ref().map(|t| t.enabled.clone()),
+        "thp_defrag": thp.as_ref().map(|t| t.defrag.clone()),
         "updates": updates.len(),
         "inserts_per_s": per_s(updates.len(), ins_s),
         "deletes_per_s": per_s(updates.len(), del_s),

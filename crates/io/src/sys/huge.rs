@@ -69,7 +69,10 @@ unsafe impl GlobalAlloc for HugeAlloc {
             return unsafe { System.alloc_zeroed(l) };
         }
         // The advice must come before the first write: the system allocator zeroes an
-        // over-aligned block itself, which would fault it in on ordinary pages first.
+        // over-aligned block itself, which would fault it in on ordinary pages first. So the
+        // block is zeroed here, after the advice; it may be reused heap memory, not a fresh
+        // mapping, so the write cannot be skipped (a large `vec![0; n]` is faulted in whole
+        // at once, as the system allocator's own zeroing of an aligned block would).
         // SAFETY: as in `alloc`.
         let p = unsafe { System.alloc(l) };
         advise(p, l.size());
@@ -111,6 +114,46 @@ unsafe impl GlobalAlloc for HugeAlloc {
             }
         }
         p
+    }
+}
+
+/// The kernel's transparent-huge-page settings, as selected in
+/// `/sys/kernel/mm/transparent_hugepage/{enabled,defrag}` (e.g. `madvise`, `madvise`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thp {
+    /// `always`, `madvise` or `never`.
+    pub enabled: String,
+    /// `always`, `defer`, `defer+madvise`, `madvise` or `never`.
+    pub defrag: String,
+}
+
+impl Thp {
+    /// The settings of this kernel, or `None` where it has no THP (or they are unreadable).
+    pub fn read() -> Option<Thp> {
+        let selected = |f: &str| {
+            let text =
+                std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{f}")).ok()?;
+            Thp::selected(&text)
+        };
+        Some(Thp {
+            enabled: selected("enabled")?,
+            defrag: selected("defrag")?,
+        })
+    }
+
+    /// The bracketed choice of a sysfs setting: `always [madvise] never` → `madvise`.
+    fn selected(text: &str) -> Option<String> {
+        let (_, rest) = text.split_once('[')?;
+        let (v, _) = rest.split_once(']')?;
+        Some(v.to_string())
+    }
+
+    /// Whether memory advised `MADV_HUGEPAGE` is faulted in on huge pages, compacting memory
+    /// for them if need be. With `defrag` `defer` or `never` it gets one only when a free
+    /// 2 MiB page happens to be at hand (or later, from khugepaged).
+    pub fn advice_is_honoured(&self) -> bool {
+        matches!(self.enabled.as_str(), "always" | "madvise")
+            && matches!(self.defrag.as_str(), "always" | "madvise" | "defer+madvise")
     }
 }
 
@@ -220,9 +263,29 @@ mod tests {
     }
 
     #[test]
+    fn thp_settings_read_the_bracketed_choice() {
+        assert_eq!(
+            Thp::selected("always [madvise] never\n").as_deref(),
+            Some("madvise")
+        );
+        assert_eq!(
+            Thp::selected("always defer [defer+madvise] madvise never").as_deref(),
+            Some("defer+madvise")
+        );
+        assert_eq!(Thp::selected("garbage"), None);
+        let t = |e: &str, d: &str| Thp {
+            enabled: e.into(),
+            defrag: d.into(),
+        };
+        assert!(t("madvise", "madvise").advice_is_honoured());
+        assert!(t("always", "defer+madvise").advice_is_honoured());
+        assert!(!t("never", "madvise").advice_is_honoured());
+        assert!(!t("madvise", "defer").advice_is_honoured());
+    }
+
+    #[test]
     fn the_kernel_backs_large_blocks_with_huge_pages() {
-        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .unwrap_or_default();
+        let thp = Thp::read();
         let a = HugeAlloc;
         let big = Layout::from_size_align(16 << 20, 8).expect("valid layout");
         // SAFETY: a non-zero layout; freed below with it.
@@ -241,17 +304,18 @@ mod tests {
         let process = huge_page_bytes();
         // SAFETY: allocated above with `big`.
         unsafe { a.dealloc(p, big) };
-        if mode.is_empty() || mode.contains("[never]") {
-            eprintln!("transparent huge pages are off or absent here: nothing to check");
+        if !thp.as_ref().is_some_and(Thp::advice_is_honoured) {
+            eprintln!(
+                "THP here ({thp:?}) does not promise huge pages for advice: nothing to check"
+            );
             return;
         }
-        // With THP `always` or `madvise`, the 2 MiB-aligned, advised block is faulted in
-        // on huge pages (direct compaction is allowed for advised memory).
+        // The 2 MiB-aligned, advised block is faulted in on huge pages (the kernel compacts
+        // memory for advised blocks if need be).
         let here = here.expect("the block's mapping is in /proc/self/smaps");
         assert!(
             here >= 8 << 20,
-            "THP `{}`: only {here} bytes of 16 MiB on huge pages",
-            mode.trim()
+            "THP {thp:?}: only {here} bytes of 16 MiB on huge pages"
         );
         assert!(process.expect("smaps_rollup readable") >= here);
         let zeroed_here = zeroed_here.expect("the zeroed block's mapping is in /proc/self/smaps");
