@@ -752,8 +752,36 @@ impl<K: Key> Fib<K> {
         let node_ptr = self.nodes.as_ptr();
         let line_ptr = self.lines.as_ptr();
         while n > 0 {
-            let (mut still, mut leaves, mut lines) = (0, 0, 0);
+            // First a lean scan for the common case below an IPv6 expanded root: a ranged
+            // node whose slot holds a child (a line). Those are listed for the line pass;
+            // every other node is moved up the list for the full decode after it. Apart, each
+            // loop keeps its values in registers: IPv6 156 -> 143 instructions a lookup,
+            // batches inside routed prefixes 1.03-1.10x (BENCHMARKS.md).
+            let mut lines = 0;
+            let mut rest = 0;
             for k in 0..n.min(GROUP) {
+                let c = s.node[k];
+                let i = s.pending[k];
+                let bits = s.bits[k];
+                let v = (bits >> (64 - STRIDE)) as u32;
+                if let Some(nd) = self.nodes.get(c as usize) {
+                    if nd.base0 & (INLINE | RANGED) == RANGED && nd.vector & (1u64 << v) != 0 {
+                        let l = nd.child(v);
+                        crate::arch::prefetch(line_ptr.wrapping_add(l as usize));
+                        s.line_at[lines % GROUP] = l;
+                        s.line_of[lines % GROUP] = i;
+                        s.line_x[lines % GROUP] = ((bits << STRIDE) >> 32) as u32;
+                        lines += 1;
+                        continue;
+                    }
+                }
+                s.node[rest % GROUP] = c;
+                s.pending[rest % GROUP] = i;
+                s.bits[rest % GROUP] = bits;
+                rest += 1;
+            }
+            let (mut still, mut leaves) = (0, 0);
+            for k in 0..rest.min(GROUP) {
                 let i = usize::from(s.pending[k]) % GROUP;
                 let Some(nd) = self.nodes.get(s.node[k] as usize) else {
                     continue;
@@ -769,15 +797,9 @@ impl<K: Key> Fib<K> {
                     s.leaf_at[leaves % GROUP] = j;
                     s.leaf_of[leaves % GROUP] = i as u8;
                     leaves += 1;
-                } else if nd.base0 & RANGED != 0 {
-                    let c = nd.child(v);
-                    crate::arch::prefetch(line_ptr.wrapping_add(c as usize));
-                    s.line_at[lines % GROUP] = c;
-                    s.line_of[lines % GROUP] = i as u8;
-                    // The 32 address bits past the line's depth, from the bits taken here.
-                    s.line_x[lines % GROUP] = ((bits << STRIDE) >> 32) as u32;
-                    lines += 1;
                 } else {
+                    // A ranged node's children were all listed as lines above.
+                    debug_assert!(nd.base0 & RANGED == 0);
                     s.list_node(
                         still,
                         nd.child(v),
