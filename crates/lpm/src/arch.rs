@@ -27,13 +27,13 @@ pub(crate) fn prefetch<T>(p: *const T) {
 }
 
 /// How many of the ten `bounds` are at or below `x` (unsigned): three 4-lane compares, the
-/// last overlapping the second by two lanes, their lane masks joined and counted.
+/// last overlapping the second by two lanes, narrowed into one byte mask and counted.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse4.1"))]
 #[inline(always)]
 pub(crate) fn bounds_at_or_below(bounds: &[u32; 10], x: u32) -> u32 {
     use std::arch::x86_64::{
-        __m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_min_epu32, _mm_movemask_ps, _mm_set1_epi32,
-        _mm_set_epi32,
+        __m128i, _mm_cmpeq_epi32, _mm_min_epu32, _mm_movemask_epi8, _mm_packs_epi16,
+        _mm_packs_epi32, _mm_set1_epi32, _mm_set_epi32,
     };
     // SAFETY: these intrinsics take no pointers and touch no memory; all they need is SSE4.1
     // (PMINUD), which the `cfg` above proves the build targets. `bounds` is read by safe,
@@ -48,14 +48,17 @@ pub(crate) fn bounds_at_or_below(bounds: &[u32; 10], x: u32) -> u32 {
                 bounds[i] as i32,
             )
         };
-        // b <= x exactly when min(b, x) == b.
-        let le = |b: __m128i| {
-            _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_min_epu32(b, xv), b))) as u32
-        };
-        // Lanes 6 and 7 are in both the second and the third compare: keep the third's
-        // lanes 8 and 9 only.
-        let m = le(four(0)) | le(four(4)) << 4 | (le(four(6)) & 0b1100) << 6;
-        m.count_ones()
+        // b <= x exactly when min(b, x) == b: a lane of all ones.
+        let le = |b: __m128i| _mm_cmpeq_epi32(_mm_min_epu32(b, xv), b);
+        // Narrowed with signed saturation (all ones stays all ones, zero stays zero) into
+        // one byte a lane: bounds 0-7, then 6-9 twice. Lanes 6 and 7 are in both the second
+        // and the third compare: keep the third's lanes 8 and 9 only (mask bits 10, 11).
+        let third = le(four(6));
+        let bytes = _mm_packs_epi16(
+            _mm_packs_epi32(le(four(0)), le(four(4))),
+            _mm_packs_epi32(third, third),
+        );
+        (_mm_movemask_epi8(bytes) as u32 & 0x0CFF).count_ones()
     }
 }
 
