@@ -770,6 +770,7 @@ impl<K: Key> Fib<K> {
                         crate::arch::prefetch(line_ptr.wrapping_add(l as usize));
                         s.line_at[lines % GROUP] = l;
                         s.line_of[lines % GROUP] = i;
+                        // The 32 address bits past the line's depth.
                         s.line_x[lines % GROUP] = ((bits << STRIDE) >> 32) as u32;
                         lines += 1;
                         continue;
