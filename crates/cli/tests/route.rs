@@ -224,12 +224,27 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
         );
     }
     assert_eq!(v["ipv4"]["reference"], "DIR-24-8");
+    // The THP settings printed beside the huge-page figure are the kernel's: each is the
+    // bracketed choice in its sysfs file.
+    let sysfs =
+        |f: &str| std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{f}"));
+    for (key, file) in [("thp_enabled", "enabled"), ("thp_defrag", "defrag")] {
+        match (sysfs(file), v["ipv4"][key].as_str()) {
+            (Ok(text), Some(choice)) => {
+                assert!(
+                    text.contains(&format!("[{choice}]")),
+                    "{key} {choice}: {text}"
+                )
+            }
+            (Err(_), got) => assert_eq!(got, None, "{key} printed without sysfs"),
+            (Ok(text), None) => panic!("{key} missing; sysfs says {text}"),
+        }
+    }
     // The binary's allocator advises large blocks onto huge pages: DIR-24-8's 64 MiB table
-    // is one, so wherever transparent huge pages are not off, some of it is on them.
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    // is one, so wherever the kernel honours that advice (the condition the allocator's
+    // own test uses), some of the process is on them, as smaps_rollup counts it.
     let huge = v["ipv4"]["process_huge_page_bytes"].as_u64();
-    if thp.contains("[always]") || thp.contains("[madvise]") {
+    if flowlane_io::sys::huge::Thp::read().is_some_and(|t| t.advice_is_honoured()) {
         assert!(
             huge.expect("smaps_rollup is readable") >= 2 << 20,
             "{huge:?}"

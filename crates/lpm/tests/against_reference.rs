@@ -624,11 +624,9 @@ fn many_distinct_next_hops() {
     many_hops(&routes);
 }
 
-/// `routes` (more than 65 536 distinct hops; the first 1000 fewer) through a writer, 65 000
-/// one by one and the rest as a burst; lookups at each route's start and at address 0.
 /// Narrow leaves hold 65 535 codes (16 bits, the last value marking escape lines): "no
-/// route" and 65 534 distinct next hops; one more switches to wide leaves. Both answer like the reference, with
-/// the top codes in range lines.
+/// route" and 65 534 distinct next hops; one more switches to wide leaves. Both answer like
+/// the reference, with the top codes in range lines.
 #[test]
 fn the_last_narrow_code() {
     let base = a6("2001:2::");
@@ -660,6 +658,8 @@ fn the_last_narrow_code() {
     }
 }
 
+/// `routes` (more than 65 536 distinct hops; the first 1000 fewer) through a writer, 65 000
+/// one by one and the rest as a burst; lookups at each route's start and at address 0.
 fn many_hops<K: Key>(routes: &[(Prefix<K>, u32)]) {
     let mut r = Reference::default();
     let mut w = FibWriter::new(Rib::new());

@@ -162,13 +162,16 @@ impl Thp {
 /// or unreadable.
 pub fn huge_page_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
-    text.lines().find_map(|l| {
-        let kb = l
-            .strip_prefix("AnonHugePages:")?
-            .trim()
-            .strip_suffix("kB")?;
-        kb.trim().parse::<u64>().ok().map(|k| k * 1024)
-    })
+    text.lines().find_map(anon_huge_bytes)
+}
+
+/// The bytes of an smaps `AnonHugePages:   2048 kB` line; `None` for any other line.
+fn anon_huge_bytes(line: &str) -> Option<u64> {
+    let kb = line
+        .strip_prefix("AnonHugePages:")?
+        .trim()
+        .strip_suffix("kB")?;
+    kb.trim().parse::<u64>().ok().map(|k| k * 1024)
 }
 
 #[cfg(test)]
@@ -247,16 +250,8 @@ mod tests {
                     continue;
                 }
             }
-            if inside {
-                if let Some(kb) = l.strip_prefix("AnonHugePages:") {
-                    return kb
-                        .trim()
-                        .strip_suffix("kB")?
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                        .map(|k| k * 1024);
-                }
+            if inside && l.starts_with("AnonHugePages:") {
+                return anon_huge_bytes(l);
             }
         }
         None
