@@ -83,18 +83,14 @@ fn main() {
         }
     };
     pass("plain veth, nftables prerouting drop", &modes[..3]);
-    let ethtool = |gro: &str| {
-        let st = p
-            .dut
-            .command("ethtool")
-            .args(["-K", &p.dut_if, "gro", gro])
-            .status()
-            .expect("ethtool runs (apt-get install ethtool)");
-        assert!(st.success(), "ethtool -K gro {gro}");
+    let gro = |on: bool| {
+        p.dut
+            .set_offload(&p.dut_if, flowlane_lab::Offload::Gro, on)
+            .expect("GRO on or off (SIOCETHTOOL)");
     };
-    ethtool("on");
+    gro(true);
     pass("GRO on (NAPI), nftables prerouting drop", &modes);
-    ethtool("off");
+    gro(false);
     let drop_all = {
         use flowlane_io::ebpf::{xdp, Asm, R0};
         use flowlane_io::sys::{bpf, packet::ifindex};

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -115,10 +115,8 @@ fn serve(gen: &Netns, dut: &Netns, secs: f64, args: &[&str]) -> (u64, u64, u64, 
     std::thread::spawn(move || lines.for_each(drop));
     let sent = blast(gen, secs);
     std::thread::sleep(Duration::from_millis(100));
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
+    flowlane_io::sys::signal_process(child.id(), flowlane_io::sys::Signal::Interrupt)
+        .expect("SIGINT");
     let out = child.wait_with_output().expect("serve ends");
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
     let t = &j["total"];
@@ -164,15 +162,8 @@ fn main() {
     .expect("veth pair");
     let set_gro = |on: bool| {
         for (ns, ifname) in [(&gen, &gi), (&dut, &di)] {
-            let st = ns
-                .command("ethtool")
-                .args(["-K", ifname, "gro", if on { "on" } else { "off" }])
-                .stdout(Stdio::null())
-                .status();
-            assert!(
-                st.is_ok_and(|s| s.success()),
-                "ethtool -K gro (install ethtool)"
-            );
+            ns.set_offload(ifname, flowlane_lab::Offload::Gro, on)
+                .expect("GRO on or off (SIOCETHTOOL)");
         }
     };
 

@@ -90,12 +90,8 @@ fn main() {
     }
     row("max raw", step("raw", None));
     // Faster than raw: live XDP frames, which veth takes only into a peer running NAPI.
-    let st = p
-        .dut
-        .command("ethtool")
-        .args(["-K", &p.dut_if, "gro", "on"])
-        .status()
-        .expect("ethtool runs (apt-get install ethtool)");
-    assert!(st.success(), "ethtool -K gro on");
+    p.dut
+        .set_offload(&p.dut_if, flowlane_lab::Offload::Gro, true)
+        .expect("GRO on (SIOCETHTOOL)");
     row("max live", step("xdp-live", None));
 }

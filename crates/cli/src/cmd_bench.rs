@@ -203,10 +203,12 @@ fn start_serve(cmd: &mut Command) -> Result<(Child, std::thread::JoinHandle<Stri
 }
 
 /// Stops serve with SIGINT (it prints its summary) and reads its JSON.
-fn stop_serve(child: Child, rest: std::thread::JoinHandle<String>) -> Result<Value, Failure> {
-    let _ = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
+fn stop_serve(mut child: Child, rest: std::thread::JoinHandle<String>) -> Result<Value, Failure> {
+    // kill(2), not the `kill` program; if the signal cannot be sent the child is killed, so
+    // the wait below always ends.
+    if flowlane_io::sys::signal_process(child.id(), flowlane_io::sys::Signal::Interrupt).is_err() {
+        let _ = child.kill();
+    }
     let out = child
         .wait_with_output()
         .map_err(|e| Failure::runtime(anyhow!("waiting for serve: {e}")))?;

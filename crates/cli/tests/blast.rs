@@ -1,6 +1,8 @@
 //! `flowlane blast` against real sockets: exact counts on the peer's interface, rate accuracy,
 //! loss from a firewall rule, RSS placement, and foreign echoes. Namespace tests need root.
 
+mod common;
+
 use std::net::UdpSocket;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -124,8 +126,7 @@ fn paced_rate_lands_within_two_percent_at_the_peer() {
 #[test]
 fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
     let Some((_one, p)) = pair() else { return };
-    if Command::new("nft").arg("--version").output().is_err() {
-        eprintln!("SKIP: nft is needed (apt-get install nftables)");
+    if !common::need_program("nft") {
         return;
     }
     // The DUT's firewall drops every 100th datagram to the server before it is echoed.
@@ -878,13 +879,16 @@ fn xdp_live_frames_leave_and_are_counted_exactly_at_the_peer() {
 /// Turns GRO on or off on the DUT's veth end: with it on, veth runs NAPI there and takes XDP
 /// frames; with it off (and no XDP program), veth refuses them.
 fn dut_gro(p: &Pair, on: bool) {
-    let st = p
-        .dut
-        .command("ethtool")
-        .args(["-K", &p.dut_if, "gro", if on { "on" } else { "off" }])
-        .status()
-        .expect("ethtool runs (apt-get install ethtool)");
-    assert!(st.success(), "ethtool -K gro");
+    p.dut
+        .set_offload(&p.dut_if, flowlane_lab::Offload::Gro, on)
+        .expect("GRO on or off (SIOCETHTOOL)");
+    assert_eq!(
+        p.dut
+            .offload(&p.dut_if, flowlane_lab::Offload::Gro)
+            .expect("read GRO"),
+        on,
+        "the kernel took the setting"
+    );
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! `flowlane serve` with real sockets on loopback.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use flowlane_io::sys::Signal;
 use flowlane_lab::Netns;
 use serde_json::Value;
 
@@ -106,12 +109,7 @@ impl Server {
 
     /// SIGINT, then the JSON summary; asserts exit 0.
     fn finish(self) -> Value {
-        let pid = self.child.id().to_string();
-        let st = Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(st.success());
+        flowlane_io::sys::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
         let out = self.child.wait_with_output().expect("serve ends");
         assert_eq!(out.status.code(), Some(0), "serve exit status");
         serde_json::from_slice(&out.stdout).expect("summary is JSON")
@@ -327,12 +325,8 @@ fn private_ns() -> Option<Netns> {
     Some(Netns::create("fl-serve").expect("create a namespace"))
 }
 
-fn signal(srv: &Server, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &srv.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(st.success(), "kill {sig}");
+fn signal(srv: &Server, sig: Signal) {
+    flowlane_io::sys::signal_process(srv.child.id(), sig).expect("kill(2)");
 }
 
 #[test]
@@ -347,7 +341,7 @@ fn counts_match_the_kernels_udp_counters_when_the_buffer_overflows() {
         &["--mode", "sink", "--cpus", "0", "--rcvbuf", "65536"],
     );
     let before = ns.snmp().expect("snmp");
-    signal(&srv, "-STOP");
+    signal(&srv, Signal::Stop);
     let burst = 5000u64;
     ns.run(|| {
         let c = UdpSocket::bind("127.0.0.1:0").expect("client in the namespace");
@@ -357,7 +351,7 @@ fn counts_match_the_kernels_udp_counters_when_the_buffer_overflows() {
         }
     })
     .expect("sender in the namespace");
-    signal(&srv, "-CONT");
+    signal(&srv, Signal::Continue);
     std::thread::sleep(Duration::from_millis(300));
     let j = srv.finish();
     let after = ns.snmp().expect("snmp");
@@ -424,9 +418,7 @@ fn refused_echoes_are_counted_and_the_worker_keeps_serving() {
     let rules = format!(
         "table inet fl {{\n chain out {{\n  type filter hook output priority 0;\n  udp sport {port} drop\n }}\n}}\n"
     );
-    if Command::new("nft").arg("--version").output().is_err() {
-        // CI installs nftables; a developer machine may not have it.
-        eprintln!("SKIP: nft is needed for this test (apt-get install nftables)");
+    if !common::need_program("nft") {
         return;
     }
     let st = nft(&rules).expect("nft runs");

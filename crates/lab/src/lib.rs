@@ -1,7 +1,9 @@
 //! # flowlane-lab — namespaces, links and kernel counters
 //!
 //! Layer: orchestration. Namespaces and links are made with iproute2 (`ip`), the tool every
-//! reader of a test already knows; a thread enters a namespace through
+//! reader of a test already knows — and the only program the lab runs: offloads, sysfs files
+//! and the XDP program are set from a thread inside the namespace through `flowlane_io`. A
+//! thread enters a namespace through
 //! [`flowlane_io::sys::enter_netns`]. Kernel counters are read from `/proc/thread-self/net/…`,
 //! which shows the *calling thread's* namespace (`/proc/net` would show the process's).
 //!
@@ -18,6 +20,9 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use counters::{DevCounters, Snmp};
+pub use flowlane_io::sys::netdev::Offload;
+
+use flowlane_io::sys::netdev;
 
 /// A failed lab operation: what was tried and what the system said.
 #[derive(Debug)]
@@ -36,13 +41,46 @@ impl fmt::Display for LabError {
 
 impl std::error::Error for LabError {}
 
-/// Runs a command; its stdout on success, else a [`LabError`] naming it.
+/// The Debian package that ships `program`, for a hint when it is missing.
+pub fn package_of(program: &str) -> &str {
+    match program.rsplit('/').next().unwrap_or(program) {
+        "ip" | "tc" | "ss" | "bridge" => "iproute2",
+        "nft" => "nftables",
+        "chromium" => "chromium",
+        "tshark" => "tshark",
+        "ethtool" => "ethtool",
+        "curl" => "curl",
+        "nginx" => "nginx-light",
+        other => other,
+    }
+}
+
+/// The one-line hint for a program that is not installed.
+pub fn missing_hint(program: &str) -> String {
+    format!(
+        "`{program}` is not installed (Debian: apt-get install {})",
+        package_of(program)
+    )
+}
+
+/// Whether `program` can be run (found on `PATH`, or a path that exists).
+pub fn have_program(program: &str) -> bool {
+    if program.contains('/') {
+        return std::path::Path::new(program).exists();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
+}
+
+/// Runs a command; its stdout on success, else a [`LabError`] naming it (and, for a program
+/// that is not installed, the package that ships it).
 pub fn run(cmd: &mut Command) -> Result<String, LabError> {
     let what = format!("{cmd:?}").replace('"', "");
+    let program = cmd.get_program().to_string_lossy().into_owned();
     let out: Output = cmd.output().map_err(|e| LabError {
         what: what.clone(),
         detail: if e.kind() == std::io::ErrorKind::NotFound {
-            "program not found (install iproute2)".into()
+            missing_hint(&program)
         } else {
             e.to_string()
         },
@@ -145,13 +183,62 @@ impl Netns {
             })
     }
 
-    /// Writes `value` to a sysfs file as the namespace sees it (`ip netns exec` mounts the
-    /// namespace's own /sys, which a thread that only entered the namespace does not see).
+    /// Writes `value` to a sysfs file as the namespace sees it: from a thread inside the
+    /// namespace with its own sysfs mounted (what `ip netns exec` does for its programs; a
+    /// thread that only entered the namespace still sees the process's /sys).
     pub fn write_sys(&self, path: &str, value: &str) -> Result<(), LabError> {
-        run(self
-            .command("sh")
-            .args(["-c", "printf '%s\\n' \"$1\" > \"$2\"", "sh", value, path]))
-        .map(drop)
+        self.run_with_sys(|| std::fs::write(path, value))?
+            .map_err(|e| LabError {
+                what: format!("write {value} to {path} in {}", self.name),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Reads a sysfs file as the namespace sees it (see [`Netns::write_sys`]).
+    pub fn read_sys(&self, path: &str) -> Result<String, LabError> {
+        self.run_with_sys(|| std::fs::read_to_string(path))?
+            .map_err(|e| LabError {
+                what: format!("read {path} in {}", self.name),
+                detail: e.to_string(),
+            })
+    }
+
+    /// The names in a sysfs directory as the namespace sees it, sorted.
+    pub fn list_sys(&self, dir: &str) -> Result<Vec<String>, LabError> {
+        self.run_with_sys(|| -> std::io::Result<Vec<String>> {
+            let mut v = std::fs::read_dir(dir)?
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            v.sort();
+            Ok(v)
+        })?
+        .map_err(|e| LabError {
+            what: format!("list {dir} in {}", self.name),
+            detail: e.to_string(),
+        })
+    }
+
+    /// Turns an offload on or off on an interface of the namespace (`ethtool -K`, done with
+    /// the `SIOCETHTOOL` ioctl: no ethtool program needed).
+    pub fn set_offload(&self, ifname: &str, offload: Offload, on: bool) -> Result<(), LabError> {
+        self.run(|| netdev::set_offload(ifname, offload, on))?
+            .map_err(|e| LabError {
+                what: format!(
+                    "turn {offload:?} {} on {ifname} in {}",
+                    if on { "on" } else { "off" },
+                    self.name
+                ),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Whether an offload is on on an interface of the namespace.
+    pub fn offload(&self, ifname: &str, offload: Offload) -> Result<bool, LabError> {
+        self.run(|| netdev::offload(ifname, offload))?
+            .map_err(|e| LabError {
+                what: format!("read {offload:?} of {ifname} in {}", self.name),
+                detail: e.to_string(),
+            })
     }
 
     /// Drops every IPv4 packet in an nftables prerouting hook (table `fl`), after the
@@ -194,6 +281,16 @@ impl Netns {
     /// Runs `f` on a thread that has entered the namespace: sockets it opens and counters it
     /// reads are the namespace's.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, LabError> {
+        self.run_inside(false, f)
+    }
+
+    /// [`Netns::run`] with the namespace's own sysfs on `/sys` for `f` (a private mount
+    /// namespace of that thread alone, gone when it ends).
+    pub fn run_with_sys<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, LabError> {
+        self.run_inside(true, f)
+    }
+
+    fn run_inside<T: Send>(&self, sys: bool, f: impl FnOnce() -> T + Send) -> Result<T, LabError> {
         let path = format!("/run/netns/{}", self.name);
         let file = File::open(&path).map_err(|e| LabError {
             what: format!("open {path}"),
@@ -205,6 +302,12 @@ impl Netns {
                     what: format!("enter namespace {}", self.name),
                     detail: e.to_string(),
                 })?;
+                if sys {
+                    netdev::private_sysfs().map_err(|e| LabError {
+                        what: format!("mount the sysfs of namespace {}", self.name),
+                        detail: e.to_string(),
+                    })?;
+                }
                 Ok(f())
             })
             .join()

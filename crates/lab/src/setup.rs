@@ -11,14 +11,13 @@
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use flowlane_io::ebpf;
-use flowlane_io::sys::bpf;
+use flowlane_io::sys::{bpf, netdev};
 use flowlane_rss::{Key, Reta, Toeplitz};
 use serde::{Deserialize, Serialize};
 
-use crate::{add_veth, ip, run, LabError, Netns};
+use crate::{add_veth, ip, LabError, Netns, Offload};
 
 /// The generator end's interface (in `NAME-gen`).
 pub const GEN_IF: &str = "flgen";
@@ -230,9 +229,8 @@ fn build(cfg: &LabConfig) -> Result<(), LabError> {
         // NAPI with GRO on both ends: per-queue receive processing. Checksums computed by the
         // sender, not left to "offload": a frame that XDP redirects (software RSS) loses the
         // skb's note that its checksum is still partial, and the receiver would drop it.
-        run(ns
-            .command("ethtool")
-            .args(["-K", ifname, "gro", "on", "tx", "off"]))?;
+        ns.set_offload(ifname, Offload::Gro, true)?;
+        ns.set_offload(ifname, Offload::TxChecksum, false)?;
         // XPS: a thread on CPU i sends on TX queue i.
         for tx in 0..cfg.queues as usize {
             let mask = if tx < ncpus {
@@ -306,8 +304,8 @@ fn bpf_err(what: &str) -> impl FnOnce(flowlane_io::SysError) -> LabError + '_ {
 }
 
 /// Loads the software-RSS program with its maps and attaches it to the DUT's interface
-/// (native XDP on veth). The program is pinned on a private, temporary bpf file system only
-/// for `ip` to attach it, then unpinned: the interface holds it, and it goes with it.
+/// (native XDP on veth) through rtnetlink: no bpf file system, nothing pinned; the interface
+/// holds it, and it goes with it.
 fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
     let reta_len = cfg.reta.len();
     if !reta_len.is_power_of_two() {
@@ -385,20 +383,15 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
         what: "load the RSS program".into(),
         detail: e.to_string(),
     })?;
-    let fs = TempBpfFs::mount()?;
-    let pinned = fs.dir.join("fl_rss");
-    bpf::pin(&prog, &pinned).map_err(bpf_err("pin the RSS program"))?;
-    let attached = dut.ip(&[
-        "link",
-        "set",
-        "dev",
-        DUT_IF,
-        "xdpdrv",
-        "pinned",
-        &pinned.to_string_lossy(),
-    ]);
-    let _ = std::fs::remove_file(&pinned);
-    attached.map(drop)
+    // Attached through rtnetlink from inside the namespace: the interface holds the program
+    // (it outlives this process) and it goes with the interface on `lab down`.
+    dut.run(|| {
+        let ifindex = flowlane_io::sys::packet::ifindex(DUT_IF)?;
+        netdev::attach_xdp_to_link(&prog, ifindex, netdev::XDP_FLAGS_DRV_MODE)
+    })?
+    .map_err(bpf_err(
+        "attach the RSS program to the DUT's interface (native XDP)",
+    ))
 }
 
 /// Name of the software-RSS counters map (see [`ebpf::rss_stats`]).
@@ -477,33 +470,6 @@ fn steer_counts_of(prog: Option<u32>) -> Result<Option<Vec<SteerCount>>, LabErro
             })
             .collect(),
     ))
-}
-
-/// A bpf file system mounted on a fresh directory, unmounted and removed on drop.
-struct TempBpfFs {
-    dir: PathBuf,
-}
-
-impl TempBpfFs {
-    fn mount() -> Result<TempBpfFs, LabError> {
-        let dir = std::env::temp_dir().join(format!("flowlane-bpffs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| LabError {
-            what: format!("mkdir {}", dir.display()),
-            detail: e.to_string(),
-        })?;
-        let fs = TempBpfFs { dir };
-        run(Command::new("mount")
-            .args(["-t", "bpf", "bpf"])
-            .arg(&fs.dir))?;
-        Ok(fs)
-    }
-}
-
-impl Drop for TempBpfFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).output();
-        let _ = std::fs::remove_dir(&self.dir);
-    }
 }
 
 /// Removes lab `name`: both namespaces (with them the links and the XDP program) and the
@@ -598,22 +564,16 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
             }
         }
         if ifname == DUT_IF {
-            let ls = run(ns
-                .command("ls")
-                .arg(format!("/sys/class/net/{DUT_IF}/queues")))
-            .unwrap_or_default();
-            st.dut_rx_queues = Some(
-                ls.split_whitespace()
-                    .filter(|q| q.starts_with("rx-"))
-                    .count(),
-            );
+            st.dut_rx_queues = ns
+                .list_sys(&format!("/sys/class/net/{DUT_IF}/queues"))
+                .ok()
+                .map(|qs| qs.iter().filter(|q| q.starts_with("rx-")).count());
             // One `ip link` query: whether a program is attached (software RSS), and which
             // one, for its counters.
             let prog = xdp_program(&ns);
-            let rps = run(ns
-                .command("cat")
-                .arg(format!("/sys/class/net/{DUT_IF}/queues/rx-0/rps_cpus")))
-            .unwrap_or_default();
+            let rps = ns
+                .read_sys(&format!("/sys/class/net/{DUT_IF}/queues/rx-0/rps_cpus"))
+                .unwrap_or_default();
             let rps_on = !rps.trim().trim_matches(|c| c == '0' || c == ',').is_empty();
             let attached = matches!(prog, Ok(Some(_)));
             match prog.and_then(steer_counts_of) {

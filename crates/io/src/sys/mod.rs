@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod bpf;
 pub mod huge;
+pub mod netdev;
 pub mod packet;
 pub mod xsk;
 
@@ -287,6 +288,48 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A signal [`signal_process`] sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGINT: what Ctrl-C sends; flowlane's roles print their summary and exit.
+    Interrupt,
+    /// SIGTERM.
+    Terminate,
+    /// SIGKILL.
+    Kill,
+    /// SIGHUP.
+    Hangup,
+    /// SIGSTOP: the process stops (a test's way to make a receiver fall behind).
+    Stop,
+    /// SIGCONT.
+    Continue,
+}
+
+/// Sends `sig` to process `pid` (`kill(2)`, not the `kill` program).
+pub fn signal_process(pid: u32, sig: Signal) -> Result<(), SysError> {
+    let signo = match sig {
+        Signal::Interrupt => libc::SIGINT,
+        Signal::Terminate => libc::SIGTERM,
+        Signal::Kill => libc::SIGKILL,
+        Signal::Hangup => libc::SIGHUP,
+        Signal::Stop => libc::SIGSTOP,
+        Signal::Continue => libc::SIGCONT,
+    };
+    let pid = libc::pid_t::try_from(pid).map_err(|_| SysError {
+        call: "kill",
+        source: io::Error::from_raw_os_error(libc::ESRCH),
+    })?;
+    // 0 and negative pids name process groups: never what a caller with a child's id means.
+    if pid <= 0 {
+        return Err(SysError {
+            call: "kill",
+            source: io::Error::from_raw_os_error(libc::ESRCH),
+        });
+    }
+    // SAFETY: kill takes integers; `pid` is positive, so it names exactly one process.
+    check("kill", unsafe { libc::kill(pid, signo) }).map(drop)
 }
 
 /// Pins the calling thread to one CPU.
