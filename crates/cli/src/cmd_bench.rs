@@ -24,18 +24,20 @@ use crate::live::stop_on_signals;
 use crate::report;
 use crate::{CmdResult, Failure};
 
-/// Reproduce the RSS scaling experiment: how packets per second grow with the number of RSS
+/// The main job: does this host scale per core? Packets per second by active RSS buckets.
+///
+/// Reproduces the RSS scaling experiment: how packets per second grow with the number of RSS
 /// buckets (receive queues) in use, and where packets go missing.
 ///
 /// In the lab (`flowlane lab`, brought up for the run and taken down after, unless it was
 /// already up): `flowlane serve` runs in the DUT namespace with one pinned worker per CPU;
 /// `flowlane blast` runs in the generator namespace with --per-bucket flows placed on each
 /// active bucket by the RSS picker (same key and table as the lab's software RSS). Step k uses
-/// buckets 0..k-1 — the seed's "1, 2, 3, 4 udp-clt processes". Each step records the five
-/// numbers of the seed's accounting:
+/// buckets 0..k-1, as the FreeBSD RSS experiment ran 1, 2, 3, 4 client processes. Each step
+/// records that experiment's five numbers:
 ///
-///   sent        frames the client's interface sent          (flgen tx_packets)
-///   received    frames the server's interface received      (fldut rx_packets)
+///   sent        frames the client's interface sent     (generator end flgen, tx_packets)
+///   received    frames the server's interface received (DUT end fldut, rx_packets)
 ///   seen        datagrams the server program read           (serve, all workers)
 ///   echoed      datagrams it sent back                      (serve)
 ///   back        echoes the client program received          (blast)
@@ -65,7 +67,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = BenchMode::Echo)]
     mode: BenchMode,
 
-    /// Frame size without FCS (60: the minimum frame, an 18-byte UDP payload as in the seed).
+    /// Frame size without FCS (60: the minimum frame, an 18-byte UDP payload — the smallest
+    /// frame of the FreeBSD experiment).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(60..=1514))]
     size: u64,
 

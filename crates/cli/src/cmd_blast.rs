@@ -31,24 +31,6 @@ use crate::args::{
 use crate::live::{latency_json, latency_line, seconds, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
-/// Send UDP traffic whose numbers can be trusted: exact counts, paced rates, and — with --echo
-/// against `flowlane serve --mode echo` — loss, reordering, duplicates and round-trip latency
-/// per flow.
-///
-/// Every datagram's payload starts with a 16-byte flowlane header (flow id, sequence number,
-/// transmit time) when it has room: --size 60 (the smallest IPv4 frame) leaves 18 bytes.
-/// Threads are pinned one per CPU (--cpus); each owns a share of the flows, one connected socket
-/// per flow, and sends sendmmsg batches. A status line each second; Ctrl-C stops sending, waits
-/// for the last echoes (--linger) and prints the summary, including a pktgen-style line.
-///
-/// Flows: --flows N combine the --from addresses with the --sport ports. RSS-placed flows:
-/// --per-queue K picks K source ports for each receive queue of the model (--queues, --key,
-/// --reta, ...) so that the 4-tuple hashes there; each flow's queue is in the summary.
-///
-/// Examples:
-///   flowlane blast --to 198.18.0.2:9000 --count 100000
-///   flowlane blast --to 198.18.0.2:9000 --rate 50k --duration 2 --echo --json
-///   flowlane blast --to 198.18.0.2:9000 --queues 4 --per-queue 2 --size 510 --rate 1Gbit
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ModeArg {
     /// UDP sockets (sendmmsg); the kernel builds the headers.
@@ -68,6 +50,26 @@ enum ModeArg {
     XdpLive,
 }
 
+/// Send traffic with exact counts, paced rates, and loss and latency from echoes.
+///
+/// UDP sockets (default), AF_PACKET or AF_XDP frames, or live XDP frames (--mode). With --echo
+/// against `flowlane serve --mode echo`: loss, reordering, duplicates and round-trip latency
+/// per flow.
+///
+/// Every datagram's payload starts with a 16-byte flowlane header (flow id, sequence number,
+/// transmit time) when it has room: --size 60 (the smallest IPv4 frame) leaves 18 bytes.
+/// Threads are pinned one per CPU (--cpus); each owns a share of the flows, one connected socket
+/// per flow, and sends sendmmsg batches. A status line each second; Ctrl-C stops sending, waits
+/// for the last echoes (--linger) and prints the summary, including a pktgen-style line.
+///
+/// Flows: --flows N combine the --from addresses with the --sport ports. RSS-placed flows:
+/// --per-queue K picks K source ports for each receive queue of the model (--queues, --key,
+/// --reta, ...) so that the 4-tuple hashes there; each flow's queue is in the summary.
+///
+/// Examples:
+///   flowlane blast --to 198.18.0.2:9000 --count 100000
+///   flowlane blast --to 198.18.0.2:9000 --rate 50k --duration 2 --echo --json
+///   flowlane blast --to 198.18.0.2:9000 --queues 4 --per-queue 2 --size 510 --rate 1Gbit
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct BlastArgs {

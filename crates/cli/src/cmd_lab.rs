@@ -11,8 +11,11 @@ use serde_json::json;
 use crate::args::{cpu_count, parse_key, print_json};
 use crate::{CmdResult, Failure};
 
-/// A two-host lab on this machine: namespaces NAME-gen and NAME-dut joined by a veth pair
-/// with one RX and TX queue per bucket on each end, addresses 198.18.0.1/24 + 2001:2::1/64
+/// Bring up, inspect and remove a two-host lab of network namespaces with software RSS.
+///
+/// Namespaces NAME-gen (the generator) and NAME-dut (the device under test) are joined by a
+/// veth pair — interface `flgen` (the generator's end) and `fldut` (the DUT's end) — with
+/// one RX and TX queue per bucket on each end, addresses 198.18.0.1/24 + 2001:2::1/64
 /// (generator) and 198.18.0.2/24 + 2001:2::2/64 (DUT), NAPI/GRO on, XPS so that a sender on
 /// CPU i uses TX queue i, and receive steering on the DUT:
 ///

@@ -14,16 +14,24 @@ use serde_json::{json, Value};
 use crate::args::print_json;
 use crate::{CmdResult, Failure};
 
+/// Longest-prefix match: generate tables, look up addresses, benchmark our FIB.
+///
+/// Examples:
+///   flowlane route gen --v4 950000 --seed 1 > t4.txt
+///   flowlane route lookup --table t4.txt 198.18.0.1
+///   flowlane route bench --table t4.txt
 #[derive(Debug, Subcommand)]
+#[command(verbatim_doc_comment)]
 pub enum RouteCommand {
     Gen(GenArgs),
     Lookup(LookupArgs),
     Bench(BenchArgs),
 }
 
-/// Write a synthetic routing table shaped like the public BGP table (prefix-length mix,
-/// more-specifics nested in covering prefixes), deterministic for a seed, in the plain
-/// `PREFIX/LEN NEXTHOP` format.
+/// Write a synthetic routing table shaped like the public BGP table.
+///
+/// The prefix-length mix and more-specifics nested in covering prefixes of the real table,
+/// deterministic for a seed, in the plain `PREFIX/LEN NEXTHOP` format.
 ///
 /// Examples:
 ///   flowlane route gen --v4 950000 --seed 1 > table.txt
@@ -102,7 +110,9 @@ pub struct LookupArgs {
     json: bool,
 }
 
-/// Measure the FIB on a table: build time, memory, insert and delete rates, and lookups per
+/// Measure the FIB on a table against DIR-24-8: memory, updates, lookups per second.
+///
+/// Build time, memory, insert and delete rates, and lookups per
 /// second on one core in four traffic modes, each next to DIR-24-8 (DPDK's rte_lpm design)
 /// for IPv4 or the per-length hash reference for IPv6, measured in the same run. Every
 /// lookup result is checked against the reference structure; a mismatch fails the run.

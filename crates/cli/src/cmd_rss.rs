@@ -14,14 +14,23 @@ use serde_json::json;
 use crate::args::{cpu_count, print_json, ModelArgs};
 use crate::{CmdResult, Failure};
 
+/// Explain an RSS key and indirection table, and make new keys.
+///
+/// Examples:
+///   flowlane rss show --key symmetric --queues 4
+///   flowlane rss show --reta <(ethtool -x eth0)
+///   flowlane rss keygen --len 52 --colon
 #[derive(Debug, Subcommand)]
+#[command(verbatim_doc_comment)]
 pub enum RssCommand {
     Show(ShowArgs),
     Keygen(KeygenArgs),
 }
 
-/// Show a key (hex and ethtool form, period, usable hash bits), how evenly it spreads a sample
-/// of flows over the indirection table, the table itself, and FreeBSD's bucket→CPU map.
+/// Explain a key and an indirection table: period, hash bits, spread, bucket→CPU map.
+///
+/// Shows the key (hex and ethtool form, period, usable hash bits), how evenly it spreads a
+/// sample of flows over the indirection table, the table itself, and FreeBSD's bucket→CPU map.
 ///
 /// Examples:
 ///   flowlane rss show

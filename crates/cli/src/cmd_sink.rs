@@ -16,11 +16,12 @@ use crate::args::{cpu_count, print_json};
 use crate::live::{latency_json, latency_line, seconds, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
-/// Receive the frames an interface gets and account the flowlane traffic in them: per flow,
-/// frames received, lost, reordered and duplicated (from the header's sequence numbers), and
-/// one-way latency — the header's transmit time against this host's clock, so sender and sink
-/// must share the clock (one host, e.g. two namespaces). The counterpart of `flowlane blast
-/// --mode raw|xdp`; it also counts what is not flowlane traffic.
+/// Receive an interface's frames and account flowlane traffic per flow: loss, order, latency.
+///
+/// Per flow: frames received, lost, reordered and duplicated (from the header's sequence
+/// numbers), and one-way latency — the header's transmit time against this host's clock, so
+/// sender and sink must share the clock (one host, e.g. two namespaces). The counterpart of
+/// `flowlane blast --mode raw|xdp`; it also counts what is not flowlane traffic.
 ///
 /// Frames are read from an AF_PACKET RX ring (a copy of every frame the interface receives;
 /// frames this host sends on it are ignored), so the kernel's own path still runs: the sink
