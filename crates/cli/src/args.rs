@@ -125,24 +125,17 @@ pub fn parse_u32_list(s: &str) -> Result<U32List, String> {
 pub struct CpuList(pub Vec<usize>);
 
 pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
-    let bad = || format!("`{s}` is not a CPU list like `0,2-3`");
-    let mut out = Vec::new();
-    for part in s.split(',') {
-        let part = part.trim();
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let a: usize = a.trim().parse().map_err(|_| bad())?;
-        let b: usize = b.trim().parse().map_err(|_| bad())?;
-        if a > b || b >= 4096 {
-            return Err(bad());
-        }
-        for c in a..=b {
-            if out.contains(&c) {
-                return Err(format!("CPU {c} appears twice in `{s}`"));
-            }
-            out.push(c);
-        }
-    }
-    Ok(CpuList(out))
+    flowlane_runtime::cpus::parse_cpu_list(s).map(CpuList)
+}
+
+/// The CPUs a role runs on: `requested`, or every usable one (online and allowed to this
+/// process) — checked, with a message saying whether a CPU is offline or not allowed.
+pub fn usable_cpus(requested: Option<&CpuList>) -> Result<Vec<usize>, Failure> {
+    let set = flowlane_runtime::cpus::CpuSet::current();
+    let cpus = requested.map_or_else(|| set.usable(), |c| c.0.clone());
+    set.check(&cpus)
+        .map_err(|e| Failure::usage(anyhow::anyhow!(e)))?;
+    Ok(cpus)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -206,9 +199,12 @@ pub struct ModelArgs {
     pub model: ModelArg,
 }
 
-/// Online CPUs, for defaults.
+/// CPUs this process may use (online and allowed), for defaults such as the queue count.
 pub fn cpu_count() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+    flowlane_runtime::cpus::CpuSet::current()
+        .usable()
+        .len()
+        .max(1) as u32
 }
 
 impl ModelArgs {

@@ -18,7 +18,8 @@ use flowlane_lab::{DevCounters, Netns};
 use flowlane_rss::Key;
 use serde_json::{json, Value};
 
-use crate::args::{cpu_count, parse_key, print_json};
+use crate::args::usable_cpus;
+use crate::args::{parse_key, print_json};
 use crate::cmd_lab::{config, SteerArg};
 use crate::live::stop_on_signals;
 use crate::report;
@@ -157,6 +158,8 @@ struct Target {
     /// Server address.
     to: String,
     ncpus: u32,
+    /// The CPUs serve's workers run on (online and allowed to this process); `ncpus` of them.
+    cpus: Vec<usize>,
     buckets: u32,
 }
 
@@ -296,7 +299,7 @@ fn with_free_port<T>(
 fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::runtime(anyhow!("own path: {e}")))?;
     let exe = exe.to_string_lossy().to_string();
-    let all_cpus = format!("0-{}", t.ncpus - 1);
+    let all_cpus = flowlane_runtime::cpus::format_cpu_list(&t.cpus);
     let mode = if echo { "echo" } else { "sink" };
     let mut serve_cmd = match &t.lab {
         Some((_, dut, _)) => dut.command(&exe),
@@ -330,7 +333,10 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         .args(["--pick-queues", &format!("0-{}", k - 1)])
         .args(["--key", &key, "--size", &a.size.to_string()])
         .args(["--duration", &a.step_secs.to_string()])
-        .args(["--cpus", &format!("0-{}", threads - 1)])
+        .args([
+            "--cpus",
+            &flowlane_runtime::cpus::format_cpu_list(&t.cpus[..threads as usize]),
+        ])
         .args(["--json", "--quiet"]);
     if t.lab.is_none() {
         blast_cmd.args(["--from", "127.0.0.1"]);
@@ -369,7 +375,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
     let queue_cpu = |q: u64| -> u64 {
         match &t.lab {
             Some((_, _, c)) => c.queue_cpus.get(q as usize).copied().unwrap_or(0) as u64,
-            None => q % t.ncpus as u64,
+            None => t.cpus[(q % t.ncpus as u64) as usize] as u64,
         }
     };
     let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
@@ -584,7 +590,8 @@ pub fn run(a: BenchArgs) -> CmdResult {
             "--step-secs must be between 0 and 3600 seconds"
         )));
     }
-    let ncpus = cpu_count();
+    let cpus = usable_cpus(None)?;
+    let ncpus = cpus.len() as u32;
     let root = flowlane_lab::can_create_namespaces();
     if !a.loopback && !root {
         return Err(Failure::usage(anyhow!(
@@ -601,6 +608,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
             lab: None,
             to: format!("127.0.0.1:{}", free_loopback_port()?),
             ncpus,
+            cpus: cpus.clone(),
             buckets: a.buckets.map_or(ncpus, |b| b.1),
         }
     } else {
@@ -643,9 +651,23 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 )));
             }
         }
+        // Software RSS hands each bucket to its CPU: a worker must be able to run there.
+        if let Some(&c) = cfg
+            .queue_cpus
+            .iter()
+            .find(|&&c| !cpus.contains(&(c as usize)))
+        {
+            return Err(Failure::usage(anyhow!(
+                "lab {} steers a bucket to CPU {c}, which this process may not use (usable CPUs: \
+                 {}); run bench without a CPU restriction",
+                cfg.name,
+                flowlane_runtime::cpus::format_cpu_list(&cpus)
+            )));
+        }
         Target {
             to: format!("{LAB_DUT_V4}:9000"),
             ncpus,
+            cpus: cpus.clone(),
             buckets: cfg.queues,
             lab: Some((
                 Netns::existing(&cfg.gen_ns()),
@@ -690,6 +712,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 // The port was free when picked, but another program can take it before the
                 // step's server binds it: then the step runs again on a new one.
                 let (ncpus, buckets) = (target.ncpus, target.buckets);
+                let cpus = target.cpus.clone();
                 with_free_port(
                     &mut target.to,
                     |to| {
@@ -697,6 +720,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
                             lab: None,
                             to: to.to_string(),
                             ncpus,
+                            cpus: cpus.clone(),
                             buckets,
                         };
                         step(&a, &t, k, echo)

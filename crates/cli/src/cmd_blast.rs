@@ -23,10 +23,10 @@ use hdrhistogram::Histogram;
 use rand::SeedableRng;
 use serde_json::{json, Value};
 
+use crate::args::usable_cpus;
 use crate::args::{
-    cpu_count, parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix,
-    parse_port_range, parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, ModelArgs,
-    Rate, SizeList,
+    parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix, parse_port_range,
+    parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, ModelArgs, Rate, SizeList,
 };
 use crate::live::{latency_json, latency_line, seconds, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
@@ -424,18 +424,11 @@ pub fn run(a: BlastArgs) -> CmdResult {
             "a size sweep needs --count or --duration: each step runs that long"
         )));
     }
-    let online = cpu_count() as usize;
-    let cpus = a
-        .cpus
-        .as_ref()
-        .map(|c| c.0.clone())
-        .unwrap_or_else(|| vec![0]);
-    if let Some(&bad) = cpus.iter().find(|&&c| c >= online) {
-        return Err(Failure::usage(anyhow!(
-            "CPU {bad} does not exist here (online CPUs: 0-{})",
-            online.saturating_sub(1)
-        )));
-    }
+    let cpus = match &a.cpus {
+        Some(c) => usable_cpus(Some(c))?,
+        // One sender thread, on the first CPU this process may use.
+        None => usable_cpus(None)?.into_iter().take(1).collect(),
+    };
     let mut flows = make_flows(&a, dst)?;
     let link = if raw {
         // Frames need real source ports: the kernel does not choose them here.

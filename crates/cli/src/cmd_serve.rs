@@ -14,7 +14,8 @@ use flowlane_runtime::serve::{Mode, ServeWorker, SourceCounts};
 use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use serde_json::{json, Value};
 
-use crate::args::{cpu_count, parse_cpu_list, print_json, CpuList};
+use crate::args::usable_cpus;
+use crate::args::{parse_cpu_list, print_json, CpuList};
 use crate::live::{seconds, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
@@ -124,14 +125,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> CmdResult {
-    let online = cpu_count() as usize;
-    let cpus = a.cpus.map(|c| c.0).unwrap_or_else(|| (0..online).collect());
-    if let Some(&bad) = cpus.iter().find(|&&c| c >= online) {
-        return Err(Failure::usage(anyhow!(
-            "CPU {bad} does not exist here (online CPUs: 0-{})",
-            online.saturating_sub(1)
-        )));
-    }
+    let cpus = usable_cpus(a.cpus.as_ref())?;
     let interval = seconds("--interval", a.interval)?;
     let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
     let mode = match a.mode {

@@ -12,7 +12,8 @@ use flowlane_runtime::sink::{SinkReport, SinkStop, SinkWorker};
 use flowlane_runtime::{Config, Runtime, StartError};
 use serde_json::{json, Value};
 
-use crate::args::{cpu_count, print_json};
+use crate::args::print_json;
+use crate::args::{usable_cpus, CpuList};
 use crate::live::{latency_json, latency_line, seconds, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
@@ -92,14 +93,11 @@ pub fn run(a: SinkArgs) -> CmdResult {
             ))
         })?;
     let ifindex = packet::ifindex(&a.dev).map_err(|e| Failure::usage(anyhow!("{}: {e}", a.dev)))?;
-    let online = cpu_count() as usize;
-    let cpu = a.cpu.unwrap_or(online.saturating_sub(1));
-    if cpu >= online {
-        return Err(Failure::usage(anyhow!(
-            "CPU {cpu} does not exist here (online CPUs: 0-{})",
-            online.saturating_sub(1)
-        )));
-    }
+    let cpu = match a.cpu {
+        Some(c) => usable_cpus(Some(&CpuList(vec![c])))?[0],
+        // The last usable CPU: senders default to the first.
+        None => usable_cpus(None)?.last().copied().unwrap_or(0),
+    };
     if a.count == Some(0) {
         return Err(Failure::usage(anyhow!("--count must be at least 1")));
     }

@@ -494,3 +494,51 @@ fn by_source_counts_each_clients_datagrams_in_the_worker_that_got_them() {
     let plain = Server::start(&["--mode", "sink"]).finish();
     assert!(plain["workers"][0].get("sources").is_none());
 }
+
+/// `taskset -c 1 flowlane serve --cpus 1`: the one CPU this process may use is accepted, and a
+/// CPU it may not use is refused with the reason (online, but not allowed) — not "CPU 1 does
+/// not exist" as when the allowed count was taken for the online list.
+#[test]
+fn cpus_are_checked_against_online_and_allowed_apart() {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online");
+    if online.trim() == "0" {
+        eprintln!("SKIP: one CPU; the test restricts the server to CPU 1");
+        return;
+    }
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("port")
+        .port();
+    // A child inherits the affinity of the thread that spawns it, as under taskset.
+    let run = |cpus: &str| {
+        let cpus = cpus.to_string();
+        std::thread::spawn(move || {
+            flowlane_io::sys::pin_current_thread(1).expect("pin to CPU 1");
+            Command::new(env!("CARGO_BIN_EXE_flowlane"))
+                .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--cpus"])
+                .args([&cpus, "--duration", "0.3", "--quiet", "--json"])
+                .output()
+                .expect("runs")
+        })
+        .join()
+        .expect("thread")
+    };
+    let ok = run("1");
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let refused = run("0");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("CPU 0 is online but this process may not run there"),
+        "{err}"
+    );
+    let offline = run("4095");
+    let err = String::from_utf8_lossy(&offline.stderr);
+    assert_eq!(offline.status.code(), Some(2), "{err}");
+    assert!(err.contains("CPU 4095 is not online"), "{err}");
+}

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod blast;
+pub mod cpus;
 pub mod pace;
 pub mod serve;
 pub mod sink;

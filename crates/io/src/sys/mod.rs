@@ -350,6 +350,21 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), SysError> {
     check("sched_setaffinity", ret).map(drop)
 }
 
+/// The CPUs the calling thread may run on (`sched_getaffinity`: what `taskset` or a cgroup's
+/// cpuset allows), in increasing order.
+pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set for the kernel to fill; its exact size
+    // is passed.
+    let mut set: libc::cpu_set_t = unsafe { zeroed() };
+    // SAFETY: `set` is valid for writes of the size passed.
+    let ret = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    check("sched_getaffinity", ret)?;
+    // SAFETY: CPU_ISSET reads inside the set for cpu < CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
 /// The CPU the calling thread runs on now.
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu has no arguments and no memory effects.
