@@ -400,32 +400,81 @@ impl Imix {
     }
 }
 
-/// `50000`, `50k`, `1.5M` (packets per second) or `10Gbit`, `100Mbit`, `2.5gbps` (line rate).
+/// Largest bare number (no unit) taken as a packet rate: above it, `20000000` could as well
+/// be meant as 20 Mbit/s, so the unit must be written.
+const BARE_RATE_MAX: f64 = 10e6;
+
+/// `50000`, `50k`, `1.5M`, `2Mpps` (packets per second) or `100Mbit`, `10Gbps`, `2.5gbit`
+/// (line rate). A bare number above 10 M is refused with both ways to say it.
 pub fn parse_rate(s: &str) -> Result<Rate, String> {
     let bad = || {
         format!(
-            "`{s}` is not a rate: packets per second (50000, 50k, 1.5M) or a line rate \
-             (100Mbit, 10Gbit)"
+            "`{s}` is not a rate: packets per second (50000, 50k, 1.5M, 2Mpps) or a line rate \
+             (100Mbit, 10Gbit, 10Gbps)"
         )
     };
     let t = s.trim().to_ascii_lowercase();
-    let (num, bits) = if let Some(n) = t.strip_suffix("bit").or_else(|| t.strip_suffix("bps")) {
-        (n, true)
+    let (num, bits, unit) = if let Some(n) = t.strip_suffix("bit").or_else(|| t.strip_suffix("bps"))
+    {
+        (n, true, true)
+    } else if let Some(n) = t.strip_suffix("pps") {
+        (n, false, true)
     } else {
-        (t.strip_suffix("pps").unwrap_or(&t), false)
+        (t.as_str(), false, false)
     };
-    let (num, mult) = match num.chars().last() {
-        Some('k') => (&num[..num.len() - 1], 1e3),
-        Some('m') => (&num[..num.len() - 1], 1e6),
-        Some('g') => (&num[..num.len() - 1], 1e9),
-        _ => (num, 1.0),
+    let (num, mult, prefixed) = match num.chars().last() {
+        Some('k') => (&num[..num.len() - 1], 1e3, true),
+        Some('m') => (&num[..num.len() - 1], 1e6, true),
+        Some('g') => (&num[..num.len() - 1], 1e9, true),
+        _ => (num, 1.0, false),
     };
     let v: f64 = num.trim().parse().map_err(|_| bad())?;
     let v = v * mult;
     if !(v.is_finite() && v > 0.0) {
         return Err(format!("rate `{s}` must be positive"));
     }
+    if !unit && !prefixed && v > BARE_RATE_MAX {
+        let m = v / 1e6;
+        return Err(format!(
+            "`{s}` could be packets or bits per second: write {m}M (or {m}Mpps) for packets, \
+             {m}Mbit for bits"
+        ));
+    }
     Ok(if bits { Rate::Bps(v) } else { Rate::Pps(v) })
+}
+
+impl std::fmt::Display for Rate {
+    /// A form [`parse_rate`] reads back as the same rate (units always written).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Rate::Pps(p) => write!(f, "{p}pps"),
+            Rate::Bps(b) => write!(f, "{b}bit"),
+        }
+    }
+}
+
+/// A duration in seconds: `10` or `10s`, `500ms`, `250us`, `1m`, `1h` (decimals allowed).
+pub fn parse_duration(s: &str) -> Result<f64, String> {
+    let bad = || format!("`{s}` is not a duration: 10 (seconds), 10s, 500ms, 1m, 1.5h");
+    let t = s.trim().to_ascii_lowercase();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    Ok(v * scale)
 }
 
 #[cfg(test)]
@@ -444,6 +493,45 @@ mod rate_tests {
         assert!(parse_rate("fast").is_err());
         assert!(parse_rate("-5").is_err());
         assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn the_units_the_field_writes() {
+        for (text, rate) in [
+            ("50k", Rate::Pps(50e3)),
+            ("50kpps", Rate::Pps(50e3)),
+            ("2Mpps", Rate::Pps(2e6)),
+            ("10000000", Rate::Pps(10e6)),
+            ("100Mbit", Rate::Bps(100e6)),
+            ("10Gbps", Rate::Bps(10e9)),
+            ("1.5gbit", Rate::Bps(1.5e9)),
+        ] {
+            assert_eq!(parse_rate(text), Ok(rate), "{text}");
+            // What bench hands blast reads back as the same rate.
+            assert_eq!(parse_rate(&rate.to_string()), Ok(rate), "{rate}");
+        }
+        let e = parse_rate("20000000").expect_err("ambiguous");
+        assert!(e.contains("20M") && e.contains("20Mbit"), "{e}");
+        assert_eq!(parse_rate("20M"), Ok(Rate::Pps(20e6)));
+        assert_eq!(parse_rate("20000000pps"), Ok(Rate::Pps(20e6)));
+    }
+
+    #[test]
+    fn durations() {
+        for (text, secs) in [
+            ("10", 10.0),
+            ("10s", 10.0),
+            ("500ms", 0.5),
+            ("1m", 60.0),
+            ("1.5h", 5400.0),
+            ("250us", 0.00025),
+            ("0.5", 0.5),
+        ] {
+            assert_eq!(parse_duration(text), Ok(secs), "{text}");
+        }
+        for bad in ["", "ten", "-1", "5x", "1e400"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

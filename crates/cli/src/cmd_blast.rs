@@ -23,6 +23,7 @@ use hdrhistogram::Histogram;
 use rand::SeedableRng;
 use serde_json::{json, Value};
 
+use crate::args::parse_duration;
 use crate::args::usable_cpus;
 use crate::args::{
     parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix, parse_port_range,
@@ -104,7 +105,7 @@ pub struct BlastArgs {
     sport: Option<(u16, u16)>,
 
     /// Number of flows (source address × port combinations), spread over the threads.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
     flows: u32,
 
     /// Choose the flows' sources at random (distinct) from the --from × --sport ranges instead
@@ -130,9 +131,10 @@ pub struct BlastArgs {
     /// Frame size in bytes, Ethernet FCS excluded (60 = the 64-byte minimum frame): UDP payload
     /// = size − 42 (IPv4) or − 62 (IPv6). Larger than the path MTU means IP fragments (udp
     /// mode). A comma list (60,124,508,1514) is a sweep: one step per size, each with the same
-    /// --count/--duration and --rate, and a table at the end.
-    #[arg(long, default_value = "60", value_parser = parse_size_list, conflicts_with = "payload")]
-    size: SizeList,
+    /// --count/--duration and --rate, and a table at the end. Default: the smallest frame that
+    /// carries the 16-byte flowlane header — 60 for IPv4 (the minimum frame), 78 for IPv6.
+    #[arg(long, short = 'l', value_parser = parse_size_list, conflicts_with = "payload")]
+    size: Option<SizeList>,
 
     /// A mix of sizes instead of one: SIZE:WEIGHT pairs, sizes *including* the 4-byte FCS as
     /// IMIX definitions give them. 64:7,594:4,1518:1 (the simple IMIX) sends 60-, 590- and
@@ -149,12 +151,12 @@ pub struct BlastArgs {
     count: Option<u64>,
 
     /// Stop sending after this many seconds.
-    #[arg(long)]
+    #[arg(long, short = 't', value_parser = parse_duration)]
     duration: Option<f64>,
 
     /// Rate over all threads: packets per second (50000, 50k, 1.5M) or line rate (100Mbit,
     /// 10Gbit: frame + 4 FCS + 20 preamble/gap bytes per packet). Default: as fast as possible.
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, short = 'b', value_parser = parse_rate)]
     rate: Option<Rate>,
 
     /// Most datagrams leaving at once when paced (token bucket depth).
@@ -173,8 +175,14 @@ pub struct BlastArgs {
     #[arg(long)]
     echo: bool,
 
+    /// With --echo: loss above this percentage of the datagrams sent makes the exit code 1
+    /// (e.g. 0 for none at all, 0.1). Whatever it is set to, a run in which no echo at all
+    /// came back fails.
+    #[arg(long, value_name = "PCT", requires = "echo", value_parser = parse_pct)]
+    max_loss: Option<f64>,
+
     /// With --echo: seconds to wait for the last echoes after sending stops.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, value_parser = parse_duration, default_value_t = 1.0)]
     linger: f64,
 
     /// With --echo: receive buffer per flow socket, bytes (default 8 MiB; forced where
@@ -183,7 +191,7 @@ pub struct BlastArgs {
     rcvbuf: Option<u64>,
 
     /// Seconds between status lines.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, short = 'i', value_parser = parse_duration, default_value_t = 1.0)]
     interval: f64,
 
     /// No status lines.
@@ -191,7 +199,7 @@ pub struct BlastArgs {
     quiet: bool,
 
     /// Final summary as JSON on stdout (status lines go to stderr).
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 
@@ -355,13 +363,26 @@ struct Plan {
     linger: Duration,
 }
 
+/// The default frame size: the smallest that carries the flowlane header — the 60-byte
+/// minimum frame for IPv4 (18 bytes of payload), 14 + 40 + 8 + 16 = 78 bytes for IPv6.
+fn default_size(v6: bool) -> usize {
+    if v6 {
+        14 + 40 + 8 + HEADER_LEN
+    } else {
+        60
+    }
+}
+
 /// The steps of a run: each a cycle of frame sizes (FCS excluded) — one size, an IMIX
 /// sequence, or one step per size of a sweep.
 fn steps(a: &BlastArgs, hdrs: usize, v6: bool) -> Result<Vec<Vec<usize>>, Failure> {
     let steps: Vec<Vec<usize>> = match (&a.imix, a.payload) {
         (Some(m), _) => vec![m.sequence()],
         (None, Some(p)) => vec![vec![p + hdrs]],
-        (None, None) => a.size.0.iter().map(|&s| vec![s]).collect(),
+        (None, None) => match &a.size {
+            Some(sizes) => sizes.0.iter().map(|&s| vec![s]).collect(),
+            None => vec![vec![default_size(v6)]],
+        },
     };
     let max_payload = if v6 { 65_527 } else { 65_507 };
     let family = if v6 { "IPv6" } else { "IPv4" };
@@ -466,16 +487,23 @@ pub fn run(a: BlastArgs) -> CmdResult {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let (summary, errors) = run_step(&a, &plan, frames, &stop, &mut log)?;
+        let (mut summary, errors) = run_step(&a, &plan, frames, &stop, &mut log)?;
+        summary.judge(&a);
         if !a.json {
             summary.print(&a);
         }
         for (w, e) in &errors {
             eprintln!("flowlane: sender {w} stopped: {e}");
         }
-        failed |= !errors.is_empty() || summary.device_refused().is_some_and(|r| r > 0);
+        let broken = !errors.is_empty() || summary.device_refused().is_some_and(|r| r > 0);
+        if a.json {
+            for p in &summary.problems {
+                eprintln!("flowlane: {p}");
+            }
+        }
+        failed |= broken || !summary.problems.is_empty();
         done.push(summary);
-        if failed {
+        if broken {
             break;
         }
     }
@@ -745,6 +773,8 @@ struct Summary {
     errors: usize,
     /// xdp-live: frames the device's transmit counter grew by during the step.
     device_tx: Option<u64>,
+    /// What makes the step a failure (exit 1), in words; empty: it did what was asked.
+    problems: Vec<String>,
 }
 
 impl Summary {
@@ -864,6 +894,64 @@ impl Summary {
             flows: flow_json,
             errors,
             device_tx: None,
+            problems: Vec::new(),
+        }
+    }
+
+    /// What failed in this step, in words (see [`Summary::problems`]): sender errors, frames
+    /// the device refused, a requested rate not reached (saying whether the generator or the
+    /// path below it was the limit), no echo at all, loss above --max-loss.
+    fn judge(&mut self, a: &BlastArgs) {
+        let mut p = Vec::new();
+        if self.errors > 0 {
+            p.push(format!(
+                "{} sender thread(s) stopped with an error",
+                self.errors
+            ));
+        }
+        if let Some(r) = self.device_refused().filter(|&r| r > 0) {
+            p.push(format!("the device refused {r} frames"));
+        }
+        if let (Some(req), Some((true, why))) = (self.requested_pps, &self.limited) {
+            let by = if self.tx_full > 0 {
+                "the path"
+            } else {
+                "the generator"
+            };
+            p.push(format!(
+                "requested {req:.0} pps, sent {:.0} pps: {by} was the limit ({why})",
+                self.tx_pps
+            ));
+        }
+        if a.echo && self.tx > 0 {
+            let pct = 100.0 * self.lost as f64 / self.tx as f64;
+            if self.lost >= self.tx {
+                p.push(format!(
+                    "no echo came back of {} datagrams sent{} (is `flowlane serve --mode echo` \
+                     running at the destination?)",
+                    self.tx,
+                    if self.foreign > 0 {
+                        format!(" ({} replies were not flowlane echoes)", self.foreign)
+                    } else {
+                        String::new()
+                    }
+                ));
+            } else if let Some(max) = a.max_loss.filter(|&m| pct > m) {
+                p.push(format!(
+                    "{pct:.4}% of the datagrams were lost, above --max-loss {max}%"
+                ));
+            }
+        }
+        self.problems = p;
+    }
+
+    /// Which part set the rate when a requested rate was not reached: `generator` (the
+    /// sending threads could not keep up) or `path` (the kernel refused datagrams).
+    fn limited_by(&self) -> Option<&'static str> {
+        match &self.limited {
+            Some((true, _)) if self.tx_full > 0 => Some("path"),
+            Some((true, _)) => Some("generator"),
+            _ => None,
         }
     }
 
@@ -893,8 +981,14 @@ impl Summary {
     fn pktgen_line(&self) -> String {
         let usec = (self.secs * 1e6).round() as u64;
         let bps = (self.mbps() * 1e6).round() as u64;
+        // pktgen's result line; "OK" only for a step that did what was asked.
         format!(
-            "OK: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {}",
+            "{}: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {}",
+            if self.problems.is_empty() {
+                "OK"
+            } else {
+                "FAIL"
+            },
             self.tx,
             // A mix reports its mean frame, as a line rate computation would use it.
             mean(&self.frames).round(),
@@ -923,6 +1017,8 @@ impl Summary {
             "requested_pps": self.requested_pps.map(|p| p.round()),
             "generator_limited": self.limited.as_ref().map(|l| l.0),
             "generator_limited_reason": self.limited.as_ref().filter(|l| l.0).map(|l| l.1.clone()),
+            "limited_by": self.limited_by(),
+            "problems": self.problems,
             "frame_bytes": match self.frames.as_slice() {
                 [one] => json!(one),
                 _ => Value::Null,
@@ -1020,7 +1116,18 @@ impl Summary {
                 );
             }
         }
+        for p in &self.problems {
+            println!("!! {p}");
+        }
         println!("{}", self.pktgen_line());
+    }
+}
+
+/// A percentage, 0 to 100.
+fn parse_pct(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage from 0 to 100")),
     }
 }
 

@@ -45,7 +45,7 @@ pub struct HashArgs {
     model: ModelArgs,
 
     /// Print JSON (with --stdin: one JSON object per line).
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 

@@ -62,7 +62,7 @@ pub struct PickArgs {
     model: ModelArgs,
 
     /// Print JSON.
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 

@@ -106,7 +106,7 @@ pub struct LookupArgs {
     #[arg(required = true, value_name = "ADDR")]
     addrs: Vec<String>,
     /// Print JSON.
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 
@@ -139,7 +139,7 @@ pub struct BenchArgs {
     #[arg(long)]
     cpu: Option<usize>,
     /// Print JSON.
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 

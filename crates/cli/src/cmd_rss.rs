@@ -51,7 +51,7 @@ pub struct ShowArgs {
     sample: u64,
 
     /// Print JSON.
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 

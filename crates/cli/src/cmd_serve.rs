@@ -14,6 +14,7 @@ use flowlane_runtime::serve::{Mode, ServeWorker, SourceCounts};
 use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use serde_json::{json, Value};
 
+use crate::args::parse_duration;
 use crate::args::usable_cpus;
 use crate::args::{parse_cpu_list, print_json, CpuList};
 use crate::live::{seconds, stop_on_signals, Log};
@@ -63,11 +64,11 @@ pub struct ServeArgs {
     budget: u64,
 
     /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long)]
+    #[arg(long, short = 't', value_parser = parse_duration)]
     duration: Option<f64>,
 
     /// Seconds between live table rows.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, short = 'i', value_parser = parse_duration, default_value_t = 1.0)]
     interval: f64,
 
     /// Receive buffer to request per socket, in bytes. With CAP_NET_ADMIN it is forced
@@ -120,7 +121,7 @@ pub struct ServeArgs {
     quiet: bool,
 
     /// Final summary as JSON on stdout (the live table goes to stderr).
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 

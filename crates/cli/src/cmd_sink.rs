@@ -12,6 +12,7 @@ use flowlane_runtime::sink::{SinkReport, SinkStop, SinkWorker};
 use flowlane_runtime::{Config, Runtime, StartError};
 use serde_json::{json, Value};
 
+use crate::args::parse_duration;
 use crate::args::print_json;
 use crate::args::{usable_cpus, CpuList};
 use crate::live::{latency_json, latency_line, seconds, stop_on_signals, Log};
@@ -54,11 +55,11 @@ pub struct SinkArgs {
     count: Option<u64>,
 
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, short = 't', value_parser = parse_duration)]
     duration: Option<f64>,
 
     /// Stop once no frame came for this many seconds (after the first one).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_duration)]
     idle: Option<f64>,
 
     /// CPU to pin the sink to. Default: the last online CPU (blast defaults to CPU 0).
@@ -70,7 +71,7 @@ pub struct SinkArgs {
     ring: u64,
 
     /// Seconds between status lines.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, short = 'i', value_parser = parse_duration, default_value_t = 1.0)]
     interval: f64,
 
     /// No status lines.
@@ -78,7 +79,7 @@ pub struct SinkArgs {
     quiet: bool,
 
     /// Final summary as JSON on stdout (status lines go to stderr).
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     json: bool,
 }
 

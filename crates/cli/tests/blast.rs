@@ -38,17 +38,57 @@ fn pair() -> Option<(std::sync::MutexGuard<'static, ()>, Pair)> {
     ))
 }
 
+/// The summary of a run that did what was asked — exit 0 — or whose only shortfall is a
+/// requested rate it did not reach (exit 1, said in `problems`): a busy 2-core machine can hold
+/// a sender back, and the tests using this check counts, not rates.
 fn json_of(out: &Output) -> Value {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "blast failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON summary")
+    let err = String::from_utf8_lossy(&out.stderr);
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("blast's JSON summary ({e}): {err}"));
+    // One step's problems, or every step's of a sweep.
+    let problems: Vec<Value> = match j["sweep"].as_array() {
+        Some(steps) => steps
+            .iter()
+            .flat_map(|s| s["problems"].as_array().expect("problems").clone())
+            .collect(),
+        None => j["problems"].as_array().expect("problems").clone(),
+    };
+    match out.status.code() {
+        Some(0) => assert!(problems.is_empty(), "{j}"),
+        Some(1) => {
+            assert!(
+                !problems.is_empty()
+                    && problems
+                        .iter()
+                        .all(|p| p.as_str().is_some_and(|p| p.starts_with("requested"))),
+                "blast failed: {j} {err}"
+            );
+        }
+        code => panic!("blast exit {code:?}: {err}"),
+    }
+    j
 }
 
-/// Runs blast in the generator namespace with `args` (+ --json --quiet).
+/// Runs blast in the generator namespace with `args` (+ --json --quiet): exit code, summary.
+fn blast_judged(p: &Pair, args: &[&str]) -> (Option<i32>, Value) {
+    let out = p
+        .gen
+        .command(BIN)
+        .arg("blast")
+        .args(args)
+        .args(["--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "blast's JSON summary ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), j)
+}
+
+/// Runs blast in the generator namespace with `args` (+ --json --quiet); see [`json_of`].
 fn blast(p: &Pair, args: &[&str]) -> Value {
     let out = p
         .gen
@@ -108,19 +148,35 @@ fn count_is_exact_on_the_peer_interface() {
     assert!(j["pktgen"].as_str().expect("line").starts_with("OK: "));
 }
 
+/// The pacer's accuracy, counted where the frames arrive. A busy machine can hold the sender
+/// back; blast then says so (exit 1, `limited_by`), and the attempt is made again — at most
+/// three in all, each checked in full; one must keep the rate and land within 2 %.
 #[test]
 fn paced_rate_lands_within_two_percent_at_the_peer() {
     let Some((_one, p)) = pair() else { return };
     let to = format!("{DUT_ADDR}:9000");
-    let mut j = Value::Null;
-    let n = dut_rx(&p, || {
-        j = blast(&p, &["--to", &to, "--rate", "50000", "--duration", "2"]);
-    });
-    // 2 s at 50 000 pps, counted where the frames arrive.
-    assert!((98_000..=102_000).contains(&n), "peer counted {n}: {j}");
-    assert_eq!(j["tx_packets"], n);
-    assert_eq!(j["generator_limited"], false, "{j}");
-    assert_eq!(j["requested_pps"], 50_000.0);
+    let mut limited = Vec::new();
+    for _ in 0..3 {
+        let (mut code, mut j) = (None, Value::Null);
+        let n = dut_rx(&p, || {
+            (code, j) = blast_judged(&p, &["--to", &to, "--rate", "50k", "--duration", "2s"]);
+        });
+        assert_eq!(j["tx_packets"], n, "every datagram sent arrived: {j}");
+        assert_eq!(j["requested_pps"], 50_000.0);
+        if j["generator_limited"] == true {
+            // Said, and failed: never a silent shortfall.
+            assert_eq!(code, Some(1), "{j}");
+            assert!(j["limited_by"].is_string(), "{j}");
+            assert!(j["pktgen"].as_str().expect("line").starts_with("FAIL: "));
+            limited.push(j);
+            continue;
+        }
+        assert_eq!(code, Some(0), "{j}");
+        // 2 s at 50 000 pps.
+        assert!((98_000..=102_000).contains(&n), "peer counted {n}: {j}");
+        return;
+    }
+    panic!("the generator was the limit in all three attempts: {limited:?}");
 }
 
 #[test]
@@ -163,10 +219,45 @@ fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
     let j = blast(
         &p,
         &[
-            "--to", &bind, "--count", "20000", "--rate", "100k", "--echo", "--flows", "2",
+            "--to",
+            &bind,
+            "--count",
+            "20000",
+            "--rate",
+            "100k",
+            "--echo",
+            "--flows",
+            "2",
+            "--max-loss",
+            "1.5",
+        ],
+    );
+    // The same 1 % against a tighter bound fails the run.
+    let (code, strict) = blast_judged(
+        &p,
+        &[
+            "--to",
+            &bind,
+            "--count",
+            "20000",
+            "--rate",
+            "100k",
+            "--echo",
+            "--flows",
+            "2",
+            "--max-loss",
+            "0.5",
         ],
     );
     let _ = srv.kill();
+    assert_eq!(code, Some(1), "{strict}");
+    assert_eq!(strict["lost"], 200, "{strict}");
+    assert!(
+        strict["problems"]
+            .to_string()
+            .contains("above --max-loss 0.5%"),
+        "{strict}"
+    );
     let _ = srv.wait();
     assert_eq!(j["tx_packets"], 20_000);
     assert_eq!(j["lost"], 200, "{j}");
@@ -241,7 +332,9 @@ fn foreign_and_short_echoes_are_counted_never_fatal() {
         .output()
         .expect("runs");
     assert_eq!(replier.join().expect("replier"), 100);
-    let j = json_of(&out);
+    // No valid echo came back: exit 1, whatever else was counted.
+    assert_eq!(out.status.code(), Some(1));
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
     assert_eq!(j["tx_packets"], 100);
     assert_eq!(j["foreign"], 100);
     assert_eq!(j["lost"], 100, "nothing valid came back");
@@ -342,13 +435,20 @@ fn echo_to_a_closed_port_counts_icmp_errors_and_finishes() {
     let Some((_one, p)) = pair() else { return };
     let to = format!("{DUT_ADDR}:9009"); // nothing listens there
     let before = p.gen.snmp().expect("snmp");
-    let j = blast(
+    let (code, j) = blast_judged(
         &p,
         &[
             "--to", &to, "--count", "2000", "--rate", "20k", "--echo", "--linger", "0.3",
         ],
     );
     let after = p.gen.snmp().expect("snmp");
+    // Nothing came back: a failed run, said so, and never "OK".
+    assert_eq!(code, Some(1), "{j}");
+    assert!(
+        j["problems"].to_string().contains("no echo came back"),
+        "{j}"
+    );
+    assert!(j["pktgen"].as_str().expect("line").starts_with("FAIL: "));
     assert_eq!(
         j["tx_packets"], 2000,
         "an ICMP error never stops the sender: {j}"

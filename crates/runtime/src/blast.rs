@@ -253,7 +253,7 @@ impl UdpBlaster {
     /// the destination's datagrams come back to it). The report appears in `report` when the
     /// worker's loop ends.
     pub fn new(
-        job: BlastJob,
+        mut job: BlastJob,
         report: Arc<Mutex<Option<BlastReport>>>,
     ) -> Result<UdpBlaster, BlastError> {
         let first = *job
@@ -261,9 +261,12 @@ impl UdpBlaster {
             .first()
             .ok_or_else(|| BlastError::Job("a worker without flows".into()))?;
         let mut socks = Vec::with_capacity(job.flows.len());
-        for f in &job.flows {
+        for f in job.flows.iter_mut() {
             let s = UdpSocket::bind(f.src).map_err(sock_err(f.src, "bind"))?;
             s.connect(f.dst).map_err(sock_err(f.src, "connect"))?;
+            // The source as it is now: the port (and address) the kernel chose where the flow
+            // left them open, so the report names the real 4-tuple (e.g. for `flowlane hash`).
+            f.src = s.local_addr().map_err(sock_err(f.src, "getsockname"))?;
             s.set_nonblocking(true)
                 .map_err(sock_err(f.src, "fcntl(O_NONBLOCK)"))?;
             // A deep send buffer: a scheduling hiccup on this core should not turn into EAGAIN.

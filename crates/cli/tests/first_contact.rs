@@ -1,0 +1,118 @@
+//! What a newcomer meets in the first minutes: units as the field writes them, defaults that
+//! fit the target, exit codes a script can trust, and arguments checked before anything is
+//! built. Loopback only: no root needed.
+
+use std::net::UdpSocket;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+fn flowlane(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn summary(o: &Output) -> Value {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+#[test]
+fn an_ipv6_target_works_with_the_default_size() {
+    let Ok(sink) = UdpSocket::bind("[::1]:0") else {
+        eprintln!("SKIP: no IPv6 loopback here");
+        return;
+    };
+    let to = sink.local_addr().expect("addr").to_string();
+    let j = summary(&flowlane(&["blast", "--to", &to, "--count", "10", "-J"]));
+    // 14 + 40 + 8 bytes of headers and the 16-byte flowlane header: the smallest frame that
+    // still carries flow, sequence number and timestamp.
+    assert_eq!(j["frame_bytes"], 78, "{j}");
+    assert_eq!(j["tx_packets"], 10);
+    let mut buf = [0u8; 64];
+    let n = sink.recv(&mut buf).expect("a datagram arrived");
+    assert_eq!(n, 16, "payload = 78 - 62");
+}
+
+#[test]
+fn iperf_style_short_options_and_units() {
+    let sink = UdpSocket::bind("127.0.0.1:0").expect("sink");
+    let to = sink.local_addr().expect("addr").to_string();
+    let o = flowlane(&[
+        "blast", "--to", &to, "-t", "300ms", "-b", "2k", "-l", "100", "-P", "2", "-i", "1s", "-J",
+        "--quiet",
+    ]);
+    let j = summary(&o);
+    assert_eq!(j["frame_bytes"], 100, "{j}");
+    assert_eq!(j["flows"].as_array().expect("flows").len(), 2);
+    assert_eq!(j["requested_pps"], 2000.0);
+    let secs = j["duration_s"].as_f64().expect("duration");
+    assert!(secs > 0.2 && secs < 0.6, "-t 300ms: {j}");
+    // The ports the kernel chose are reported, so a flow can be fed back into `flowlane hash`.
+    for f in j["flows"].as_array().expect("flows") {
+        let src: std::net::SocketAddr = f["src"].as_str().expect("src").parse().expect("addr");
+        assert_ne!(src.port(), 0, "{f}");
+    }
+}
+
+#[test]
+fn a_bare_rate_that_could_be_bits_is_refused_with_both_ways_to_say_it() {
+    let o = flowlane(&["blast", "--to", "127.0.0.1:9", "--rate", "20000000"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("20M") && e.contains("20Mbit"), "{e}");
+    for bad in [["--duration", "ten"], ["--rate", "0"]] {
+        let mut args = vec!["blast", "--to", "127.0.0.1:9"];
+        args.extend(bad);
+        assert_eq!(flowlane(&args).status.code(), Some(2), "{bad:?}");
+    }
+}
+
+#[test]
+fn bench_takes_the_same_rates_and_checks_its_arguments_first() {
+    // A report directory that cannot be written is refused before any lab is built.
+    let o = flowlane(&[
+        "bench",
+        "--out",
+        "/proc/flowlane-cannot-be-here",
+        "--name",
+        "fltarg",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--out"), "{}", stderr(&o));
+    assert!(!std::path::Path::new("/run/netns/fltarg-gen").exists());
+    for bad in [
+        ["--rate", "0"],
+        ["--rate", "30000000"],
+        ["--step-secs", "soon"],
+    ] {
+        let mut args = vec!["bench", "--loopback"];
+        args.extend(bad);
+        assert_eq!(flowlane(&args).status.code(), Some(2), "{bad:?}");
+    }
+    // `--rate 50k` (refused before) and a duration with its unit.
+    let dir = std::env::temp_dir().join(format!("flowlane-fc-{}", std::process::id()));
+    let o = Command::new(BIN)
+        .args([
+            "bench",
+            "--loopback",
+            "--buckets",
+            "1",
+            "--step-secs",
+            "500ms",
+        ])
+        .args(["--rate", "50k", "--mode", "sink", "-J", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("runs");
+    let r = summary(&o);
+    let seen = r["steps"][0]["five"]["server_seen"].as_u64().expect("seen");
+    // Half a second at 50k pps: about 25 000 (the server can miss none on loopback).
+    assert!((15_000..=26_000).contains(&seen), "{seen}: {r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
