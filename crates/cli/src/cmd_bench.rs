@@ -540,6 +540,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
             "client_back": if echo { json!(back) } else { Value::Null },
         },
         "client_program_sent": prog_sent,
+        "link_other_frames": iface_sent.map(|sent| sent.saturating_sub(prog_sent)),
         "client_iface_back": if echo { json!(iface_back) } else { Value::Null },
         "server_iface_rx_dropped": iface_rx_dropped,
         "pps": {
@@ -581,7 +582,13 @@ fn row_header() -> String {
 
 fn row(s: &Value) -> String {
     let f = &s["five"];
-    let show = |v: &Value| v.as_u64().map_or("-".into(), |x| x.to_string());
+    // Numbers as strings: a `serde_json::Value` ignores the width of `{:>11}`, and the
+    // columns drifted.
+    let show = |v: &Value| match (v.as_u64(), v.as_f64()) {
+        (Some(x), _) => x.to_string(),
+        (None, Some(x)) => format!("{x:.0}"),
+        _ => "-".into(),
+    };
     let workers: Vec<String> = s["workers"]
         .as_array()
         .map(|w| {
@@ -593,20 +600,32 @@ fn row(s: &Value) -> String {
     format!(
         "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7} {:>7}  {}",
         s["mode"].as_str().unwrap_or("?"),
-        s["buckets"],
+        show(&s["buckets"]),
         show(&f["client_sent"]),
         show(&f["server_received"]),
         show(&f["server_seen"]),
         show(&f["server_echoed"]),
         show(&f["client_back"]),
-        s["pps"]["server_seen"],
+        show(&s["pps"]["server_seen"]),
         s["latency_ns"]["p99"]
             .as_u64()
             .map_or("-".into(), |p| format!("{:.1}", p as f64 / 1e3)),
-        s["socket_drops"],
+        show(&s["socket_drops"]),
         show(&s["queue_drops"]),
         workers.join("  ")
     )
+}
+
+/// The line under a row where the client's interface sent more frames than the client
+/// program: the difference is other traffic on the link, not bench's datagrams.
+fn other_frames_note(s: &Value) -> Option<String> {
+    let other = s["link_other_frames"].as_u64().filter(|&o| o > 0)?;
+    Some(format!(
+        "      sent − client program's {} = {other} frame(s) on the link that were not bench \
+         traffic (neighbour discovery, IPv6 router solicitations, …): counted by the \
+         interfaces, never by the programs",
+        s["client_program_sent"]
+    ))
 }
 
 pub fn run(a: BenchArgs) -> CmdResult {
@@ -762,6 +781,9 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 step(&a, &target, k, echo)?
             };
             say(&row(&s));
+            if let Some(note) = other_frames_note(&s) {
+                say(&note);
+            }
             for p in s["problems"].as_array().into_iter().flatten() {
                 say(&format!("     !! {}", p.as_str().unwrap_or("")));
             }

@@ -46,8 +46,9 @@ enum ModeArg {
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct ServeArgs {
-    /// Address to serve on: IP:PORT or [V6]:PORT.
-    #[arg(long)]
+    /// Address to serve on: IP:PORT or [V6]:PORT. The port must be given (not 0): every
+    /// worker's socket of the SO_REUSEPORT group binds the same one.
+    #[arg(long, value_parser = parse_bind)]
     bind: SocketAddr,
 
     /// What to do with each datagram.
@@ -123,6 +124,22 @@ pub struct ServeArgs {
     /// Final summary as JSON on stdout (the live table goes to stderr).
     #[arg(long, short = 'J')]
     json: bool,
+}
+
+/// `--bind`: an address with a port other than 0. With port 0 each worker would get a port of
+/// its own from the kernel, so no client could reach them all at one address.
+fn parse_bind(s: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not IP:PORT (write IPv6 as [2001:2::2]:9000)"))?;
+    if addr.port() == 0 {
+        return Err(format!(
+            "`{s}`: port 0 would give each worker its own random port; name one port for all \
+             of them, e.g. {}",
+            SocketAddr::new(addr.ip(), 9000)
+        ));
+    }
+    Ok(addr)
 }
 
 pub fn run(a: ServeArgs) -> CmdResult {
@@ -322,12 +339,14 @@ pub fn run(a: ServeArgs) -> CmdResult {
             let secs = now.duration_since(prev_t).as_secs_f64();
             if !a.quiet {
                 let mut total = Snapshot::default();
+                // Each live row carries the time since the start, as iperf's intervals do.
+                let at = format!("{:.1}s", now.duration_since(start).as_secs_f64());
                 for (i, (c, p)) in cur.iter().zip(&prev).enumerate() {
                     let d = c.since(p);
                     total = total.plus(&d);
-                    log.line(&row(&cpus[i].to_string(), &d, secs, detected));
+                    log.line(&row(&at, &cpus[i].to_string(), &d, secs, detected));
                 }
-                log.line(&row("total", &total, secs, detected));
+                log.line(&row(&at, "total", &total, secs, detected));
             }
             prev = cur;
             prev_t = now;
@@ -348,8 +367,22 @@ pub fn run(a: ServeArgs) -> CmdResult {
             if let Some(c) = cpu {
                 o.insert("cpu".into(), json!(c));
             }
-            if !detected {
+            if detected {
+                // The filter counts a datagram as it reaches the socket, before the socket's
+                // buffer can drop it: of those, the worker received at least all but the
+                // socket's drops and at most what it received at all.
+                o.insert(
+                    "missteered_received_min".into(),
+                    json!(s.missteered.saturating_sub(s.socket_drops)),
+                );
+                o.insert(
+                    "missteered_received_max".into(),
+                    json!(s.missteered.min(s.rx_packets)),
+                );
+            } else {
                 o.insert("missteered".into(), Value::Null);
+                o.insert("missteered_received_min".into(), Value::Null);
+                o.insert("missteered_received_max".into(), Value::Null);
             }
             o.insert(
                 "batch_fill".into(),
@@ -393,9 +426,18 @@ pub fn run(a: ServeArgs) -> CmdResult {
         );
         println!("{}", header());
         for (c, s) in cpus.iter().zip(&finals) {
-            println!("{}", row(&c.to_string(), s, elapsed, detected));
+            println!("{}", row("all", &c.to_string(), s, elapsed, detected));
         }
-        println!("{}", row("total", &total, elapsed, detected));
+        println!("{}", row("all", "total", &total, elapsed, detected));
+        if detected && total.missteered > 0 {
+            println!(
+                "missteer@sk: datagrams the kernel processed on another CPU, counted as they \
+                 reached the socket (before its buffer could drop them); the workers received \
+                 between {} and {} of them",
+                total.missteered.saturating_sub(total.socket_drops),
+                total.missteered.min(total.rx_packets)
+            );
+        }
     }
     for (w, e) in &errors {
         eprintln!("flowlane: worker {w} stopped: {e}");
@@ -409,15 +451,26 @@ pub fn run(a: ServeArgs) -> CmdResult {
 
 fn header() -> String {
     format!(
-        "{:>6} {:>12} {:>14} {:>10} {:>9} {:>12} {:>10} {:>11} {:>6}",
-        "cpu", "rx pkts", "rx bytes", "rx pps", "rx Mbps", "echoed", "drops", "missteered", "fill"
+        "{:>7} {:>6} {:>12} {:>14} {:>10} {:>9} {:>12} {:>10} {:>11} {:>6}",
+        "time",
+        "cpu",
+        "rx pkts",
+        "rx bytes",
+        "rx pps",
+        "rx Mbps",
+        "echoed",
+        "drops",
+        "missteer@sk",
+        "fill"
     )
 }
 
-fn row(label: &str, d: &Snapshot, secs: f64, detected: bool) -> String {
+/// One table row: `at` the time since the start (`all` in the summary), `label` the CPU.
+fn row(at: &str, label: &str, d: &Snapshot, secs: f64, detected: bool) -> String {
     let secs = secs.max(1e-9);
     format!(
-        "{:>6} {:>12} {:>14} {:>10.0} {:>9.1} {:>12} {:>10} {:>11} {:>6.1}",
+        "{:>7} {:>6} {:>12} {:>14} {:>10.0} {:>9.1} {:>12} {:>10} {:>11} {:>6.1}",
+        at,
         label,
         d.rx_packets,
         d.rx_bytes,

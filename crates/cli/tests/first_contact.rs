@@ -116,3 +116,38 @@ fn bench_takes_the_same_rates_and_checks_its_arguments_first() {
     assert!((15_000..=26_000).contains(&seen), "{seen}: {r}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn serve_refuses_port_zero_and_its_live_rows_carry_the_time() {
+    let o = flowlane(&["serve", "--bind", "127.0.0.1:0", "--duration", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("port 0"), "{}", stderr(&o));
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("port")
+        .port();
+    let o = flowlane(&[
+        "serve",
+        "--bind",
+        &format!("127.0.0.1:{port}"),
+        "--cpus",
+        "0",
+        "-t",
+        "1.6s",
+        "-i",
+        "500ms",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let live: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains('s'))
+        .collect();
+    // Rows at about 0.5, 1.0 and 1.5 s, each starting with its time.
+    assert!(live.len() >= 2, "{text}");
+    for l in &live {
+        let t = l.split_whitespace().next().expect("time");
+        let secs: f64 = t.trim_end_matches('s').parse().expect("seconds");
+        assert!(secs > 0.3 && secs < 1.7, "{l}");
+    }
+}
