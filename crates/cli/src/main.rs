@@ -8,6 +8,7 @@
 mod args;
 mod cmd_bench;
 mod cmd_blast;
+mod cmd_completions;
 mod cmd_hash;
 mod cmd_lab;
 mod cmd_pick;
@@ -41,7 +42,7 @@ use clap::{Parser, Subcommand};
     propagate_version = true,
     max_term_width = 100
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -60,6 +61,8 @@ enum Command {
     Lab(cmd_lab::LabCommand),
     #[command(subcommand)]
     Route(cmd_route::RouteCommand),
+    Completions(cmd_completions::CompletionsArgs),
+    Man(cmd_completions::ManArgs),
 }
 
 /// A failure with the exit code it maps to.
@@ -91,6 +94,7 @@ impl Failure {
 pub type CmdResult = Result<ExitCode, Failure>;
 
 fn main() -> ExitCode {
+    flowlane_io::sys::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Hash(a) => cmd_hash::run(a),
@@ -102,6 +106,8 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd_bench::run(*a),
         Command::Lab(c) => cmd_lab::run(c),
         Command::Route(c) => cmd_route::run(c),
+        Command::Completions(a) => cmd_completions::completions(a),
+        Command::Man(a) => cmd_completions::man(a),
     };
     match result {
         Ok(code) => code,

@@ -113,3 +113,58 @@ fn every_subcommand_help_starts_with_its_own_summary() {
         }
     }
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_same_definitions() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .expect("runs");
+        assert_eq!(o.status.code(), Some(0), "{shell}");
+        let text = String::from_utf8_lossy(&o.stdout);
+        for word in ["blast", "bench", "max-loss", "step-secs"] {
+            assert!(text.contains(word), "{shell} completions know {word}");
+        }
+    }
+    // The bash script is valid bash.
+    let script = std::env::temp_dir().join(format!("flowlane-compl-{}.bash", std::process::id()));
+    let o = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .expect("runs");
+    std::fs::write(&script, &o.stdout).expect("write");
+    let st = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .status()
+        .expect("bash runs");
+    let _ = std::fs::remove_file(&script);
+    assert!(st.success(), "bash -n accepts the completion script");
+    let o = Command::new(BIN).arg("man").output().expect("runs");
+    assert_eq!(o.status.code(), Some(0));
+    let man = String::from_utf8_lossy(&o.stdout);
+    assert!(man.contains(".TH flowlane 1"), "{man}");
+    for sub in ["flowlane-blast", "flowlane-bench", "flowlane-lab"] {
+        assert!(man.contains(&format!(".TH {sub} 1")), "a page for {sub}");
+    }
+    assert!(man.contains("max\\-loss"), "options are in the page");
+}
+
+/// `flowlane … | head` ends quietly when the pipe closes, as C tools do (no panic).
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    for args in [&["rss", "show", "--json"][..], &["completions", "bash"][..]] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs");
+        // The reader is gone before the first write.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -210,6 +210,7 @@ fn cpu_steering_delivers_each_cpus_packets_to_its_worker() {
     for w in j["workers"].as_array().expect("workers") {
         assert_eq!(w["rx_packets"], 2000, "worker {}", w["cpu"]);
         assert_eq!(w["missteered"], 0, "worker {}", w["cpu"]);
+        assert_eq!(w["missteered_received_max"], 0, "worker {}", w["cpu"]);
     }
     // Steering off still delivers everything, spread by the kernel's 4-tuple hash, so a source
     // port's datagrams land on some worker whatever CPU sent them; the detector sees that.
@@ -226,6 +227,10 @@ fn cpu_steering_delivers_each_cpus_packets_to_its_worker() {
         assert_eq!(rx % 250, 0, "worker {}", w["cpu"]);
         assert_eq!(m % 250, 0, "worker {}", w["cpu"]);
         assert!(m <= rx, "worker {}", w["cpu"]);
+        // Counted at the socket; what the worker got of them lies between the bounds.
+        let drops = w["socket_drops"].as_u64().expect("drops");
+        assert_eq!(w["missteered_received_min"], m.saturating_sub(drops), "{w}");
+        assert_eq!(w["missteered_received_max"], m.min(rx), "{w}");
         missteered += m;
     }
     // 8 ports per CPU hashed over the workers: all 16+ landing at home has odds below 2^-16.

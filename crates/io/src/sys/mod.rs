@@ -332,6 +332,16 @@ pub fn signal_process(pid: u32, sig: Signal) -> Result<(), SysError> {
     check("kill", unsafe { libc::kill(pid, signo) }).map(drop)
 }
 
+/// Restores the default action of SIGPIPE (end the process quietly), as C programs have it: the
+/// Rust runtime ignores SIGPIPE, so `flowlane … | head` would otherwise fail on its next write
+/// to the closed pipe and panic inside `println!`.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<(), SysError> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays inside it for
