@@ -526,6 +526,14 @@ fn bench_family<K: Key>(
             if t.advice_is_honoured() { "" } else { ": advice not honoured, expect few or none" }
         ))
     ));
+    // Whether this binary has the POPCNT baseline the lookup counts bits with (a plain
+    // `cargo install` away from the repository's .cargo/config.toml does not).
+    text.push_str(if cfg!(target_feature = "popcnt") {
+        "  build      x86-64-v2 baseline: POPCNT and SSE4.1 in the lookup\n"
+    } else {
+        "  build      !! without POPCNT: lookups run 1.1-1.7x slower (BENCHMARKS.md, \"Installed \
+         builds\"); install from the repository root: cargo install --locked --path crates/cli\n"
+    });
     text.push_str(&format!(
         "  check      {checked} lookups compared with {reference_name}: {} mismatches; {} lookups of the \
          incrementally updated FIB compared with a fresh build: {update_mismatches} mismatches\n",
@@ -552,6 +560,7 @@ fn bench_family<K: Key>(
         "process_huge_page_bytes": huge,
         "thp_enabled": thp.as_ref().map(|t| t.enabled.clone()),
         "thp_defrag": thp.as_ref().map(|t| t.defrag.clone()),
+        "build_popcnt": cfg!(target_feature = "popcnt"),
         "updates": updates.len(),
         "inserts_per_s": per_s(updates.len(), ins_s),
         "deletes_per_s": per_s(updates.len(), del_s),

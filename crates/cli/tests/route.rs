@@ -224,6 +224,14 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
         );
     }
     assert_eq!(v["ipv4"]["reference"], "DIR-24-8");
+    // The binary says whether it was built with the POPCNT baseline, as this test was (same
+    // flags): a plain `cargo install` away from the repository would say false.
+    assert_eq!(
+        v["ipv4"]["build_popcnt"],
+        cfg!(target_feature = "popcnt"),
+        "{}",
+        v["ipv4"]
+    );
     // The THP settings printed beside the huge-page figure are the kernel's: each is the
     // bracketed choice in its sysfs file.
     let sysfs =
