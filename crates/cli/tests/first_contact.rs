@@ -151,3 +151,14 @@ fn serve_refuses_port_zero_and_its_live_rows_carry_the_time() {
         assert!(secs > 0.3 && secs < 1.7, "{l}");
     }
 }
+
+#[test]
+fn both_declared_licenses_are_shipped() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(manifest.contains(r#"license = "MIT OR Apache-2.0""#));
+    let mit = std::fs::read_to_string(root.join("LICENSE-MIT")).expect("LICENSE-MIT");
+    assert!(mit.contains("Permission is hereby granted, free of charge"));
+    let apache = std::fs::read_to_string(root.join("LICENSE-APACHE")).expect("LICENSE-APACHE");
+    assert!(apache.contains("Apache License") && apache.contains("Version 2.0, January 2004"));
+}

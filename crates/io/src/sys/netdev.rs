@@ -147,8 +147,9 @@ fn xdp_request(ifindex: u32, prog_fd: i32, flags: u32, seq: u32) -> Vec<u8> {
 }
 
 /// The outcome in a netlink acknowledgement: `Ok` for error 0, else the errno with the
-/// kernel's extended-ack message where it sent one. `None`: not an acknowledgement of `seq`.
-fn parse_ack(reply: &[u8], seq: u32) -> Option<Result<(), (i32, Option<String>)>> {
+/// kernel's extended-ack message where it sent one. `None`: not an acknowledgement of `seq`
+/// (or too short to be one). Never panics, whatever the bytes say their lengths are.
+pub fn parse_ack(reply: &[u8], seq: u32) -> Option<Result<(), (i32, Option<String>)>> {
     let u16_at = |o: usize| Some(u16::from_ne_bytes(reply.get(o..o + 2)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_ne_bytes(reply.get(o..o + 4)?.try_into().ok()?));
     let len = u32_at(0)? as usize;
