@@ -863,9 +863,12 @@ impl Summary {
             } else {
                 (
                     true,
-                    "the sending threads could not keep up (CPU bound): add --cpus or use \
-                     larger --batch"
-                        .to_string(),
+                    format!(
+                        "the sending threads could not keep up: CPU-bound, or woken too late \
+                         for a bucket of --burst {} datagrams to carry the rate (a loaded CPU \
+                         wakes a thread every few ms); add --cpus, a larger --burst or --batch",
+                        a.burst
+                    ),
                 )
             }
         });

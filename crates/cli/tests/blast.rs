@@ -45,6 +45,11 @@ fn json_of(out: &Output) -> Value {
     let err = String::from_utf8_lossy(&out.stderr);
     let j: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("blast's JSON summary ({e}): {err}"));
+    json_of_judged((out.status.code(), j))
+}
+
+/// [`json_of`]'s check on an exit code and summary (as [`blast_judged`] returns them).
+fn json_of_judged((code, j): (Option<i32>, Value)) -> Value {
     // One step's problems, or every step's of a sweep.
     let problems: Vec<Value> = match j["sweep"].as_array() {
         Some(steps) => steps
@@ -53,18 +58,16 @@ fn json_of(out: &Output) -> Value {
             .collect(),
         None => j["problems"].as_array().expect("problems").clone(),
     };
-    match out.status.code() {
+    match code {
         Some(0) => assert!(problems.is_empty(), "{j}"),
-        Some(1) => {
-            assert!(
-                !problems.is_empty()
-                    && problems
-                        .iter()
-                        .all(|p| p.as_str().is_some_and(|p| p.starts_with("requested"))),
-                "blast failed: {j} {err}"
-            );
-        }
-        code => panic!("blast exit {code:?}: {err}"),
+        Some(1) => assert!(
+            !problems.is_empty()
+                && problems
+                    .iter()
+                    .all(|p| p.as_str().is_some_and(|p| p.starts_with("requested"))),
+            "blast failed: {j}"
+        ),
+        other => panic!("blast exit {other:?}: {j}"),
     }
     j
 }
@@ -159,10 +162,22 @@ fn paced_rate_lands_within_two_percent_at_the_peer() {
     for _ in 0..3 {
         let (mut code, mut j) = (None, Value::Null);
         let n = dut_rx(&p, || {
-            (code, j) = blast_judged(&p, &["--to", &to, "--rate", "50k", "--duration", "2s"]);
+            // A deep bucket: on a loaded CPU the sender wakes every few milliseconds, and
+            // the default 32 tokens a wake-up would cap it near 32 / 4 ms = 8k pps.
+            let args = [
+                "--to",
+                &to,
+                "--rate",
+                "20k",
+                "--duration",
+                "2s",
+                "--burst",
+                "512",
+            ];
+            (code, j) = blast_judged(&p, &args);
         });
         assert_eq!(j["tx_packets"], n, "every datagram sent arrived: {j}");
-        assert_eq!(j["requested_pps"], 50_000.0);
+        assert_eq!(j["requested_pps"], 20_000.0);
         if j["generator_limited"] == true {
             // Said, and failed: never a silent shortfall.
             assert_eq!(code, Some(1), "{j}");
@@ -172,8 +187,8 @@ fn paced_rate_lands_within_two_percent_at_the_peer() {
             continue;
         }
         assert_eq!(code, Some(0), "{j}");
-        // 2 s at 50 000 pps.
-        assert!((98_000..=102_000).contains(&n), "peer counted {n}: {j}");
+        // 2 s at 20 000 pps.
+        assert!((39_200..=40_800).contains(&n), "peer counted {n}: {j}");
         return;
     }
     panic!("the generator was the limit in all three attempts: {limited:?}");
@@ -216,9 +231,8 @@ fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
         .expect("serve");
     // With --json the banner goes to stderr once every worker is bound and polling.
     drop(after_banner(&mut srv, "flowlane serve:"));
-    let j = blast(
-        &p,
-        &[
+    let run = |max_loss: &str| {
+        let args = [
             "--to",
             &bind,
             "--count",
@@ -229,26 +243,13 @@ fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
             "--flows",
             "2",
             "--max-loss",
-            "1.5",
-        ],
-    );
+            max_loss,
+        ];
+        blast_judged(&p, &args)
+    };
+    let j = json_of_judged(run("1.5"));
     // The same 1 % against a tighter bound fails the run.
-    let (code, strict) = blast_judged(
-        &p,
-        &[
-            "--to",
-            &bind,
-            "--count",
-            "20000",
-            "--rate",
-            "100k",
-            "--echo",
-            "--flows",
-            "2",
-            "--max-loss",
-            "0.5",
-        ],
-    );
+    let (code, strict) = run("0.5");
     let _ = srv.kill();
     assert_eq!(code, Some(1), "{strict}");
     assert_eq!(strict["lost"], 200, "{strict}");
