@@ -184,7 +184,9 @@ pub fn parse_ack(reply: &[u8], seq: u32) -> Option<Result<(), (i32, Option<Strin
             at += alen.next_multiple_of(4);
         }
     }
-    Some(Err((-errno, msg)))
+    // A kernel errno is small and negative; anything else (i32::MIN would overflow a plain
+    // negation) is passed on as it reads.
+    Some(Err((errno.checked_neg().unwrap_or(errno), msg)))
 }
 
 /// Attaches XDP program `prog` to interface `ifindex` through rtnetlink (`IFLA_XDP`), as `ip
@@ -373,6 +375,15 @@ mod tests {
         assert_eq!(parse_ack(&r[..10], 5), None, "a short message");
         r[16..20].copy_from_slice(&0i32.to_ne_bytes());
         assert_eq!(parse_ack(&r, 5), Some(Ok(())));
+    }
+
+    #[test]
+    fn an_errno_of_i32_min_is_no_overflow() {
+        // Found by the fuzz target: error field 0x80000000.
+        let r = [
+            8, 0, 0, 0, 2, 0, 39, 255, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 1, 0, 0, 0,
+        ];
+        assert_eq!(parse_ack(&r, 1), Some(Err((i32::MIN, None))));
     }
 
     #[test]
