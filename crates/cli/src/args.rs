@@ -250,7 +250,7 @@ pub fn hex32(h: u32) -> String {
 }
 
 /// Writes JSON to stdout followed by a newline.
-pub fn print_json(v: &serde_json::Value) -> Result<(), Failure> {
+pub fn print_json(v: &impl serde::Serialize) -> Result<(), Failure> {
     let s = serde_json::to_string_pretty(v).map_err(Failure::runtime)?;
     println!("{s}");
     Ok(())

@@ -25,6 +25,7 @@ use crate::cmd_lab::{config, SteerArg};
 use crate::live::stop_on_signals;
 use crate::report;
 use crate::{CmdResult, Failure};
+use flowlane_tools::serve::ServeReport;
 
 /// The main job: does this host scale per core? Packets per second by active RSS buckets.
 ///
@@ -225,8 +226,12 @@ fn start_serve(cmd: &mut Command) -> Result<(Child, std::thread::JoinHandle<Stri
     Ok((child, rest))
 }
 
-/// Stops serve with SIGINT (it prints its summary) and reads its JSON.
-fn stop_serve(mut child: Child, rest: std::thread::JoinHandle<String>) -> Result<Value, Failure> {
+/// Stops serve with SIGINT (it prints its summary) and reads its report: the typed JSON
+/// contract, so a field that goes missing fails here instead of reading as zero.
+fn stop_serve(
+    mut child: Child,
+    rest: std::thread::JoinHandle<String>,
+) -> Result<ServeReport, Failure> {
     // kill(2), not the `kill` program; if the signal cannot be sent the child is killed, so
     // the wait below always ends.
     if flowlane_io::sys::signal_process(child.id(), flowlane_io::sys::Signal::Interrupt).is_err() {
@@ -415,29 +420,27 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         .collect();
     let mut workers = Vec::new();
     let mut misplaced = 0u64;
-    for w in srv["workers"].as_array().cloned().unwrap_or_default() {
-        let cpu = n(&w["cpu"]);
-        let got = n(&w["rx_packets"]);
+    for w in &srv.workers {
+        let cpu = w.cpu as u64;
+        let got = w.counts.rx_packets;
         let exp = expected.get(&cpu).copied().unwrap_or(0);
         // Datagrams of a flow whose bucket belongs to another CPU.
-        for s in w["sources"].as_array().into_iter().flatten() {
-            let src = s["src"].as_str().unwrap_or("");
-            if flow_cpu.get(src).is_some_and(|&c| c != cpu) {
-                misplaced += n(&s["packets"]);
+        for s in w.sources.iter().flatten() {
+            if flow_cpu.get(&s.src).is_some_and(|&c| c != cpu) {
+                misplaced += s.packets;
             }
         }
         workers.push(json!({
             "cpu": cpu,
             "rx_packets": got,
             "expected": exp,
-            "echoed": n(&w["tx_packets"]),
-            "missteered": w["missteered"],
-            "socket_drops": n(&w["socket_drops"]),
+            "echoed": w.counts.tx_packets,
+            "missteered": w.counts.missteered,
+            "socket_drops": w.counts.socket_drops,
             "queue_drops": qdrops.as_ref().map(|q| q.get(&cpu).copied().unwrap_or(0)),
         }));
     }
-    let tot = &srv["total"];
-    let (seen, echoed) = (n(&tot["rx_packets"]), n(&tot["tx_packets"]));
+    let (seen, echoed) = (srv.total.rx_packets, srv.total.tx_packets);
     let prog_sent = n(&b["tx_packets"]);
     let back = if echo { n(&b["rx_packets"]) } else { 0 };
     let (iface_sent, iface_rx, iface_rx_dropped, iface_back) = match (before, after) {

@@ -2,22 +2,16 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
-use anyhow::anyhow;
 use clap::{Args, ValueEnum};
-use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
-use flowlane_io::SysError;
-use flowlane_runtime::serve::{Mode, ServeWorker, SourceCounts};
-use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
-use serde_json::{json, Value};
+use flowlane_tools::serve::{self, ServeConfig, ServeCounts, ServeEvent, ServeMode, ServeStart};
 
 use crate::args::parse_duration;
 use crate::args::usable_cpus;
 use crate::args::{parse_cpu_list, print_json, CpuList};
-use crate::live::{seconds, stop_on_signals, Log};
+use crate::live::{stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -143,310 +137,123 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
 }
 
 pub fn run(a: ServeArgs) -> CmdResult {
-    let cpus = usable_cpus(a.cpus.as_ref())?;
-    let interval = seconds("--interval", a.interval)?;
-    let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
-    let mode = match a.mode {
-        ModeArg::Echo => Mode::Echo,
-        ModeArg::Sink => Mode::Sink,
+    let cfg = ServeConfig {
+        bind: a.bind,
+        mode: match a.mode {
+            ModeArg::Echo => ServeMode::Echo,
+            ModeArg::Sink => ServeMode::Sink,
+        },
+        cpus: usable_cpus(a.cpus.as_ref())?,
+        budget: a.budget as usize,
+        duration_s: a.duration,
+        interval_s: a.interval,
+        rcvbuf: a.rcvbuf,
+        sndbuf: a.sndbuf,
+        steer: !a.no_steer,
+        gro: a.gro,
+        gso: a.gso,
+        busy_poll_us: a.busy_poll,
+        detect: !a.no_detect,
+        by_source: a.by_source,
+        v6only: a.v6only,
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let gcfg = GroupConfig {
-        addr: a.bind,
-        cpus: cpus.clone(),
-        rcvbuf: Some(a.rcvbuf),
-        sndbuf: Some(a.sndbuf),
-        v6only: a.v6only,
-        steer: !a.no_steer,
-    };
-    // Worker 0 hands a clone of its socket back so steering can be attached once all are bound.
-    let first: Arc<Mutex<Option<std::net::UdpSocket>>> = Arc::new(Mutex::new(None));
-    let rxq_ovfl = Arc::new(AtomicBool::new(true));
-    // Why the detector is off, if it is (first failure wins; the run goes on without it).
-    let no_detect: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(
-        a.no_detect.then(|| "turned off (--no-detect)".to_string()),
-    ));
-    // Start-up notices (a feature turned off, and why), said once each.
-    let notices: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-    let (f2, o2, g2, d2, n2) = (
-        first.clone(),
-        rxq_ovfl.clone(),
-        gcfg.clone(),
-        no_detect.clone(),
-        notices.clone(),
-    );
-    let detect = !a.no_detect;
-    let source_counts: Vec<SourceCounts> = cpus.iter().map(|_| Arc::default()).collect();
-    let (sc2, by_source) = (source_counts.clone(), a.by_source);
-    let (want_gro, want_gso, busy_poll, budget) = (a.gro, a.gso, a.busy_poll, a.budget as usize);
-    let echo = mode == Mode::Echo;
-    let batch = a.budget.min(64) as usize;
-    let rt_cfg = Config {
-        cpus: cpus.clone(),
-        budget: a.budget as usize,
-        wait_ms: 100,
-    };
-    let mut rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
-        let sock = udp::bind_one(&g2)?;
-        if flowlane_io::sys::socket_drops(&sock).is_err() {
-            o2.store(false, Ordering::Relaxed);
-        }
-        if idx == 0 {
-            let c = sock.try_clone().map_err(|source| {
-                GroupError::Sys(SysError {
-                    call: "dup",
-                    source,
-                })
-            })?;
-            if let Ok(mut g) = f2.lock() {
-                *g = Some(c);
-            }
-        }
-        let mut det = None;
-        if detect {
-            match udp::MissteerDetector::attach(&sock, cpu) {
-                Ok(d) => det = Some(d),
-                Err(e) => {
-                    if let Ok(mut g) = d2.lock() {
-                        g.get_or_insert_with(|| format!("unavailable: {e}"));
-                    }
-                }
-            }
-        }
-        let notice = |msg: String| {
-            if let Ok(mut n) = n2.lock() {
-                if !n.contains(&msg) {
-                    n.push(msg);
-                }
-            }
-        };
-        // GSO is needed to echo a GRO buffer with its datagram boundaries intact.
-        let gso_ok = (want_gso || (want_gro && echo))
-            && match udp::probe_gso(&sock) {
-                Ok(()) => true,
-                Err(e) => {
-                    notice(format!("GSO off: the kernel refused UDP_SEGMENT ({e})"));
-                    false
-                }
-            };
-        let gro_ok = want_gro
-            && (!echo || gso_ok)
-            && match udp::enable_gro(&sock) {
-                Ok(()) => true,
-                Err(e) => {
-                    notice(format!("GRO off: the kernel refused UDP_GRO ({e})"));
-                    false
-                }
-            };
-        if want_gro && echo && !gso_ok {
-            notice("GRO off: echoing coalesced datagrams needs GSO".into());
-        }
-        let mut w = ServeWorker::new(sock, cpu, mode, batch);
-        if let Some(us) = busy_poll {
-            match udp::set_busy_poll(w.socket(), us, budget) {
-                Ok(true) => {}
-                Ok(false) => {
-                    notice("busy poll without SO_PREFER_BUSY_POLL (kernel older than 5.11)".into())
-                }
-                Err(e) => notice(format!(
-                    "SO_BUSY_POLL refused ({e}); spinning in user space only"
-                )),
-            }
-            w = w.with_busy_poll(us);
-        }
-        if gro_ok {
-            w = w.with_gro();
-        }
-        if gso_ok && want_gso {
-            w = w.with_gso();
-        }
-        if by_source {
-            w = w.with_source_counts(sc2[idx].clone());
-        }
-        Ok(match det {
-            Some(d) => w.with_detector(d),
-            None => w,
-        })
-    })
-    .map_err(|e| match e {
-        // A CPU that cannot be used, a busy port, a missing privilege or an address that is not
-        // here: the user can fix the command line (exit 2). Anything else is a runtime failure.
-        StartError::Pin { .. }
-        | StartError::Open(
-            GroupError::AddrInUse(_)
-            | GroupError::PermissionDenied(_)
-            | GroupError::AddrNotAvailable(_),
-        ) => Failure::usage(anyhow!(e.to_string())),
-        _ => Failure::runtime(anyhow!(e.to_string())),
-    })?;
-    let member = first.lock().ok().and_then(|mut g| g.take());
-    let (steering, bufs) = match &member {
-        Some(s) => (
-            udp::attach_steering(s, &cpus, gcfg.steer),
-            udp::buffer_sizes(s).ok(),
-        ),
-        None => (
-            Steering::ReuseportHash {
-                reason: "no socket".into(),
-            },
-            None,
-        ),
-    };
-    drop(member);
-    let (rcvbuf, sndbuf) = bufs.unwrap_or((0, 0));
-    let detector_off = no_detect.lock().ok().and_then(|g| g.clone());
-    let detected = detector_off.is_none();
     let mut log = Log::new(a.json);
-    log.line(&format!(
-        "flowlane serve: {} on {} worker(s) (CPUs {:?}), mode {:?}, steering {}{}, rcvbuf {} B, sndbuf {} B{}",
-        a.bind,
-        cpus.len(),
-        cpus,
-        a.mode,
-        steering.name(),
-        match &steering {
-            Steering::ReuseportHash { reason } => format!(" ({reason})"),
-            Steering::CpuBpf => String::new(),
-        },
-        rcvbuf,
-        sndbuf,
-        if rxq_ovfl.load(Ordering::Relaxed) { "" } else { ", socket drop counter unavailable" }
-    ));
-    if let Some(why) = &detector_off {
-        log.line(&format!("mis-steering detector {why}"));
-    }
-    let notices: Vec<String> = notices.lock().map(|n| n.clone()).unwrap_or_default();
-    for n in &notices {
-        log.line(&format!("notice: {n}"));
-    }
-    rt.go();
-    let start = Instant::now();
-    let deadline = duration.and_then(|d| start.checked_add(d));
-    let mut prev: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
-    let mut prev_t = start;
-    let mut next = start + interval;
-    if !a.quiet {
-        log.line(&header());
-    }
-    while !stop.load(Ordering::Relaxed) && !rt.stopping() {
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            break;
-        }
-        if now >= next {
-            let cur: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
-            let secs = now.duration_since(prev_t).as_secs_f64();
+    let mut detected = true;
+    let report = serve::run(&cfg, &stop, &mut |event| match event {
+        ServeEvent::Started(s) => {
+            detected = s.detector_off.is_none();
+            log.line(&banner(&cfg, &s));
+            if let Some(why) = &s.detector_off {
+                log.line(&format!("mis-steering detector {why}"));
+            }
+            for n in &s.notices {
+                log.line(&format!("notice: {n}"));
+            }
             if !a.quiet {
-                let mut total = Snapshot::default();
-                // Each live row carries the time since the start, as iperf's intervals do.
-                let at = format!("{:.1}s", now.duration_since(start).as_secs_f64());
-                for (i, (c, p)) in cur.iter().zip(&prev).enumerate() {
-                    let d = c.since(p);
-                    total = total.plus(&d);
-                    log.line(&row(&at, &cpus[i].to_string(), &d, secs, detected));
-                }
-                log.line(&row(&at, "total", &total, secs, detected));
+                log.line(&header());
             }
-            prev = cur;
-            prev_t = now;
-            next += interval;
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    rt.join();
-    let elapsed = start.elapsed().as_secs_f64();
-    let finals: Vec<Snapshot> = rt.stats().iter().map(|s| s.snapshot()).collect();
-    let total = finals.iter().fold(Snapshot::default(), |t, s| t.plus(s));
-    let errors = rt.errors();
-    // Counters as the runtime defines them, plus the derived batch fill. Without the detector
-    // `missteered` is null, never a fake 0.
-    let worker_json = |cpu: Option<usize>, s: &Snapshot| {
-        let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
-        if let Some(o) = v.as_object_mut() {
-            if let Some(c) = cpu {
-                o.insert("cpu".into(), json!(c));
+        ServeEvent::Tick(t) if !a.quiet => {
+            // Each live row carries the time since the start, as iperf's intervals do.
+            let at = format!("{:.1}s", t.elapsed_s);
+            for (cpu, c) in &t.workers {
+                log.line(&row(&at, &cpu.to_string(), c, t.interval_s, detected));
             }
-            if detected {
-                // The filter counts a datagram as it reaches the socket, before the socket's
-                // buffer can drop it: of those, the worker received at least all but the
-                // socket's drops and at most what it received at all.
-                o.insert(
-                    "missteered_received_min".into(),
-                    json!(s.missteered.saturating_sub(s.socket_drops)),
-                );
-                o.insert(
-                    "missteered_received_max".into(),
-                    json!(s.missteered.min(s.rx_packets)),
-                );
-            } else {
-                o.insert("missteered".into(), Value::Null);
-                o.insert("missteered_received_min".into(), Value::Null);
-                o.insert("missteered_received_max".into(), Value::Null);
-            }
-            o.insert(
-                "batch_fill".into(),
-                json!((s.batch_fill() * 100.0).round() / 100.0),
-            );
+            log.line(&row(&at, "total", &t.total, t.interval_s, detected));
         }
-        v
-    };
+        ServeEvent::Tick(_) => {}
+    })
+    .map_err(Failure::from_tool)?;
     if a.json {
-        let t = worker_json(None, &total);
-        print_json(&json!({
-            "workers": cpus.iter().zip(&finals).zip(&source_counts).map(|((&c, s), sc)| {
-                let mut w = worker_json(Some(c), s);
-                if let (Some(o), Some(counts)) = (w.as_object_mut(), sc.lock().ok().and_then(|mut g| g.take())) {
-                    let mut v: Vec<(SocketAddr, u64)> = counts.into_iter().collect();
-                    v.sort();
-                    o.insert("sources".into(), v.iter().map(|(a, n)| json!({"src": a.to_string(), "packets": n})).collect::<Value>());
-                }
-                w
-            }).collect::<Vec<_>>(),
-            "total": t,
-            "duration_s": (elapsed * 1000.0).round() / 1000.0,
-            "steering": steering.name(),
-            "steering_reason": match &steering { Steering::ReuseportHash { reason } => Some(reason.clone()), Steering::CpuBpf => None },
-            "missteer_detector": detector_off.clone().unwrap_or_else(|| "ebpf".into()),
-            "mode": format!("{:?}", a.mode).to_lowercase(),
-            "bind": a.bind.to_string(),
-            "gro": a.gro && !notices.iter().any(|n| n.starts_with("GRO off")),
-            "gso": a.gso && !notices.iter().any(|n| n.starts_with("GSO off")),
-            "busy_poll_us": a.busy_poll,
-            "notices": notices,
-            "rcvbuf": rcvbuf,
-            "sndbuf": sndbuf,
-            "errors": errors.iter().map(|(w, e)| json!({"worker": w, "error": e})).collect::<Vec<_>>(),
-        }))?;
+        print_json(&report)?;
     } else {
         println!();
         println!(
-            "summary over {elapsed:.3} s (steering {}):",
-            steering.name()
+            "summary over {:.3} s (steering {}):",
+            report.duration_s, report.steering
         );
         println!("{}", header());
-        for (c, s) in cpus.iter().zip(&finals) {
-            println!("{}", row("all", &c.to_string(), s, elapsed, detected));
-        }
-        println!("{}", row("all", "total", &total, elapsed, detected));
-        if detected && total.missteered > 0 {
+        for w in &report.workers {
             println!(
-                "missteer@sk: datagrams the kernel processed on another CPU, counted as they \
-                 reached the socket (before its buffer could drop them); the workers received \
-                 between {} and {} of them",
-                total.missteered.saturating_sub(total.socket_drops),
-                total.missteered.min(total.rx_packets)
+                "{}",
+                row(
+                    "all",
+                    &w.cpu.to_string(),
+                    &w.counts,
+                    report.duration_s,
+                    detected
+                )
+            );
+        }
+        println!(
+            "{}",
+            row("all", "total", &report.total, report.duration_s, detected)
+        );
+        if let (Some(m), Some(lo), Some(hi)) = (
+            report.total.missteered.filter(|&m| m > 0),
+            report.total.missteered_received_min,
+            report.total.missteered_received_max,
+        ) {
+            println!(
+                "missteer@sk: {m} datagrams the kernel processed on another CPU, counted as \
+                 they reached the socket (before its buffer could drop them); the workers \
+                 received between {lo} and {hi} of them"
             );
         }
     }
-    for (w, e) in &errors {
-        eprintln!("flowlane: worker {w} stopped: {e}");
+    for e in &report.errors {
+        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
     }
-    Ok(if errors.is_empty() {
+    Ok(if report.errors.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The first line, once every worker is bound and polling (with --json on stderr: callers
+/// such as bench wait for it before they send).
+fn banner(cfg: &ServeConfig, s: &ServeStart) -> String {
+    format!(
+        "flowlane serve: {} on {} worker(s) (CPUs {:?}), mode {:?}, steering {}{}, rcvbuf {} B, sndbuf {} B{}",
+        cfg.bind,
+        s.cpus.len(),
+        s.cpus,
+        cfg.mode,
+        s.steering,
+        s.steering_reason
+            .as_ref()
+            .map_or(String::new(), |r| format!(" ({r})")),
+        s.rcvbuf,
+        s.sndbuf,
+        if s.drop_counter {
+            ""
+        } else {
+            ", socket drop counter unavailable"
+        }
+    )
 }
 
 fn header() -> String {
@@ -466,7 +273,7 @@ fn header() -> String {
 }
 
 /// One table row: `at` the time since the start (`all` in the summary), `label` the CPU.
-fn row(at: &str, label: &str, d: &Snapshot, secs: f64, detected: bool) -> String {
+fn row(at: &str, label: &str, d: &ServeCounts, secs: f64, detected: bool) -> String {
     let secs = secs.max(1e-9);
     format!(
         "{:>7} {:>6} {:>12} {:>14} {:>10.0} {:>9.1} {:>12} {:>10} {:>11} {:>6.1}",
@@ -478,11 +285,10 @@ fn row(at: &str, label: &str, d: &Snapshot, secs: f64, detected: bool) -> String
         d.rx_bytes as f64 * 8.0 / secs / 1e6,
         d.tx_packets,
         d.socket_drops,
-        if detected {
-            d.missteered.to_string()
-        } else {
-            "-".into()
+        match d.missteered {
+            Some(m) if detected => m.to_string(),
+            _ => "-".into(),
         },
-        d.batch_fill()
+        d.batch_fill
     )
 }

@@ -88,6 +88,19 @@ impl Failure {
             err: err.into(),
         }
     }
+
+    /// A role's error, with the exit code its kind maps to: usage and privilege 2 (the
+    /// command line can fix it), runtime 1.
+    pub fn from_tool(e: flowlane_tools::ToolError) -> Failure {
+        let code = match e.kind {
+            flowlane_tools::ErrorKind::Usage | flowlane_tools::ErrorKind::Privilege => 2,
+            flowlane_tools::ErrorKind::Runtime => 1,
+        };
+        Failure {
+            code,
+            err: anyhow::anyhow!(e.message),
+        }
+    }
 }
 
 /// What a subcommand returns.

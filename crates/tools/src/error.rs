@@ -1,0 +1,53 @@
+//! The error every role returns: what went wrong, in words, and which kind of wrong it is.
+
+use serde::{Deserialize, Serialize};
+
+/// Who can fix a failure. The CLI maps it to the exit code (usage and privilege: 2, the
+/// command line can fix it; runtime: 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorKind {
+    /// A value the user gave cannot work (a CPU that is not usable, a busy port, an address
+    /// that is not on this host).
+    Usage,
+    /// The job needs a capability this process lacks (root, CAP_NET_ADMIN, CAP_BPF).
+    Privilege,
+    /// The job could not be done as asked.
+    Runtime,
+}
+
+/// A role's failure: its kind and a message that says what and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    /// Who can fix it.
+    pub kind: ErrorKind,
+    /// What happened, in words.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A usage error.
+    pub fn usage(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ErrorKind::Usage,
+            message: message.into(),
+        }
+    }
+
+    /// A missing privilege.
+    pub fn privilege(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ErrorKind::Privilege,
+            message: message.into(),
+        }
+    }
+
+    /// A runtime failure.
+    pub fn runtime(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ErrorKind::Runtime,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! `serve`: the RSS-aware UDP echo/sink server. One pinned worker per CPU, each with its own
+//! socket of a SO_REUSEPORT group; a generated program hands each datagram to the worker on the
+//! CPU that processed it; an eBPF filter counts the datagrams that reached a worker from
+//! another CPU. [`run`] starts the workers, reports status each interval as a [`ServeEvent`],
+//! and returns the [`ServeReport`] when the duration is over or `stop` is set.
+
+mod config;
+mod report;
+
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
+use flowlane_io::SysError;
+use flowlane_runtime::serve::{Mode, ServeWorker, SourceCounts};
+use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
+
+pub use config::{ServeConfig, ServeMode};
+pub use report::{ServeCounts, ServeReport, ServeWorkerReport, SourceCount, WorkerError};
+
+use crate::ToolError;
+
+/// What is known once every worker is bound and polling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeStart {
+    /// One worker per CPU, in this order.
+    pub cpus: Vec<usize>,
+    /// `cpu-bpf` or `reuseport-hash`.
+    pub steering: String,
+    /// Why the kernel's hash steers, when it does.
+    pub steering_reason: Option<String>,
+    /// Receive buffer granted, bytes.
+    pub rcvbuf: usize,
+    /// Send buffer granted, bytes.
+    pub sndbuf: usize,
+    /// Whether the socket drop counter (SO_MEMINFO) can be read.
+    pub drop_counter: bool,
+    /// Why the mis-steering detector is off, if it is.
+    pub detector_off: Option<String>,
+    /// Features turned off at start, and why.
+    pub notices: Vec<String>,
+}
+
+/// Counters over one status interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeTick {
+    /// Seconds since the workers started.
+    pub elapsed_s: f64,
+    /// Seconds this interval lasted.
+    pub interval_s: f64,
+    /// (CPU, counters over the interval) per worker.
+    pub workers: Vec<(usize, ServeCounts)>,
+    /// All workers over the interval.
+    pub total: ServeCounts,
+}
+
+/// Status from a running server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServeEvent {
+    /// Every worker is bound and polling: clients may send.
+    Started(ServeStart),
+    /// One interval's counters.
+    Tick(ServeTick),
+}
+
+/// Runs the server until `cfg.duration_s` is over or `stop` is set (e.g. by Ctrl-C);
+/// `on_event` hears the start and each interval. Errors: a CPU that cannot be used, a busy
+/// port or an address that is not here (usage), a missing privilege, anything else (runtime).
+/// A worker that fails while running ends up in the report's `errors`.
+pub fn run(
+    cfg: &ServeConfig,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ServeEvent),
+) -> Result<ServeReport, ToolError> {
+    let interval = positive_secs("interval", cfg.interval_s)?;
+    let duration = cfg
+        .duration_s
+        .map(|d| positive_secs("duration", d))
+        .transpose()?;
+    if cfg.bind.port() == 0 {
+        return Err(ToolError::usage(format!(
+            "bind {}: port 0 would give each worker its own random port; name one port",
+            cfg.bind
+        )));
+    }
+    let started = Startup::start(cfg, stop)?;
+    let Startup {
+        mut rt,
+        steering,
+        rcvbuf,
+        sndbuf,
+        drop_counter,
+        detector_off,
+        notices,
+        source_counts,
+    } = started;
+    let detected = detector_off.is_none();
+    let (steering_name, steering_reason) = match &steering {
+        Steering::ReuseportHash { reason } => (steering.name().to_string(), Some(reason.clone())),
+        Steering::CpuBpf => (steering.name().to_string(), None),
+    };
+    on_event(ServeEvent::Started(ServeStart {
+        cpus: cfg.cpus.clone(),
+        steering: steering_name.clone(),
+        steering_reason: steering_reason.clone(),
+        rcvbuf,
+        sndbuf,
+        drop_counter,
+        detector_off: detector_off.clone(),
+        notices: notices.clone(),
+    }));
+    rt.go();
+    let start = Instant::now();
+    let deadline = duration.and_then(|d| start.checked_add(d));
+    let snap =
+        |rt: &Runtime| -> Vec<Snapshot> { rt.stats().iter().map(|s| s.snapshot()).collect() };
+    let mut prev = snap(&rt);
+    let mut prev_t = start;
+    let mut next = start + interval;
+    while !stop.load(Ordering::Relaxed) && !rt.stopping() {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if now >= next {
+            let cur = snap(&rt);
+            let mut total = Snapshot::default();
+            let workers = cfg
+                .cpus
+                .iter()
+                .zip(cur.iter().zip(&prev))
+                .map(|(&cpu, (c, p))| {
+                    let d = c.since(p);
+                    total = total.plus(&d);
+                    (cpu, ServeCounts::from_snapshot(&d, detected))
+                })
+                .collect();
+            on_event(ServeEvent::Tick(ServeTick {
+                elapsed_s: now.duration_since(start).as_secs_f64(),
+                interval_s: now.duration_since(prev_t).as_secs_f64(),
+                workers,
+                total: ServeCounts::from_snapshot(&total, detected),
+            }));
+            prev = cur;
+            prev_t = now;
+            next += interval;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    rt.join();
+    let elapsed = start.elapsed().as_secs_f64();
+    let finals = snap(&rt);
+    let total = finals.iter().fold(Snapshot::default(), |t, s| t.plus(s));
+    let workers = cfg
+        .cpus
+        .iter()
+        .zip(&finals)
+        .zip(&source_counts)
+        .map(|((&cpu, s), sc)| ServeWorkerReport {
+            cpu,
+            counts: ServeCounts::from_snapshot(s, detected),
+            sources: sc.lock().ok().and_then(|mut g| g.take()).map(|counts| {
+                let mut v: Vec<_> = counts.into_iter().collect();
+                v.sort();
+                v.into_iter()
+                    .map(|(a, n)| SourceCount {
+                        src: a.to_string(),
+                        packets: n,
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    Ok(ServeReport {
+        workers,
+        total: ServeCounts::from_snapshot(&total, detected),
+        duration_s: (elapsed * 1000.0).round() / 1000.0,
+        steering: steering_name,
+        steering_reason,
+        missteer_detector: detector_off.unwrap_or_else(|| "ebpf".into()),
+        mode: cfg.mode,
+        bind: cfg.bind.to_string(),
+        gro: cfg.gro && !notices.iter().any(|n| n.starts_with("GRO off")),
+        gso: cfg.gso && !notices.iter().any(|n| n.starts_with("GSO off")),
+        busy_poll_us: cfg.busy_poll_us,
+        notices,
+        rcvbuf,
+        sndbuf,
+        errors: rt
+            .errors()
+            .into_iter()
+            .map(|(worker, error)| WorkerError { worker, error })
+            .collect(),
+    })
+}
+
+/// A positive, representable number of seconds.
+fn positive_secs(what: &str, v: f64) -> Result<Duration, ToolError> {
+    match Duration::try_from_secs_f64(v) {
+        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
+        _ => Err(ToolError::usage(format!(
+            "the {what} must be a positive number of seconds (at most 100 years), not {v:?}"
+        ))),
+    }
+}
+
+/// The workers, bound and waiting for `go`, with what start-up learned.
+struct Startup {
+    rt: Runtime,
+    steering: Steering,
+    rcvbuf: usize,
+    sndbuf: usize,
+    drop_counter: bool,
+    detector_off: Option<String>,
+    notices: Vec<String>,
+    source_counts: Vec<SourceCounts>,
+}
+
+impl Startup {
+    fn start(cfg: &ServeConfig, stop: &Arc<AtomicBool>) -> Result<Startup, ToolError> {
+        let gcfg = GroupConfig {
+            addr: cfg.bind,
+            cpus: cfg.cpus.clone(),
+            rcvbuf: Some(cfg.rcvbuf),
+            sndbuf: Some(cfg.sndbuf),
+            v6only: cfg.v6only,
+            steer: cfg.steer,
+        };
+        // Worker 0 hands a clone of its socket back so steering can be attached once all are
+        // bound.
+        let first: Arc<Mutex<Option<UdpSocket>>> = Arc::new(Mutex::new(None));
+        let drop_counter = Arc::new(AtomicBool::new(true));
+        // Why the detector is off, if it is (first failure wins; the run goes on without it).
+        let no_detect: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(
+            (!cfg.detect).then(|| "turned off (--no-detect)".to_string()),
+        ));
+        // Start-up notices (a feature turned off, and why), said once each.
+        let notices: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+        let source_counts: Vec<SourceCounts> = cfg.cpus.iter().map(|_| Arc::default()).collect();
+        let (f2, o2, g2, d2, n2, sc2) = (
+            first.clone(),
+            drop_counter.clone(),
+            gcfg.clone(),
+            no_detect.clone(),
+            notices.clone(),
+            source_counts.clone(),
+        );
+        let (mode, detect, by_source) = (
+            match cfg.mode {
+                ServeMode::Echo => Mode::Echo,
+                ServeMode::Sink => Mode::Sink,
+            },
+            cfg.detect,
+            cfg.by_source,
+        );
+        let (want_gro, want_gso, busy_poll, budget) =
+            (cfg.gro, cfg.gso, cfg.busy_poll_us, cfg.budget);
+        let echo = mode == Mode::Echo;
+        let batch = budget.min(64);
+        let rt_cfg = Config {
+            cpus: cfg.cpus.clone(),
+            budget,
+            wait_ms: 100,
+        };
+        let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
+            let sock = udp::bind_one(&g2)?;
+            if flowlane_io::sys::socket_drops(&sock).is_err() {
+                o2.store(false, Ordering::Relaxed);
+            }
+            if idx == 0 {
+                let c = sock.try_clone().map_err(|source| {
+                    GroupError::Sys(SysError {
+                        call: "dup",
+                        source,
+                    })
+                })?;
+                if let Ok(mut g) = f2.lock() {
+                    *g = Some(c);
+                }
+            }
+            let mut det = None;
+            if detect {
+                match udp::MissteerDetector::attach(&sock, cpu) {
+                    Ok(d) => det = Some(d),
+                    Err(e) => {
+                        if let Ok(mut g) = d2.lock() {
+                            g.get_or_insert_with(|| format!("unavailable: {e}"));
+                        }
+                    }
+                }
+            }
+            let notice = |msg: String| {
+                if let Ok(mut n) = n2.lock() {
+                    if !n.contains(&msg) {
+                        n.push(msg);
+                    }
+                }
+            };
+            // GSO is needed to echo a GRO buffer with its datagram boundaries intact.
+            let gso_ok = (want_gso || (want_gro && echo))
+                && match udp::probe_gso(&sock) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        notice(format!("GSO off: the kernel refused UDP_SEGMENT ({e})"));
+                        false
+                    }
+                };
+            let gro_ok = want_gro
+                && (!echo || gso_ok)
+                && match udp::enable_gro(&sock) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        notice(format!("GRO off: the kernel refused UDP_GRO ({e})"));
+                        false
+                    }
+                };
+            if want_gro && echo && !gso_ok {
+                notice("GRO off: echoing coalesced datagrams needs GSO".into());
+            }
+            let mut w = ServeWorker::new(sock, cpu, mode, batch);
+            if let Some(us) = busy_poll {
+                match udp::set_busy_poll(w.socket(), us, budget) {
+                    Ok(true) => {}
+                    Ok(false) => notice(
+                        "busy poll without SO_PREFER_BUSY_POLL (kernel older than 5.11)".into(),
+                    ),
+                    Err(e) => notice(format!(
+                        "SO_BUSY_POLL refused ({e}); spinning in user space only"
+                    )),
+                }
+                w = w.with_busy_poll(us);
+            }
+            if gro_ok {
+                w = w.with_gro();
+            }
+            if gso_ok && want_gso {
+                w = w.with_gso();
+            }
+            if by_source {
+                w = w.with_source_counts(sc2[idx].clone());
+            }
+            Ok(match det {
+                Some(d) => w.with_detector(d),
+                None => w,
+            })
+        })
+        .map_err(start_error)?;
+        let member = first.lock().ok().and_then(|mut g| g.take());
+        let (steering, bufs) = match &member {
+            Some(s) => (
+                udp::attach_steering(s, &cfg.cpus, gcfg.steer),
+                udp::buffer_sizes(s).ok(),
+            ),
+            None => (
+                Steering::ReuseportHash {
+                    reason: "no socket".into(),
+                },
+                None,
+            ),
+        };
+        drop(member);
+        let (rcvbuf, sndbuf) = bufs.unwrap_or((0, 0));
+        let detector_off = no_detect.lock().ok().and_then(|g| g.clone());
+        let notices = notices.lock().map(|n| n.clone()).unwrap_or_default();
+        Ok(Startup {
+            rt,
+            steering,
+            rcvbuf,
+            sndbuf,
+            drop_counter: drop_counter.load(Ordering::Relaxed),
+            detector_off,
+            notices,
+            source_counts,
+        })
+    }
+}
+
+/// A CPU that cannot be used, a busy port or an address that is not here: the user can fix
+/// the command line. A missing privilege says so. Anything else is a runtime failure.
+fn start_error(e: StartError<GroupError>) -> ToolError {
+    match e {
+        StartError::Open(GroupError::PermissionDenied(_)) => ToolError::privilege(e.to_string()),
+        StartError::Pin { .. }
+        | StartError::Open(GroupError::AddrInUse(_) | GroupError::AddrNotAvailable(_)) => {
+            ToolError::usage(e.to_string())
+        }
+        _ => ToolError::runtime(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A whole run on loopback, in process: datagrams sent are counted, echoed back, and the
+    /// report reads back from its JSON unchanged (the contract `bench` relies on).
+    #[test]
+    fn a_loopback_run_counts_echoes_and_its_report_round_trips() {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port")
+            .port();
+        let here = flowlane_io::sys::current_cpu().unwrap_or(0);
+        let mut cfg = ServeConfig::new(
+            format!("127.0.0.1:{port}").parse().expect("addr"),
+            vec![here],
+        );
+        cfg.duration_s = Some(30.0);
+        cfg.interval_s = 0.05;
+        cfg.by_source = true;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let (mut ticks, mut ticked_rx) = (0, 0);
+        let report = run(&cfg, &stop, &mut |e| match e {
+            ServeEvent::Started(s) => {
+                assert_eq!(s.cpus, vec![here]);
+                let stop3 = stop2.clone();
+                std::thread::spawn(move || {
+                    let c = UdpSocket::bind("127.0.0.1:0").expect("client");
+                    c.set_read_timeout(Some(Duration::from_secs(5)))
+                        .expect("timeout");
+                    let mut buf = [0u8; 64];
+                    for i in 0..100u8 {
+                        c.send_to(&[i; 20], ("127.0.0.1", port)).expect("send");
+                        let n = c.recv(&mut buf).expect("echo");
+                        assert_eq!(&buf[..n], &[i; 20]);
+                    }
+                    // Time for a few status intervals (50 ms each) before the stop.
+                    std::thread::sleep(Duration::from_millis(300));
+                    stop3.store(true, Ordering::Relaxed);
+                });
+            }
+            ServeEvent::Tick(t) => {
+                ticks += 1;
+                assert_eq!(t.workers.len(), 1);
+                assert_eq!(
+                    t.workers[0].1, t.total,
+                    "one worker: its deltas are the total"
+                );
+                ticked_rx += t.total.rx_packets;
+            }
+        })
+        .expect("serve runs");
+        assert_eq!(report.total.rx_packets, 100);
+        assert_eq!(report.total.tx_packets, 100);
+        assert_eq!(report.workers[0].counts.rx_bytes, 2000);
+        let sources = report.workers[0].sources.as_ref().expect("by source");
+        assert_eq!(sources.iter().map(|s| s.packets).sum::<u64>(), 100);
+        assert!(report.errors.is_empty());
+        // Ticks carry interval deltas: together never more than the whole run.
+        assert!(ticks >= 2, "{ticks} ticks in {} s", report.duration_s);
+        assert!(ticked_rx <= report.total.rx_packets);
+        let text = serde_json::to_string(&report).expect("JSON");
+        let back: ServeReport = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, report);
+    }
+
+    #[test]
+    fn port_zero_and_a_bad_interval_are_usage_errors() {
+        let mut cfg = ServeConfig::new("127.0.0.1:0".parse().expect("addr"), vec![0]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let e = run(&cfg, &stop, &mut |_| {}).expect_err("port 0");
+        assert_eq!(e.kind, crate::ErrorKind::Usage);
+        cfg.bind = "127.0.0.1:9".parse().expect("addr");
+        cfg.interval_s = 0.0;
+        let e = run(&cfg, &stop, &mut |_| {}).expect_err("interval 0");
+        assert_eq!(e.kind, crate::ErrorKind::Usage);
+    }
+}
