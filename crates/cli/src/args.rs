@@ -312,25 +312,7 @@ mod tests {
     }
 }
 
-/// A send rate: packets per second, or bits per second on the wire.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Rate {
-    /// Packets per second.
-    Pps(f64),
-    /// Bits per second of Ethernet line rate (frame + FCS + preamble + inter-frame gap).
-    Bps(f64),
-}
-
-impl Rate {
-    /// Packets per second for frames of `frame` bytes (FCS excluded): a bit rate is divided by
-    /// (frame + 4 FCS + 8 preamble/SFD + 12 gap) × 8, as a tester counts line rate.
-    pub fn pps(&self, frame: f64) -> f64 {
-        match *self {
-            Rate::Pps(p) => p,
-            Rate::Bps(b) => b / ((frame + 24.0) * 8.0),
-        }
-    }
-}
+pub use flowlane_tools::blast::Rate;
 
 /// Frame sizes from the command line: one, or a comma list to sweep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,30 +358,6 @@ pub fn parse_imix(s: &str) -> Result<Imix, String> {
     Ok(Imix(v))
 }
 
-impl Imix {
-    /// One cycle of frame sizes without FCS (size − 4), each size as often as its weight,
-    /// interleaved evenly (smooth weighted round robin: 64:7,594:4,1518:1 never sends the
-    /// seven small frames back to back).
-    pub fn sequence(&self) -> Vec<usize> {
-        let total: i64 = self.0.iter().map(|p| i64::from(p.1)).sum();
-        let mut current = vec![0i64; self.0.len()];
-        (0..total)
-            .map(|_| {
-                for (c, p) in current.iter_mut().zip(&self.0) {
-                    *c += i64::from(p.1);
-                }
-                let (best, _) = current
-                    .iter()
-                    .enumerate()
-                    .max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i)))
-                    .unwrap_or((0, &0));
-                current[best] -= total;
-                self.0[best].0.saturating_sub(4)
-            })
-            .collect()
-    }
-}
-
 /// Largest bare number (no unit) taken as a packet rate: above it, `20000000` could as well
 /// be meant as 20 Mbit/s, so the unit must be written.
 const BARE_RATE_MAX: f64 = 10e6;
@@ -441,16 +399,6 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
         ));
     }
     Ok(if bits { Rate::Bps(v) } else { Rate::Pps(v) })
-}
-
-impl std::fmt::Display for Rate {
-    /// A form [`parse_rate`] reads back as the same rate (units always written).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            Rate::Pps(p) => write!(f, "{p}pps"),
-            Rate::Bps(b) => write!(f, "{b}bit"),
-        }
-    }
 }
 
 /// A duration in seconds: `10` or `10s`, `500ms`, `250us`, `1m`, `1h` (decimals allowed).
@@ -543,7 +491,7 @@ mod rate_tests {
         );
         assert!(parse_size_list("").is_err() && parse_size_list("6x").is_err());
         let m = parse_imix("64:7,594:4,1518:1").expect("imix");
-        let seq = m.sequence();
+        let seq = flowlane_tools::blast::imix_sequence(&m.0);
         assert_eq!(seq.len(), 12);
         for (size, n) in [(60, 7), (590, 4), (1514, 1)] {
             assert_eq!(seq.iter().filter(|&&s| s == size).count(), n, "{seq:?}");

@@ -25,6 +25,7 @@ use crate::cmd_lab::{config, SteerArg};
 use crate::live::stop_on_signals;
 use crate::report;
 use crate::{CmdResult, Failure};
+use flowlane_tools::blast::StepReport;
 use flowlane_tools::serve::ServeReport;
 
 /// The main job: does this host scale per core? Packets per second by active RSS buckets.
@@ -386,10 +387,10 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
     let out = out.map_err(|e| Failure::runtime(anyhow!("running flowlane blast: {e}")))?;
     // Exit 1 with a summary is a step blast judged (a rate not reached, loss): bench does its
     // own accounting of those. Anything else is a run that did not happen.
-    let summary = serde_json::from_slice::<Value>(&out.stdout);
-    let b: Value = match (out.status.code(), summary) {
-        (Some(0), Ok(b)) => b,
-        (Some(1), Ok(b)) if b.get("problems").is_some() => b,
+    // The typed contract: a field blast stopped writing fails here, never reads as zero.
+    let summary = serde_json::from_slice::<StepReport>(&out.stdout);
+    let b: StepReport = match (out.status.code(), summary) {
+        (Some(0 | 1), Ok(b)) => b,
         (code, summary) => {
             return Err(Failure::runtime(anyhow!(
                 "flowlane blast failed in step {k} (exit {code:?}{}): {}",
@@ -409,15 +410,19 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         }
     };
     let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
-    let flows = b["flows"].as_array().cloned().unwrap_or_default();
-    for f in &flows {
-        *expected.entry(queue_cpu(n(&f["queue"]))).or_default() += n(&f["tx_packets"]);
-    }
     // Each flow's bucket CPU, by source address.
-    let flow_cpu: BTreeMap<String, u64> = flows
-        .iter()
-        .filter_map(|f| Some((f["src"].as_str()?.to_string(), queue_cpu(n(&f["queue"])))))
-        .collect();
+    let mut flow_cpu: BTreeMap<String, u64> = BTreeMap::new();
+    for f in &b.flows {
+        let q = f.queue.ok_or_else(|| {
+            Failure::runtime(anyhow!(
+                "blast placed flow {} on no queue (bench asks for RSS placement)",
+                f.id
+            ))
+        })?;
+        *expected.entry(queue_cpu(u64::from(q))).or_default() += f.tx_packets;
+        flow_cpu.insert(f.src.clone(), queue_cpu(u64::from(q)));
+    }
+    let flows = &b.flows;
     let mut workers = Vec::new();
     let mut misplaced = 0u64;
     for w in &srv.workers {
@@ -441,8 +446,16 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         }));
     }
     let (seen, echoed) = (srv.total.rx_packets, srv.total.tx_packets);
-    let prog_sent = n(&b["tx_packets"]);
-    let back = if echo { n(&b["rx_packets"]) } else { 0 };
+    let prog_sent = b.tx_packets;
+    let back = match (echo, b.rx_packets) {
+        (false, _) => 0,
+        (true, Some(n)) => n,
+        (true, None) => {
+            return Err(Failure::runtime(anyhow!(
+                "blast ran with echoes but reported no echo count"
+            )))
+        }
+    };
     let (iface_sent, iface_rx, iface_rx_dropped, iface_back) = match (before, after) {
         (Some((g0, d0)), Some((g1, d1))) => (
             Some(g1.tx_packets - g0.tx_packets),
@@ -460,10 +473,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
             (y.0.saturating_sub(x.0) as f64 / total * 1000.0).round() / 10.0
         })
         .collect();
-    let secs = b["duration_s"]
-        .as_f64()
-        .filter(|&s| s > 0.0)
-        .unwrap_or(elapsed);
+    let secs = Some(b.duration_s).filter(|&s| s > 0.0).unwrap_or(elapsed);
     let pps = |x: u64| (x as f64 / secs).round() as u64;
     let missteered: u64 = workers.iter().map(|w| n(&w["missteered"])).sum();
     let drops: u64 = workers.iter().map(|w| n(&w["socket_drops"])).sum();
@@ -560,7 +570,7 @@ fn step(a: &BenchArgs, t: &Target, k: u32, echo: bool) -> Result<Value, Failure>
         "socket_drops": drops,
         "queue_drops": qdrops_total,
         "cpu_busy_pct": busy,
-        "latency_ns": if echo { b["latency_ns"].clone() } else { Value::Null },
+        "latency_ns": if echo { json!(b.latency_ns) } else { Value::Null },
         "problems": problems,
     }))
 }

@@ -268,7 +268,10 @@ fn print_summary(v: &Value, r: &SinkReport) {
             c.clock_skew
         );
     }
-    if let Some(l) = latency_line(Some(&r.book.latency), "one-way (send → sink)") {
+    if let Some(l) = latency_line(
+        flowlane_tools::Latency::of(Some(&r.book.latency), "one-way").as_ref(),
+        "one-way (send → sink)",
+    ) {
         println!("{l}");
     }
     if let Some(flows) = v["flows"].as_array().filter(|f| f.len() <= 16) {

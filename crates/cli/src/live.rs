@@ -66,15 +66,15 @@ pub fn latency_json(h: Option<&hdrhistogram::Histogram<u64>>, kind: &str) -> ser
 }
 
 /// `LABEL µs: p50 …  p90 …  p99 …  p99.9 …  max …` (`None` when nothing was measured).
-pub fn latency_line(h: Option<&hdrhistogram::Histogram<u64>>, label: &str) -> Option<String> {
-    let h = h.filter(|h| !h.is_empty())?;
-    let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+pub fn latency_line(l: Option<&flowlane_tools::Latency>, label: &str) -> Option<String> {
+    let l = l?;
+    let us = |ns: u64| ns as f64 / 1e3;
     Some(format!(
         "{label} µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
-        us(0.5),
-        us(0.9),
-        us(0.99),
-        us(0.999),
-        h.max() as f64 / 1e3
+        us(l.p50),
+        us(l.p90),
+        us(l.p99),
+        us(l.p999),
+        us(l.max)
     ))
 }

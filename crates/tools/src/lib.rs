@@ -10,7 +10,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod blast;
 pub mod error;
+pub mod report;
 pub mod serve;
 
 pub use error::{ErrorKind, ToolError};
+pub use report::{Latency, WorkerError};

@@ -4,6 +4,7 @@ use flowlane_runtime::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use super::ServeMode;
+pub use crate::report::WorkerError;
 
 /// Serve's counters: the runtime's counters that a serve worker writes, and no others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -90,15 +91,6 @@ pub struct ServeWorkerReport {
     /// Datagrams per source address (with `by_source`), sorted by source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<SourceCount>>,
-}
-
-/// A worker that stopped with an error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerError {
-    /// The worker's index.
-    pub worker: usize,
-    /// What it said.
-    pub error: String,
 }
 
 /// The report of one `serve` run.

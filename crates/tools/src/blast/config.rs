@@ -1,0 +1,229 @@
+//! What `blast` is asked to do.
+
+use std::net::{IpAddr, SocketAddr};
+
+use flowlane_rss::queue::{FreeBsdBuckets, QueueModel, Reta};
+use serde::{Deserialize, Serialize};
+
+use crate::ToolError;
+
+/// How frames leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlastMode {
+    /// UDP sockets (sendmmsg); the kernel builds the headers.
+    Udp,
+    /// Whole frames through an AF_PACKET TX ring, bypassing the qdisc layer.
+    Raw,
+    /// Whole frames through AF_XDP sockets (copy mode; need_wakeup).
+    Xdp,
+    /// A generated XDP program run in live-frames mode (BPF_PROG_TEST_RUN): no socket.
+    XdpLive,
+}
+
+impl BlastMode {
+    /// Builds its own frames (every mode but `udp`).
+    pub fn frames(self) -> bool {
+        self != BlastMode::Udp
+    }
+}
+
+/// A send rate: packets per second, or bits per second on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rate {
+    /// Packets per second.
+    Pps(f64),
+    /// Bits per second of Ethernet line rate (frame + FCS + preamble + inter-frame gap).
+    Bps(f64),
+}
+
+impl Rate {
+    /// Packets per second for frames of `frame` bytes (FCS excluded): a bit rate is divided by
+    /// (frame + 4 FCS + 8 preamble/SFD + 12 gap) × 8, as a tester counts line rate.
+    pub fn pps(&self, frame: f64) -> f64 {
+        match *self {
+            Rate::Pps(p) => p,
+            Rate::Bps(b) => b / ((frame + 24.0) * 8.0),
+        }
+    }
+}
+
+impl std::fmt::Display for Rate {
+    /// With its unit always written (`50000pps`, `1000000000bit`), so no reader can take
+    /// packets for bits.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Rate::Pps(p) => write!(f, "{p}pps"),
+            Rate::Bps(b) => write!(f, "{b}bit"),
+        }
+    }
+}
+
+/// Frame sizes (FCS excluded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Frames {
+    /// The smallest frame that carries the flowlane header: 60 bytes for IPv4, 78 for IPv6.
+    Auto,
+    /// One step per size (one size: a single step).
+    Sizes(Vec<usize>),
+    /// One step cycling through a mix: (size *with* FCS, as IMIX definitions give it, weight).
+    Imix(Vec<(usize, u32)>),
+    /// A UDP payload size instead of a frame size.
+    Payload(usize),
+}
+
+/// How a hash becomes a queue, in a form a configuration file can hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelSpec {
+    /// A NIC indirection table: RETA index → queue.
+    Reta(Vec<u16>),
+    /// `hash % n`.
+    Modulo(u32),
+    /// Linux RPS: `(hash * n) >> 32`.
+    Rps(u32),
+    /// FreeBSD buckets over this many CPUs.
+    Freebsd(u32),
+}
+
+impl ModelSpec {
+    /// The spec of a built model.
+    pub fn of(model: &QueueModel) -> ModelSpec {
+        match model {
+            QueueModel::Reta(r) => ModelSpec::Reta(r.entries().to_vec()),
+            QueueModel::Modulo(n) => ModelSpec::Modulo(*n),
+            QueueModel::Rps(n) => ModelSpec::Rps(*n),
+            QueueModel::FreeBsd(b) => ModelSpec::Freebsd(b.ncpus()),
+        }
+    }
+
+    /// The model.
+    pub fn build(&self) -> Result<QueueModel, ToolError> {
+        Ok(match self {
+            ModelSpec::Reta(t) => QueueModel::Reta(
+                Reta::from_entries(t.clone()).map_err(|e| ToolError::usage(e.to_string()))?,
+            ),
+            ModelSpec::Modulo(n) => QueueModel::Modulo(*n),
+            ModelSpec::Rps(n) => QueueModel::Rps(*n),
+            ModelSpec::Freebsd(n) => QueueModel::FreeBsd(FreeBsdBuckets::new(*n)),
+        })
+    }
+}
+
+/// Flows placed on RSS queues by the picker: `per_queue` source ports for each queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Flows per queue.
+    pub per_queue: u64,
+    /// Only these queues (empty: all of the model's).
+    pub queues: Vec<u32>,
+    /// The RSS key, hex.
+    pub key: String,
+    /// Hash → queue.
+    pub model: ModelSpec,
+}
+
+/// The configuration of one `blast` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlastConfig {
+    /// How frames leave.
+    pub mode: BlastMode,
+    /// Interface (raw, xdp and xdp-live modes).
+    pub dev: Option<String>,
+    /// Destination MAC (frame modes; default: the neighbour entry of `to` on `dev`).
+    pub dst_mac: Option<[u8; 6]>,
+    /// 802.1Q tag for raw frames.
+    pub vlan: Option<u16>,
+    /// Where traffic goes (a port other than 0).
+    pub to: SocketAddr,
+    /// Source address range (default: the address the route to `to` uses).
+    pub from: Option<(IpAddr, IpAddr)>,
+    /// Source port range (default: chosen by the kernel; with placement 1024-65535).
+    pub sport: Option<(u16, u16)>,
+    /// Flows (source address × port combinations) without placement.
+    pub flows: u32,
+    /// Choose sources at random (distinct) from the ranges, seeded by `seed`.
+    pub random: bool,
+    /// Seed for `random`.
+    pub seed: u64,
+    /// RSS placement instead of `flows`.
+    pub placement: Option<Placement>,
+    /// Frame sizes.
+    pub frames: Frames,
+    /// Datagrams in total (per step of a sweep).
+    pub count: Option<u64>,
+    /// Seconds of sending (per step).
+    pub duration_s: Option<f64>,
+    /// Rate over all threads (default: as fast as possible).
+    pub rate: Option<Rate>,
+    /// Token bucket depth when paced.
+    pub burst: u32,
+    /// Datagrams per sendmmsg call.
+    pub batch: usize,
+    /// Sender threads, one pinned per CPU (at most one per flow).
+    pub cpus: Vec<usize>,
+    /// Take echoes back and account them.
+    pub echo: bool,
+    /// With `echo`: loss above this percentage fails the run.
+    pub max_loss_pct: Option<f64>,
+    /// With `echo`: seconds to wait for the last echoes.
+    pub linger_s: f64,
+    /// With `echo`: receive buffer per flow socket, bytes.
+    pub rcvbuf: Option<usize>,
+    /// Seconds between status ticks.
+    pub interval_s: f64,
+}
+
+impl BlastConfig {
+    /// A configuration with flowlane's defaults: one UDP flow to `to` from CPU `cpu`.
+    pub fn new(to: SocketAddr, cpu: usize) -> BlastConfig {
+        BlastConfig {
+            mode: BlastMode::Udp,
+            dev: None,
+            dst_mac: None,
+            vlan: None,
+            to,
+            from: None,
+            sport: None,
+            flows: 1,
+            random: false,
+            seed: 1,
+            placement: None,
+            frames: Frames::Auto,
+            count: None,
+            duration_s: None,
+            rate: None,
+            burst: 32,
+            batch: 64,
+            cpus: vec![cpu],
+            echo: false,
+            max_loss_pct: None,
+            linger_s: 1.0,
+            rcvbuf: None,
+            interval_s: 1.0,
+        }
+    }
+}
+
+/// One cycle of frame sizes without FCS (size − 4), each size as often as its weight,
+/// interleaved evenly (smooth weighted round robin: 64:7,594:4,1518:1 never sends the seven
+/// small frames back to back).
+pub fn imix_sequence(mix: &[(usize, u32)]) -> Vec<usize> {
+    let total: i64 = mix.iter().map(|p| i64::from(p.1)).sum();
+    let mut current = vec![0i64; mix.len()];
+    (0..total)
+        .filter_map(|_| {
+            for (c, p) in current.iter_mut().zip(mix) {
+                *c += i64::from(p.1);
+            }
+            let (best, _) = current
+                .iter()
+                .enumerate()
+                .max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i)))?;
+            current[best] -= total;
+            Some(mix[best].0.saturating_sub(4))
+        })
+        .collect()
+}

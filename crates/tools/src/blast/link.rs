@@ -1,0 +1,140 @@
+//! What the frame modes need to know about the interface: index, MACs, MTU, and whether a
+//! requested rate fits its line rate.
+
+use std::net::SocketAddr;
+
+use flowlane_runtime::blast::RawLink;
+
+use super::BlastConfig;
+use crate::ToolError;
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad = || format!("`{s}` is not a MAC address like 02:00:00:00:00:01");
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut m = [0u8; 6];
+    for (o, p) in m.iter_mut().zip(parts) {
+        if p.is_empty() || p.len() > 2 {
+            return Err(bad());
+        }
+        *o = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    Ok(m)
+}
+
+/// Resolves what the frame modes need about the configured interface for frames up to
+/// `frame` bytes: index, MACs (the destination's from the neighbour table unless given), and
+/// a check against its MTU.
+pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
+    let dst = a.to;
+    let dev = a
+        .dev
+        .as_deref()
+        .ok_or_else(|| ToolError::usage("the raw, xdp and xdp-live modes need an interface"))?;
+    let sys_path = format!("/sys/class/net/{dev}");
+    let read = |f: &str| std::fs::read_to_string(format!("{sys_path}/{f}"));
+    let mac_text = read("address").map_err(|_| {
+        ToolError::usage(format!(
+            "no interface `{dev}` here (see `ip link`; in a namespace, run inside it)"
+        ))
+    })?;
+    let src_mac = parse_mac(mac_text.trim()).map_err(ToolError::runtime)?;
+    let mtu: usize = read("mtu")
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(1500);
+    let max = mtu + 14 + if a.vlan.is_some() { 4 } else { 0 };
+    if frame > max {
+        return Err(ToolError::usage(format!(
+            "a {frame}-byte frame is above what {dev} carries (MTU {mtu}: at most {max} bytes \
+             without FCS)"
+        )));
+    }
+    let ifindex = flowlane_io::sys::packet::ifindex(dev)
+        .map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    let dst_mac = match a.dst_mac {
+        Some(m) => m,
+        None => neighbour_mac(dst, dev)?,
+    };
+    Ok(RawLink {
+        ifindex,
+        src_mac,
+        dst_mac,
+        vlan: a.vlan,
+        max_frame: frame,
+        qdisc_bypass: true,
+    })
+}
+
+/// The neighbour table's MAC for `dst` on `dev` (`ip neigh`; a netlink query in io is the
+/// planned replacement, so that no role runs a program).
+fn neighbour_mac(dst: SocketAddr, dev: &str) -> Result<[u8; 6], ToolError> {
+    let out = flowlane_lab::ip(&["neigh", "show", "to", &dst.ip().to_string(), "dev", dev])
+        .map_err(|e| ToolError::runtime(e.to_string()))?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "lladdr")
+        .nth(1)
+        .and_then(|m| parse_mac(m).ok())
+        .ok_or_else(|| {
+            ToolError::usage(format!(
+                "no neighbour entry for {} on {dev}: give the destination MAC, or let the \
+                 kernel resolve it first (e.g. ping it once)",
+                dst.ip()
+            ))
+        })
+}
+
+/// Refuses a rate above what the egress link can carry, when the link reports a speed (veth
+/// says 10 Gb/s; loopback says nothing and is not checked).
+pub fn check_line_rate(a: &BlastConfig, frame: f64, pps: f64) -> Result<(), ToolError> {
+    let dev = match &a.dev {
+        Some(d) => d.clone(),
+        None => {
+            let Ok(route) = flowlane_lab::ip(&["route", "get", &a.to.ip().to_string()]) else {
+                return Ok(());
+            };
+            match route.split_whitespace().skip_while(|w| *w != "dev").nth(1) {
+                Some(d) => d.to_string(),
+                None => return Ok(()),
+            }
+        }
+    };
+    let speed_mbps: Option<f64> = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|&s| s > 0.0);
+    if let Some(mbps) = speed_mbps {
+        let max = mbps * 1e6 / ((frame + 24.0) * 8.0);
+        if pps > max * 1.0001 {
+            return Err(ToolError::usage(format!(
+                "a rate of {pps:.0} pps is more than {dev} ({mbps:.0} Mb/s) can carry with \
+                 {frame:.0}-byte frames: at most {max:.0} pps (frame + 4 FCS + 20 preamble/gap)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs() {
+        assert_eq!(
+            parse_mac("02:f1:0e:00:00:0a"),
+            Ok([2, 0xf1, 0x0e, 0, 0, 0x0a])
+        );
+        for bad in [
+            "02:f1:0e:00:00",
+            "02:f1:0e:00:00:0g",
+            "02:f1:0e:00:00:",
+            "002:f1:0e:00:00:01",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
+    }
+}

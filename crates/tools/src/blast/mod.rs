@@ -1,0 +1,317 @@
+//! `blast`: the traffic generator. Exact counts (what the kernel accepted), paced rates,
+//! the flowlane header (flow, sequence number, timestamp) in every payload, and — with
+//! echoes — loss, reordering, duplicates and round-trip latency per flow. Four backends,
+//! chosen once per run: UDP sockets, an AF_PACKET TX ring, AF_XDP, live XDP frames.
+//!
+//! [`run`] checks the configuration, resolves the flows and the link once, then runs one
+//! step per frame size (one step unless it sweeps), reporting status as [`BlastEvent`]s and
+//! returning a [`BlastReport`].
+
+mod config;
+mod flows;
+mod link;
+mod report;
+mod step;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowlane_wire::frame::headers_len;
+use flowlane_wire::HEADER_LEN;
+
+pub use config::{imix_sequence, BlastConfig, BlastMode, Frames, ModelSpec, Placement, Rate};
+pub use flows::route_source;
+pub use link::parse_mac;
+pub use report::{BlastReport, FlowReport, StepReport};
+
+use crate::ToolError;
+
+/// What a step is about to do, once its senders are ready.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepStart {
+    /// The backend.
+    pub mode: BlastMode,
+    /// Flows in the run.
+    pub flows: usize,
+    /// The destination.
+    pub to: SocketAddr,
+    /// Sender threads' CPUs.
+    pub cpus: Vec<usize>,
+    /// The step's frame sizes (one, or a cycle).
+    pub frames: Vec<usize>,
+    /// Their UDP payloads.
+    pub payloads: Vec<usize>,
+    /// The paced rate, datagrams per second (`None`: unpaced).
+    pub requested_pps: Option<f64>,
+    /// Datagrams to send.
+    pub count: Option<u64>,
+    /// Echoes are taken back.
+    pub echo: bool,
+}
+
+/// Counters over one status interval of a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlastTick {
+    /// Seconds since the step started.
+    pub elapsed_s: f64,
+    /// Seconds this interval lasted.
+    pub interval_s: f64,
+    /// Datagrams sent in the interval.
+    pub tx_packets: u64,
+    /// Frame bytes sent in the interval.
+    pub tx_bytes: u64,
+    /// Echoes received in the interval.
+    pub rx_packets: u64,
+    /// With echoes: datagrams sent so far whose echo has not come (yet).
+    pub not_back_yet: Option<u64>,
+}
+
+/// Status from a running generator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BlastEvent {
+    /// A step's senders are ready and start now.
+    StepStarted(StepStart),
+    /// One interval's counters.
+    Tick(BlastTick),
+    /// A step is over.
+    StepDone(Box<StepReport>),
+}
+
+/// The default frame size: the smallest that carries the flowlane header — the 60-byte
+/// minimum frame for IPv4 (18 bytes of payload), 14 + 40 + 8 + 16 = 78 bytes for IPv6.
+pub fn default_size(v6: bool) -> usize {
+    if v6 {
+        14 + 40 + 8 + HEADER_LEN
+    } else {
+        60
+    }
+}
+
+/// Runs the generator: every step of the configuration, until each is done or `stop` is set
+/// (e.g. by Ctrl-C). A step with a sender error or frames the device refused ends the run;
+/// other problems (a rate not reached, loss) are in its report, and the run goes on.
+pub fn run(
+    a: &BlastConfig,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(BlastEvent),
+) -> Result<BlastReport, ToolError> {
+    let dst = a.to;
+    if dst.port() == 0 {
+        return Err(ToolError::usage(
+            "the destination needs a port other than 0",
+        ));
+    }
+    let v6 = dst.is_ipv6();
+    let framed = a.mode.frames();
+    let hdrs = headers_len(v6, framed && a.vlan.is_some());
+    if a.mode == BlastMode::XdpLive && a.rate.is_some() {
+        return Err(ToolError::usage(
+            "--mode xdp-live cannot pace: each kernel run of the program costs ~20 ms to set \
+             up, so frames leave in runs of ~200 ms at full speed. Use --mode xdp or raw with \
+             --rate (or --count/--duration to bound an xdp-live run)",
+        ));
+    }
+    if framed && a.echo {
+        return Err(ToolError::usage(
+            "--echo takes echoes on UDP sockets: use --mode udp (raw and xdp frames are counted \
+             at the receiver: `flowlane sink`, `flowlane serve`, or the interface counters)",
+        ));
+    }
+    let steps = steps(a, hdrs, v6)?;
+    let duration = a.duration_s.map(|d| secs("duration", d)).transpose()?;
+    let interval = secs("interval", a.interval_s)?;
+    let linger = secs("linger", a.linger_s)?;
+    if a.count == Some(0) {
+        return Err(ToolError::usage("--count must be at least 1"));
+    }
+    if steps.len() > 1 && a.count.is_none() && duration.is_none() {
+        return Err(ToolError::usage(
+            "a size sweep needs --count or --duration: each step runs that long",
+        ));
+    }
+    if a.cpus.is_empty() {
+        return Err(ToolError::usage("no CPU for a sender thread"));
+    }
+    if let Some(r) = a.rate {
+        for frames in &steps {
+            link::check_line_rate(a, step::mean(frames), r.pps(step::mean(frames)))?;
+        }
+    }
+    let mut flows = flows::make_flows(a)?;
+    let link = if framed {
+        // Frames need real source ports: the kernel does not choose them here.
+        for (f, _) in flows.iter_mut().filter(|(f, _)| f.src.port() == 0) {
+            f.src.set_port(10_000 + f.id % 50_000);
+        }
+        let largest = steps.iter().flatten().copied().max().unwrap_or(hdrs);
+        Some(link::raw_link(a, largest)?)
+    } else {
+        None
+    };
+    // Never more threads than flows: a thread needs a flow to send on.
+    let nthreads = a.cpus.len().min(flows.len()).max(1);
+    let plan = step::Plan {
+        hdrs,
+        flows,
+        link,
+        cpus: a.cpus.iter().copied().take(nthreads).collect(),
+        duration,
+        interval,
+        linger,
+    };
+    let mut done = Vec::new();
+    for frames in &steps {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let r = step::run_step(a, &plan, frames, stop, on_event)?;
+        let broken = !r.errors.is_empty() || r.device_refused.is_some_and(|n| n > 0);
+        on_event(BlastEvent::StepDone(Box::new(r.clone())));
+        done.push(r);
+        if broken {
+            break;
+        }
+    }
+    Ok(BlastReport {
+        steps: done,
+        sweep: steps.len() > 1,
+    })
+}
+
+/// A positive, representable number of seconds.
+fn secs(what: &str, v: f64) -> Result<Duration, ToolError> {
+    match Duration::try_from_secs_f64(v) {
+        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
+        _ => Err(ToolError::usage(format!(
+            "the {what} must be a positive number of seconds (at most 100 years), not {v:?}"
+        ))),
+    }
+}
+
+/// The steps of a run: each a cycle of frame sizes (FCS excluded) — one size, an IMIX
+/// sequence, or one step per size of a sweep.
+fn steps(a: &BlastConfig, hdrs: usize, v6: bool) -> Result<Vec<Vec<usize>>, ToolError> {
+    let steps: Vec<Vec<usize>> = match &a.frames {
+        Frames::Imix(m) => vec![imix_sequence(m)],
+        Frames::Payload(p) => vec![vec![p + hdrs]],
+        Frames::Sizes(sizes) => sizes.iter().map(|&s| vec![s]).collect(),
+        Frames::Auto => vec![vec![default_size(v6)]],
+    };
+    if steps.is_empty() || steps.iter().any(Vec::is_empty) {
+        return Err(ToolError::usage("no frame size"));
+    }
+    let max_payload = if v6 { 65_527 } else { 65_507 };
+    let family = if v6 { "IPv6" } else { "IPv4" };
+    for &frame in steps.iter().flatten() {
+        if frame < hdrs {
+            return Err(ToolError::usage(format!(
+                "a {frame}-byte frame is below the {hdrs} bytes of Ethernet, {family} and UDP \
+                 headers"
+            )));
+        }
+        let payload = frame - hdrs;
+        if payload > max_payload {
+            return Err(ToolError::usage(format!(
+                "a UDP payload of {payload} bytes is more than an IP datagram can carry \
+                 ({max_payload})"
+            )));
+        }
+        if a.echo && payload < HEADER_LEN {
+            return Err(ToolError::usage(format!(
+                "--echo needs the {HEADER_LEN}-byte flowlane header in every payload: frames \
+                 of {} bytes or more",
+                hdrs + HEADER_LEN
+            )));
+        }
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::UdpSocket;
+
+    use super::*;
+
+    /// A whole run on loopback, in process: the count is exact at the receiving socket, the
+    /// kernel's source port is reported, and the report reads back from its JSON unchanged.
+    #[test]
+    fn a_loopback_count_is_exact_and_the_report_round_trips() {
+        let sink = UdpSocket::bind("127.0.0.1:0").expect("sink");
+        sink.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let to = sink.local_addr().expect("addr");
+        // Read while the generator sends: 500 datagrams would overflow a default buffer.
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut got = 0;
+            while got < 500 {
+                let n = sink.recv(&mut buf).expect("every datagram arrives");
+                assert_eq!(n, 18);
+                got += 1;
+            }
+            got
+        });
+        let here = flowlane_io::sys::current_cpu().unwrap_or(0);
+        let mut cfg = BlastConfig::new(to, here);
+        cfg.count = Some(500);
+        cfg.flows = 2;
+        cfg.rate = Some(Rate::Pps(50_000.0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut started = 0;
+        let r = run(&cfg, &stop, &mut |e| {
+            if let BlastEvent::StepStarted(s) = e {
+                started += 1;
+                assert_eq!(s.frames, vec![60]);
+                assert_eq!(s.payloads, vec![18]);
+            }
+        })
+        .expect("blast runs");
+        assert_eq!(started, 1);
+        assert!(!r.sweep);
+        let s = &r.steps[0];
+        assert_eq!(s.tx_packets, 500);
+        assert_eq!(s.flows.iter().map(|f| f.tx_packets).sum::<u64>(), 500);
+        for f in &s.flows {
+            let src: SocketAddr = f.src.parse().expect("addr");
+            assert_ne!(src.port(), 0, "the kernel's port is reported");
+        }
+        assert_eq!(reader.join().expect("reader"), 500);
+        let back: BlastReport =
+            serde_json::from_str(&serde_json::to_string(&r).expect("JSON")).expect("reads back");
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn impossible_configurations_are_usage_errors() {
+        let to: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let bad: [fn(&mut BlastConfig); 5] = [
+            |c| c.to = "127.0.0.1:0".parse().expect("addr"),
+            |c| c.frames = Frames::Sizes(vec![40]),
+            |c| {
+                c.frames = Frames::Sizes(vec![60, 100]);
+            },
+            |c| {
+                c.mode = BlastMode::XdpLive;
+                c.rate = Some(Rate::Pps(1.0));
+            },
+            |c| c.count = Some(0),
+        ];
+        for (i, f) in bad.iter().enumerate() {
+            let mut c = BlastConfig::new(to, 0);
+            f(&mut c);
+            let e = run(&c, &stop, &mut |_| {}).expect_err("refused");
+            assert_eq!(e.kind, crate::ErrorKind::Usage, "case {i}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_default_frame_fits_the_family() {
+        assert_eq!(default_size(false), 60);
+        assert_eq!(default_size(true), 78);
+        assert_eq!(imix_sequence(&[(64, 7), (594, 4), (1518, 1)]).len(), 12);
+    }
+}

@@ -1,0 +1,125 @@
+//! What `blast` reports: the JSON contract (`flowlane blast --json`), read back by `bench`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::{Latency, WorkerError};
+
+/// One flow's part of a step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowReport {
+    /// Flow id (in every datagram's flowlane header).
+    pub id: u16,
+    /// Source `IP:PORT` as the kernel bound it (the port it chose, where none was given).
+    pub src: String,
+    /// Destination `IP:PORT`.
+    pub dst: String,
+    /// The RSS queue the flow was placed on (with placement).
+    pub queue: Option<u32>,
+    /// Datagrams sent.
+    pub tx_packets: u64,
+    /// With echoes: echoes back (duplicates included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_packets: Option<u64>,
+    /// With echoes: sequence numbers never seen back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<u64>,
+    /// With echoes: echoes that came back below the highest sequence number seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reordered: Option<u64>,
+    /// With echoes: echoes seen twice or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicates: Option<u64>,
+}
+
+/// One step of a run (the whole run, unless it sweeps frame sizes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    /// Datagrams (frames) the generator released: what the kernel accepted.
+    pub tx_packets: u64,
+    /// Frame bytes (FCS excluded) of those.
+    pub tx_bytes: u64,
+    /// With echoes: echoes received.
+    pub rx_packets: Option<u64>,
+    /// With echoes: datagrams never seen back.
+    pub lost: Option<u64>,
+    /// With echoes: echoes out of order.
+    pub reordered: Option<u64>,
+    /// With echoes: duplicated echoes.
+    pub duplicates: Option<u64>,
+    /// Received datagrams without a valid flowlane header of one of this run's flows.
+    pub foreign: u64,
+    /// Sends the kernel took only partly or not at all (a full buffer or ring).
+    pub tx_full: u64,
+    /// ICMP errors reported on the sockets (e.g. port unreachable).
+    pub icmp_errors: u64,
+    /// With echoes: echoes dropped by this host's own receive buffers (not the device's loss).
+    pub lost_at_own_socket: Option<u64>,
+    /// First to last datagram sent, seconds.
+    pub duration_s: f64,
+    /// Datagrams per second over that window.
+    pub tx_pps: f64,
+    /// With echoes: echoes per second over that window.
+    pub rx_pps: Option<f64>,
+    /// The rate asked for, datagrams per second.
+    pub requested_pps: Option<f64>,
+    /// With a rate: whether it was not reached (within 1 %).
+    pub generator_limited: Option<bool>,
+    /// Why it was not reached.
+    pub generator_limited_reason: Option<String>,
+    /// Which part set the rate: `generator` or `path`.
+    pub limited_by: Option<String>,
+    /// What failed in this step, in words; empty: it did what was asked.
+    pub problems: Vec<String>,
+    /// The frame size (one size).
+    pub frame_bytes: Option<usize>,
+    /// The frame sizes of one cycle (a mix).
+    pub imix_frame_bytes: Option<Vec<usize>>,
+    /// Megabits per second of frames (FCS excluded), one decimal.
+    pub mbps: f64,
+    /// Round-trip latency of echoes.
+    pub latency_ns: Option<Latency>,
+    /// pktgen's result line: `OK: … usec, N (SIZEbyte,0frags) PPSpps MBMb/sec (BPSbps)
+    /// errors: E` (`FAIL:` for a step with problems).
+    pub pktgen: String,
+    /// xdp-live: frames the device's transmit counter grew by.
+    pub device_tx_packets: Option<u64>,
+    /// xdp-live: frames released that the device did not transmit.
+    pub device_refused: Option<u64>,
+    /// Per flow.
+    pub flows: Vec<FlowReport>,
+    /// Sender threads that stopped with an error.
+    #[serde(default)]
+    pub errors: Vec<WorkerError>,
+}
+
+impl StepReport {
+    /// The mean frame of the step (one size, or a cycle's mean).
+    pub fn mean_frame(&self) -> f64 {
+        match (&self.frame_bytes, &self.imix_frame_bytes) {
+            (Some(f), _) => *f as f64,
+            (None, Some(c)) => c.iter().sum::<usize>() as f64 / c.len().max(1) as f64,
+            _ => 0.0,
+        }
+    }
+
+    /// Whether the step did what was asked.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// A whole run: one step, or one per frame size of a sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlastReport {
+    /// In the order run; a run stopped early (Ctrl-C, a failed step) has fewer than asked.
+    pub steps: Vec<StepReport>,
+    /// The run was a size sweep (printed as `{"sweep": [...]}`).
+    pub sweep: bool,
+}
+
+impl BlastReport {
+    /// Every step did what was asked.
+    pub fn ok(&self) -> bool {
+        self.steps.iter().all(StepReport::ok)
+    }
+}

@@ -1,0 +1,435 @@
+//! One step of a run: the senders start, send their shares, and their results become a
+//! [`StepReport`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlane_io::sys;
+use flowlane_runtime::blast::{
+    packet_ring, xdp_socket, BlastError, BlastJob, BlastReport as SenderReport, Flow, LiveBlaster,
+    RawBlaster, RawLink, Sender, UdpBlaster,
+};
+use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
+use hdrhistogram::Histogram;
+
+use super::{BlastConfig, BlastEvent, BlastMode, BlastTick, FlowReport, StepReport, StepStart};
+use crate::report::{Latency, WorkerError};
+use crate::ToolError;
+
+/// What every step of a run shares, resolved once from the configuration.
+pub(super) struct Plan {
+    /// Frame bytes around the UDP payload.
+    pub hdrs: usize,
+    pub flows: Vec<(Flow, Option<u32>)>,
+    pub link: Option<RawLink>,
+    pub cpus: Vec<usize>,
+    pub duration: Option<Duration>,
+    pub interval: Duration,
+    pub linger: Duration,
+}
+
+/// Mean of a size cycle.
+pub(super) fn mean(frames: &[usize]) -> f64 {
+    frames.iter().sum::<usize>() as f64 / frames.len().max(1) as f64
+}
+
+/// Splits `total` into `parts` shares that add up exactly.
+fn split(total: u64, parts: usize, i: usize) -> u64 {
+    let p = parts.max(1) as u64;
+    total / p + u64::from((i as u64) < total % p)
+}
+
+/// One step: every thread sends its share with the frame sizes `frames` (a cycle per flow).
+pub(super) fn run_step(
+    a: &BlastConfig,
+    plan: &Plan,
+    frames: &[usize],
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(BlastEvent),
+) -> Result<StepReport, ToolError> {
+    let nthreads = plan.cpus.len();
+    let flows = &plan.flows;
+    let requested_pps = a.rate.map(|r| r.pps(mean(frames)));
+    let start_ns = sys::monotonic_ns();
+    let deadline_ns = plan
+        .duration
+        .map(|d| start_ns.saturating_add(d.as_nanos() as u64));
+    let reports: Vec<Arc<Mutex<Option<SenderReport>>>> =
+        (0..nthreads).map(|_| Arc::new(Mutex::new(None))).collect();
+    let payloads: Vec<usize> = frames.iter().map(|f| f - plan.hdrs).collect();
+    // Worker w gets a contiguous share of the flows (ids stay contiguous per worker).
+    let jobs: Vec<BlastJob> = (0..nthreads)
+        .map(|w| {
+            let per = flows.len() / nthreads;
+            let extra = flows.len() % nthreads;
+            let from = w * per + w.min(extra);
+            let to = from + per + usize::from(w < extra);
+            BlastJob {
+                flows: flows[from..to].iter().map(|(f, _)| *f).collect(),
+                payloads: payloads.clone(),
+                overhead: plan.hdrs,
+                quota: a.count.map(|c| split(c, nthreads, w)),
+                pps: requested_pps.map(|p| p / nthreads as f64),
+                burst: a.burst,
+                batch: a.batch,
+                echo: a.echo,
+                linger: plan.linger,
+                rcvbuf: a.rcvbuf,
+                deadline_ns,
+            }
+        })
+        .collect();
+    let (jobs2, reports2) = (jobs.clone(), reports.clone());
+    let rt_cfg = Config {
+        cpus: plan.cpus.clone(),
+        budget: a.batch,
+        wait_ms: 50,
+    };
+    let (mode, link) = (a.mode, plan.link.clone());
+    // The step's own stop flag (the runtime raises it when the step ends); a stop request
+    // (`stop`) is passed on to it below.
+    let step_stop = Arc::new(AtomicBool::new(false));
+    let mut rt = Runtime::start(&rt_cfg, step_stop.clone(), move |idx, _cpu| {
+        let (job, report) = (jobs2[idx].clone(), reports2[idx].clone());
+        let src = job.flows.first().map(|f| f.src);
+        let sock_err = |error| BlastError::Socket {
+            src: src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            error,
+        };
+        match (&link, mode) {
+            (Some(l), BlastMode::XdpLive) => {
+                LiveBlaster::new(job, l, report).map(|r| Sender::Live(Box::new(r)))
+            }
+            (Some(l), BlastMode::Xdp) => {
+                let x = xdp_socket(l, idx as u32).map_err(sock_err)?;
+                RawBlaster::new(job, l, x, report).map(|r| Sender::Xdp(Box::new(r)))
+            }
+            (Some(l), _) => {
+                let ring = packet_ring(l).map_err(sock_err)?;
+                RawBlaster::new(job, l, ring, report).map(|r| Sender::Raw(Box::new(r)))
+            }
+            (None, _) => UdpBlaster::new(job, report).map(|u| Sender::Udp(Box::new(u))),
+        }
+    })
+    .map_err(start_error)?;
+    on_event(BlastEvent::StepStarted(StepStart {
+        mode: a.mode,
+        flows: flows.len(),
+        to: a.to,
+        cpus: plan.cpus.clone(),
+        frames: frames.to_vec(),
+        payloads: payloads.clone(),
+        requested_pps,
+        count: a.count,
+        echo: a.echo,
+    }));
+    // xdp-live frames are handed to the driver with nothing to say whether it took them (veth
+    // without NAPI on the peer drops them uncounted); the device's own transmit counter says.
+    let dev_tx = || -> Option<u64> {
+        let dev = a.dev.as_deref().filter(|_| a.mode == BlastMode::XdpLive)?;
+        std::fs::read_to_string(format!("/sys/class/net/{dev}/statistics/tx_packets"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let dev_tx_before = dev_tx();
+    rt.go();
+    let t0 = Instant::now();
+    let mut prev = Snapshot::default();
+    let mut prev_t = t0;
+    let mut next = t0 + plan.interval;
+    while !rt.finished() && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        if now >= next {
+            let cur = total(&rt);
+            let d = cur.since(&prev);
+            on_event(BlastEvent::Tick(BlastTick {
+                elapsed_s: now.duration_since(t0).as_secs_f64(),
+                interval_s: now.duration_since(prev_t).as_secs_f64(),
+                tx_packets: d.tx_packets,
+                tx_bytes: d.tx_bytes,
+                rx_packets: d.rx_packets,
+                not_back_yet: a
+                    .echo
+                    .then(|| cur.tx_packets.saturating_sub(cur.rx_packets)),
+            }));
+            prev = cur;
+            prev_t = now;
+            next += plan.interval;
+        }
+    }
+    step_stop.store(true, Ordering::Relaxed);
+    rt.join();
+    let errors: Vec<WorkerError> = rt
+        .errors()
+        .into_iter()
+        .map(|(worker, error)| WorkerError { worker, error })
+        .collect();
+    let t = total(&rt);
+    let reports: Vec<SenderReport> = reports
+        .iter()
+        .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
+        .collect();
+    let device_tx = match (dev_tx_before, dev_tx()) {
+        (Some(b), Some(e)) => Some(e.saturating_sub(b)),
+        _ => None,
+    };
+    Ok(summarize(
+        a,
+        flows,
+        &reports,
+        &t,
+        frames,
+        requested_pps,
+        errors,
+        device_tx,
+    ))
+}
+
+fn total(rt: &Runtime) -> Snapshot {
+    rt.stats()
+        .iter()
+        .fold(Snapshot::default(), |t, s| t.plus(&s.snapshot()))
+}
+
+/// Who can fix a sender that could not start, and how.
+fn start_error(e: StartError<BlastError>) -> ToolError {
+    match &e {
+        StartError::Pin { .. } => ToolError::usage(e.to_string()),
+        StartError::Open(BlastError::Socket { error, .. })
+            if (error.call.contains("AF_PACKET") || error.call.contains("AF_XDP"))
+                && error.source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            ToolError::privilege(format!(
+                "{e}: raw and xdp modes need CAP_NET_RAW (run as root or grant the capability)"
+            ))
+        }
+        StartError::Open(BlastError::Socket { error, .. })
+            if error.call.starts_with("bpf(")
+                && error.source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            ToolError::privilege(format!(
+                "{e}: xdp-live mode loads a BPF program and needs CAP_BPF and CAP_NET_ADMIN \
+                 (run as root)"
+            ))
+        }
+        StartError::Open(BlastError::Socket { error, .. })
+            if matches!(
+                error.source.kind(),
+                std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::AddrInUse
+                    | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            ToolError::usage(format!(
+                "{e} (is the source an address of this host, and are the ports free?)"
+            ))
+        }
+        // A job that cannot be built (e.g. a frame larger than a ring slot) is the
+        // configuration's to fix.
+        StartError::Open(BlastError::Job(_)) => ToolError::usage(e.to_string()),
+        _ => ToolError::runtime(e.to_string()),
+    }
+}
+
+/// The step's report from the senders' results and counters.
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    a: &BlastConfig,
+    flows: &[(Flow, Option<u32>)],
+    reports: &[SenderReport],
+    t: &Snapshot,
+    frames: &[usize],
+    requested_pps: Option<f64>,
+    errors: Vec<WorkerError>,
+    device_tx: Option<u64>,
+) -> StepReport {
+    // The send window: first to last datagram over all threads.
+    let first = reports
+        .iter()
+        .map(|r| r.tx_window_ns.0)
+        .filter(|&x| x > 0)
+        .min();
+    let last = reports.iter().map(|r| r.tx_window_ns.1).max();
+    let secs = match (first, last) {
+        (Some(f), Some(l)) if l > f => (l - f) as f64 / 1e9,
+        _ => 0.0,
+    };
+    let mut rtt: Option<Histogram<u64>> = None;
+    let (mut lost, mut reordered, mut duplicates) = (0, 0, 0);
+    let mut flow_reports = Vec::new();
+    for r in reports {
+        if let Some(h) = &r.rtt_ns {
+            match rtt.as_mut() {
+                Some(all) => {
+                    let _ = all.add(h);
+                }
+                None => rtt = Some(h.clone()),
+            }
+        }
+        for f in &r.flows {
+            let queue = flows
+                .iter()
+                .find(|(x, _)| x.id == f.flow.id)
+                .and_then(|(_, q)| *q);
+            let mut fr = FlowReport {
+                id: f.flow.id,
+                src: f.flow.src.to_string(),
+                dst: f.flow.dst.to_string(),
+                queue,
+                tx_packets: f.sent,
+                rx_packets: None,
+                lost: None,
+                reordered: None,
+                duplicates: None,
+            };
+            if a.echo {
+                let l = f.rx.lost(Some(f.sent));
+                lost += l;
+                reordered += f.rx.reordered;
+                duplicates += f.rx.duplicates;
+                fr.rx_packets = Some(f.rx.unique + f.rx.duplicates);
+                fr.lost = Some(l);
+                fr.reordered = Some(f.rx.reordered);
+                fr.duplicates = Some(f.rx.duplicates);
+            }
+            flow_reports.push(fr);
+        }
+    }
+    let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    let tx_pps = per_s(t.tx_packets);
+    let limited = requested_pps.map(|req| {
+        // One packet's worth of slack: a window of n packets spans n−1 intervals.
+        let achieved = if t.tx_packets > 1 && secs > 0.0 {
+            (t.tx_packets - 1) as f64 / secs
+        } else {
+            req
+        };
+        if achieved >= 0.99 * req {
+            None
+        } else if t.tx_full > 0 {
+            Some(format!(
+                "the kernel refused datagrams {} times (socket buffer full): the path below the \
+                 socket, not pacing, set the rate",
+                t.tx_full
+            ))
+        } else {
+            Some(format!(
+                "the sending threads could not keep up: CPU-bound, or woken too late for a \
+                 bucket of {} datagrams (the burst) to carry the rate (a loaded CPU wakes a \
+                 thread every few ms); add CPUs, a larger burst or batch",
+                a.burst
+            ))
+        }
+    });
+    let limited_by = match &limited {
+        Some(Some(_)) if t.tx_full > 0 => Some("path".to_string()),
+        Some(Some(_)) => Some("generator".to_string()),
+        _ => None,
+    };
+    let mbps = if secs > 0.0 {
+        t.tx_bytes as f64 * 8.0 / secs / 1e6
+    } else {
+        0.0
+    };
+    let device_refused = device_tx.map(|d| t.tx_packets.saturating_sub(d));
+    let mut r = StepReport {
+        tx_packets: t.tx_packets,
+        tx_bytes: t.tx_bytes,
+        rx_packets: a.echo.then_some(t.rx_packets),
+        lost: a.echo.then_some(lost),
+        reordered: a.echo.then_some(reordered),
+        duplicates: a.echo.then_some(duplicates),
+        foreign: t.foreign,
+        tx_full: t.tx_full,
+        icmp_errors: t.icmp_errors,
+        lost_at_own_socket: a.echo.then_some(t.socket_drops),
+        duration_s: (secs * 1000.0).round() / 1000.0,
+        tx_pps: tx_pps.round(),
+        rx_pps: a.echo.then(|| per_s(t.rx_packets).round()),
+        requested_pps: requested_pps.map(f64::round),
+        generator_limited: limited.as_ref().map(Option::is_some),
+        generator_limited_reason: limited.clone().flatten(),
+        limited_by,
+        problems: Vec::new(),
+        frame_bytes: match frames {
+            [one] => Some(*one),
+            _ => None,
+        },
+        imix_frame_bytes: (frames.len() > 1).then(|| frames.to_vec()),
+        mbps: (mbps * 10.0).round() / 10.0,
+        latency_ns: Latency::of(rtt.as_ref(), "round-trip"),
+        pktgen: String::new(),
+        device_tx_packets: device_tx,
+        device_refused,
+        flows: flow_reports,
+        errors,
+    };
+    r.problems = judge(a, &r, tx_pps);
+    r.pktgen = pktgen_line(&r, secs, mean(frames), mbps);
+    r
+}
+
+/// What failed in a step, in words: sender errors, frames the device refused, a requested
+/// rate not reached (saying whether the generator or the path below it was the limit), no
+/// echo at all, loss above the configured maximum.
+fn judge(a: &BlastConfig, r: &StepReport, tx_pps: f64) -> Vec<String> {
+    let mut p = Vec::new();
+    if !r.errors.is_empty() {
+        p.push(format!(
+            "{} sender thread(s) stopped with an error",
+            r.errors.len()
+        ));
+    }
+    if let Some(n) = r.device_refused.filter(|&n| n > 0) {
+        p.push(format!("the device refused {n} frames"));
+    }
+    if let (Some(req), Some(why), Some(by)) =
+        (r.requested_pps, &r.generator_limited_reason, &r.limited_by)
+    {
+        p.push(format!(
+            "requested {req:.0} pps, sent {tx_pps:.0} pps: the {by} was the limit ({why})"
+        ));
+    }
+    if a.echo && r.tx_packets > 0 {
+        let lost = r.lost.unwrap_or(0);
+        let pct = 100.0 * lost as f64 / r.tx_packets as f64;
+        if lost >= r.tx_packets {
+            p.push(format!(
+                "no echo came back of {} datagrams sent{} (is `flowlane serve --mode echo` \
+                 running at the destination?)",
+                r.tx_packets,
+                if r.foreign > 0 {
+                    format!(" ({} replies were not flowlane echoes)", r.foreign)
+                } else {
+                    String::new()
+                }
+            ));
+        } else if let Some(max) = a.max_loss_pct.filter(|&m| pct > m) {
+            p.push(format!(
+                "{pct:.4}% of the datagrams were lost, above --max-loss {max}%"
+            ));
+        }
+    }
+    p
+}
+
+/// pktgen's result line; "OK" only for a step that did what was asked.
+fn pktgen_line(r: &StepReport, secs: f64, mean_frame: f64, mbps: f64) -> String {
+    let usec = (secs * 1e6).round() as u64;
+    let bps = (mbps * 1e6).round() as u64;
+    format!(
+        "{}: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {}",
+        if r.ok() { "OK" } else { "FAIL" },
+        r.tx_packets,
+        // A mix reports its mean frame, as a line rate computation would use it.
+        mean_frame.round(),
+        r.tx_pps,
+        bps / 1_000_000,
+        r.errors.len() as u64 + r.device_refused.unwrap_or(0)
+    )
+}
