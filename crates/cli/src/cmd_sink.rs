@@ -1,21 +1,16 @@
 //! `flowlane sink`: count and account the frames an interface receives (raw and xdp blasts).
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
-use anyhow::anyhow;
 use clap::Args;
-use flowlane_io::sys::{self, packet};
-use flowlane_runtime::sink::{SinkReport, SinkStop, SinkWorker};
-use flowlane_runtime::{Config, Runtime, StartError};
-use serde_json::{json, Value};
+use flowlane_tools::sink::{self, SinkConfig, SinkEvent, SinkReport};
 
 use crate::args::parse_duration;
 use crate::args::print_json;
 use crate::args::{usable_cpus, CpuList};
-use crate::live::{latency_json, latency_line, seconds, stop_on_signals, Log};
+use crate::live::{latency_line, stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
 /// Receive an interface's frames and account flowlane traffic per flow: loss, order, latency.
@@ -84,175 +79,82 @@ pub struct SinkArgs {
 }
 
 pub fn run(a: SinkArgs) -> CmdResult {
-    let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", a.dev))
-        .ok()
-        .and_then(|m| m.trim().parse().ok())
-        .ok_or_else(|| {
-            Failure::usage(anyhow!(
-                "no interface `{}` here (see `ip link`; in a namespace, run inside it)",
-                a.dev
-            ))
-        })?;
-    let ifindex = packet::ifindex(&a.dev).map_err(|e| Failure::usage(anyhow!("{}: {e}", a.dev)))?;
-    let cpu = match a.cpu {
-        Some(c) => usable_cpus(Some(&CpuList(vec![c])))?[0],
-        // The last usable CPU: senders default to the first.
-        None => usable_cpus(None)?.last().copied().unwrap_or(0),
+    let cfg = SinkConfig {
+        dev: a.dev.clone(),
+        port: a.port,
+        count: a.count,
+        duration_s: a.duration,
+        idle_s: a.idle,
+        cpu: match a.cpu {
+            Some(c) => usable_cpus(Some(&CpuList(vec![c])))?[0],
+            // The last usable CPU: senders default to the first.
+            None => usable_cpus(None)?.last().copied().unwrap_or(0),
+        },
+        ring: a.ring as usize,
+        interval_s: a.interval,
     };
-    if a.count == Some(0) {
-        return Err(Failure::usage(anyhow!("--count must be at least 1")));
-    }
-    let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
-    let idle = a.idle.map(|d| seconds("--idle", d)).transpose()?;
-    let interval = seconds("--interval", a.interval)?;
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let start_ns = sys::monotonic_ns();
-    let rules = SinkStop {
-        count: a.count,
-        deadline_ns: duration.map(|d| start_ns.saturating_add(d.as_nanos() as u64)),
-        idle_ns: idle.map(|d| d.as_nanos() as u64),
-    };
-    let report: Arc<Mutex<Option<SinkReport>>> = Arc::new(Mutex::new(None));
-    let report2 = report.clone();
-    let (port, slots) = (a.port, a.ring as usize);
-    // Room for a VLAN tag besides the Ethernet header.
-    let max_frame = mtu + 18;
-    let mut rt = Runtime::start(
-        &Config {
-            cpus: vec![cpu],
-            budget: 256,
-            wait_ms: 50,
-        },
-        stop.clone(),
-        move |_, _| {
-            let ring = packet::RxRing::open(ifindex, slots, max_frame)?;
-            Ok::<_, sys::SysError>(SinkWorker::new(ring, port, rules, report2.clone()))
-        },
-    )
-    .map_err(|e| match e {
-        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
-            Failure::usage(anyhow!(
-                "{e}: the sink needs CAP_NET_RAW (run as root or grant the capability)"
-            ))
-        }
-        StartError::Pin { .. } => Failure::usage(anyhow!(e.to_string())),
-        _ => Failure::runtime(anyhow!(e.to_string())),
-    })?;
     let mut log = Log::new(a.json);
-    log.line(&format!(
-        "flowlane sink: {} (MTU {mtu}), {}, CPU {cpu}, ring of {slots} frames",
-        a.dev,
-        match a.port {
-            Some(p) => format!("UDP port {p}"),
-            None => "any UDP port".into(),
-        }
-    ));
-    rt.go();
-    let t0 = Instant::now();
-    let (mut prev, mut prev_t, mut next) = (Default::default(), t0, t0 + interval);
-    while !rt.finished() && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10));
-        let now = Instant::now();
-        if now >= next && !a.quiet {
-            let cur: flowlane_runtime::Snapshot =
-                rt.stats().first().map(|s| s.snapshot()).unwrap_or_default();
-            let d = cur.since(&prev);
-            let secs = now.duration_since(prev_t).as_secs_f64().max(1e-9);
+    let r = sink::run(&cfg, &stop, &mut |event| match event {
+        SinkEvent::Started(s) => log.line(&format!(
+            "flowlane sink: {} (MTU {}), {}, CPU {}, ring of {} frames",
+            cfg.dev,
+            s.mtu,
+            match cfg.port {
+                Some(p) => format!("UDP port {p}"),
+                None => "any UDP port".into(),
+            },
+            cfg.cpu,
+            cfg.ring
+        )),
+        SinkEvent::Tick(t) if !a.quiet => {
+            let secs = t.interval_s.max(1e-9);
             log.line(&format!(
                 "{:>7.1}s  rx {:>10.0} pps {:>9.1} Mbps  ring drops {}  malformed {}  foreign {}",
-                now.duration_since(t0).as_secs_f64(),
-                d.rx_packets as f64 / secs,
-                d.rx_bytes as f64 * 8.0 / secs / 1e6,
-                cur.socket_drops,
-                cur.malformed,
-                cur.foreign
+                t.elapsed_s,
+                t.rx_packets as f64 / secs,
+                t.rx_bytes as f64 * 8.0 / secs / 1e6,
+                t.ring_drops,
+                t.malformed,
+                t.foreign
             ));
-            (prev, prev_t) = (cur, now);
-            next += interval;
         }
-    }
-    rt.join();
-    let errors = rt.errors();
-    let Some(r) = report.lock().ok().and_then(|mut g| g.take()) else {
-        let why = errors.first().map_or("no report".into(), |e| e.1.clone());
-        return Err(Failure::runtime(anyhow!("the sink stopped: {why}")));
-    };
-    let v = summary_json(&r);
+        SinkEvent::Tick(_) => {}
+    })
+    .map_err(Failure::from_tool)?;
     if a.json {
-        print_json(&v)?;
+        print_json(&r)?;
     } else {
-        print_summary(&v, &r);
+        print_summary(&r);
     }
-    for (_, e) in &errors {
+    for e in &r.errors {
         eprintln!("flowlane: sink stopped: {e}");
     }
-    Ok(if errors.is_empty() {
+    Ok(if r.errors.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-fn summary_json(r: &SinkReport) -> Value {
-    let c = &r.book.counts;
-    let secs = r.window_ns.1.saturating_sub(r.window_ns.0) as f64 / 1e9;
-    let (_, lost, reordered, duplicates) = r.book.totals();
-    let flows: Vec<Value> = r
-        .book
-        .seen_flows()
-        .map(|(id, f)| {
-            json!({
-                "id": id,
-                "src": f.src.map(|s| s.to_string()),
-                "dst": f.dst.map(|s| s.to_string()),
-                "rx_packets": f.seq.unique + f.seq.duplicates,
-                "lost": f.seq.lost(None),
-                "reordered": f.seq.reordered,
-                "duplicates": f.seq.duplicates,
-                "highest_seq": f.seq.expected().checked_sub(1),
-            })
-        })
-        .collect();
-    json!({
-        "rx_packets": c.frames,
-        "rx_bytes": c.bytes,
-        "flowlane_packets": c.flowlane,
-        "lost": lost,
-        "reordered": reordered,
-        "duplicates": duplicates,
-        "foreign": c.foreign,
-        "other": c.other,
-        "malformed": c.malformed + c.bad_checksum,
-        "bad_checksum": c.bad_checksum,
-        "truncated": c.truncated,
-        "ring_drops": r.ring_drops,
-        "clock_skew": c.clock_skew,
-        "duration_s": (secs * 1000.0).round() / 1000.0,
-        "rx_pps": if secs > 0.0 { (c.frames as f64 / secs).round() } else { 0.0 },
-        "latency_ns": latency_json(Some(&r.book.latency), "one-way"),
-        "flows": flows,
-    })
-}
-
-fn print_summary(v: &Value, r: &SinkReport) {
-    let c = &r.book.counts;
+fn print_summary(r: &SinkReport) {
     println!();
     println!(
         "received {} frames ({} bytes) in {} s: {} pps",
-        c.frames, c.bytes, v["duration_s"], v["rx_pps"]
+        r.rx_packets, r.rx_bytes, r.duration_s, r.rx_pps
     );
     println!(
         "flowlane: {} frames in {} flow(s): lost {}, reordered {}, duplicates {}",
-        c.flowlane,
-        v["flows"].as_array().map_or(0, Vec::len),
-        v["lost"],
-        v["reordered"],
-        v["duplicates"]
+        r.flowlane_packets,
+        r.flows.len(),
+        r.lost,
+        r.reordered,
+        r.duplicates
     );
     println!(
         "not accounted: {} malformed ({} bad checksum), {} foreign, {} other, {} truncated",
-        v["malformed"], c.bad_checksum, c.foreign, c.other, c.truncated
+        r.malformed, r.bad_checksum, r.foreign, r.other, r.truncated
     );
     if r.ring_drops > 0 {
         println!(
@@ -261,30 +163,27 @@ fn print_summary(v: &Value, r: &SinkReport) {
             r.ring_drops
         );
     }
-    if c.clock_skew > 0 {
+    if r.clock_skew > 0 {
         println!(
             "{} frames were stamped after they arrived: the sender's clock is not this host's, \
              latency is not meaningful",
-            c.clock_skew
+            r.clock_skew
         );
     }
-    if let Some(l) = latency_line(
-        flowlane_tools::Latency::of(Some(&r.book.latency), "one-way").as_ref(),
-        "one-way (send → sink)",
-    ) {
+    if let Some(l) = latency_line(r.latency_ns.as_ref(), "one-way (send → sink)") {
         println!("{l}");
     }
-    if let Some(flows) = v["flows"].as_array().filter(|f| f.len() <= 16) {
-        for f in flows {
+    if r.flows.len() <= 16 {
+        for f in &r.flows {
             println!(
                 "  flow {:>3} {} -> {}: received {}, lost {}, reordered {}, duplicates {}",
-                f["id"],
-                f["src"].as_str().unwrap_or("?"),
-                f["dst"].as_str().unwrap_or("?"),
-                f["rx_packets"],
-                f["lost"],
-                f["reordered"],
-                f["duplicates"]
+                f.id,
+                f.src.as_deref().unwrap_or("?"),
+                f.dst.as_deref().unwrap_or("?"),
+                f.rx_packets,
+                f.lost,
+                f.reordered,
+                f.duplicates
             );
         }
     }

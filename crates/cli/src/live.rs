@@ -3,21 +3,10 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::anyhow;
 
 use crate::Failure;
-
-/// A positive, representable number of seconds (else bad usage).
-pub fn seconds(flag: &str, v: f64) -> Result<Duration, Failure> {
-    match Duration::try_from_secs_f64(v) {
-        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
-        _ => Err(Failure::usage(anyhow!(
-            "{flag} must be a positive number of seconds (at most 100 years), not {v:?}"
-        ))),
-    }
-}
 
 /// SIGINT/SIGTERM set `stop`; a second signal while the first is handled ends the process at
 /// once (exit 1), for a run that does not come to an end by itself.
@@ -47,21 +36,6 @@ impl Log {
         } else {
             println!("{s}");
         }
-    }
-}
-
-/// Latency percentiles as JSON (`null` when nothing was measured).
-pub fn latency_json(h: Option<&hdrhistogram::Histogram<u64>>, kind: &str) -> serde_json::Value {
-    match h {
-        Some(h) if !h.is_empty() => serde_json::json!({
-            "p50": h.value_at_quantile(0.50),
-            "p90": h.value_at_quantile(0.90),
-            "p99": h.value_at_quantile(0.99),
-            "p999": h.value_at_quantile(0.999),
-            "max": h.max(),
-            "kind": kind,
-        }),
-        _ => serde_json::Value::Null,
     }
 }
 

@@ -14,6 +14,7 @@ pub mod blast;
 pub mod error;
 pub mod report;
 pub mod serve;
+pub mod sink;
 
 pub use error::{ErrorKind, ToolError};
 pub use report::{Latency, WorkerError};

@@ -1,0 +1,298 @@
+//! `sink`: the receiving end of frame-mode traffic. An AF_PACKET RX ring on one interface (a
+//! copy of every frame; the kernel's own path still runs), accounting flowlane traffic per
+//! flow — received, lost, reordered, duplicated, one-way latency — and counting everything
+//! else apart (malformed, foreign, other). [`run`] returns a [`SinkReport`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlane_io::sys::{self, packet};
+use flowlane_runtime::sink::{SinkReport as Book, SinkStop, SinkWorker};
+use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
+use serde::{Deserialize, Serialize};
+
+use crate::{Latency, ToolError};
+
+/// The configuration of one `sink` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SinkConfig {
+    /// Interface to receive on (in the caller's namespace).
+    pub dev: String,
+    /// Account only UDP to this destination port (others are `other`).
+    pub port: Option<u16>,
+    /// Stop after this many flowlane frames.
+    pub count: Option<u64>,
+    /// Stop after this many seconds.
+    pub duration_s: Option<f64>,
+    /// Stop once no frame came for this many seconds (after the first one).
+    pub idle_s: Option<f64>,
+    /// The CPU the sink is pinned to.
+    pub cpu: usize,
+    /// Slots in the receive ring.
+    pub ring: usize,
+    /// Seconds between status ticks.
+    pub interval_s: f64,
+}
+
+/// What is known once the ring is open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkStart {
+    /// The interface's MTU.
+    pub mtu: usize,
+}
+
+/// Counters over one status interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkTick {
+    /// Seconds since the start.
+    pub elapsed_s: f64,
+    /// Seconds the interval lasted.
+    pub interval_s: f64,
+    /// Frames received in the interval.
+    pub rx_packets: u64,
+    /// Bytes received in the interval.
+    pub rx_bytes: u64,
+    /// Frames the ring had no room for, so far.
+    pub ring_drops: u64,
+    /// Malformed frames so far.
+    pub malformed: u64,
+    /// Foreign frames so far.
+    pub foreign: u64,
+}
+
+/// Status from a running sink.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkEvent {
+    /// The ring is open: frames are counted from now on.
+    Started(SinkStart),
+    /// One interval's counters.
+    Tick(SinkTick),
+}
+
+/// One flow as the sink saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkFlowReport {
+    /// Flow id from the flowlane header.
+    pub id: u16,
+    /// Source `IP:PORT` of its frames.
+    pub src: Option<String>,
+    /// Destination `IP:PORT`.
+    pub dst: Option<String>,
+    /// Frames received (duplicates included).
+    pub rx_packets: u64,
+    /// Sequence numbers below the highest seen that never came.
+    pub lost: u64,
+    /// Frames that came below the highest sequence number already seen.
+    pub reordered: u64,
+    /// Frames seen twice or more.
+    pub duplicates: u64,
+    /// The highest sequence number seen.
+    pub highest_seq: Option<u64>,
+}
+
+/// What `sink` reports (`flowlane sink --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SinkReport {
+    /// Frames the interface received (all of them, whatever they carry).
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Frames of flowlane traffic.
+    pub flowlane_packets: u64,
+    /// Flowlane frames lost (gaps below each flow's highest sequence number).
+    pub lost: u64,
+    /// Flowlane frames out of order.
+    pub reordered: u64,
+    /// Flowlane frames seen twice or more.
+    pub duplicates: u64,
+    /// UDP to the watched port without a flowlane header.
+    pub foreign: u64,
+    /// Not IP/UDP, fragments, other ports.
+    pub other: u64,
+    /// Headers cut short or inconsistent, or a wrong UDP checksum.
+    pub malformed: u64,
+    /// Of the malformed, those with a wrong UDP checksum.
+    pub bad_checksum: u64,
+    /// Frames longer than a ring slot.
+    pub truncated: u64,
+    /// Frames the kernel could not copy in because the ring was full (the sink was the limit).
+    pub ring_drops: u64,
+    /// Frames stamped after they arrived (the sender's clock is not this host's).
+    pub clock_skew: u64,
+    /// First to last frame, seconds.
+    pub duration_s: f64,
+    /// Frames per second over that window.
+    pub rx_pps: f64,
+    /// One-way latency: the header's transmit time against this host's clock.
+    pub latency_ns: Option<Latency>,
+    /// Per flow, by id.
+    pub flows: Vec<SinkFlowReport>,
+    /// Why the sink stopped early, if it did (the run's exit code is then 1).
+    #[serde(default)]
+    pub errors: Vec<String>,
+}
+
+/// Runs the sink until a stop rule holds or `stop` is set.
+pub fn run(
+    a: &SinkConfig,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(SinkEvent),
+) -> Result<SinkReport, ToolError> {
+    let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", a.dev))
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+        .ok_or_else(|| {
+            ToolError::usage(format!(
+                "no interface `{}` here (see `ip link`; in a namespace, run inside it)",
+                a.dev
+            ))
+        })?;
+    let ifindex =
+        packet::ifindex(&a.dev).map_err(|e| ToolError::usage(format!("{}: {e}", a.dev)))?;
+    if a.count == Some(0) {
+        return Err(ToolError::usage("--count must be at least 1"));
+    }
+    let secs = |what: &str, v: f64| -> Result<Duration, ToolError> {
+        Duration::try_from_secs_f64(v)
+            .ok()
+            .filter(|_| v > 0.0)
+            .ok_or_else(|| {
+                ToolError::usage(format!("the {what} must be a positive number of seconds"))
+            })
+    };
+    let duration = a.duration_s.map(|d| secs("duration", d)).transpose()?;
+    let idle = a.idle_s.map(|d| secs("idle time", d)).transpose()?;
+    let interval = secs("interval", a.interval_s)?;
+    let start_ns = sys::monotonic_ns();
+    let rules = SinkStop {
+        count: a.count,
+        deadline_ns: duration.map(|d| start_ns.saturating_add(d.as_nanos() as u64)),
+        idle_ns: idle.map(|d| d.as_nanos() as u64),
+    };
+    let book: Arc<Mutex<Option<Book>>> = Arc::new(Mutex::new(None));
+    let book2 = book.clone();
+    let (port, slots) = (a.port, a.ring);
+    // Room for a VLAN tag besides the Ethernet header.
+    let max_frame = mtu + 18;
+    let mut rt = Runtime::start(
+        &Config {
+            cpus: vec![a.cpu],
+            budget: 256,
+            wait_ms: 50,
+        },
+        stop.clone(),
+        move |_, _| {
+            let ring = packet::RxRing::open(ifindex, slots, max_frame)?;
+            Ok::<_, sys::SysError>(SinkWorker::new(ring, port, rules, book2.clone()))
+        },
+    )
+    .map_err(|e| match e {
+        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
+            ToolError::privilege(format!(
+                "{e}: the sink needs CAP_NET_RAW (run as root or grant the capability)"
+            ))
+        }
+        StartError::Pin { .. } => ToolError::usage(e.to_string()),
+        _ => ToolError::runtime(e.to_string()),
+    })?;
+    on_event(SinkEvent::Started(SinkStart { mtu }));
+    rt.go();
+    let t0 = Instant::now();
+    let (mut prev, mut prev_t, mut next) = (Snapshot::default(), t0, t0 + interval);
+    while !rt.finished() && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        if now >= next {
+            let cur: Snapshot = rt.stats().first().map(|s| s.snapshot()).unwrap_or_default();
+            let d = cur.since(&prev);
+            on_event(SinkEvent::Tick(SinkTick {
+                elapsed_s: now.duration_since(t0).as_secs_f64(),
+                interval_s: now.duration_since(prev_t).as_secs_f64(),
+                rx_packets: d.rx_packets,
+                rx_bytes: d.rx_bytes,
+                ring_drops: cur.socket_drops,
+                malformed: cur.malformed,
+                foreign: cur.foreign,
+            }));
+            (prev, prev_t) = (cur, now);
+            next += interval;
+        }
+    }
+    rt.join();
+    let errors: Vec<String> = rt.errors().into_iter().map(|e| e.1).collect();
+    let Some(b) = book.lock().ok().and_then(|mut g| g.take()) else {
+        let why = errors
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "no report".into());
+        return Err(ToolError::runtime(format!("the sink stopped: {why}")));
+    };
+    Ok(report(&b, errors))
+}
+
+fn report(r: &Book, errors: Vec<String>) -> SinkReport {
+    let c = &r.book.counts;
+    let secs = r.window_ns.1.saturating_sub(r.window_ns.0) as f64 / 1e9;
+    let (_, lost, reordered, duplicates) = r.book.totals();
+    SinkReport {
+        rx_packets: c.frames,
+        rx_bytes: c.bytes,
+        flowlane_packets: c.flowlane,
+        lost,
+        reordered,
+        duplicates,
+        foreign: c.foreign,
+        other: c.other,
+        malformed: c.malformed + c.bad_checksum,
+        bad_checksum: c.bad_checksum,
+        truncated: c.truncated,
+        ring_drops: r.ring_drops,
+        clock_skew: c.clock_skew,
+        duration_s: (secs * 1000.0).round() / 1000.0,
+        rx_pps: if secs > 0.0 {
+            (c.frames as f64 / secs).round()
+        } else {
+            0.0
+        },
+        latency_ns: Latency::of(Some(&r.book.latency), "one-way"),
+        flows: r
+            .book
+            .seen_flows()
+            .map(|(id, f)| SinkFlowReport {
+                id,
+                src: f.src.map(|s| s.to_string()),
+                dst: f.dst.map(|s| s.to_string()),
+                rx_packets: f.seq.unique + f.seq.duplicates,
+                lost: f.seq.lost(None),
+                reordered: f.seq.reordered,
+                duplicates: f.seq.duplicates,
+                highest_seq: f.seq.expected().checked_sub(1),
+            })
+            .collect(),
+        errors,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interface_that_is_not_here_is_a_usage_error() {
+        let cfg = SinkConfig {
+            dev: "fl-no-such-if".into(),
+            port: None,
+            count: None,
+            duration_s: Some(1.0),
+            idle_s: None,
+            cpu: 0,
+            ring: 64,
+            interval_s: 1.0,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let e = run(&cfg, &stop, &mut |_| {}).expect_err("no interface");
+        assert_eq!(e.kind, crate::ErrorKind::Usage);
+        assert!(e.message.contains("fl-no-such-if"), "{e}");
+    }
+}
