@@ -24,6 +24,16 @@ pub struct ToolError {
     pub kind: ErrorKind,
     /// What happened, in words.
     pub message: String,
+    /// A cause a caller may act on (e.g. choose another port), where there is one.
+    pub cause: Option<Cause>,
+}
+
+/// Causes a caller can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cause {
+    /// Another socket holds this address and port.
+    AddrInUse(std::net::SocketAddr),
 }
 
 impl ToolError {
@@ -32,6 +42,7 @@ impl ToolError {
         ToolError {
             kind: ErrorKind::Usage,
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -40,6 +51,7 @@ impl ToolError {
         ToolError {
             kind: ErrorKind::Privilege,
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -48,6 +60,13 @@ impl ToolError {
         ToolError {
             kind: ErrorKind::Runtime,
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// The same error with a cause a caller may act on.
+    pub fn because(mut self, cause: Cause) -> ToolError {
+        self.cause = Some(cause);
+        self
     }
 }

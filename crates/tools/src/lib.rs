@@ -10,11 +10,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod blast;
 pub mod error;
 pub mod report;
 pub mod serve;
 pub mod sink;
 
-pub use error::{ErrorKind, ToolError};
+pub use error::{Cause, ErrorKind, ToolError};
 pub use report::{Latency, WorkerError};

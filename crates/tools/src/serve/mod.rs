@@ -381,9 +381,11 @@ impl Startup {
 /// the command line. A missing privilege says so. Anything else is a runtime failure.
 fn start_error(e: StartError<GroupError>) -> ToolError {
     match e {
+        StartError::Open(GroupError::AddrInUse(addr)) => {
+            ToolError::usage(e.to_string()).because(crate::Cause::AddrInUse(addr))
+        }
         StartError::Open(GroupError::PermissionDenied(_)) => ToolError::privilege(e.to_string()),
-        StartError::Pin { .. }
-        | StartError::Open(GroupError::AddrInUse(_) | GroupError::AddrNotAvailable(_)) => {
+        StartError::Pin { .. } | StartError::Open(GroupError::AddrNotAvailable(_)) => {
             ToolError::usage(e.to_string())
         }
         _ => ToolError::runtime(e.to_string()),

@@ -1,0 +1,413 @@
+//! One step of the bench: the server in the DUT namespace, the client in the generator
+//! namespace (threads that entered them; their workers inherit the namespace), then the
+//! counters joined and checked.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use flowlane_lab::counters::IfCounters;
+use flowlane_lab::setup::{self, LabConfig, Steer, DUT_IF, GEN_IF};
+use flowlane_lab::Netns;
+use flowlane_rss::queue::Reta;
+
+use super::{BenchConfig, BenchStep, BenchWorker, Five, Pps};
+use crate::blast::{self, BlastConfig, ModelSpec, Placement};
+use crate::serve::{self, ServeConfig, ServeEvent, ServeMode, ServeReport};
+use crate::ToolError;
+
+/// Where one step runs.
+pub(super) struct Target {
+    /// Namespaces (gen, dut) and the lab's settings — none for loopback.
+    pub lab: Option<(Netns, Netns, LabConfig)>,
+    /// Server address.
+    pub to: String,
+    /// The server's workers' CPUs.
+    pub cpus: Vec<usize>,
+    /// Buckets of the queue model the flows are placed with.
+    pub buckets: u32,
+    /// The RSS key (hex) the flows are placed with.
+    pub key: String,
+}
+
+/// Per-CPU (busy, total) jiffies from /proc/stat.
+type CpuTimes = Vec<(u64, u64)>;
+
+/// Per-CPU busy and total jiffies from /proc/stat.
+fn cpu_times() -> CpuTimes {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let total: u64 = v.iter().take(8).sum();
+            let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+            (total - idle.min(total), total)
+        })
+        .collect()
+}
+
+fn lab_err(e: flowlane_lab::LabError) -> ToolError {
+    ToolError::runtime(e.to_string())
+}
+
+fn counters(ns: &Netns, ifname: &str) -> Result<IfCounters, ToolError> {
+    let d = ns.dev().map_err(lab_err)?;
+    d.ifaces
+        .get(ifname)
+        .copied()
+        .ok_or_else(|| ToolError::runtime(format!("no interface {ifname} in {}", ns.name())))
+}
+
+/// The lab's software-RSS counts per CPU (None: loopback, or steering other than rss).
+fn steer_counts(t: &Target) -> Result<Option<Vec<setup::SteerCount>>, ToolError> {
+    match &t.lab {
+        Some((_, d, c)) if c.steer == Steer::Rss => setup::steer_counts(d).map_err(lab_err),
+        _ => Ok(None),
+    }
+}
+
+/// Frames each CPU's software-RSS queue dropped between two readings: handed to the queue but
+/// never taken off it (the step is over, so none is still waiting).
+fn queue_drops(
+    before: &Option<Vec<setup::SteerCount>>,
+    after: &Option<Vec<setup::SteerCount>>,
+) -> Option<BTreeMap<u64, u64>> {
+    let (b, a) = (before.as_ref()?, after.as_ref()?);
+    Some(
+        a.iter()
+            .map(|x| {
+                let y = b.iter().find(|y| y.cpu == x.cpu);
+                // Saturating: a lab taken down and up again meanwhile starts from zero.
+                let redirected = x.redirected.saturating_sub(y.map_or(0, |y| y.redirected));
+                let arrived = x.arrived.saturating_sub(y.map_or(0, |y| y.arrived));
+                (x.cpu as u64, redirected.saturating_sub(arrived))
+            })
+            .collect(),
+    )
+}
+
+/// Runs `f` in the namespace `ns` (on a thread that entered it), or here without one.
+fn inside<T: Send>(ns: Option<&Netns>, f: impl FnOnce() -> T + Send) -> Result<T, ToolError> {
+    match ns {
+        Some(ns) => ns.run(f).map_err(lab_err),
+        None => Ok(f()),
+    }
+}
+
+/// One step: the server, then the client for the step's seconds, then the numbers.
+pub(super) fn step(
+    a: &BenchConfig,
+    t: &Target,
+    k: u32,
+    echo: bool,
+    stop: &Arc<AtomicBool>,
+) -> Result<BenchStep, ToolError> {
+    let to: std::net::SocketAddr =
+        t.to.parse()
+            .map_err(|_| ToolError::runtime(format!("server address {}", t.to)))?;
+    let mut scfg = ServeConfig::new(to, t.cpus.clone());
+    scfg.mode = if echo {
+        ServeMode::Echo
+    } else {
+        ServeMode::Sink
+    };
+    scfg.by_source = true;
+    scfg.interval_s = 3600.0;
+    let threads = k.min(t.cpus.len() as u32).max(1);
+    let mut bcfg = BlastConfig::new(to, t.cpus[0]);
+    bcfg.cpus = t.cpus[..threads as usize].to_vec();
+    bcfg.placement = Some(Placement {
+        per_queue: a.per_bucket,
+        queues: (0..k).collect(),
+        key: t.key.clone(),
+        model: ModelSpec::Reta(match &t.lab {
+            Some((_, _, c)) => c.reta.clone(),
+            None => Reta::round_robin(128, t.buckets as usize)
+                .map_err(|e| ToolError::usage(e.to_string()))?
+                .entries()
+                .to_vec(),
+        }),
+    });
+    bcfg.frames = blast::Frames::Sizes(vec![a.frame_bytes]);
+    bcfg.duration_s = Some(a.step_secs);
+    bcfg.rate = a.rate;
+    bcfg.interval_s = 3600.0;
+    if t.lab.is_none() {
+        let lo = std::net::IpAddr::from([127, 0, 0, 1]);
+        bcfg.from = Some((lo, lo));
+    }
+    if echo {
+        bcfg.echo = true;
+        bcfg.linger_s = 0.5;
+    }
+    let (gen, dut) = match &t.lab {
+        Some((g, d, _)) => (Some(g), Some(d)),
+        None => (None, None),
+    };
+    // Counters before the server starts and after it stops: nothing crosses the link outside
+    // the step.
+    let before = match (gen, dut) {
+        (Some(g), Some(d)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
+        _ => None,
+    };
+    let steer0 = steer_counts(t)?;
+    let server_stop = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = mpsc::channel();
+    let srv = std::thread::scope(|s| -> Result<_, ToolError> {
+        let server = s.spawn(|| {
+            inside(dut, || {
+                serve::run(&scfg, &server_stop, &mut |e| {
+                    if let ServeEvent::Started(_) = e {
+                        let _ = started_tx.send(());
+                    }
+                })
+            })
+        });
+        // Started, or the server ended (its error is in its result).
+        let ready = started_rx.recv().is_ok();
+        let client = if ready {
+            let cpu0 = cpu_times();
+            let t0 = Instant::now();
+            let b = inside(gen, || blast::run(&bcfg, stop, &mut |_| {}));
+            Some((cpu0, t0.elapsed().as_secs_f64(), cpu_times(), b))
+        } else {
+            None
+        };
+        // Datagrams still queued on the server's sockets when it stops would count as lost
+        // with no counter to show it: give the workers a moment to read what came last.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        server_stop.store(true, Ordering::Relaxed);
+        let srv = server
+            .join()
+            .map_err(|_| ToolError::runtime("the server thread panicked"))???;
+        Ok((srv, client))
+    })?;
+    let (srv, client) = srv;
+    let Some((cpu0, elapsed, cpu1, b)) = client else {
+        return Err(ToolError::runtime("the server stopped before it was ready"));
+    };
+    let b = b??;
+    let b = b
+        .steps
+        .into_iter()
+        .next()
+        .ok_or_else(|| ToolError::runtime(format!("the client ran no step at k = {k}")))?;
+    let after = match (gen, dut) {
+        (Some(g), Some(d)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
+        _ => None,
+    };
+    let qdrops = queue_drops(&steer0, &steer_counts(t)?);
+    Ok(account(
+        t,
+        k,
+        echo,
+        threads,
+        &srv,
+        &b,
+        before,
+        after,
+        qdrops,
+        (cpu0, cpu1),
+        elapsed,
+    ))
+}
+
+/// The step's numbers and checks.
+#[allow(clippy::too_many_arguments)]
+fn account(
+    t: &Target,
+    k: u32,
+    echo: bool,
+    threads: u32,
+    srv: &ServeReport,
+    b: &blast::StepReport,
+    before: Option<(IfCounters, IfCounters)>,
+    after: Option<(IfCounters, IfCounters)>,
+    qdrops: Option<BTreeMap<u64, u64>>,
+    (cpu0, cpu1): (CpuTimes, CpuTimes),
+    elapsed: f64,
+) -> BenchStep {
+    // Where each flow should land: its bucket's CPU (the lab's table; loopback: bucket mod
+    // CPUs).
+    let queue_cpu = |q: u32| -> u64 {
+        match &t.lab {
+            Some((_, _, c)) => c.queue_cpus.get(q as usize).copied().unwrap_or(0) as u64,
+            None => t.cpus[q as usize % t.cpus.len()] as u64,
+        }
+    };
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+    // Each flow's bucket CPU, by source address.
+    let mut flow_cpu: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut unplaced = 0;
+    for f in &b.flows {
+        match f.queue {
+            Some(q) => {
+                *expected.entry(queue_cpu(q)).or_default() += f.tx_packets;
+                flow_cpu.insert(&f.src, queue_cpu(q));
+            }
+            None => unplaced += 1,
+        }
+    }
+    let mut workers = Vec::new();
+    let mut misplaced = 0u64;
+    for w in &srv.workers {
+        let cpu = w.cpu as u64;
+        // Datagrams of a flow whose bucket belongs to another CPU.
+        for s in w.sources.iter().flatten() {
+            if flow_cpu.get(s.src.as_str()).is_some_and(|&c| c != cpu) {
+                misplaced += s.packets;
+            }
+        }
+        workers.push(BenchWorker {
+            cpu,
+            rx_packets: w.counts.rx_packets,
+            expected: expected.get(&cpu).copied().unwrap_or(0),
+            echoed: w.counts.tx_packets,
+            missteered: w.counts.missteered,
+            socket_drops: w.counts.socket_drops,
+            queue_drops: qdrops.as_ref().map(|q| q.get(&cpu).copied().unwrap_or(0)),
+        });
+    }
+    let (seen, echoed) = (srv.total.rx_packets, srv.total.tx_packets);
+    let prog_sent = b.tx_packets;
+    let back = if echo { b.rx_packets } else { None };
+    let (iface_sent, iface_rx, iface_rx_dropped, iface_back) = match (before, after) {
+        (Some((g0, d0)), Some((g1, d1))) => (
+            Some(g1.tx_packets.saturating_sub(g0.tx_packets)),
+            Some(d1.rx_packets.saturating_sub(d0.rx_packets)),
+            Some(d1.rx_dropped.saturating_sub(d0.rx_dropped)),
+            Some(g1.rx_packets.saturating_sub(g0.rx_packets)),
+        ),
+        _ => (None, None, None, None),
+    };
+    let busy: Vec<f64> = cpu0
+        .iter()
+        .zip(&cpu1)
+        .map(|(x, y)| {
+            let total = y.1.saturating_sub(x.1).max(1) as f64;
+            (y.0.saturating_sub(x.0) as f64 / total * 1000.0).round() / 10.0
+        })
+        .collect();
+    let secs = Some(b.duration_s).filter(|&s| s > 0.0).unwrap_or(elapsed);
+    let pps = |x: u64| (x as f64 / secs).round() as u64;
+    let missteered: u64 = workers.iter().filter_map(|w| w.missteered).sum();
+    let drops: u64 = workers.iter().map(|w| w.socket_drops).sum();
+    let qdrops_total: Option<u64> = qdrops.as_ref().map(|q| q.values().sum());
+    // Where the datagrams the server never saw went, as far as counters show: its sockets'
+    // and CPU queues' drops, its interface's, and frames the client's interface sent that
+    // the server's never received.
+    let lost = prog_sent.saturating_sub(seen);
+    let counted = drops
+        + qdrops_total.unwrap_or(0)
+        + iface_rx_dropped.unwrap_or(0)
+        + iface_sent
+            .zip(iface_rx)
+            .map_or(0, |(s, r)| s.saturating_sub(r));
+    let unexplained = lost.saturating_sub(counted);
+
+    // The checks: what must add up.
+    let mut problems = Vec::new();
+    if unplaced > 0 {
+        problems.push(format!(
+            "{unplaced} of the client's flows carry no queue: the placement did not happen"
+        ));
+    }
+    if echo && back.is_none() {
+        problems.push("the client took echoes but reported no count of them".into());
+    }
+    let back = back.unwrap_or(0);
+    if let Some(rx) = iface_rx {
+        if seen > rx {
+            problems.push(format!(
+                "the server program saw {seen} datagrams but its interface received only {rx}"
+            ));
+        }
+    }
+    if let Some(sent) = iface_sent {
+        if sent < prog_sent {
+            problems.push(format!(
+                "the client says it sent {prog_sent} but its interface sent {sent}"
+            ));
+        }
+    }
+    if echo && back > echoed {
+        problems.push(format!(
+            "the client got {back} echoes back but the server echoed only {echoed}"
+        ));
+    }
+    if echo && echoed > seen {
+        problems.push(format!(
+            "the server echoed {echoed} of {seen} datagrams seen"
+        ));
+    }
+    if misplaced > 0 {
+        if let Some((_, _, c)) = &t.lab {
+            problems.push(format!(
+                "{misplaced} datagrams landed on a worker other than their bucket's (steering: \
+                 {})",
+                c.steer.name()
+            ));
+        }
+    }
+    if missteered > 0 {
+        problems.push(format!(
+            "{missteered} datagrams reached a worker after the kernel processed them on another \
+             CPU"
+        ));
+    }
+    if unexplained > 0 {
+        problems.push(format!(
+            "{unexplained} of {lost} datagrams lost where no counter shows: the server's socket \
+             drops ({drops}), CPU queue drops ({}), interface drops ({}) and link loss account \
+             for {counted}",
+            qdrops_total.map_or("not measured".into(), |q| q.to_string()),
+            iface_rx_dropped.map_or("not measured".into(), |q| q.to_string()),
+        ));
+    }
+    for e in &srv.errors {
+        problems.push(format!("server worker {} stopped: {}", e.worker, e.error));
+    }
+    for e in &b.errors {
+        problems.push(format!("client sender {} stopped: {}", e.worker, e.error));
+    }
+    BenchStep {
+        mode: if echo { "echo" } else { "sink" }.into(),
+        buckets: k,
+        flows: b.flows.len(),
+        client_threads: threads,
+        duration_s: (secs * 1000.0).round() / 1000.0,
+        five: Five {
+            client_sent: iface_sent,
+            server_received: iface_rx,
+            server_seen: seen,
+            server_echoed: echo.then_some(echoed),
+            client_back: echo.then_some(back),
+        },
+        client_program_sent: prog_sent,
+        link_other_frames: iface_sent.map(|sent| sent.saturating_sub(prog_sent)),
+        client_iface_back: if echo { iface_back } else { None },
+        server_iface_rx_dropped: iface_rx_dropped,
+        pps: Pps {
+            sent: pps(prog_sent),
+            server_seen: pps(seen),
+            echoed: echo.then(|| pps(echoed)),
+            back: echo.then(|| pps(back)),
+        },
+        lost,
+        lost_unexplained: unexplained,
+        workers,
+        misplaced,
+        missteered,
+        socket_drops: drops,
+        queue_drops: qdrops_total,
+        cpu_busy_pct: busy,
+        latency_ns: if echo { b.latency_ns.clone() } else { None },
+        problems,
+    }
+}
