@@ -5,6 +5,8 @@
 //!
 //! Exit codes: 0 ok, 1 runtime failure (the job could not be done as asked), 2 bad usage.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod cmd_bench;
 mod cmd_blast;

@@ -393,6 +393,17 @@ const MAX_GSO_SEGMENTS: usize = 64;
 /// after IPv6 and UDP headers, or the kernel refuses the whole send (EINVAL).
 pub const GSO_MAX_SEGMENT: usize = 1452;
 
+/// An empty address, I/O vector and message header for the batch arrays (pointers set later).
+fn zeroed_c_structs() -> (libc::sockaddr_storage, libc::iovec, libc::mmsghdr) {
+    // SAFETY: sockaddr_storage is a plain C struct of integers: all zero bytes is valid.
+    let addr = unsafe { zeroed() };
+    // SAFETY: iovec is a null pointer and a zero length when zeroed: valid, never read so.
+    let iov = unsafe { zeroed() };
+    // SAFETY: mmsghdr is null pointers and zero lengths when zeroed: valid, filled before use.
+    let hdr = unsafe { zeroed() };
+    (addr, iov, hdr)
+}
+
 /// Per-datagram result of a receive.
 #[derive(Debug, Clone, Copy)]
 pub struct RecvMeta {
@@ -499,15 +510,14 @@ impl MmsgBatch {
     /// `slots` datagrams of up to `buf_size` bytes each.
     pub fn new(slots: usize, buf_size: usize) -> MmsgBatch {
         let slots = slots.max(1);
+        let (addr, iov, hdr) = zeroed_c_structs();
         MmsgBatch {
             bufs: vec![0; slots * buf_size],
             buf_size,
-            // SAFETY: sockaddr_storage, iovec and mmsghdr are plain C structs for which all
-            // zero bytes is a valid value.
-            addrs: vec![unsafe { zeroed() }; slots],
+            addrs: vec![addr; slots],
             cmsgs: vec![[0; CMSG_SPACE / 8]; slots],
-            iovs: vec![unsafe { zeroed() }; slots],
-            hdrs: vec![unsafe { zeroed() }; slots],
+            iovs: vec![iov; slots],
+            hdrs: vec![hdr; slots],
             meta: vec![
                 RecvMeta {
                     len: 0,
@@ -841,15 +851,15 @@ impl SendBatch {
     /// `slots` datagrams of up to `slot_size` bytes, all empty and addressed to `to`.
     pub fn new(slots: usize, slot_size: usize, to: SocketAddr) -> SendBatch {
         let slots = slots.max(1);
-        // SAFETY: all-zero bytes are valid for these plain C structs.
+        let (addr, iov, hdr) = zeroed_c_structs();
         let mut b = SendBatch {
             bufs: vec![0; slots * slot_size],
             slot_size,
             lens: vec![0; slots],
-            addrs: vec![unsafe { zeroed() }; slots],
+            addrs: vec![addr; slots],
             namelens: vec![0; slots],
-            iovs: vec![unsafe { zeroed() }; slots],
-            hdrs: vec![unsafe { zeroed() }; slots],
+            iovs: vec![iov; slots],
+            hdrs: vec![hdr; slots],
         };
         for i in 0..slots {
             b.set_dest(i, to);
