@@ -93,7 +93,7 @@ fn main() {
     gro(false);
     let drop_all = {
         use flowlane_io::ebpf::{xdp, Asm, R0};
-        use flowlane_io::sys::{bpf, packet::ifindex};
+        use flowlane_io::{bpf, netdev::ifindex};
         let mut a = Asm::new();
         a.mov_imm(R0, xdp::DROP).exit();
         let prog = bpf::prog_load(bpf::PROG_XDP, "fl_bench_drop", &a.finish().expect("asm"))

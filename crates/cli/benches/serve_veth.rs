@@ -12,7 +12,8 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use flowlane_io::sys::{self, SendBatch};
+use flowlane_io::os;
+use flowlane_io::socket::{self, SendBatch};
 use flowlane_lab::{veth_pair, Netns};
 
 const PAYLOAD: usize = 18;
@@ -26,14 +27,14 @@ const DUT_CPU: usize = 1;
 /// Sends for `secs` from the generator namespace; returns datagrams the kernel accepted.
 fn blast(gen: &Netns, secs: f64) -> u64 {
     gen.run(|| {
-        sys::pin_current_thread(GEN_CPU).expect("pin sender");
+        os::pin_current_thread(GEN_CPU).expect("pin sender");
         let to: SocketAddr = format!("{DUT}:{PORT}").parse().expect("addr");
         let socks: Vec<UdpSocket> = (0..8)
             .map(|_| {
                 let s = UdpSocket::bind((GEN, 0)).expect("sender socket");
                 // Each send carries SEGS datagrams of PAYLOAD bytes, split by the kernel
                 // (UDP GSO): one socket send can then feed more than one receiving core.
-                sys::set_int(
+                socket::set_int(
                     &s,
                     libc::SOL_UDP,
                     libc::UDP_SEGMENT,
@@ -68,7 +69,7 @@ fn baseline(gen: &Netns, dut: &Netns, secs: f64) -> (u64, u64) {
     std::thread::scope(|s| {
         let rx = s.spawn(|| {
             dut.run(|| {
-                sys::pin_current_thread(DUT_CPU).expect("pin receiver");
+                os::pin_current_thread(DUT_CPU).expect("pin receiver");
                 let sock = UdpSocket::bind((DUT, PORT)).expect("bind");
                 sock.set_read_timeout(Some(Duration::from_millis(50)))
                     .expect("timeout");
@@ -115,7 +116,7 @@ fn serve(gen: &Netns, dut: &Netns, secs: f64, args: &[&str]) -> (u64, u64, u64, 
     std::thread::spawn(move || lines.for_each(drop));
     let sent = blast(gen, secs);
     std::thread::sleep(Duration::from_millis(100));
-    flowlane_io::sys::signal_process(child.id(), flowlane_io::sys::Signal::Interrupt)
+    flowlane_io::os::signal_process(child.id(), flowlane_io::os::Signal::Interrupt)
         .expect("SIGINT");
     let out = child.wait_with_output().expect("serve ends");
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON summary");

@@ -514,8 +514,8 @@ fn bench_family<K: Key>(
     }
     // Both structures are allocated through the binary's huge-page allocator; say how much
     // of the process the kernel actually backed with 2 MiB pages (0 where THP is off).
-    let huge = flowlane_io::sys::huge::huge_page_bytes();
-    let thp = flowlane_io::sys::huge::Thp::read();
+    let huge = flowlane_io::huge::huge_page_bytes();
+    let thp = flowlane_io::huge::Thp::read();
     text.push_str(&format!(
         "  pages      {} of the process on 2 MiB pages (allocations of 2 MiB and more are advised onto them; {})\n",
         huge.map_or("unknown".to_string(), |b| format!("{:.1} MiB", mib(b as usize))),
@@ -595,7 +595,7 @@ fn run_bench(a: BenchArgs) -> CmdResult {
         )));
     }
     if let Some(cpu) = a.cpu {
-        flowlane_io::sys::pin_current_thread(cpu)
+        flowlane_io::os::pin_current_thread(cpu)
             .map_err(|e| Failure::usage(anyhow::anyhow!("cannot pin to CPU {cpu}: {e}")))?;
     }
     let mut reports = Vec::new();

@@ -27,7 +27,7 @@ use std::process::ExitCode;
 /// pages, as DPDK's do: without that, random lookups over megabytes miss the TLB, and
 /// flowlane's figures would not compare with those measured so (BENCHMARKS.md).
 #[global_allocator]
-static ALLOC: flowlane_io::sys::huge::HugeAlloc = flowlane_io::sys::huge::HugeAlloc;
+static ALLOC: flowlane_io::huge::HugeAlloc = flowlane_io::huge::HugeAlloc;
 
 use clap::{Parser, Subcommand};
 
@@ -109,7 +109,7 @@ impl Failure {
 pub type CmdResult = Result<ExitCode, Failure>;
 
 fn main() -> ExitCode {
-    flowlane_io::sys::default_sigpipe();
+    flowlane_io::os::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Hash(a) => cmd_hash::run(a),

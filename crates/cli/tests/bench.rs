@@ -55,7 +55,7 @@ fn ns_exists(name: &str) -> bool {
 }
 
 fn rss_programs() -> usize {
-    flowlane_io::sys::bpf::loaded_program_names()
+    flowlane_io::bpf::loaded_program_names()
         .expect("list BPF programs")
         .iter()
         .filter(|n| n.starts_with("fl_rss"))
@@ -467,7 +467,7 @@ impl CpumapTrace {
     fn start() -> CpumapTrace {
         let root = Path::new("/sys/kernel/tracing");
         if !root.join("instances").exists() {
-            flowlane_io::sys::netdev::mount_fs("tracefs", root).expect("mount tracefs");
+            flowlane_io::os::mount_fs("tracefs", root).expect("mount tracefs");
         }
         let dir = root
             .join("instances")

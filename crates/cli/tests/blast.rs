@@ -574,7 +574,7 @@ fn raw_ipv6_frames_arrive_and_are_accounted() {
 
 #[test]
 fn sink_reports_crafted_reordering_and_odd_frames_exactly() {
-    use flowlane_io::sys::packet::{ifindex, TxRing};
+    use flowlane_io::{frame::TxRing, netdev::ifindex};
     use flowlane_wire::{FlowHeader, Template, TemplateSpec};
     let Some((_one, p)) = pair() else { return };
     let gen_if = p.gen_if.clone();
@@ -588,7 +588,7 @@ fn sink_reports_crafted_reordering_and_odd_frames_exactly() {
                 // Stamped 5 ms in the past: the one-way latency must show that offset.
                 for seq in [0u32, 1, 2, 5, 3, 4, 6, 6, 9] {
                     let mut b = [0u8; 32];
-                    let then = flowlane_io::sys::monotonic_ns() - 5_000_000;
+                    let then = flowlane_io::os::monotonic_ns() - 5_000_000;
                     assert!(FlowHeader {
                         flow: 7,
                         seq,
@@ -930,7 +930,7 @@ fn xdp_live_frames_leave_and_are_counted_exactly_at_the_peer() {
     // BPF_F_TEST_XDP_LIVE_FRAMES): a generated XDP_TX program run on copies of one frame, and
     // a receiver whose veth runs XDP (attached through a BPF link, gone with its descriptor).
     use flowlane_io::ebpf::{Asm, R0};
-    use flowlane_io::sys::{bpf, packet::ifindex};
+    use flowlane_io::{bpf, netdev::ifindex};
     let Some((_one, p)) = pair() else { return };
     let prog = |verdict: i32| {
         let mut a = Asm::new();

@@ -7,7 +7,7 @@ use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flowlane_io::sys::Signal;
+use flowlane_io::os::Signal;
 use flowlane_lab::Netns;
 use serde_json::Value;
 
@@ -109,7 +109,7 @@ impl Server {
 
     /// SIGINT, then the JSON summary; asserts exit 0.
     fn finish(self) -> Value {
-        flowlane_io::sys::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
+        flowlane_io::os::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
         let out = self.child.wait_with_output().expect("serve ends");
         assert_eq!(out.status.code(), Some(0), "serve exit status");
         serde_json::from_slice(&out.stdout).expect("summary is JSON")
@@ -173,7 +173,7 @@ fn steering_run(steer: bool) -> Value {
     let senders: Vec<_> = (0..ncpu)
         .map(|cpu| {
             std::thread::spawn(move || {
-                flowlane_io::sys::pin_current_thread(cpu).expect("pin sender");
+                flowlane_io::os::pin_current_thread(cpu).expect("pin sender");
                 // Several source ports, so reuseport hashing (steering off) spreads them.
                 let socks: Vec<UdpSocket> = (0..8).map(|_| client()).collect();
                 for i in 0..per_cpu {
@@ -270,7 +270,7 @@ fn gso_round(server_args: &[&str], rounds: usize) -> Value {
     let srv = Server::start(server_args);
     let c = client();
     let (seg, segments) = (100usize, 10usize);
-    flowlane_io::sys::set_int(
+    flowlane_io::socket::set_int(
         &c,
         libc::SOL_UDP,
         libc::UDP_SEGMENT,
@@ -331,7 +331,7 @@ fn private_ns() -> Option<Netns> {
 }
 
 fn signal(srv: &Server, sig: Signal) {
-    flowlane_io::sys::signal_process(srv.child.id(), sig).expect("kill(2)");
+    flowlane_io::os::signal_process(srv.child.id(), sig).expect("kill(2)");
 }
 
 #[test]
@@ -518,7 +518,7 @@ fn cpus_are_checked_against_online_and_allowed_apart() {
     let run = |cpus: &str| {
         let cpus = cpus.to_string();
         std::thread::spawn(move || {
-            flowlane_io::sys::pin_current_thread(1).expect("pin to CPU 1");
+            flowlane_io::os::pin_current_thread(1).expect("pin to CPU 1");
             Command::new(env!("CARGO_BIN_EXE_flowlane"))
                 .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--cpus"])
                 .args([&cpus, "--duration", "0.3", "--quiet", "--json"])

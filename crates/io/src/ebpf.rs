@@ -1,5 +1,5 @@
 //! A small eBPF assembler: programs are generated in Rust (no clang, no object files) and loaded
-//! through [`crate::sys::bpf`]. Only what flowlane's programs use is here; the encoding follows
+//! through [`crate::bpf`]. Only what flowlane's programs use is here; the encoding follows
 //! the kernel's `Documentation/bpf/standardization/instruction-set.rst`.
 //!
 //! Jumps take [`Label`]s that are bound later; [`Asm::finish`] resolves them and refuses a label
@@ -551,7 +551,7 @@ fn count_for_cpu(a: &mut Asm, stats_fd: i32, cpus: u32, cpu: Reg, off: i16, next
 }
 
 /// The program each software-RSS cpumap entry runs on the frames taken off its queue, on its
-/// CPU, before the stack sees them (load with [`crate::sys::bpf::ATTACH_XDP_CPUMAP`]): counts
+/// CPU, before the stack sees them (load with [`crate::bpf::ATTACH_XDP_CPUMAP`]): counts
 /// them as arrived for that CPU in map `stats_fd` (see [`rss_stats`]) and passes them on.
 pub fn cpumap_arrivals_program(stats_fd: i32, cpus: u32) -> Result<Vec<Insn>, AsmError> {
     let mut a = Asm::new();

@@ -1,21 +1,74 @@
 //! # flowlane-io — packet I/O backends
 //!
-//! Layer: I/O. Every system call goes through [`sys`], the only module with `unsafe`; each
-//! block there carries a `// SAFETY:` comment and every failure names its call.
+//! Layer: I/O. Every system call goes through the private `sys` module, the only one with
+//! `unsafe`; each block there carries a `// SAFETY:` comment and every failure names its call
+//! ([`SysError`]). What the rest of flowlane sees is this safe face, by concern:
 //!
 //! * [`udp`]: a `SO_REUSEPORT` group of UDP sockets, one per worker, steered by a classic BPF
 //!   program so that the socket receiving a datagram is the one whose worker runs on the CPU
-//!   that processed it (the Linux counterpart of FreeBSD's per-bucket listen sockets).
-//! * [`sys::MmsgBatch`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and
-//!   GRO/GSO; [`sys::socket_drops`] reads the socket's drop counter.
-//! * [`ebpf`]: an eBPF assembler (programs are generated in Rust and loaded with `bpf(2)`);
-//!   [`udp::MissteerDetector`] uses it to count datagrams a worker got from another CPU.
+//!   that processed it (the Linux counterpart of FreeBSD's per-bucket listen sockets);
+//!   [`udp::MissteerDetector`] counts datagrams a worker got from another CPU.
+//! * [`socket`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and GRO/GSO
+//!   ([`socket::MmsgBatch`], [`socket::SendBatch`]), socket options, the drop counter.
+//! * [`frame`]: whole frames — AF_PACKET TX and RX rings, AF_XDP transmit.
+//! * [`netdev`]: interfaces — index, offloads by `SIOCETHTOOL`, XDP attached by rtnetlink.
+//! * [`ebpf`] assembles programs in Rust (no toolchain); [`bpf`] loads them, makes maps and
+//!   attaches them.
+//! * [`os`]: CPU pinning and affinity, the monotonic clock, namespaces, signals, mounts;
+//!   [`huge`]: the binary's huge-page allocator.
 
 #![deny(unsafe_code)]
 
 pub mod ebpf;
 #[allow(unsafe_code)]
-pub mod sys;
+mod sys;
 pub mod udp;
 
 pub use sys::SysError;
+
+/// The calling thread and process: CPU affinity and pinning, the monotonic clock the
+/// flowlane header's timestamps use, network namespaces, signals, mounts.
+pub mod os {
+    pub use crate::sys::netdev::{mount_fs, private_sysfs};
+    pub use crate::sys::{
+        allowed_cpus, current_cpu, default_sigpipe, enter_netns, monotonic_ns, pin_current_thread,
+        signal_process, Signal,
+    };
+}
+
+/// Large allocations on huge pages: the binary's global allocator, and what the kernel
+/// granted.
+pub mod huge {
+    pub use crate::sys::huge::*;
+}
+
+/// Socket options and batched UDP I/O (`recvmmsg`/`sendmmsg` with GRO/GSO), readiness, and the
+/// socket's drop counter.
+pub mod socket {
+    pub use crate::sys::{
+        encode_sockaddr, get_int, poll_readable, set_int, socket_drops, wait_readable, Epoll,
+        MmsgBatch, RecvMeta, SendBatch, SendOutcome, GSO_MAX_SEGMENT, MAX_DATAGRAM,
+    };
+}
+
+/// Interfaces: index, offloads (the `SIOCETHTOOL` ioctl), XDP attached through rtnetlink.
+pub mod netdev {
+    pub use crate::sys::netdev::{
+        attach_xdp_to_link, offload, parse_ack, set_offload, Offload, XDP_FLAGS_DRV_MODE,
+    };
+    pub use crate::sys::packet::ifindex;
+}
+
+/// Whole frames in and out: the AF_PACKET TX and RX rings and AF_XDP transmit.
+pub mod frame {
+    pub use crate::sys::packet::{
+        RxFrame, RxRing, TxRing, TP_STATUS_CSUMNOTREADY, TP_STATUS_CSUM_VALID, TP_STATUS_VLAN_VALID,
+    };
+    pub use crate::sys::xsk::XskTx;
+}
+
+/// The `bpf(2)` side of generated programs: loading, maps, attaching, test runs (the programs
+/// themselves are assembled by [`ebpf`]).
+pub mod bpf {
+    pub use crate::sys::bpf::*;
+}

@@ -4,7 +4,7 @@
 //! reader of a test already knows — and the only program the lab runs: offloads, sysfs files
 //! and the XDP program are set from a thread inside the namespace through `flowlane_io`. A
 //! thread enters a namespace through
-//! [`flowlane_io::sys::enter_netns`]. Kernel counters are read from `/proc/thread-self/net/…`,
+//! [`flowlane_io::os::enter_netns`]. Kernel counters are read from `/proc/thread-self/net/…`,
 //! which shows the *calling thread's* namespace (`/proc/net` would show the process's).
 //!
 //! Every [`Netns`] has a unique name and is deleted when dropped, also when a test fails.
@@ -20,9 +20,9 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub use counters::{DevCounters, Snmp};
-pub use flowlane_io::sys::netdev::Offload;
+pub use flowlane_io::netdev::Offload;
 
-use flowlane_io::sys::netdev;
+use flowlane_io::netdev;
 
 /// A failed lab operation: what was tried and what the system said.
 #[derive(Debug)]
@@ -298,12 +298,12 @@ impl Netns {
         })?;
         std::thread::scope(|s| {
             s.spawn(|| {
-                flowlane_io::sys::enter_netns(&file).map_err(|e| LabError {
+                flowlane_io::os::enter_netns(&file).map_err(|e| LabError {
                     what: format!("enter namespace {}", self.name),
                     detail: e.to_string(),
                 })?;
                 if sys {
-                    netdev::private_sysfs().map_err(|e| LabError {
+                    flowlane_io::os::private_sysfs().map_err(|e| LabError {
                         what: format!("mount the sysfs of namespace {}", self.name),
                         detail: e.to_string(),
                     })?;

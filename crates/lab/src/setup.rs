@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use flowlane_io::ebpf;
-use flowlane_io::sys::{bpf, netdev};
+use flowlane_io::{bpf, netdev};
 use flowlane_rss::{Key, Reta, Toeplitz};
 use serde::{Deserialize, Serialize};
 
@@ -386,7 +386,7 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
     // Attached through rtnetlink from inside the namespace: the interface holds the program
     // (it outlives this process) and it goes with the interface on `lab down`.
     dut.run(|| {
-        let ifindex = flowlane_io::sys::packet::ifindex(DUT_IF)?;
+        let ifindex = flowlane_io::netdev::ifindex(DUT_IF)?;
         netdev::attach_xdp_to_link(&prog, ifindex, netdev::XDP_FLAGS_DRV_MODE)
     })?
     .map_err(bpf_err(

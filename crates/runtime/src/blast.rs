@@ -11,7 +11,8 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flowlane_io::sys::{self, MmsgBatch, SendBatch};
+use flowlane_io::socket::{MmsgBatch, SendBatch};
+use flowlane_io::{frame, os, socket, SysError};
 use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, HEADER_LEN};
 use hdrhistogram::Histogram;
@@ -89,7 +90,7 @@ pub enum BlastError {
         /// The flow's source.
         src: SocketAddr,
         /// The failed call.
-        error: sys::SysError,
+        error: SysError,
     },
     /// The job is impossible (e.g. no flows).
     Job(String),
@@ -121,7 +122,7 @@ struct TxBook {
 
 impl TxBook {
     fn new(job: &BlastJob) -> TxBook {
-        let now = sys::monotonic_ns();
+        let now = os::monotonic_ns();
         TxBook {
             pacer: job.pps.map(|p| Pacer::new(p, job.burst, now)),
             quota: job.quota,
@@ -184,7 +185,7 @@ impl TxBook {
 
     /// Sleeps until the next frame is due (20 µs when unpaced), at most `timeout_ms`.
     fn sleep(&self, timeout_ms: i32) {
-        let d = self.wait(sys::monotonic_ns(), Duration::from_micros(20));
+        let d = self.wait(os::monotonic_ns(), Duration::from_micros(20));
         pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
     }
 
@@ -229,7 +230,7 @@ pub struct UdpBlaster {
     inb: Option<MmsgBatch>,
     /// With echoes: every flow socket, so a wait ends when an echo arrives (its round-trip
     /// time then includes no pacing sleep), and a round reads only sockets with input.
-    epoll: Option<sys::Epoll>,
+    epoll: Option<socket::Epoll>,
     ready: Vec<u64>,
     book: TxBook,
     rtt: Histogram<u64>,
@@ -244,7 +245,7 @@ pub struct UdpBlaster {
 fn sock_err(src: SocketAddr, call: &'static str) -> impl FnOnce(std::io::Error) -> BlastError {
     move |source| BlastError::Socket {
         src,
-        error: sys::SysError { call, source },
+        error: SysError { call, source },
     }
 }
 
@@ -271,7 +272,7 @@ impl UdpBlaster {
                 .map_err(sock_err(f.src, "fcntl(O_NONBLOCK)"))?;
             // A deep send buffer: a scheduling hiccup on this core should not turn into EAGAIN.
             let deep = 4 << 20;
-            if sys::set_int(
+            if socket::set_int(
                 &s,
                 libc::SOL_SOCKET,
                 libc::SO_SNDBUFFORCE,
@@ -280,14 +281,14 @@ impl UdpBlaster {
             )
             .is_err()
             {
-                let _ = sys::set_int(&s, libc::SOL_SOCKET, libc::SO_SNDBUF, deep, "SO_SNDBUF");
+                let _ = socket::set_int(&s, libc::SOL_SOCKET, libc::SO_SNDBUF, deep, "SO_SNDBUF");
             }
             if job.echo {
                 // Room for echoes while the thread is busy sending: forced where allowed
                 // (CAP_NET_ADMIN), else whatever net.core.rmem_max grants. Drops that still
                 // happen are counted (`socket_drops`) and reported as this host's own.
                 let big = job.rcvbuf.unwrap_or(8 << 20).min(i32::MAX as usize) as i32;
-                if sys::set_int(
+                if socket::set_int(
                     &s,
                     libc::SOL_SOCKET,
                     libc::SO_RCVBUFFORCE,
@@ -296,7 +297,8 @@ impl UdpBlaster {
                 )
                 .is_err()
                 {
-                    let _ = sys::set_int(&s, libc::SOL_SOCKET, libc::SO_RCVBUF, big, "SO_RCVBUF");
+                    let _ =
+                        socket::set_int(&s, libc::SOL_SOCKET, libc::SO_RCVBUF, big, "SO_RCVBUF");
                 }
             }
             socks.push(s);
@@ -312,7 +314,7 @@ impl UdpBlaster {
         }
         let n = job.flows.len();
         let epoll = if job.echo {
-            let mut ep = sys::Epoll::new().map_err(|error| BlastError::Socket {
+            let mut ep = socket::Epoll::new().map_err(|error| BlastError::Socket {
                 src: first.src,
                 error,
             })?;
@@ -372,7 +374,7 @@ impl UdpBlaster {
             if n == 0 {
                 break;
             }
-            let now = sys::monotonic_ns();
+            let now = os::monotonic_ns();
             let (mut bytes, mut foreign) = (0u64, 0u64);
             for k in 0..n {
                 let p = inb.payload(k);
@@ -503,7 +505,7 @@ impl UdpBlaster {
 
 impl Poll for UdpBlaster {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
-        let now = sys::monotonic_ns();
+        let now = os::monotonic_ns();
         if !self.book.over(now) {
             let got = self.drain_ready(st)?;
             return Ok(self.send_round(budget, now, st)? + got);
@@ -528,7 +530,7 @@ impl Poll for UdpBlaster {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        let now = sys::monotonic_ns();
+        let now = os::monotonic_ns();
         let d = match self.linger_until {
             Some(_) => Duration::from_micros(200),
             // Unpaced and short: the socket buffer was full; let the kernel drain it.
@@ -553,7 +555,7 @@ impl Poll for UdpBlaster {
             let drops: u64 = self
                 .socks
                 .iter()
-                .filter_map(|s| sys::socket_drops(s).ok())
+                .filter_map(|s| socket::socket_drops(s).ok())
                 .map(u64::from)
                 .sum();
             crate::set(&st.socket_drops, drops);
@@ -580,14 +582,14 @@ pub trait FrameTx: Send + std::fmt::Debug + 'static {
     /// Queues up to `max` frames; `fill(slot, buf)` patches one and returns its length.
     fn queue(&mut self, max: usize, fill: &mut dyn FnMut(usize, &mut [u8]) -> usize) -> usize;
     /// Asks the kernel to transmit what is queued.
-    fn kick(&mut self) -> Result<(), sys::SysError>;
+    fn kick(&mut self) -> Result<(), SysError>;
     /// Frames the kernel holds (queued or in transmission).
     fn in_flight(&mut self) -> usize;
     /// Frames the kernel refused as malformed.
     fn refused(&self) -> u64;
 }
 
-impl FrameTx for sys::packet::TxRing {
+impl FrameTx for frame::TxRing {
     fn slots(&self) -> usize {
         self.frames()
     }
@@ -595,20 +597,20 @@ impl FrameTx for sys::packet::TxRing {
         self.slot_mut(i)
     }
     fn queue(&mut self, max: usize, fill: &mut dyn FnMut(usize, &mut [u8]) -> usize) -> usize {
-        sys::packet::TxRing::queue(self, max, fill)
+        frame::TxRing::queue(self, max, fill)
     }
-    fn kick(&mut self) -> Result<(), sys::SysError> {
-        sys::packet::TxRing::kick(self)
+    fn kick(&mut self) -> Result<(), SysError> {
+        frame::TxRing::kick(self)
     }
     fn in_flight(&mut self) -> usize {
-        sys::packet::TxRing::in_flight(self)
+        frame::TxRing::in_flight(self)
     }
     fn refused(&self) -> u64 {
         self.wrong_format
     }
 }
 
-impl FrameTx for sys::xsk::XskTx {
+impl FrameTx for frame::XskTx {
     fn slots(&self) -> usize {
         self.frames() as usize
     }
@@ -618,14 +620,14 @@ impl FrameTx for sys::xsk::XskTx {
     fn queue(&mut self, max: usize, fill: &mut dyn FnMut(usize, &mut [u8]) -> usize) -> usize {
         self.send(max as u32, |i, b| fill(i as usize, b)) as usize
     }
-    fn kick(&mut self) -> Result<(), sys::SysError> {
+    fn kick(&mut self) -> Result<(), SysError> {
         // In copy mode one wakeup transmits a bounded batch (32 by default): repeat while
         // descriptors wait, a few times at most per round.
         for _ in 0..8 {
             if self.tx_pending() == 0 {
                 break;
             }
-            sys::xsk::XskTx::kick(self)?;
+            frame::XskTx::kick(self)?;
         }
         Ok(())
     }
@@ -677,13 +679,13 @@ pub struct RawBlaster<T: FrameTx> {
 }
 
 /// Opens an AF_PACKET TX ring for `link`.
-pub fn packet_ring(link: &RawLink) -> Result<sys::packet::TxRing, sys::SysError> {
-    sys::packet::TxRing::open(link.ifindex, 2048, link.max_frame + 32, link.qdisc_bypass)
+pub fn packet_ring(link: &RawLink) -> Result<frame::TxRing, SysError> {
+    frame::TxRing::open(link.ifindex, 2048, link.max_frame + 32, link.qdisc_bypass)
 }
 
 /// Opens an AF_XDP socket (copy mode) on `link`'s interface, queue `queue`.
-pub fn xdp_socket(link: &RawLink, queue: u32) -> Result<sys::xsk::XskTx, sys::SysError> {
-    sys::xsk::XskTx::open(link.ifindex, queue, 4096, link.max_frame.max(2048))
+pub fn xdp_socket(link: &RawLink, queue: u32) -> Result<frame::XskTx, SysError> {
+    frame::XskTx::open(link.ifindex, queue, 4096, link.max_frame.max(2048))
 }
 
 impl<T: FrameTx> RawBlaster<T> {
@@ -735,11 +737,11 @@ impl<T: FrameTx> RawBlaster<T> {
 
 impl<T: FrameTx> Poll for RawBlaster<T> {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
-        let now = sys::monotonic_ns();
+        let now = os::monotonic_ns();
         if self.book.over(now) {
             // Hand every queued frame to the driver before finishing (bounded: 1 s).
             let until = now + 1_000_000_000;
-            while self.ring.in_flight() > 0 && sys::monotonic_ns() < until {
+            while self.ring.in_flight() > 0 && os::monotonic_ns() < until {
                 self.ring.kick().map_err(|e| e.to_string())?;
                 std::thread::yield_now();
             }
@@ -825,7 +827,7 @@ const LIVE_MAX: usize = 1 << 24;
 pub struct LiveBlaster {
     job: BlastJob,
     prog: std::os::fd::OwnedFd,
-    counter: sys::bpf::MappedArray,
+    counter: flowlane_io::bpf::MappedArray,
     /// The frame each run starts from (flow 0's template; the program rewrites the headers).
     frame: Vec<u8>,
     ifindex: u32,
@@ -861,8 +863,8 @@ impl LiveBlaster {
             src: first_src,
             error,
         };
-        let flows_map = sys::bpf::create_map(
-            sys::bpf::MAP_ARRAY,
+        let flows_map = flowlane_io::bpf::create_map(
+            flowlane_io::bpf::MAP_ARRAY,
             4,
             live_flow::VALUE_SIZE as u32,
             job.flows.len() as u32,
@@ -903,7 +905,7 @@ impl LiveBlaster {
             let csum = u16::from_ne_bytes([bytes[t.l4 + 6], bytes[t.l4 + 7]]);
             value[live_flow::SEED..live_flow::SEED + 4]
                 .copy_from_slice(&u32::from(!csum).to_ne_bytes());
-            sys::bpf::map_update(
+            flowlane_io::bpf::map_update(
                 &flows_map,
                 &(k as u32).to_ne_bytes(),
                 &value,
@@ -916,7 +918,7 @@ impl LiveBlaster {
                 layout = (hdr_len, t.payload + 4, t.l4 + 6);
             }
         }
-        let counter = sys::bpf::MappedArray::new("fl_live_count", 1).map_err(bpf_err)?;
+        let counter = flowlane_io::bpf::MappedArray::new("fl_live_count", 1).map_err(bpf_err)?;
         let insns = live_tx_program(&LiveTx {
             counter_fd: counter.fd(),
             flows_fd: flows_map.as_raw_fd(),
@@ -927,13 +929,14 @@ impl LiveBlaster {
         })
         .map_err(|e| BlastError::Program(format!("live-frames program: {e}")))?;
         // The program holds its maps: `flows_map` may close when this returns.
-        let prog = sys::bpf::prog_load(sys::bpf::PROG_XDP, "fl_live_tx", &insns).map_err(|e| {
-            if e.log.is_empty() {
-                bpf_err(e.error)
-            } else {
-                BlastError::Program(format!("live-frames program refused: {e}"))
-            }
-        })?;
+        let prog = flowlane_io::bpf::prog_load(flowlane_io::bpf::PROG_XDP, "fl_live_tx", &insns)
+            .map_err(|e| {
+                if e.log.is_empty() {
+                    bpf_err(e.error)
+                } else {
+                    BlastError::Program(format!("live-frames program refused: {e}"))
+                }
+            })?;
         Ok(LiveBlaster {
             book: TxBook::new(&job),
             batch: (job.batch as u32).clamp(1, 256),
@@ -951,7 +954,7 @@ impl LiveBlaster {
 
 impl Poll for LiveBlaster {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
-        let start = sys::monotonic_ns();
+        let start = os::monotonic_ns();
         if self.book.over(start) {
             self.finished = true;
             return Ok(0);
@@ -967,7 +970,7 @@ impl Poll for LiveBlaster {
             return Ok(0);
         }
         let before = self.counter.get(0);
-        sys::bpf::xdp_test_run_live(
+        flowlane_io::bpf::xdp_test_run_live(
             &self.prog,
             &self.frame,
             self.ifindex,
@@ -977,7 +980,7 @@ impl Poll for LiveBlaster {
         )
         .map_err(|e| e.to_string())?;
         let ran = self.counter.get(0).saturating_sub(before) as usize;
-        let end = sys::monotonic_ns();
+        let end = os::monotonic_ns();
         let first = self.book.sent == 0;
         // The run takes milliseconds: the window ends when it returns, not when it began.
         self.book.record(st, end, n, ran, ran * self.frame.len());
@@ -1013,7 +1016,7 @@ impl Poll for LiveBlaster {
 }
 
 /// An error a connected UDP socket reports for an ICMP message (port or host unreachable).
-fn icmp_error(e: &sys::SysError) -> bool {
+fn icmp_error(e: &SysError) -> bool {
     matches!(
         e.source.raw_os_error(),
         Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
@@ -1025,8 +1028,8 @@ fn pause(d: Duration, max: Duration) {
     if d >= Duration::from_micros(60) {
         std::thread::sleep(d.min(max));
     } else if !d.is_zero() {
-        let end = sys::monotonic_ns() + d.as_nanos() as u64;
-        while sys::monotonic_ns() < end {
+        let end = os::monotonic_ns() + d.as_nanos() as u64;
+        while os::monotonic_ns() < end {
             std::thread::yield_now();
         }
     }
@@ -1038,9 +1041,9 @@ pub enum Sender {
     /// UDP sockets (boxed, as is Raw: one per worker, so the indirection costs nothing).
     Udp(Box<UdpBlaster>),
     /// AF_PACKET TX ring.
-    Raw(Box<RawBlaster<sys::packet::TxRing>>),
+    Raw(Box<RawBlaster<frame::TxRing>>),
     /// AF_XDP socket (copy mode where the driver has no zero-copy).
-    Xdp(Box<RawBlaster<sys::xsk::XskTx>>),
+    Xdp(Box<RawBlaster<frame::XskTx>>),
     /// Live XDP frames (`BPF_PROG_TEST_RUN`), no socket.
     Live(Box<LiveBlaster>),
 }

@@ -58,7 +58,7 @@ impl CpuSet {
     /// Reads both sets from the system. Where `/sys` is not readable the online set is taken
     /// to be every allowed CPU.
     pub fn current() -> CpuSet {
-        let allowed = flowlane_io::sys::allowed_cpus().unwrap_or_default();
+        let allowed = flowlane_io::os::allowed_cpus().unwrap_or_default();
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
             .and_then(|t| parse_cpu_list(t.trim()).ok())
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn this_process_can_use_the_cpu_it_runs_on() {
         let s = CpuSet::current();
-        let here = flowlane_io::sys::current_cpu().expect("sched_getcpu");
+        let here = flowlane_io::os::current_cpu().expect("sched_getcpu");
         assert!(s.usable().contains(&here), "{s:?} {here}");
         assert_eq!(s.check(&[here]), Ok(()));
     }

@@ -1,6 +1,6 @@
 //! # flowlane-runtime — pinned per-core workers
 //!
-//! Layer: threads and time; no `unsafe` (pinning goes through `flowlane_io::sys`).
+//! Layer: threads and time; no `unsafe` (pinning goes through `flowlane_io::os`).
 //!
 //! Each worker is pinned to its CPU *before* it opens anything, so its socket and buffers are
 //! allocated where it runs. Workers are initialised one at a time in index order (a
@@ -258,7 +258,7 @@ impl Runtime {
             let h = std::thread::Builder::new()
                 .name(format!("flowlane-w{idx}-cpu{cpu}"))
                 .spawn(move || {
-                    let pinned = flowlane_io::sys::pin_current_thread(cpu)
+                    let pinned = flowlane_io::os::pin_current_thread(cpu)
                         .map_err(|error| StartError::Pin { cpu, error });
                     // Initialise in index order.
                     let made = {
@@ -457,7 +457,7 @@ mod tests {
         let mut rt = Runtime::start(&cfg, stop.clone(), move |idx, cpu| {
             o2.lock().expect("lock").push(idx);
             assert_eq!(
-                flowlane_io::sys::current_cpu(),
+                flowlane_io::os::current_cpu(),
                 Some(cpu),
                 "pinned before make"
             );

@@ -5,7 +5,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
-use flowlane_io::sys::{self, MmsgBatch};
+use flowlane_io::socket::{self, MmsgBatch};
 use flowlane_io::udp::MissteerDetector;
 
 use crate::{bump, set, Poll, WorkerStats};
@@ -43,7 +43,7 @@ impl ServeWorker {
         ServeWorker {
             sock,
             batch: {
-                let mut b = MmsgBatch::new(batch, sys::MAX_DATAGRAM);
+                let mut b = MmsgBatch::new(batch, socket::MAX_DATAGRAM);
                 b.sources = mode == Mode::Echo;
                 b
             },
@@ -169,7 +169,7 @@ impl Poll for ServeWorker {
     fn idle(&mut self, st: &WorkerStats) {
         // The kernel's drop counter for this socket, read with a system call: before each
         // sleep, every 256 rounds, and at the end.
-        if let Ok(d) = sys::socket_drops(&self.sock) {
+        if let Ok(d) = socket::socket_drops(&self.sock) {
             set(&st.socket_drops, d as u64);
         }
         if let Some(d) = &self.detector {
@@ -190,12 +190,12 @@ impl Poll for ServeWorker {
         if let Some(spin) = self.busy_poll {
             let start = std::time::Instant::now();
             while start.elapsed() < spin {
-                if sys::poll_readable(fd, 0).map_err(|e| format!("CPU {}: {e}", self.cpu))? {
+                if socket::poll_readable(fd, 0).map_err(|e| format!("CPU {}: {e}", self.cpu))? {
                     return Ok(());
                 }
             }
         }
-        sys::poll_readable(fd, timeout_ms)
+        socket::poll_readable(fd, timeout_ms)
             .map(drop)
             .map_err(|e| format!("CPU {}: {e}", self.cpu))
     }

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use flowlane_io::sys::{self, packet};
+use flowlane_io::{frame, os, socket};
 use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
@@ -197,7 +197,7 @@ pub struct SinkReport {
 /// A sink worker on one interface's RX ring.
 #[derive(Debug)]
 pub struct SinkWorker {
-    ring: packet::RxRing,
+    ring: frame::RxRing,
     book: SinkBook,
     stop: SinkStop,
     ring_drops: u64,
@@ -209,7 +209,7 @@ pub struct SinkWorker {
 impl SinkWorker {
     /// A worker reading `ring`, watching UDP port `port`.
     pub fn new(
-        ring: packet::RxRing,
+        ring: frame::RxRing,
         port: Option<u16>,
         stop: SinkStop,
         report: Arc<Mutex<Option<SinkReport>>>,
@@ -239,7 +239,7 @@ impl SinkWorker {
 
 impl Poll for SinkWorker {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
-        let now = sys::monotonic_ns();
+        let now = os::monotonic_ns();
         let mut n = 0;
         let (mut bytes, mut foreign, mut malformed, mut truncated) = (0u64, 0u64, 0u64, 0u64);
         while n < budget {
@@ -262,7 +262,7 @@ impl Poll for SinkWorker {
                 self.book.counts.truncated += 1;
             } else {
                 let csum = if fr.status
-                    & (packet::TP_STATUS_CSUMNOTREADY | packet::TP_STATUS_CSUM_VALID)
+                    & (frame::TP_STATUS_CSUMNOTREADY | frame::TP_STATUS_CSUM_VALID)
                     != 0
                 {
                     Checksum::Skip
@@ -272,7 +272,7 @@ impl Poll for SinkWorker {
                 // The clock is read per frame: frames keep arriving while a round runs, and
                 // one stamped after a round-start reading would look like it came from the
                 // future (a high-rate sender made thousands of those per second).
-                match self.book.frame(fr.data, csum, sys::monotonic_ns()) {
+                match self.book.frame(fr.data, csum, os::monotonic_ns()) {
                     Verdict::Foreign => foreign += 1,
                     Verdict::Malformed => malformed += 1,
                     Verdict::Flowlane | Verdict::Other => {}
@@ -296,7 +296,7 @@ impl Poll for SinkWorker {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        sys::poll_readable(self.ring.raw_fd(), timeout_ms)
+        socket::poll_readable(self.ring.raw_fd(), timeout_ms)
             .map(drop)
             .map_err(|e| e.to_string())
     }
@@ -306,7 +306,7 @@ impl Poll for SinkWorker {
             self.ring_drops += d;
             crate::set(&st.socket_drops, self.ring_drops);
         }
-        self.check_done(sys::monotonic_ns());
+        self.check_done(os::monotonic_ns());
     }
 
     fn done(&self) -> bool {

@@ -53,8 +53,8 @@ pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
              without FCS)"
         )));
     }
-    let ifindex = flowlane_io::sys::packet::ifindex(dev)
-        .map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    let ifindex =
+        flowlane_io::netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
     let dst_mac = match a.dst_mac {
         Some(m) => m,
         None => neighbour_mac(dst, dev)?,

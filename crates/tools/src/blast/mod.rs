@@ -254,7 +254,7 @@ mod tests {
             }
             got
         });
-        let here = flowlane_io::sys::current_cpu().unwrap_or(0);
+        let here = flowlane_io::os::current_cpu().unwrap_or(0);
         let mut cfg = BlastConfig::new(to, here);
         cfg.count = Some(500);
         cfg.flows = 2;

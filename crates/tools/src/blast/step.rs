@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlane_io::sys;
+use flowlane_io::os;
 use flowlane_runtime::blast::{
     packet_ring, xdp_socket, BlastError, BlastJob, BlastReport as SenderReport, Flow, LiveBlaster,
     RawBlaster, RawLink, Sender, UdpBlaster,
@@ -52,7 +52,7 @@ pub(super) fn run_step(
     let nthreads = plan.cpus.len();
     let flows = &plan.flows;
     let requested_pps = a.rate.map(|r| r.pps(mean(frames)));
-    let start_ns = sys::monotonic_ns();
+    let start_ns = os::monotonic_ns();
     let deadline_ns = plan
         .duration
         .map(|d| start_ns.saturating_add(d.as_nanos() as u64));

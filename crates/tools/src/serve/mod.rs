@@ -266,7 +266,7 @@ impl Startup {
         };
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
             let sock = udp::bind_one(&g2)?;
-            if flowlane_io::sys::socket_drops(&sock).is_err() {
+            if flowlane_io::socket::socket_drops(&sock).is_err() {
                 o2.store(false, Ordering::Relaxed);
             }
             if idx == 0 {
@@ -404,7 +404,7 @@ mod tests {
             .and_then(|s| s.local_addr())
             .expect("a free port")
             .port();
-        let here = flowlane_io::sys::current_cpu().unwrap_or(0);
+        let here = flowlane_io::os::current_cpu().unwrap_or(0);
         let mut cfg = ServeConfig::new(
             format!("127.0.0.1:{port}").parse().expect("addr"),
             vec![here],

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlane_io::sys::{self, packet};
+use flowlane_io::{frame, netdev, os, SysError};
 use flowlane_runtime::sink::{SinkReport as Book, SinkStop, SinkWorker};
 use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
 use serde::{Deserialize, Serialize};
@@ -149,7 +149,7 @@ pub fn run(
             ))
         })?;
     let ifindex =
-        packet::ifindex(&a.dev).map_err(|e| ToolError::usage(format!("{}: {e}", a.dev)))?;
+        netdev::ifindex(&a.dev).map_err(|e| ToolError::usage(format!("{}: {e}", a.dev)))?;
     if a.count == Some(0) {
         return Err(ToolError::usage("--count must be at least 1"));
     }
@@ -164,7 +164,7 @@ pub fn run(
     let duration = a.duration_s.map(|d| secs("duration", d)).transpose()?;
     let idle = a.idle_s.map(|d| secs("idle time", d)).transpose()?;
     let interval = secs("interval", a.interval_s)?;
-    let start_ns = sys::monotonic_ns();
+    let start_ns = os::monotonic_ns();
     let rules = SinkStop {
         count: a.count,
         deadline_ns: duration.map(|d| start_ns.saturating_add(d.as_nanos() as u64)),
@@ -183,8 +183,8 @@ pub fn run(
         },
         stop.clone(),
         move |_, _| {
-            let ring = packet::RxRing::open(ifindex, slots, max_frame)?;
-            Ok::<_, sys::SysError>(SinkWorker::new(ring, port, rules, book2.clone()))
+            let ring = frame::RxRing::open(ifindex, slots, max_frame)?;
+            Ok::<_, SysError>(SinkWorker::new(ring, port, rules, book2.clone()))
         },
     )
     .map_err(|e| match e {
