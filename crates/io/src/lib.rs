@@ -51,10 +51,12 @@ pub mod socket {
     };
 }
 
-/// Interfaces: index, offloads (the `SIOCETHTOOL` ioctl), XDP attached through rtnetlink.
+/// Interfaces: index and name, offloads (the `SIOCETHTOOL` ioctl), and through rtnetlink the
+/// XDP attach, neighbours' MACs and the interface a route leaves by — no `ip` run.
 pub mod netdev {
-    pub use crate::sys::netdev::{
-        attach_xdp_to_link, offload, parse_ack, set_offload, Offload, XDP_FLAGS_DRV_MODE,
+    pub use crate::sys::netdev::{offload, set_offload, Offload};
+    pub use crate::sys::netlink::{
+        attach_xdp_to_link, ifname, neighbour_mac, parse_ack, route_oif, XDP_FLAGS_DRV_MODE,
     };
     pub use crate::sys::packet::ifindex;
 }

@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub mod bpf;
 pub mod huge;
 pub mod netdev;
+pub mod netlink;
 pub mod packet;
 pub mod xsk;
 

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use flowlane_io::netdev;
 use flowlane_runtime::blast::RawLink;
 
 use super::BlastConfig;
@@ -69,15 +70,11 @@ pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
     })
 }
 
-/// The neighbour table's MAC for `dst` on `dev` (`ip neigh`; a netlink query in io is the
-/// planned replacement, so that no role runs a program).
+/// The neighbour table's MAC for `dst` on `dev` (rtnetlink, as `ip neigh show` reads it).
 fn neighbour_mac(dst: SocketAddr, dev: &str) -> Result<[u8; 6], ToolError> {
-    let out = flowlane_lab::ip(&["neigh", "show", "to", &dst.ip().to_string(), "dev", dev])
-        .map_err(|e| ToolError::runtime(e.to_string()))?;
-    out.split_whitespace()
-        .skip_while(|w| *w != "lladdr")
-        .nth(1)
-        .and_then(|m| parse_mac(m).ok())
+    let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    netdev::neighbour_mac(ifindex, dst.ip())
+        .map_err(|e| ToolError::runtime(e.to_string()))?
         .ok_or_else(|| {
             ToolError::usage(format!(
                 "no neighbour entry for {} on {dev}: give the destination MAC, or let the \
@@ -92,15 +89,14 @@ fn neighbour_mac(dst: SocketAddr, dev: &str) -> Result<[u8; 6], ToolError> {
 pub fn check_line_rate(a: &BlastConfig, frame: f64, pps: f64) -> Result<(), ToolError> {
     let dev = match &a.dev {
         Some(d) => d.clone(),
-        None => {
-            let Ok(route) = flowlane_lab::ip(&["route", "get", &a.to.ip().to_string()]) else {
-                return Ok(());
-            };
-            match route.split_whitespace().skip_while(|w| *w != "dev").nth(1) {
-                Some(d) => d.to_string(),
-                None => return Ok(()),
-            }
-        }
+        // The interface the route to the destination leaves by (rtnetlink, as `ip route get`).
+        None => match netdev::route_oif(a.to.ip()).ok().flatten() {
+            Some(i) => match netdev::ifname(i) {
+                Ok(name) => name,
+                Err(_) => return Ok(()),
+            },
+            None => return Ok(()),
+        },
     };
     let speed_mbps: Option<f64> = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed"))
         .ok()

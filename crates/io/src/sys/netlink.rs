@@ -1,0 +1,501 @@
+//! rtnetlink without `ip`: attach an XDP program to an interface (`IFLA_XDP`, what `ip link set
+//! xdpdrv` does, so it outlives the process), look up a neighbour's MAC (`RTM_GETNEIGH`, what
+//! `ip neigh show` reads) and the interface a route leaves by (`RTM_GETROUTE`, `ip route get`).
+//!
+//! Every call acts in the calling thread's network namespace: the socket it opens belongs
+//! there. The message builders and parsers are plain functions over bytes, tested with byte
+//! vectors and fuzzed (`parse_ack`); they never panic on what the kernel sends.
+
+use std::io;
+use std::mem::size_of;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use super::{check, SysError};
+
+const NLMSG_HDRLEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+const NLM_F_DUMP: u16 = 0x300;
+const NLM_F_CAPPED: u16 = 0x100;
+const NLM_F_ACK_TLVS: u16 = 0x200;
+const RTM_SETLINK: u16 = 19;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
+const RTM_NEWNEIGH: u16 = 28;
+const RTM_GETNEIGH: u16 = 30;
+const IFLA_XDP: u16 = 43;
+const NLA_F_NESTED: u16 = 0x8000;
+const IFLA_XDP_FD: u16 = 1;
+const IFLA_XDP_FLAGS: u16 = 3;
+const NLMSGERR_ATTR_MSG: u16 = 1;
+const NETLINK_EXT_ACK: libc::c_int = 11;
+const NDA_DST: u16 = 1;
+const NDA_LLADDR: u16 = 2;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+/// `ndmsg` and `rtmsg` are 12 bytes; `ifinfomsg` 16.
+const NDMSG_LEN: usize = 12;
+const RTMSG_LEN: usize = 12;
+/// Neighbour states that carry no usable address (`NUD_INCOMPLETE`, `NUD_FAILED`).
+const NUD_UNUSABLE: u16 = 0x01 | 0x20;
+/// `XDP_FLAGS_DRV_MODE`: the driver's own (native) XDP hook.
+pub const XDP_FLAGS_DRV_MODE: u32 = 4;
+
+fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+    let len = 4 + payload.len();
+    buf.extend_from_slice(&(len as u16).to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(payload);
+    buf.resize(buf.len().next_multiple_of(4), 0);
+}
+
+/// A whole message: the header, then `body` (the family header and attributes).
+fn message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(NLMSG_HDRLEN + body.len());
+    msg.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
+    msg.extend_from_slice(&kind.to_ne_bytes());
+    msg.extend_from_slice(&flags.to_ne_bytes());
+    msg.extend_from_slice(&seq.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(body);
+    msg
+}
+
+fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(
+        b.get(o..o.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(
+        b.get(o..o.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+/// The messages in one datagram from the kernel: (type, flags, seq, payload after the
+/// header). A message whose length lies ends the list.
+fn messages(buf: &[u8]) -> Vec<(u16, u16, u32, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let (Some(len), Some(kind), Some(flags), Some(seq)) = (
+        u32_at(buf, at),
+        u16_at(buf, at + 4),
+        u16_at(buf, at + 6),
+        u32_at(buf, at + 8),
+    ) {
+        let len = len as usize;
+        let Some(payload) = (len >= NLMSG_HDRLEN)
+            .then(|| buf.get(at + NLMSG_HDRLEN..at + len))
+            .flatten()
+        else {
+            break;
+        };
+        out.push((kind, flags, seq, payload));
+        at += len.next_multiple_of(4);
+    }
+    out
+}
+
+/// The attributes after a family header: (type without flags, payload).
+fn attributes(buf: &[u8]) -> Vec<(u16, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let (Some(len), Some(kind)) = (u16_at(buf, at), u16_at(buf, at + 2)) {
+        let len = len as usize;
+        let Some(payload) = (len >= 4).then(|| buf.get(at + 4..at + len)).flatten() else {
+            break;
+        };
+        out.push((kind & !NLA_F_NESTED, payload));
+        at += len.next_multiple_of(4);
+    }
+    out
+}
+
+/// The request `ip link set dev IF xdpdrv fd PROG` sends (`prog_fd` −1 detaches).
+fn xdp_request(ifindex: u32, prog_fd: i32, flags: u32, seq: u32) -> Vec<u8> {
+    let mut nested = Vec::new();
+    push_attr(&mut nested, IFLA_XDP_FD, &prog_fd.to_ne_bytes());
+    push_attr(&mut nested, IFLA_XDP_FLAGS, &flags.to_ne_bytes());
+    let mut body = vec![0u8; 16]; // struct ifinfomsg: family AF_UNSPEC, index at offset 4
+    body[4..8].copy_from_slice(&(ifindex as i32).to_ne_bytes());
+    push_attr(&mut body, IFLA_XDP | NLA_F_NESTED, &nested);
+    message(RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK, seq, &body)
+}
+
+/// The outcome in a netlink acknowledgement: `Ok` for error 0, else the errno with the
+/// kernel's extended-ack message where it sent one. `None`: not an acknowledgement of `seq`
+/// (or too short to be one). Never panics, whatever the bytes say their lengths are.
+pub fn parse_ack(reply: &[u8], seq: u32) -> Option<Result<(), (i32, Option<String>)>> {
+    let len = u32_at(reply, 0)? as usize;
+    if u16_at(reply, 4)? != NLMSG_ERROR || u32_at(reply, 8)? != seq || len > reply.len() {
+        return None;
+    }
+    let flags = u16_at(reply, 6)?;
+    let errno = i32::from_ne_bytes(reply.get(16..20)?.try_into().ok()?);
+    if errno == 0 {
+        return Some(Ok(()));
+    }
+    let mut msg = None;
+    if flags & NLM_F_ACK_TLVS != 0 {
+        // struct nlmsgerr: the error, then the request's header (only the header if capped,
+        // else the whole request), then the attributes.
+        let echoed = if flags & NLM_F_CAPPED != 0 {
+            NLMSG_HDRLEN
+        } else {
+            u32_at(reply, 20)? as usize
+        };
+        let start = (20 + echoed).next_multiple_of(4);
+        // Attributes that do not fit are passed over: the error itself still stands.
+        for (kind, payload) in attributes(reply.get(start..len).unwrap_or_default()) {
+            if kind == NLMSGERR_ATTR_MSG {
+                let text = payload.split(|&b| b == 0).next().unwrap_or_default();
+                msg = Some(String::from_utf8_lossy(text).into_owned());
+            }
+        }
+    }
+    // A kernel errno is small and negative; anything else (i32::MIN would overflow a plain
+    // negation) is passed on as it reads.
+    Some(Err((errno.checked_neg().unwrap_or(errno), msg)))
+}
+
+/// An rtnetlink socket in the calling thread's namespace.
+struct Rtnl {
+    sock: OwnedFd,
+    call: &'static str,
+}
+
+impl Rtnl {
+    fn open(call: &'static str) -> Result<Rtnl, SysError> {
+        // SAFETY: socket() takes integers; a non-negative return is a new descriptor we own.
+        let fd = check(call, unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The kernel's reason in words where it has one (e.g. the MTU is too large for XDP);
+        // older kernels lack the option, which only costs the words.
+        let _ = super::set_int(&sock, libc::SOL_NETLINK, NETLINK_EXT_ACK, 1, call);
+        Ok(Rtnl { sock, call })
+    }
+
+    fn err(&self, source: io::Error) -> SysError {
+        SysError {
+            call: self.call,
+            source,
+        }
+    }
+
+    fn send(&self, req: &[u8]) -> Result<(), SysError> {
+        // SAFETY: a zeroed sockaddr_nl addresses the kernel (pid 0, no groups).
+        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // SAFETY: `req` and `kernel` are valid for the lengths passed and outlive the call.
+        let sent = unsafe {
+            libc::sendto(
+                self.sock.as_raw_fd(),
+                req.as_ptr().cast(),
+                req.len(),
+                0,
+                (&kernel as *const libc::sockaddr_nl).cast(),
+                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if sent < 0 {
+            return Err(self.err(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// One datagram from the kernel into `buf`; its length.
+    fn recv(&self, buf: &mut [u8]) -> Result<usize, SysError> {
+        // SAFETY: `buf` is valid for writes of its length.
+        let n = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(self.err(io::Error::last_os_error()));
+        }
+        Ok(n as usize)
+    }
+
+    /// The error in a negative acknowledgement, with the kernel's words.
+    fn nack(&self, errno: i32, msg: Option<String>) -> SysError {
+        let os = io::Error::from_raw_os_error(errno);
+        self.err(match msg {
+            Some(m) => io::Error::new(os.kind(), format!("{os}: {m}")),
+            None => os,
+        })
+    }
+
+    /// Sends a request with NLM_F_ACK and waits for its acknowledgement.
+    fn acked(&self, req: &[u8], seq: u32) -> Result<(), SysError> {
+        self.send(req)?;
+        let mut buf = vec![0u8; 8192];
+        // At most a few messages: the acknowledgement of our one request comes first.
+        for _ in 0..8 {
+            let n = self.recv(&mut buf)?;
+            match parse_ack(&buf[..n], seq) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err((errno, msg))) => return Err(self.nack(errno, msg)),
+                None => continue,
+            }
+        }
+        Err(self.err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no acknowledgement from the kernel",
+        )))
+    }
+
+    /// Sends a request and collects the payloads of the replies of type `kind` until the
+    /// dump is done (or, for a single answer, the first one). At most `limit` messages.
+    fn collect(
+        &self,
+        req: &[u8],
+        seq: u32,
+        kind: u16,
+        dump: bool,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, SysError> {
+        self.send(req)?;
+        let mut buf = vec![0u8; 32 * 1024];
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let n = self.recv(&mut buf)?;
+            for (t, _, s, payload) in messages(&buf[..n]) {
+                if s != seq {
+                    continue;
+                }
+                match t {
+                    NLMSG_DONE => return Ok(out),
+                    NLMSG_ERROR => {
+                        return match parse_ack(&buf[..n], seq) {
+                            Some(Err((errno, msg))) => Err(self.nack(errno, msg)),
+                            _ => Ok(out),
+                        }
+                    }
+                    t if t == kind => {
+                        out.push(payload.to_vec());
+                        if !dump {
+                            return Ok(out);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Attaches XDP program `prog` to interface `ifindex` through rtnetlink (`IFLA_XDP`), as `ip
+/// link set dev IF xdpdrv fd PROG` does: the interface holds the program, so it stays attached
+/// when the process ends and goes with the interface (or its namespace). `flags`:
+/// [`XDP_FLAGS_DRV_MODE`] for native XDP; a program already attached is replaced.
+pub fn attach_xdp_to_link(prog: &OwnedFd, ifindex: u32, flags: u32) -> Result<(), SysError> {
+    let nl = Rtnl::open("netlink RTM_SETLINK IFLA_XDP")?;
+    let seq = 1;
+    nl.acked(&xdp_request(ifindex, prog.as_raw_fd(), flags, seq), seq)
+}
+
+fn family(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => libc::AF_INET as u8,
+        IpAddr::V6(_) => libc::AF_INET6 as u8,
+    }
+}
+
+fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v) => v.octets().to_vec(),
+        IpAddr::V6(v) => v.octets().to_vec(),
+    }
+}
+
+/// The MAC of neighbour `ip` on interface `ifindex`, from one `RTM_NEWNEIGH` payload (`None`:
+/// another neighbour, or an entry without a usable address).
+fn neighbour_of(payload: &[u8], ifindex: u32, ip: IpAddr) -> Option<[u8; 6]> {
+    let index = u32_at(payload, 4)?;
+    let state = u16_at(payload, 8)?;
+    if index != ifindex || state & NUD_UNUSABLE != 0 {
+        return None;
+    }
+    let attrs = attributes(payload.get(NDMSG_LEN..)?);
+    let dst = attrs.iter().find(|a| a.0 == NDA_DST)?.1;
+    let mac = attrs.iter().find(|a| a.0 == NDA_LLADDR)?.1;
+    (dst == ip_bytes(ip).as_slice())
+        .then(|| mac.try_into().ok())
+        .flatten()
+}
+
+/// The MAC address of neighbour `ip` on interface `ifindex` (`ip neigh show to IP dev IF`), or
+/// `None` when the table has no usable entry for it.
+pub fn neighbour_mac(ifindex: u32, ip: IpAddr) -> Result<Option<[u8; 6]>, SysError> {
+    let nl = Rtnl::open("netlink RTM_GETNEIGH")?;
+    let seq = 1;
+    let mut body = vec![0u8; NDMSG_LEN];
+    body[0] = family(ip);
+    body[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+    let req = message(RTM_GETNEIGH, NLM_F_REQUEST | NLM_F_DUMP, seq, &body);
+    let entries = nl.collect(&req, seq, RTM_NEWNEIGH, true, 1 << 20)?;
+    Ok(entries.iter().find_map(|e| neighbour_of(e, ifindex, ip)))
+}
+
+/// The request `ip route get IP` sends.
+fn route_request(ip: IpAddr, seq: u32) -> Vec<u8> {
+    let bytes = ip_bytes(ip);
+    let mut body = vec![0u8; RTMSG_LEN];
+    body[0] = family(ip);
+    body[1] = (bytes.len() * 8) as u8; // rtm_dst_len: a host route
+    push_attr(&mut body, RTA_DST, &bytes);
+    message(RTM_GETROUTE, NLM_F_REQUEST, seq, &body)
+}
+
+/// The interface index a route to `ip` leaves by (`ip route get IP`), or `None` when the
+/// answer names none.
+pub fn route_oif(ip: IpAddr) -> Result<Option<u32>, SysError> {
+    let nl = Rtnl::open("netlink RTM_GETROUTE")?;
+    let seq = 1;
+    let routes = nl.collect(&route_request(ip, seq), seq, RTM_NEWROUTE, false, 1)?;
+    Ok(routes.first().and_then(|r| {
+        attributes(r.get(RTMSG_LEN..)?)
+            .iter()
+            .find(|a| a.0 == RTA_OIF)
+            .and_then(|a| u32_at(a.1, 0))
+    }))
+}
+
+/// The name of interface `ifindex` (`if_indextoname`).
+pub fn ifname(ifindex: u32) -> Result<String, SysError> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` holds IF_NAMESIZE bytes, as if_indextoname requires.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return Err(SysError {
+            call: "if_indextoname",
+            source: io::Error::last_os_error(),
+        });
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u16v(m: &[u8], o: usize) -> u16 {
+        u16_at(m, o).expect("2 bytes")
+    }
+
+    fn u32v(m: &[u8], o: usize) -> u32 {
+        u32_at(m, o).expect("4 bytes")
+    }
+
+    #[test]
+    fn the_xdp_request_is_the_one_ip_sends() {
+        // `ip link set dev 7 xdpdrv fd 9` (strace): header, ifinfomsg, IFLA_XDP{FD, FLAGS}.
+        let m = xdp_request(7, 9, XDP_FLAGS_DRV_MODE, 1);
+        assert_eq!(m.len(), 16 + 16 + 4 + 8 + 8);
+        assert_eq!(u32v(&m, 0), 52);
+        assert_eq!(u16v(&m, 4), RTM_SETLINK);
+        assert_eq!(u32v(&m, 20), 7);
+        assert_eq!(u16v(&m, 32), 20);
+        assert_eq!(u16v(&m, 34), IFLA_XDP | NLA_F_NESTED);
+        assert_eq!(u32v(&m, 40), 9);
+        assert_eq!(u32v(&m, 48), 4);
+    }
+
+    #[test]
+    fn an_ack_with_a_reason_says_it() {
+        let msg = b"veth: Peer MTU is too large to set XDP\0";
+        let mut body = (-libc::ERANGE).to_ne_bytes().to_vec();
+        body.extend_from_slice(&[0; 16]);
+        push_attr(&mut body, NLMSGERR_ATTR_MSG, msg);
+        let r = message(NLMSG_ERROR, NLM_F_CAPPED | NLM_F_ACK_TLVS, 5, &body);
+        assert_eq!(
+            parse_ack(&r, 5),
+            Some(Err((
+                libc::ERANGE,
+                Some("veth: Peer MTU is too large to set XDP".into())
+            )))
+        );
+        assert_eq!(parse_ack(&r, 6), None, "another request's answer");
+        assert_eq!(parse_ack(&r[..10], 5), None, "a short message");
+        let ok = message(NLMSG_ERROR, 0, 5, &[0; 20]);
+        assert_eq!(parse_ack(&ok, 5), Some(Ok(())));
+    }
+
+    #[test]
+    fn an_errno_of_i32_min_is_no_overflow() {
+        // Found by the fuzz target: error field 0x80000000.
+        let r = [
+            8, 0, 0, 0, 2, 0, 39, 255, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 128, 1, 0, 0, 0,
+        ];
+        assert_eq!(parse_ack(&r, 1), Some(Err((i32::MIN, None))));
+    }
+
+    /// An RTM_NEWNEIGH payload as the kernel sends it for `ip neigh`.
+    fn neigh(ifindex: u32, state: u16, ip: &[u8], mac: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; NDMSG_LEN];
+        p[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+        p[8..10].copy_from_slice(&state.to_ne_bytes());
+        push_attr(&mut p, NDA_DST, ip);
+        push_attr(&mut p, NDA_LLADDR, mac);
+        p
+    }
+
+    #[test]
+    fn a_neighbour_entry_gives_its_mac_only_for_its_address_and_interface() {
+        let ip: IpAddr = "198.18.0.2".parse().expect("ip");
+        let mac = [2, 0xf1, 0x0e, 0, 0, 2];
+        let e = neigh(3, 0x80, &[198, 18, 0, 2], &mac); // NUD_PERMANENT
+        assert_eq!(neighbour_of(&e, 3, ip), Some(mac));
+        assert_eq!(neighbour_of(&e, 4, ip), None, "another interface");
+        assert_eq!(
+            neighbour_of(&e, 3, "198.18.0.3".parse().expect("ip")),
+            None,
+            "another address"
+        );
+        let failed = neigh(3, 0x20, &[198, 18, 0, 2], &mac);
+        assert_eq!(neighbour_of(&failed, 3, ip), None, "NUD_FAILED");
+        assert_eq!(neighbour_of(&e[..14], 3, ip), None, "cut short");
+    }
+
+    #[test]
+    fn dumps_split_into_messages_and_lying_lengths_end_them() {
+        let a = message(RTM_NEWNEIGH, 2, 1, &[1, 2, 3, 4]);
+        let b = message(NLMSG_DONE, 2, 1, &[0; 4]);
+        let mut both = a.clone();
+        both.extend_from_slice(&b);
+        let m = messages(&both);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].0, m[0].3), (RTM_NEWNEIGH, &[1u8, 2, 3, 4][..]));
+        assert_eq!(m[1].0, NLMSG_DONE);
+        let mut lying = a;
+        lying[0] = 200;
+        assert!(messages(&lying).is_empty());
+    }
+
+    #[test]
+    fn the_route_request_asks_for_a_host_route() {
+        let m = route_request("2001:2::2".parse().expect("ip"), 1);
+        assert_eq!(u16v(&m, 4), RTM_GETROUTE);
+        assert_eq!(m[16], libc::AF_INET6 as u8);
+        assert_eq!(m[17], 128);
+        assert_eq!(u16v(&m, 28), 20, "RTA_DST with 16 bytes");
+    }
+
+    /// Against the kernel itself: loopback routes leave by `lo`, whose index is 1.
+    #[test]
+    fn the_kernel_routes_loopback_by_lo() {
+        let oif = route_oif("127.0.0.1".parse().expect("ip")).expect("RTM_GETROUTE");
+        let oif = oif.expect("an output interface");
+        assert_eq!(ifname(oif).expect("its name"), "lo");
+    }
+}
