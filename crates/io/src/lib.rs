@@ -20,6 +20,7 @@
 #![deny(unsafe_code)]
 
 pub mod ebpf;
+pub mod frame;
 #[allow(unsafe_code)]
 mod sys;
 pub mod udp;
@@ -59,14 +60,6 @@ pub mod netdev {
         attach_xdp_to_link, ifname, neighbour_mac, parse_ack, route_oif, XDP_FLAGS_DRV_MODE,
     };
     pub use crate::sys::packet::ifindex;
-}
-
-/// Whole frames in and out: the AF_PACKET TX and RX rings and AF_XDP transmit.
-pub mod frame {
-    pub use crate::sys::packet::{
-        RxFrame, RxRing, TxRing, TP_STATUS_CSUMNOTREADY, TP_STATUS_CSUM_VALID, TP_STATUS_VLAN_VALID,
-    };
-    pub use crate::sys::xsk::XskTx;
 }
 
 /// The `bpf(2)` side of generated programs: loading, maps, attaching, test runs (the programs

@@ -1,0 +1,177 @@
+//! The frame sender: whole frames built once per (flow, size) and patched per packet, on an
+//! AF_PACKET TX ring or an AF_XDP socket — both through io's [`FrameTx`].
+
+use std::sync::{Arc, Mutex};
+
+use flowlane_io::frame::{self, FrameTx};
+use flowlane_io::{os, SysError};
+use flowlane_wire::FlowHeader;
+
+use super::{BlastError, BlastJob, BlastReport, TxBook};
+use crate::{Poll, WorkerStats};
+
+/// Where raw frames go and how they are addressed.
+#[derive(Debug, Clone)]
+pub struct RawLink {
+    /// Interface index (in the worker's namespace).
+    pub ifindex: u32,
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// 802.1Q tag, if any.
+    pub vlan: Option<u16>,
+    /// The largest frame sent (FCS excluded): ring slots hold it.
+    pub max_frame: usize,
+    /// Skip the qdisc layer.
+    pub qdisc_bypass: bool,
+}
+
+/// A sending worker on a frame ring (AF_PACKET TX ring or AF_XDP UMEM). Every (flow, size)
+/// has a template frame, built once; a slot keeps the frame last written into it, so when it
+/// comes round for the same (flow, size) again only the flowlane header is patched (with an
+/// incremental UDP checksum update) — with one size and a flow count dividing the ring, that is
+/// every time after the first lap.
+#[derive(Debug)]
+pub struct RawBlaster<T: FrameTx> {
+    job: BlastJob,
+    ring: T,
+    /// `templates[flow * sizes + size]`.
+    templates: Vec<flowlane_wire::Template>,
+    /// Per slot: the template index its frame was copied from (`u32::MAX`: none yet).
+    slot_holds: Vec<u32>,
+    seq: Vec<u64>,
+    /// Frames queued by this worker (picks the flow: round robin).
+    queued: u64,
+    book: TxBook,
+    finished: bool,
+    report: Arc<Mutex<Option<BlastReport>>>,
+}
+
+/// Opens an AF_PACKET TX ring for `link`.
+pub fn packet_ring(link: &RawLink) -> Result<frame::TxRing, SysError> {
+    frame::TxRing::open(link.ifindex, 2048, link.max_frame + 32, link.qdisc_bypass)
+}
+
+/// Opens an AF_XDP socket (copy mode) on `link`'s interface, queue `queue`.
+pub fn xdp_socket(link: &RawLink, queue: u32) -> Result<frame::XskTx, SysError> {
+    frame::XskTx::open(link.ifindex, queue, 4096, link.max_frame.max(2048))
+}
+
+impl<T: FrameTx> RawBlaster<T> {
+    /// Builds every (flow, size) template once.
+    pub fn new(
+        job: BlastJob,
+        link: &RawLink,
+        ring: T,
+        report: Arc<Mutex<Option<BlastReport>>>,
+    ) -> Result<RawBlaster<T>, BlastError> {
+        if job.flows.is_empty() || job.payloads.is_empty() {
+            return Err(BlastError::Job("a worker without flows or sizes".into()));
+        }
+        let mut templates = Vec::with_capacity(job.flows.len() * job.payloads.len());
+        for f in &job.flows {
+            for &p in &job.payloads {
+                let t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
+                    src_mac: link.src_mac,
+                    dst_mac: link.dst_mac,
+                    vlan: link.vlan,
+                    src: f.src,
+                    dst: f.dst,
+                    frame_len: p + job.overhead,
+                })
+                .map_err(|e| BlastError::Job(format!("flow {}: {e}", f.id)))?;
+                templates.push(t);
+            }
+        }
+        let mut ring = ring;
+        let largest = templates.iter().map(|t| t.bytes.len()).max().unwrap_or(0);
+        if ring.slot_buf(0).is_some_and(|b| b.len() < largest) {
+            return Err(BlastError::Job(format!(
+                "a {largest}-byte frame does not fit a ring slot"
+            )));
+        }
+        Ok(RawBlaster {
+            book: TxBook::new(&job),
+            seq: vec![0; job.flows.len()],
+            slot_holds: vec![u32::MAX; ring.slots()],
+            queued: 0,
+            ring,
+            templates,
+            finished: false,
+            report,
+            job,
+        })
+    }
+}
+
+impl<T: FrameTx> Poll for RawBlaster<T> {
+    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+        let now = os::monotonic_ns();
+        if self.book.over(now) {
+            // Hand every queued frame to the driver before finishing (bounded: 1 s).
+            let until = now + 1_000_000_000;
+            while self.ring.in_flight() > 0 && os::monotonic_ns() < until {
+                self.ring.kick().map_err(|e| e.to_string())?;
+                std::thread::yield_now();
+            }
+            self.finished = true;
+            return Ok(0);
+        }
+        let n = self.book.allow(now, budget);
+        if n == 0 {
+            return Ok(0);
+        }
+        let nflows = self.seq.len() as u64;
+        let nsizes = self.job.payloads.len() as u64;
+        let (templates, seq, flows) = (&self.templates, &mut self.seq, &self.job.flows);
+        let (holds, queued) = (&mut self.slot_holds, &mut self.queued);
+        let mut bytes = 0usize;
+        let queued_now = self.ring.queue(n, &mut |slot, buf| {
+            let f = (*queued % nflows) as usize;
+            *queued += 1;
+            let ti = f * nsizes as usize + (seq[f] % nsizes) as usize;
+            let t = &templates[ti];
+            let len = t.bytes.len();
+            let Some(frame) = buf.get_mut(..len) else {
+                return 0;
+            };
+            if holds.get(slot) != Some(&(ti as u32)) {
+                frame.copy_from_slice(&t.bytes);
+                if let Some(h) = holds.get_mut(slot) {
+                    *h = ti as u32;
+                }
+            }
+            let h = FlowHeader {
+                flow: flows[f].id,
+                seq: seq[f] as u32,
+                tx_ns: now,
+            };
+            t.patch(frame, &h);
+            seq[f] += 1;
+            bytes += len;
+            len
+        });
+        self.ring.kick().map_err(|e| e.to_string())?;
+        self.book.record(st, now, n, queued_now, bytes);
+        Ok(queued_now)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        self.book.sleep(timeout_ms);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.finished
+    }
+
+    fn finish(&mut self, st: &WorkerStats) {
+        let refused = self.ring.refused();
+        if refused > 0 {
+            crate::set(&st.tx_failed, refused);
+        }
+        self.book
+            .publish(&self.report, &self.job.flows, &self.seq, None, None);
+    }
+}
