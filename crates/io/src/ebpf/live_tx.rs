@@ -1,0 +1,121 @@
+//! Live frames: the XDP program `BPF_PROG_TEST_RUN` runs to stamp and send each frame.
+
+use super::*;
+
+/// Layout of one flow's entry in the live-frames generator's flow map (see
+/// [`live_tx_program`]): the frame's first bytes up to the end of the flowlane header, as the
+/// flow's template has them with sequence number and time 0, then the UDP checksum seed.
+pub mod live_flow {
+    /// Most header bytes an entry holds (Ethernet + VLAN + IPv6 + UDP + flowlane header = 82,
+    /// rounded up to 8).
+    pub const HDR_MAX: usize = 88;
+    /// Byte offset of the seed: the one's complement of the template's UDP checksum field,
+    /// read as a native-endian u16 (the sum of every other 16-bit word of the checksum's
+    /// coverage), stored as a u32.
+    pub const SEED: usize = HDR_MAX;
+    /// Value size of the map.
+    pub const VALUE_SIZE: usize = HDR_MAX + 8;
+}
+
+/// What the live-frames generator program is generated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveTx {
+    /// Array map (one u64) counting the frames run; also the source of sequence numbers.
+    pub counter_fd: i32,
+    /// Array map of `flows` entries laid out as [`live_flow`].
+    pub flows_fd: i32,
+    /// Number of flows, at least 1: frame `n` belongs to flow `n % flows`.
+    pub flows: u32,
+    /// Header bytes copied from the flow's entry into each frame (even, at most
+    /// [`live_flow::HDR_MAX`]); the frame run must be at least this long.
+    pub hdr_len: usize,
+    /// Offset of the flowlane header's sequence number in the frame (the 8-byte transmit time
+    /// follows it).
+    pub seq_off: usize,
+    /// Offset of the UDP checksum in the frame.
+    pub csum_off: usize,
+}
+
+/// The generator of `flowlane blast --mode xdp-live`, run by `BPF_PROG_TEST_RUN` in
+/// live-frames mode on copies of one frame. Each run takes a frame number `n` from the
+/// counter (an atomic fetch-add), writes the headers of flow `n % flows` from its map entry
+/// over the frame, stamps the flowlane header with sequence number `n / flows` and
+/// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, the clock the receivers compare with), updates the
+/// UDP checksum for those 12 bytes (RFC 1624, through `bpf_csum_diff`), and returns XDP_TX.
+/// With one program per sending thread, the flows of a thread get consecutive sequence
+/// numbers and the counter says exactly how many frames the program released.
+pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
+    let mut a = Asm::new();
+    let drop = a.label();
+    let csum_nonzero = a.label();
+    let (seq_off, csum_off) = (p.seq_off as i16, p.csum_off as i16);
+    a.mov(R6, R1)
+        // n = counter[0]++
+        .store_imm(Size::W, R10, -4, 0)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -4)
+        .load_map_fd(R1, p.counter_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, drop)
+        .mov_imm(R7, 1)
+        .atomic_fetch_add(Size::Dw, R0, 0, R7)
+        // flow k = n % flows, sequence number n / flows
+        .mov(R8, R7)
+        .alu_imm(Alu::Mod, R8, p.flows.max(1) as i32)
+        .alu_imm(Alu::Div, R7, p.flows.max(1) as i32)
+        .store(Size::W, R10, -8, R8)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -8)
+        .load_map_fd(R1, p.flows_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, drop)
+        .mov(R9, R0)
+        .call(Helper::KtimeGetNs)
+        .mov(R8, R0)
+        .load(Size::W, R2, R6, xdp_md::DATA)
+        .load(Size::W, R3, R6, xdp_md::DATA_END)
+        .mov(R6, R2)
+        .alu_imm(Alu::Add, R2, p.hdr_len as i32)
+        .jump_reg(Cond::Gt, R2, R3, drop);
+    // The flow's headers, widest moves first.
+    let mut off = 0usize;
+    for (size, width) in [(Size::Dw, 8), (Size::W, 4), (Size::H, 2)] {
+        while off + width <= p.hdr_len {
+            a.load(size, R1, R9, off as i16)
+                .store(size, R6, off as i16, R1);
+            off += width;
+        }
+    }
+    a.mov(R1, R7)
+        .to_be(R1, 32)
+        .store(Size::W, R6, seq_off, R1)
+        .mov(R1, R8)
+        .to_be(R1, 64)
+        .store(Size::Dw, R6, seq_off + 4, R1)
+        // checksum = ~fold(seed + sum(sequence, time))
+        .load(Size::W, R5, R9, live_flow::SEED as i16)
+        .mov_imm(R1, 0)
+        .mov_imm(R2, 0)
+        .mov(R3, R6)
+        .alu_imm(Alu::Add, R3, seq_off as i32)
+        .mov_imm(R4, 12)
+        .call(Helper::CsumDiff);
+    for _ in 0..2 {
+        a.mov(R1, R0)
+            .alu_imm(Alu::And, R1, 0xffff)
+            .alu_imm(Alu::Rsh, R0, 16)
+            .alu_reg(Alu::Add, R0, R1);
+    }
+    // A computed 0 is sent as 0xffff (RFC 768: 0 means "no checksum").
+    a.alu_imm(Alu::Xor, R0, 0xffff)
+        .jump_imm(Cond::Ne, R0, 0, csum_nonzero)
+        .mov_imm(R0, 0xffff)
+        .bind(csum_nonzero)
+        .store(Size::H, R6, csum_off, R0)
+        .mov_imm(R0, xdp::TX)
+        .exit()
+        .bind(drop)
+        .mov_imm(R0, xdp::DROP)
+        .exit();
+    a.finish()
+}
