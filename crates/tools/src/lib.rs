@@ -14,6 +14,7 @@ pub mod bench;
 pub mod blast;
 pub mod error;
 pub mod report;
+pub mod route;
 pub mod serve;
 pub mod sink;
 
