@@ -16,7 +16,10 @@ pub mod blast;
 pub mod cpus;
 pub mod pace;
 pub mod serve;
+pub mod session;
 pub mod sink;
+
+pub use session::{SessionEnd, StopRule, Tick};
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -2,16 +2,16 @@
 //! [`StepReport`].
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flowlane_io::os;
 use flowlane_runtime::blast::{
     packet_ring, xdp_socket, BlastError, BlastJob, BlastReport as SenderReport, Flow, LiveBlaster,
     RawBlaster, RawLink, Sender, UdpBlaster,
 };
-use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
+use flowlane_runtime::{Config, Runtime, Snapshot, StartError, StopRule};
 use hdrhistogram::Histogram;
 
 use super::{BlastConfig, BlastEvent, BlastMode, BlastTick, FlowReport, StepReport, StepStart};
@@ -136,40 +136,33 @@ pub(super) fn run_step(
             .ok()
     };
     let dev_tx_before = dev_tx();
-    rt.go();
-    let t0 = Instant::now();
-    let mut prev = Snapshot::default();
-    let mut prev_t = t0;
-    let mut next = t0 + plan.interval;
-    while !rt.finished() && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10));
-        let now = Instant::now();
-        if now >= next {
-            let cur = total(&rt);
-            let d = cur.since(&prev);
-            on_event(BlastEvent::Tick(BlastTick {
-                elapsed_s: now.duration_since(t0).as_secs_f64(),
-                interval_s: now.duration_since(prev_t).as_secs_f64(),
-                tx_packets: d.tx_packets,
-                tx_bytes: d.tx_bytes,
-                rx_packets: d.rx_packets,
-                not_back_yet: a
-                    .echo
-                    .then(|| cur.tx_packets.saturating_sub(cur.rx_packets)),
-            }));
-            prev = cur;
-            prev_t = now;
-            next += plan.interval;
-        }
-    }
-    step_stop.store(true, Ordering::Relaxed);
-    rt.join();
-    let errors: Vec<WorkerError> = rt
-        .errors()
-        .into_iter()
-        .map(|(worker, error)| WorkerError { worker, error })
+    // The senders end by their quota or deadline; the session ends with them (or a stop).
+    let rule = StopRule {
+        external: stop.clone(),
+        deadline: None,
+    };
+    let end = rt.session(Some(plan.interval), &rule, &mut |t| {
+        let (d, cur) = (t.delta(), t.total());
+        on_event(BlastEvent::Tick(BlastTick {
+            elapsed_s: t.elapsed.as_secs_f64(),
+            interval_s: t.interval.as_secs_f64(),
+            tx_packets: d.tx_packets,
+            tx_bytes: d.tx_bytes,
+            rx_packets: d.rx_packets,
+            not_back_yet: a
+                .echo
+                .then(|| cur.tx_packets.saturating_sub(cur.rx_packets)),
+        }))
+    });
+    let errors: Vec<WorkerError> = end
+        .errors
+        .iter()
+        .map(|(worker, error)| WorkerError {
+            worker: *worker,
+            error: error.clone(),
+        })
         .collect();
-    let t = total(&rt);
+    let t = end.total();
     let reports: Vec<SenderReport> = reports
         .iter()
         .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
@@ -188,12 +181,6 @@ pub(super) fn run_step(
         errors,
         device_tx,
     ))
-}
-
-fn total(rt: &Runtime) -> Snapshot {
-    rt.stats()
-        .iter()
-        .fold(Snapshot::default(), |t, s| t.plus(&s.snapshot()))
 }
 
 /// Who can fix a sender that could not start, and how.

@@ -10,12 +10,12 @@ mod report;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
 use flowlane_io::SysError;
 use flowlane_runtime::serve::{Mode, ServeWorker, SourceCounts};
-use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
+use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
 pub use config::{ServeConfig, ServeMode};
 pub use report::{ServeCounts, ServeReport, ServeWorkerReport, SourceCount, WorkerError};
@@ -111,52 +111,29 @@ pub fn run(
         detector_off: detector_off.clone(),
         notices: notices.clone(),
     }));
-    rt.go();
-    let start = Instant::now();
-    let deadline = duration.and_then(|d| start.checked_add(d));
-    let snap =
-        |rt: &Runtime| -> Vec<Snapshot> { rt.stats().iter().map(|s| s.snapshot()).collect() };
-    let mut prev = snap(&rt);
-    let mut prev_t = start;
-    let mut next = start + interval;
-    while !stop.load(Ordering::Relaxed) && !rt.stopping() {
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            break;
-        }
-        if now >= next {
-            let cur = snap(&rt);
-            let mut total = Snapshot::default();
-            let workers = cfg
+    let rule = StopRule {
+        external: stop.clone(),
+        deadline: duration,
+    };
+    let end = rt.session(Some(interval), &rule, &mut |t| {
+        on_event(ServeEvent::Tick(ServeTick {
+            elapsed_s: t.elapsed.as_secs_f64(),
+            interval_s: t.interval.as_secs_f64(),
+            workers: cfg
                 .cpus
                 .iter()
-                .zip(cur.iter().zip(&prev))
-                .map(|(&cpu, (c, p))| {
-                    let d = c.since(p);
-                    total = total.plus(&d);
-                    (cpu, ServeCounts::from_snapshot(&d, detected))
-                })
-                .collect();
-            on_event(ServeEvent::Tick(ServeTick {
-                elapsed_s: now.duration_since(start).as_secs_f64(),
-                interval_s: now.duration_since(prev_t).as_secs_f64(),
-                workers,
-                total: ServeCounts::from_snapshot(&total, detected),
-            }));
-            prev = cur;
-            prev_t = now;
-            next += interval;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    rt.join();
-    let elapsed = start.elapsed().as_secs_f64();
-    let finals = snap(&rt);
-    let total = finals.iter().fold(Snapshot::default(), |t, s| t.plus(s));
+                .zip(t.deltas)
+                .map(|(&cpu, d)| (cpu, ServeCounts::from_snapshot(d, detected)))
+                .collect(),
+            total: ServeCounts::from_snapshot(&t.delta(), detected),
+        }))
+    });
+    let elapsed = end.elapsed.as_secs_f64();
+    let (finals, total) = (&end.finals, end.total());
     let workers = cfg
         .cpus
         .iter()
-        .zip(&finals)
+        .zip(finals)
         .zip(&source_counts)
         .map(|((&cpu, s), sc)| ServeWorkerReport {
             cpu,
@@ -188,8 +165,8 @@ pub fn run(
         notices,
         rcvbuf,
         sndbuf,
-        errors: rt
-            .errors()
+        errors: end
+            .errors
             .into_iter()
             .map(|(worker, error)| WorkerError { worker, error })
             .collect(),

@@ -3,13 +3,13 @@
 //! flow — received, lost, reordered, duplicated, one-way latency — and counting everything
 //! else apart (malformed, foreign, other). [`run`] returns a [`SinkReport`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flowlane_io::{frame, netdev, os, SysError};
 use flowlane_runtime::sink::{SinkReport as Book, SinkStop, SinkWorker};
-use flowlane_runtime::{Config, Runtime, Snapshot, StartError};
+use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 use serde::{Deserialize, Serialize};
 
 use crate::{Latency, ToolError};
@@ -197,30 +197,23 @@ pub fn run(
         _ => ToolError::runtime(e.to_string()),
     })?;
     on_event(SinkEvent::Started(SinkStart { mtu }));
-    rt.go();
-    let t0 = Instant::now();
-    let (mut prev, mut prev_t, mut next) = (Snapshot::default(), t0, t0 + interval);
-    while !rt.finished() && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(10));
-        let now = Instant::now();
-        if now >= next {
-            let cur: Snapshot = rt.stats().first().map(|s| s.snapshot()).unwrap_or_default();
-            let d = cur.since(&prev);
-            on_event(SinkEvent::Tick(SinkTick {
-                elapsed_s: now.duration_since(t0).as_secs_f64(),
-                interval_s: now.duration_since(prev_t).as_secs_f64(),
-                rx_packets: d.rx_packets,
-                rx_bytes: d.rx_bytes,
-                ring_drops: cur.socket_drops,
-                malformed: cur.malformed,
-                foreign: cur.foreign,
-            }));
-            (prev, prev_t) = (cur, now);
-            next += interval;
-        }
-    }
-    rt.join();
-    let errors: Vec<String> = rt.errors().into_iter().map(|e| e.1).collect();
+    let rule = StopRule {
+        external: stop.clone(),
+        deadline: None,
+    };
+    let end = rt.session(Some(interval), &rule, &mut |t| {
+        let (d, cur) = (t.delta(), t.total());
+        on_event(SinkEvent::Tick(SinkTick {
+            elapsed_s: t.elapsed.as_secs_f64(),
+            interval_s: t.interval.as_secs_f64(),
+            rx_packets: d.rx_packets,
+            rx_bytes: d.rx_bytes,
+            ring_drops: cur.socket_drops,
+            malformed: cur.malformed,
+            foreign: cur.foreign,
+        }))
+    });
+    let errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
     let Some(b) = book.lock().ok().and_then(|mut g| g.take()) else {
         let why = errors
             .first()

@@ -1,0 +1,214 @@
+//! One skeleton for every long-running role: the control thread's part between [`Runtime::go`]
+//! and [`Runtime::join`] — open the gate, tick every interval with the workers' counters, stop
+//! by the [`StopRule`], join, and hand back the final counters. serve, blast and sink each had
+//! their own copy of this loop; now they have this one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Runtime, Snapshot};
+
+/// When a session ends, besides every worker having finished (or one having failed, which
+/// stops them all).
+#[derive(Debug, Clone)]
+pub struct StopRule {
+    /// A stop request from outside (Ctrl-C, a caller): ends the session at the next check.
+    pub external: Arc<AtomicBool>,
+    /// How long the session may run, from `go`.
+    pub deadline: Option<Duration>,
+}
+
+/// The counters at one status tick.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick<'a> {
+    /// Since `go`.
+    pub elapsed: Duration,
+    /// Since the last tick (or `go`).
+    pub interval: Duration,
+    /// Each worker's counters over the interval.
+    pub deltas: &'a [Snapshot],
+    /// Each worker's counters since the start.
+    pub totals: &'a [Snapshot],
+}
+
+impl Tick<'_> {
+    /// All workers' counters over the interval.
+    pub fn delta(&self) -> Snapshot {
+        self.deltas
+            .iter()
+            .fold(Snapshot::default(), |t, s| t.plus(s))
+    }
+
+    /// All workers' counters since the start.
+    pub fn total(&self) -> Snapshot {
+        self.totals
+            .iter()
+            .fold(Snapshot::default(), |t, s| t.plus(s))
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone)]
+pub struct SessionEnd {
+    /// From `go` to the end of the last worker's loop.
+    pub elapsed: Duration,
+    /// Each worker's final counters.
+    pub finals: Vec<Snapshot>,
+    /// Errors workers stopped on: (worker index, message).
+    pub errors: Vec<(usize, String)>,
+}
+
+impl SessionEnd {
+    /// All workers' final counters.
+    pub fn total(&self) -> Snapshot {
+        self.finals
+            .iter()
+            .fold(Snapshot::default(), |t, s| t.plus(s))
+    }
+}
+
+/// How often the control thread looks at the rule and the clock.
+const CHECK: Duration = Duration::from_millis(10);
+
+impl Runtime {
+    /// Runs the session: lets the workers go, calls `on_tick` every `interval` (not at all
+    /// when `interval` is `None`), and ends when every worker has finished, a worker failed,
+    /// the stop rule holds, or the deadline has passed; then joins the workers.
+    pub fn session(
+        &mut self,
+        interval: Option<Duration>,
+        rule: &StopRule,
+        on_tick: &mut dyn FnMut(&Tick<'_>),
+    ) -> SessionEnd {
+        let snap =
+            |rt: &Runtime| -> Vec<Snapshot> { rt.stats().iter().map(|s| s.snapshot()).collect() };
+        self.go();
+        let start = Instant::now();
+        let deadline = rule.deadline.and_then(|d| start.checked_add(d));
+        let mut prev = snap(self);
+        let mut prev_t = start;
+        let mut next = interval.map(|i| start + i);
+        loop {
+            let now = Instant::now();
+            if rule.external.load(Ordering::Relaxed)
+                || self.stopping()
+                || self.finished()
+                || deadline.is_some_and(|d| now >= d)
+            {
+                break;
+            }
+            if let (Some(n), Some(i)) = (next, interval) {
+                if now >= n {
+                    let cur = snap(self);
+                    let deltas: Vec<Snapshot> =
+                        cur.iter().zip(&prev).map(|(c, p)| c.since(p)).collect();
+                    on_tick(&Tick {
+                        elapsed: now.duration_since(start),
+                        interval: now.duration_since(prev_t),
+                        deltas: &deltas,
+                        totals: &cur,
+                    });
+                    prev = cur;
+                    prev_t = now;
+                    next = Some(n + i);
+                }
+            }
+            std::thread::sleep(CHECK);
+        }
+        self.join();
+        SessionEnd {
+            elapsed: start.elapsed(),
+            finals: snap(self),
+            errors: self.errors(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{bump, Config, Poll, WorkerStats};
+
+    /// Counts `n` packets, one per poll, then is done.
+    struct Counter(u64);
+
+    impl Poll for Counter {
+        fn poll(&mut self, _budget: usize, st: &WorkerStats) -> Result<usize, String> {
+            if self.0 == 0 {
+                return Ok(0);
+            }
+            self.0 -= 1;
+            bump(&st.rx_packets, 1);
+            std::thread::sleep(Duration::from_micros(200));
+            Ok(1)
+        }
+        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+            Ok(())
+        }
+        fn done(&self) -> bool {
+            self.0 == 0
+        }
+    }
+
+    fn start(n: u64) -> Runtime {
+        let cpu = flowlane_io::os::current_cpu().unwrap_or(0);
+        Runtime::start(
+            &Config {
+                cpus: vec![cpu],
+                budget: 1,
+                wait_ms: 1,
+            },
+            Arc::new(AtomicBool::new(false)),
+            move |_, _| Ok::<_, String>(Counter(n)),
+        )
+        .expect("starts")
+    }
+
+    #[test]
+    fn a_session_ends_when_its_workers_are_done_and_ticks_add_up() {
+        let mut rt = start(500);
+        let rule = StopRule {
+            external: Arc::new(AtomicBool::new(false)),
+            deadline: Some(Duration::from_secs(30)),
+        };
+        let mut ticked = 0;
+        let end = rt.session(Some(Duration::from_millis(20)), &rule, &mut |t| {
+            ticked += t.delta().rx_packets;
+            assert!(t.total().rx_packets >= ticked);
+        });
+        assert_eq!(end.total().rx_packets, 500);
+        assert!(ticked <= 500);
+        assert!(end.errors.is_empty());
+        assert!(
+            end.elapsed < Duration::from_secs(30),
+            "ended by the workers"
+        );
+    }
+
+    #[test]
+    fn a_deadline_or_an_external_stop_ends_it() {
+        let mut rt = start(u64::MAX);
+        let rule = StopRule {
+            external: Arc::new(AtomicBool::new(false)),
+            deadline: Some(Duration::from_millis(100)),
+        };
+        let end = rt.session(None, &rule, &mut |_| panic!("no interval, no tick"));
+        assert!(end.elapsed >= Duration::from_millis(100));
+        assert!(end.total().rx_packets > 0);
+        let mut rt = start(u64::MAX);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            stop2.store(true, Ordering::Relaxed);
+        });
+        let rule = StopRule {
+            external: stop,
+            deadline: None,
+        };
+        let end = rt.session(None, &rule, &mut |_| {});
+        t.join().expect("stopper");
+        assert!(end.elapsed < Duration::from_secs(10));
+    }
+}
