@@ -72,16 +72,20 @@ fn json_of_judged((code, j): (Option<i32>, Value)) -> Value {
     j
 }
 
-/// Runs blast in the generator namespace with `args` (+ --json --quiet): exit code, summary.
-fn blast_judged(p: &Pair, args: &[&str]) -> (Option<i32>, Value) {
-    let out = p
-        .gen
+/// Runs blast in the generator namespace with `args` (+ --json --quiet).
+fn blast_output(p: &Pair, args: &[&str]) -> Output {
+    p.gen
         .command(BIN)
         .arg("blast")
         .args(args)
         .args(["--json", "--quiet"])
         .output()
-        .expect("blast runs");
+        .expect("blast runs")
+}
+
+/// [`blast_output`]'s exit code and summary.
+fn blast_judged(p: &Pair, args: &[&str]) -> (Option<i32>, Value) {
+    let out = blast_output(p, args);
     let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "blast's JSON summary ({e}): {}",
@@ -91,17 +95,9 @@ fn blast_judged(p: &Pair, args: &[&str]) -> (Option<i32>, Value) {
     (out.status.code(), j)
 }
 
-/// Runs blast in the generator namespace with `args` (+ --json --quiet); see [`json_of`].
+/// [`blast_output`]'s summary, checked by [`json_of`].
 fn blast(p: &Pair, args: &[&str]) -> Value {
-    let out = p
-        .gen
-        .command(BIN)
-        .arg("blast")
-        .args(args)
-        .args(["--json", "--quiet"])
-        .output()
-        .expect("blast runs");
-    json_of(&out)
+    json_of(&blast_output(p, args))
 }
 
 /// Waits for a child's first stderr line (its start-up banner, which must begin with
