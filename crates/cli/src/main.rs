@@ -25,7 +25,7 @@ use std::process::ExitCode;
 
 /// Allocations of 2 MiB and more (lookup tables, packet and address buffers) go on huge
 /// pages, as DPDK's do: without that, random lookups over megabytes miss the TLB, and
-/// flowlane's figures would not compare with those measured so (BENCHMARKS.md).
+/// flowlane's figures would not compare with those measured so (docs/benchmarks-history.md).
 #[global_allocator]
 static ALLOC: flowlane_io::huge::HugeAlloc = flowlane_io::huge::HugeAlloc;
 

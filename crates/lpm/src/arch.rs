@@ -1,5 +1,5 @@
 //! The crate's only `unsafe`: two uses of `core::arch` for the batch lookup, each measured
-//! necessary (BENCHMARKS.md).
+//! necessary (docs/benchmarks-history.md).
 //!
 //! - [`prefetch`]: without it the batch lookup's node and leaf loads wait behind branches on
 //!   data still in memory (1.7–2.8× on batch lookups).

@@ -2,7 +2,7 @@
 //!
 //! Layer: pure computation. No sockets, files or clocks. `#![deny(unsafe_code)]`, allowed in
 //! one place only: `arch.rs`, two `core::arch` uses for the batch lookup, each measured
-//! necessary (BENCHMARKS.md): a cache prefetch hint (`PREFETCHT0`, which cannot fault;
+//! necessary (docs/benchmarks-history.md): a cache prefetch hint (`PREFETCHT0`, which cannot fault;
 //! 1.7–2.8× on batch lookups) and a range line's ten comparisons as three SSE4.1 compares
 //! and a population count (IPv6 203 → 176 instructions a lookup).
 //! Mechanism apart from policy: a mutable [`Rib`] (insert, delete, replace, exact-match get)
@@ -19,7 +19,7 @@
 //! Leaves are pushed (every slot resolves to its longest match), so a lookup never
 //! backtracks. An IPv4 /24 is resolved by the direct array plus one node (18 + 6 = 24).
 //!
-//! Five departures from the paper, all measured (BENCHMARKS.md):
+//! Five departures from the paper, all measured (docs/benchmarks-history.md):
 //! - **Flat first-level nodes.** A node a direct entry leads to that has no children — 96%
 //!   of them on a BGP-shaped IPv4 table, where a /18 holds a few /24s — is stored as its leaf
 //!   vector followed by its runs' 16-bit leaf codes, and the direct entry carries the block's
@@ -63,7 +63,7 @@
 //!   keeps its runs' codes in the bytes its child vector and child base would take, so
 //!   lookups ending there need no load from the leaf array.
 //!
-//! The alternatives, measured on the same generated 950k-prefix table (see BENCHMARKS.md,
+//! The alternatives, measured on the same generated 950k-prefix table (see docs/benchmarks-history.md,
 //! `flowlane route bench`): DIR-24-8 (DPDK's `rte_lpm`, [`Dir24_8`] here as the baseline)
 //! needs a 64 MiB first-level table that does not stay in cache, and is slower on traffic
 //! that spreads over the table; a binary search over ranges (DXR) trades memory for a

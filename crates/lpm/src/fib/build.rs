@@ -103,7 +103,7 @@ impl<K: Key> Fib<K> {
         // Slots where the painted next hop may differ from the slot before: the edges of every
         // painted range. Only these (and the first leaf after a child) can start a leaf run,
         // so runs are found without a pass over all 64 slots (this loop was most of a
-        // rebuild's time: perf, BENCHMARKS.md).
+        // rebuild's time: perf, docs/benchmarks-history.md).
         let mut edges = 1u64;
         let mut i = 0;
         while i < routes.len() {

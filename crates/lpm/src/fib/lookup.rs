@@ -225,7 +225,7 @@ impl<K: Key> Fib<K> {
             // node whose slot holds a child (a line). Those are listed for the line pass;
             // every other node is moved up the list for the full decode after it. Apart, each
             // loop keeps its values in registers: IPv6 156 -> 143 instructions a lookup,
-            // batches inside routed prefixes 1.03-1.10x (BENCHMARKS.md).
+            // batches inside routed prefixes 1.03-1.10x (docs/benchmarks-history.md).
             let mut lines = 0;
             let mut rest = 0;
             for k in 0..n.min(GROUP) {

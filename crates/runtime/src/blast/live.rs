@@ -12,7 +12,7 @@ use crate::{Poll, WorkerStats};
 
 /// How long one live-frames run should last. Each `BPF_PROG_TEST_RUN` call costs about 20 ms
 /// of set-up and tear-down whatever its length (measured on the development VM: one frame or
-/// 8192 frames per call take the same time; BENCHMARKS.md), so runs must be long for that to
+/// 8192 frames per call take the same time; docs/benchmarks-history.md), so runs must be long for that to
 /// vanish, and short enough that a stop is seen quickly.
 const LIVE_RUN_NS: u64 = 200_000_000;
 /// Frames in the first run, before the rate is known, and the bounds of later runs.

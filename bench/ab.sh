@@ -1,0 +1,89 @@
+#!/bin/sh
+# Two flowlane binaries side by side, alternated in the same run: is a change slower or less
+# exact? Per round, each binary runs (in the lab, counted at the peer's interface)
+#   blast --mode udp | raw | xdp | xdp-live for SECS seconds each (frames the DUT's fldut got),
+#   bench k = 1..2, sink and echo steps (server-seen pps, and k2/k1),
+#   route bench on a generated 200k-prefix IPv4 table (FIB batch lookups inside prefixes).
+# Prints per-round figures, then the median of each and the ratio NEW/OLD. Needs root,
+# iproute2 and python3 (for the JSON). Usage:
+#   bench/ab.sh OLD_BINARY NEW_BINARY [ROUNDS=3] [SECS=2]
+# Build the old one from a worktree, e.g.:
+#   git worktree add /tmp/fl-old REV && (cd /tmp/fl-old && cargo build --release --target-dir /tmp/fl-old-target)
+set -eu
+old=$1
+new=$2
+rounds=${3:-3}
+secs=${4:-2}
+lab=flab$$
+out=${TMPDIR:-/tmp}/flowlane-ab-$$
+mkdir -p "$out"
+trap '"$new" lab down --name $lab >/dev/null 2>&1 || true; rm -rf "$out"' EXIT INT TERM
+"$new" route gen --v4 200000 --seed 1 >"$out/t4.txt"
+"$new" lab up --name $lab --queues 2 >/dev/null
+
+rx() { # frames the DUT's interface received so far
+    ip -j -s -n $lab-dut link show dev fldut |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["rx"]["packets"])'
+}
+
+one() { # BINARY TAG: one round of every measurement, as "TAG name value" lines
+    bin=$1
+    tag=$2
+    for mode in udp raw xdp xdp-live; do
+        before=$(rx)
+        # A fixed source port: a port the kernel chose would put the flow on a random RSS
+        # bucket, the sender's CPU or the other, and udp runs moved 176k <-> 292k with it.
+        ip netns exec $lab-gen "$bin" blast --mode $mode --dev flgen --to 198.18.0.2:9000 \
+            --sport 10000 --duration "$secs" --json --quiet >"$out/blast.json" 2>/dev/null || true
+        after=$(rx)
+        python3 - "$out/blast.json" "$before" "$after" "$tag" "$mode" <<'EOF'
+import json, sys
+path, before, after, tag, mode = sys.argv[1:]
+j = json.load(open(path))
+secs = j["duration_s"] or 1e-9
+print(tag, "blast-" + mode + "-pps-at-peer", round((int(after) - int(before)) / secs))
+EOF
+    done
+    "$bin" bench --name $lab --buckets 1..2 --step-secs "$secs" --mode both --json \
+        --out "$out/rep" >"$out/bench.json" 2>/dev/null || true
+    python3 - "$out/bench.json" "$tag" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+tag = sys.argv[2]
+pps = {}
+for s in r["steps"]:
+    pps[(s["mode"], s["buckets"])] = s["pps"]["server_seen"]
+    print(tag, "bench-%s-k%d-seen-pps" % (s["mode"], s["buckets"]), s["pps"]["server_seen"])
+for m in ("sink", "echo"):
+    if (m, 1) in pps and (m, 2) in pps:
+        print(tag, "bench-%s-k2/k1" % m, round(pps[(m, 2)] / pps[(m, 1)], 3))
+print(tag, "bench-problems", len(r["problems"]))
+EOF
+    "$bin" route bench --table "$out/t4.txt" --seconds 0.3 --addresses 1048576 --json \
+        >"$out/route.json"
+    python3 - "$out/route.json" "$tag" <<'EOF'
+import json, sys
+l = json.load(open(sys.argv[1]))["ipv4"]["lookups"]
+print(sys.argv[2], "route-inside-batch-Mlps", round(l["inside"]["batch_lps"] / 1e6, 1))
+print(sys.argv[2], "route-inside-vs-dir24-8", round(l["inside"]["ratio"], 3))
+EOF
+}
+
+i=0
+while [ $i -lt "$rounds" ]; do
+    one "$old" old
+    one "$new" new
+    i=$((i + 1))
+done | tee "$out/all.txt"
+python3 - "$out/all.txt" <<'EOF'
+import statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    tag, name, value = line.split()
+    v.setdefault(name, {}).setdefault(tag, []).append(float(value))
+print()
+print("%-32s %14s %14s %8s" % ("median of rounds", "old", "new", "new/old"))
+for name, t in v.items():
+    o, n = statistics.median(t.get("old", [0])), statistics.median(t.get("new", [0]))
+    print("%-32s %14.3f %14.3f %8.3f" % (name, o, n, n / o if o else float("nan")))
+EOF
