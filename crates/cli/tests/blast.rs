@@ -1,5 +1,9 @@
 //! `flowlane blast` against real sockets: exact counts on the peer's interface, rate accuracy,
 //! loss from a firewall rule, RSS placement, and foreign echoes. Namespace tests need root.
+//!
+//! Longer than the ~600-line rule on purpose: the namespace tests share one lock, one `Pair`
+//! helper and one set of summary checks, and must stay in one test binary so that they run one
+//! at a time (split across binaries, they would measure rates while competing for the CPUs).
 
 mod common;
 

@@ -14,11 +14,13 @@
 
 pub mod blast;
 pub mod cpus;
+pub mod flowbook;
 pub mod pace;
 pub mod serve;
 pub mod session;
 pub mod sink;
 
+pub use flowbook::{FlowBook, Recorded};
 pub use session::{SessionEnd, StopRule, Tick};
 
 use std::fmt;

@@ -14,7 +14,7 @@ use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
 
-use crate::{bump, Poll, WorkerStats};
+use crate::{bump, FlowBook, Poll, Recorded, WorkerStats};
 
 /// How far a frame's checksum can be trusted, as the ring reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,14 +51,14 @@ pub struct SinkCounts {
 }
 
 /// One flow as the sink saw it.
-#[derive(Debug, Clone, Default)]
-pub struct SinkFlow {
-    /// Source and destination of its first frame.
-    pub src: Option<SocketAddr>,
-    /// Destination.
-    pub dst: Option<SocketAddr>,
+#[derive(Debug, Clone, Copy)]
+pub struct SinkFlow<'a> {
+    /// Source of its first frame.
+    pub src: SocketAddr,
+    /// Destination of its first frame.
+    pub dst: SocketAddr,
     /// Sequence accounting.
-    pub seq: SeqTracker,
+    pub seq: &'a SeqTracker,
 }
 
 /// The accounting of a sink: feed it frames, read the counts.
@@ -67,10 +67,11 @@ pub struct SinkBook {
     port: Option<u16>,
     /// Totals.
     pub counts: SinkCounts,
-    /// Per flow id (index), grown to the highest id seen.
-    pub flows: Vec<SinkFlow>,
-    /// One-way latency, ns.
-    pub latency: Histogram<u64>,
+    /// Per flow: sequence accounting, and one-way latency over all flows (the book blast's
+    /// echo accounting keeps too).
+    pub book: FlowBook,
+    /// Per flow id: the addresses of its first frame (`None`: not seen).
+    addrs: Vec<Option<(SocketAddr, SocketAddr)>>,
 }
 
 /// What one frame was, for the caller's live counters.
@@ -92,10 +93,8 @@ impl SinkBook {
         SinkBook {
             port,
             counts: SinkCounts::default(),
-            flows: Vec::new(),
-            // 1 ns .. 100 s, 3 significant digits; larger values saturate.
-            latency: Histogram::new_with_bounds(1, 100_000_000_000, 3)
-                .expect("constant histogram bounds are valid"),
+            book: FlowBook::open(),
+            addrs: Vec::new(),
         }
     }
 
@@ -130,31 +129,36 @@ impl SinkBook {
             }
         };
         self.counts.flowlane += 1;
-        let i = h.flow as usize;
-        if i >= self.flows.len() {
-            self.flows.resize_with(i + 1, SinkFlow::default);
+        let i = usize::from(h.flow);
+        if i >= self.addrs.len() {
+            self.addrs.resize(i + 1, None);
         }
-        let fl = &mut self.flows[i];
-        if fl.src.is_none() {
-            fl.src = Some(f.src);
-            fl.dst = Some(f.dst);
-        }
-        fl.seq.record(h.seq);
-        if now_ns >= h.tx_ns {
-            self.latency.saturating_record(now_ns - h.tx_ns);
-        } else {
+        self.addrs[i].get_or_insert((f.src, f.dst));
+        if self.book.record(h.flow, h.seq, h.tx_ns, now_ns) == Recorded::Skewed {
             self.counts.clock_skew += 1;
         }
         Verdict::Flowlane
     }
 
     /// Flows that saw at least one frame, with their ids.
-    pub fn seen_flows(&self) -> impl Iterator<Item = (u16, &SinkFlow)> {
-        self.flows
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.src.is_some())
-            .map(|(i, f)| (i as u16, f))
+    pub fn seen_flows(&self) -> impl Iterator<Item = (u16, SinkFlow<'_>)> {
+        self.addrs.iter().enumerate().filter_map(|(i, a)| {
+            let (src, dst) = (*a)?;
+            let id = u16::try_from(i).ok()?;
+            Some((
+                id,
+                SinkFlow {
+                    src,
+                    dst,
+                    seq: self.book.flow(id)?,
+                },
+            ))
+        })
+    }
+
+    /// One-way latency over all flows, ns.
+    pub fn latency(&self) -> &Histogram<u64> {
+        self.book.latency()
     }
 
     /// Totals over the flows: (received distinct, lost, reordered, duplicates). Lost is what
@@ -357,7 +361,7 @@ mod tests {
         for s in 0..5 {
             book.frame(&frame(1, s, 2_000, 9000), Checksum::Verify, 3_000);
         }
-        let f0 = &book.flows[0].seq;
+        let f0 = book.book.flow(0).expect("flow 0");
         assert_eq!(
             (f0.unique, f0.lost(None), f0.reordered, f0.duplicates),
             (6, 1, 1, 1)
@@ -365,9 +369,9 @@ mod tests {
         assert_eq!(book.totals(), (11, 1, 1, 1));
         assert_eq!(book.counts.flowlane, 12);
         // One-way latency: 5 µs for flow 0's seven frames, 1 µs for flow 1's five.
-        assert_eq!(book.latency.len(), 12);
-        assert_eq!(book.latency.min(), 1_000);
-        assert!(book.latency.max().abs_diff(5_000) <= 5);
+        assert_eq!(book.latency().len(), 12);
+        assert_eq!(book.latency().min(), 1_000);
+        assert!(book.latency().max().abs_diff(5_000) <= 5);
     }
 
     #[test]
@@ -410,6 +414,6 @@ mod tests {
             (6, 2, 1, 1, 1, 1)
         );
         assert_eq!(c.clock_skew, 1);
-        assert_eq!(book.latency.len(), 0);
+        assert_eq!(book.latency().len(), 0);
     }
 }

@@ -1,5 +1,9 @@
 //! `bpf(2)`: maps, program loading with the verifier's log, socket-filter attachment, and
 //! memory-mapped array maps (read with plain loads, no system call per read).
+//!
+//! A little over ~600 lines: every `bpf(2)` command's attribute struct sits beside the one
+//! call that fills it, which is what lets each `unsafe` block's `SAFETY:` comment be checked
+//! against the layout it relies on.
 
 use std::ffi::CStr;
 use std::io;

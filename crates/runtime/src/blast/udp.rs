@@ -7,12 +7,10 @@ use std::time::Duration;
 
 use flowlane_io::socket::{self, MmsgBatch, SendBatch};
 use flowlane_io::{os, SysError};
-use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, HEADER_LEN};
-use hdrhistogram::Histogram;
 
 use super::{icmp_error, pause, BlastError, BlastJob, BlastReport, TxBook};
-use crate::{bump, Poll, WorkerStats};
+use crate::{bump, FlowBook, Poll, Recorded, WorkerStats};
 
 /// A sending worker.
 #[derive(Debug)]
@@ -20,7 +18,8 @@ pub struct UdpBlaster {
     job: BlastJob,
     socks: Vec<UdpSocket>,
     seq: Vec<u64>,
-    rx: Vec<SeqTracker>,
+    /// Echoes per flow and their round-trip times.
+    rx: FlowBook,
     out: SendBatch,
     out_dst: SocketAddr,
     inb: Option<MmsgBatch>,
@@ -29,7 +28,6 @@ pub struct UdpBlaster {
     epoll: Option<socket::Epoll>,
     ready: Vec<u64>,
     book: TxBook,
-    rtt: Histogram<u64>,
     /// Per flow: datagrams still to send (with a quota, split evenly over the flows).
     left: Option<Vec<u64>>,
     next_flow: usize,
@@ -130,13 +128,10 @@ impl UdpBlaster {
             ready: Vec::new(),
             socks,
             seq: vec![0; n],
-            rx: vec![SeqTracker::default(); n],
+            rx: FlowBook::for_flows(first.id, n),
             out,
             out_dst: first.dst,
             book: TxBook::new(&job),
-            // 1 ns .. 100 s, 3 significant digits.
-            rtt: Histogram::new_with_bounds(1, 100_000_000_000, 3)
-                .map_err(|e| BlastError::Job(format!("histogram: {e}")))?,
             left: job.quota.map(|q| {
                 let n = job.flows.len() as u64;
                 (0..n).map(|i| q / n + u64::from(i < q % n)).collect()
@@ -154,7 +149,6 @@ impl UdpBlaster {
         let Some(inb) = self.inb.as_mut() else {
             return Ok(0);
         };
-        let first_id = self.job.flows.first().map_or(0, |f| f.id);
         let mut total = 0;
         loop {
             let n = match inb.recv(&self.socks[i], 64) {
@@ -175,20 +169,10 @@ impl UdpBlaster {
             for k in 0..n {
                 let p = inb.payload(k);
                 bytes += p.len() as u64;
-                let idx = FlowHeader::read(p)
-                    .ok()
-                    .and_then(|h| Some((h, h.flow.checked_sub(first_id)? as usize)))
-                    .filter(|&(_, idx)| idx < self.rx.len());
-                match idx {
-                    Some((h, idx)) => {
-                        self.rx[idx].record(h.seq);
-                        if now >= h.tx_ns {
-                            // Out-of-range values saturate instead of failing.
-                            self.rtt.saturating_record(now - h.tx_ns);
-                        }
-                    }
-                    None => foreign += 1,
-                }
+                let known = FlowHeader::read(p)
+                    .map(|h| self.rx.record(h.flow, h.seq, h.tx_ns, now))
+                    .is_ok_and(|r| r != Recorded::Foreign);
+                foreign += u64::from(!known);
             }
             bump(&st.rx_packets, n as u64);
             bump(&st.rx_bytes, bytes);
@@ -318,7 +302,12 @@ impl Poll for UdpBlaster {
         for i in 0..self.socks.len() {
             got += self.drain(i, st)?;
         }
-        let all_back = self.rx.iter().zip(&self.seq).all(|(r, &s)| r.unique >= s);
+        let all_back = self
+            .rx
+            .flows()
+            .iter()
+            .zip(&self.seq)
+            .all(|(r, &s)| r.unique >= s);
         if now >= until || !self.job.echo || all_back {
             self.finished = true;
         }
@@ -363,8 +352,8 @@ impl Poll for UdpBlaster {
             &self.report,
             &self.job.flows,
             &self.seq,
-            Some(&self.rx),
-            self.job.echo.then(|| self.rtt.clone()),
+            Some(self.rx.flows()),
+            self.job.echo.then(|| self.rx.latency().clone()),
         );
     }
 }

@@ -248,14 +248,14 @@ fn report(r: &Book, errors: Vec<String>) -> SinkReport {
         } else {
             0.0
         },
-        latency_ns: Latency::of(Some(&r.book.latency), "one-way"),
+        latency_ns: Latency::of(Some(r.book.latency()), "one-way"),
         flows: r
             .book
             .seen_flows()
             .map(|(id, f)| SinkFlowReport {
                 id,
-                src: f.src.map(|s| s.to_string()),
-                dst: f.dst.map(|s| s.to_string()),
+                src: Some(f.src.to_string()),
+                dst: Some(f.dst.to_string()),
                 rx_packets: f.seq.unique + f.seq.duplicates,
                 lost: f.seq.lost(None),
                 reordered: f.seq.reordered,
