@@ -1,6 +1,7 @@
-//! Whole frames in and out: the AF_PACKET TX and RX rings and AF_XDP transmit, and
-//! [`FrameTx`], the one transmit vocabulary a frame sender is written against (chosen once at
-//! start-up, never per packet).
+//! Whole frames in and out: the AF_PACKET TX and RX rings and AF_XDP transmit, and the one
+//! vocabulary frame workers are written against — [`FrameTx`] to send, [`FrameRx`] to receive
+//! — so a backend is chosen once at start-up, never per packet. (Live XDP frames have no ring:
+//! the kernel runs a program on them, `bpf::xdp_test_run_live`.)
 
 pub use crate::sys::packet::{
     RxFrame, RxRing, TxRing, TP_STATUS_CSUMNOTREADY, TP_STATUS_CSUM_VALID, TP_STATUS_VLAN_VALID,
@@ -73,5 +74,34 @@ impl FrameTx for XskTx {
     }
     fn refused(&self) -> u64 {
         self.tx_invalid()
+    }
+}
+
+/// A receive ring of whole frames: AF_PACKET's RX ring (a copy of every frame the interface
+/// receives; AF_XDP receive is the next backend).
+pub trait FrameRx: Send + std::fmt::Debug + 'static {
+    /// The next received frame, if one waits. Hand it back with [`FrameRx::release`] before
+    /// asking for the next.
+    fn next(&self) -> Option<RxFrame<'_>>;
+    /// Hands the frame returned by the last [`FrameRx::next`] back to the kernel.
+    fn release(&mut self);
+    /// Waits up to `timeout_ms` for a frame; whether one may be waiting.
+    fn wait(&self, timeout_ms: i32) -> Result<bool, SysError>;
+    /// Frames the kernel dropped because the ring was full, since the last call.
+    fn take_drops(&self) -> Result<u64, SysError>;
+}
+
+impl FrameRx for RxRing {
+    fn next(&self) -> Option<RxFrame<'_>> {
+        RxRing::next(self)
+    }
+    fn release(&mut self) {
+        RxRing::release(self)
+    }
+    fn wait(&self, timeout_ms: i32) -> Result<bool, SysError> {
+        crate::socket::poll_readable(self.raw_fd(), timeout_ms)
+    }
+    fn take_drops(&self) -> Result<u64, SysError> {
+        RxRing::take_drops(self)
     }
 }

@@ -9,7 +9,8 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use flowlane_io::{frame, os, socket};
+use flowlane_io::frame::{self, FrameRx};
+use flowlane_io::os;
 use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
@@ -198,10 +199,10 @@ pub struct SinkReport {
     pub window_ns: (u64, u64),
 }
 
-/// A sink worker on one interface's RX ring.
+/// A sink worker on one interface's receive ring (any [`FrameRx`]).
 #[derive(Debug)]
-pub struct SinkWorker {
-    ring: frame::RxRing,
+pub struct SinkWorker<R: FrameRx = frame::RxRing> {
+    ring: R,
     book: SinkBook,
     stop: SinkStop,
     ring_drops: u64,
@@ -210,14 +211,14 @@ pub struct SinkWorker {
     report: Arc<Mutex<Option<SinkReport>>>,
 }
 
-impl SinkWorker {
+impl<R: FrameRx> SinkWorker<R> {
     /// A worker reading `ring`, watching UDP port `port`.
     pub fn new(
-        ring: frame::RxRing,
+        ring: R,
         port: Option<u16>,
         stop: SinkStop,
         report: Arc<Mutex<Option<SinkReport>>>,
-    ) -> SinkWorker {
+    ) -> SinkWorker<R> {
         SinkWorker {
             ring,
             book: SinkBook::new(port),
@@ -241,7 +242,7 @@ impl SinkWorker {
     }
 }
 
-impl Poll for SinkWorker {
+impl<R: FrameRx> Poll for SinkWorker<R> {
     fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
         let now = os::monotonic_ns();
         let mut n = 0;
@@ -265,10 +266,7 @@ impl Poll for SinkWorker {
                 self.book.counts.bytes += fr.data.len() as u64;
                 self.book.counts.truncated += 1;
             } else {
-                let csum = if fr.status
-                    & (frame::TP_STATUS_CSUMNOTREADY | frame::TP_STATUS_CSUM_VALID)
-                    != 0
-                {
+                let csum = if fr.checksum_settled() {
                     Checksum::Skip
                 } else {
                     Checksum::Verify
@@ -300,7 +298,8 @@ impl Poll for SinkWorker {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        socket::poll_readable(self.ring.raw_fd(), timeout_ms)
+        self.ring
+            .wait(timeout_ms)
             .map(drop)
             .map_err(|e| e.to_string())
     }

@@ -378,6 +378,12 @@ impl RxFrame<'_> {
     pub fn truncated(&self) -> bool {
         self.data.len() < self.wire_len || self.status & TP_STATUS_COPY != 0
     }
+
+    /// Whether the UDP checksum cannot be judged from the bytes: already verified by the
+    /// driver, or not filled in yet (sent from this host with checksum offload).
+    pub fn checksum_settled(&self) -> bool {
+        self.status & (TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID) != 0
+    }
 }
 
 /// A mapped RX ring: every frame one interface receives (not the ones this host sends on it),
