@@ -21,6 +21,7 @@
 
 pub mod ebpf;
 pub mod frame;
+mod maps;
 #[allow(unsafe_code)]
 mod sys;
 pub mod udp;
@@ -65,5 +66,6 @@ pub mod netdev {
 /// The `bpf(2)` side of generated programs: loading, maps, attaching, test runs (the programs
 /// themselves are assembled by [`ebpf`]).
 pub mod bpf {
+    pub use crate::maps::{ArrayMap, CpuMap};
     pub use crate::sys::bpf::*;
 }

@@ -9,7 +9,6 @@
 //! `/run/flowlane/lab-NAME.json`, so `bench` picks flows with the same key and table.
 
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use flowlane_io::ebpf;
@@ -324,25 +323,18 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
         });
     }
     let value = rss_table(cfg)?;
-    let table = bpf::create_map(bpf::MAP_ARRAY, 4, value.len() as u32, 1, 0, "fl_rss_table")
+    let table = bpf::ArrayMap::create("fl_rss_table", value.len(), 1)
         .map_err(bpf_err("create the RSS table map"))?;
-    bpf::map_update(&table, &0u32.to_ne_bytes(), &value, 4, value.len())
+    table
+        .set(0, &value)
         .map_err(bpf_err("fill the RSS table map"))?;
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let stats = bpf::create_map(
-        bpf::MAP_ARRAY,
-        4,
-        ebpf::rss_stats::value_size(ncpus) as u32,
-        1,
-        0,
-        STATS_MAP,
-    )
-    .map_err(bpf_err("create the RSS counters map"))?;
-    let arrivals =
-        ebpf::cpumap_arrivals_program(stats.as_raw_fd(), ncpus).map_err(|e| LabError {
-            what: "assemble the cpumap program".into(),
-            detail: e.to_string(),
-        })?;
+    let stats = bpf::ArrayMap::create(STATS_MAP, ebpf::rss_stats::value_size(ncpus), 1)
+        .map_err(bpf_err("create the RSS counters map"))?;
+    let arrivals = ebpf::cpumap_arrivals_program(stats.raw_fd(), ncpus).map_err(|e| LabError {
+        what: "assemble the cpumap program".into(),
+        detail: e.to_string(),
+    })?;
     let arrivals = bpf::prog_load_for(
         bpf::PROG_XDP,
         bpf::ATTACH_XDP_CPUMAP,
@@ -353,24 +345,21 @@ fn attach_rss(cfg: &LabConfig, dut: &Netns) -> Result<(), LabError> {
         what: "load the cpumap program".into(),
         detail: e.to_string(),
     })?;
-    // struct bpf_cpumap_val: the queue size, then the program each entry runs.
-    let cpumap = bpf::create_map(bpf::MAP_CPUMAP, 4, 8, ncpus, 0, CPUMAP)
-        .map_err(bpf_err("create the cpumap"))?;
-    let mut entry = cfg.cpu_queue.to_ne_bytes().to_vec();
-    entry.extend_from_slice(&arrivals.as_raw_fd().to_ne_bytes());
+    let cpumap = bpf::CpuMap::create(CPUMAP, ncpus).map_err(bpf_err("create the cpumap"))?;
     for cpu in 0..ncpus {
         // Queue size per CPU: frames waiting for that CPU's kernel thread. A frame that finds
         // the queue full is dropped with no interface or socket counter to show it, hence the
         // counters. The default is the kernel's largest: a 2048 queue overflowed at 40k pps on
         // a 2-CPU VM when the thread's CPU stalled ~50 ms (a CI run of the bench test); 16384
         // rides out ~400 ms at that rate.
-        bpf::map_update(&cpumap, &cpu.to_ne_bytes(), &entry, 4, 8)
+        cpumap
+            .set(cpu, cfg.cpu_queue, &arrivals)
             .map_err(bpf_err("add a CPU to the cpumap"))?;
     }
     let insns = ebpf::rss_steer_program(
-        table.as_raw_fd(),
-        cpumap.as_raw_fd(),
-        stats.as_raw_fd(),
+        table.raw_fd(),
+        cpumap.raw_fd(),
+        stats.raw_fd(),
         ncpus,
         reta_len as u32,
         cfg.ports,

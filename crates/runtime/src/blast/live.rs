@@ -1,6 +1,5 @@
 //! The live-frames sender: no socket, a generated XDP program run by `BPF_PROG_TEST_RUN`.
 
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::os;
@@ -67,13 +66,10 @@ impl LiveBlaster {
             src: first_src,
             error,
         };
-        let flows_map = flowlane_io::bpf::create_map(
-            flowlane_io::bpf::MAP_ARRAY,
-            4,
-            live_flow::VALUE_SIZE as u32,
-            job.flows.len() as u32,
-            0,
+        let flows_map = flowlane_io::bpf::ArrayMap::create(
             "fl_live_flows",
+            live_flow::VALUE_SIZE,
+            job.flows.len() as u32,
         )
         .map_err(bpf_err)?;
         let mut frame = Vec::new();
@@ -109,14 +105,7 @@ impl LiveBlaster {
             let csum = u16::from_ne_bytes([bytes[t.l4 + 6], bytes[t.l4 + 7]]);
             value[live_flow::SEED..live_flow::SEED + 4]
                 .copy_from_slice(&u32::from(!csum).to_ne_bytes());
-            flowlane_io::bpf::map_update(
-                &flows_map,
-                &(k as u32).to_ne_bytes(),
-                &value,
-                4,
-                live_flow::VALUE_SIZE,
-            )
-            .map_err(bpf_err)?;
+            flows_map.set(k as u32, &value).map_err(bpf_err)?;
             if k == 0 {
                 frame = bytes;
                 layout = (hdr_len, t.payload + 4, t.l4 + 6);
@@ -125,7 +114,7 @@ impl LiveBlaster {
         let counter = flowlane_io::bpf::MappedArray::new("fl_live_count", 1).map_err(bpf_err)?;
         let insns = live_tx_program(&LiveTx {
             counter_fd: counter.fd(),
-            flows_fd: flows_map.as_raw_fd(),
+            flows_fd: flows_map.raw_fd(),
             flows: job.flows.len() as u32,
             hdr_len: layout.0,
             seq_off: layout.1,
