@@ -21,6 +21,7 @@
 
 pub mod ebpf;
 pub mod frame;
+mod link;
 mod maps;
 #[allow(unsafe_code)]
 mod sys;
@@ -53,9 +54,11 @@ pub mod socket {
     };
 }
 
-/// Interfaces: index and name, offloads (the `SIOCETHTOOL` ioctl), and through rtnetlink the
-/// XDP attach, neighbours' MACs and the interface a route leaves by — no `ip` run.
+/// Interfaces: index and name, MAC, MTU, speed and counters (sysfs), offloads (the
+/// `SIOCETHTOOL` ioctl), and through rtnetlink the XDP attach, neighbours' MACs and the
+/// interface a route leaves by — no `ip` run.
 pub mod netdev {
+    pub use crate::link::{counter, mac, mtu, parse_mac, speed_mbps};
     pub use crate::sys::netdev::{offload, set_offload, Offload};
     pub use crate::sys::netlink::{
         attach_xdp_to_link, ifname, neighbour_mac, parse_ack, route_oif, XDP_FLAGS_DRV_MODE,

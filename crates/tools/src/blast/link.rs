@@ -9,21 +9,9 @@ use flowlane_runtime::blast::RawLink;
 use super::BlastConfig;
 use crate::ToolError;
 
-/// `aa:bb:cc:dd:ee:ff`.
+/// `aa:bb:cc:dd:ee:ff` (for the command line's `--dst-mac`).
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let bad = || format!("`{s}` is not a MAC address like 02:00:00:00:00:01");
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut m = [0u8; 6];
-    for (o, p) in m.iter_mut().zip(parts) {
-        if p.is_empty() || p.len() > 2 {
-            return Err(bad());
-        }
-        *o = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    Ok(m)
+    netdev::parse_mac(s).ok_or_else(|| format!("`{s}` is not a MAC address like 02:00:00:00:00:01"))
 }
 
 /// Resolves what the frame modes need about the configured interface for frames up to
@@ -35,18 +23,12 @@ pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
         .dev
         .as_deref()
         .ok_or_else(|| ToolError::usage("the raw, xdp and xdp-live modes need an interface"))?;
-    let sys_path = format!("/sys/class/net/{dev}");
-    let read = |f: &str| std::fs::read_to_string(format!("{sys_path}/{f}"));
-    let mac_text = read("address").map_err(|_| {
+    let src_mac = netdev::mac(dev).ok_or_else(|| {
         ToolError::usage(format!(
             "no interface `{dev}` here (see `ip link`; in a namespace, run inside it)"
         ))
     })?;
-    let src_mac = parse_mac(mac_text.trim()).map_err(ToolError::runtime)?;
-    let mtu: usize = read("mtu")
-        .ok()
-        .and_then(|m| m.trim().parse().ok())
-        .unwrap_or(1500);
+    let mtu = netdev::mtu(dev).unwrap_or(1500);
     let max = mtu + 14 + if a.vlan.is_some() { 4 } else { 0 };
     if frame > max {
         return Err(ToolError::usage(format!(
@@ -98,10 +80,7 @@ pub fn check_line_rate(a: &BlastConfig, frame: f64, pps: f64) -> Result<(), Tool
             None => return Ok(()),
         },
     };
-    let speed_mbps: Option<f64> = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed"))
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|&s| s > 0.0);
+    let speed_mbps = netdev::speed_mbps(&dev);
     if let Some(mbps) = speed_mbps {
         let max = mbps * 1e6 / ((frame + 24.0) * 8.0);
         if pps > max * 1.0001 {
@@ -112,25 +91,4 @@ pub fn check_line_rate(a: &BlastConfig, frame: f64, pps: f64) -> Result<(), Tool
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn macs() {
-        assert_eq!(
-            parse_mac("02:f1:0e:00:00:0a"),
-            Ok([2, 0xf1, 0x0e, 0, 0, 0x0a])
-        );
-        for bad in [
-            "02:f1:0e:00:00",
-            "02:f1:0e:00:00:0g",
-            "02:f1:0e:00:00:",
-            "002:f1:0e:00:00:01",
-        ] {
-            assert!(parse_mac(bad).is_err(), "{bad}");
-        }
-    }
 }

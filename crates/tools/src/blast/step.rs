@@ -129,11 +129,7 @@ pub(super) fn run_step(
     // without NAPI on the peer drops them uncounted); the device's own transmit counter says.
     let dev_tx = || -> Option<u64> {
         let dev = a.dev.as_deref().filter(|_| a.mode == BlastMode::XdpLive)?;
-        std::fs::read_to_string(format!("/sys/class/net/{dev}/statistics/tx_packets"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        flowlane_io::netdev::counter(dev, "tx_packets")
     };
     let dev_tx_before = dev_tx();
     // The senders end by their quota or deadline; the session ends with them (or a stop).

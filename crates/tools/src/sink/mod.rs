@@ -139,15 +139,12 @@ pub fn run(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(SinkEvent),
 ) -> Result<SinkReport, ToolError> {
-    let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", a.dev))
-        .ok()
-        .and_then(|m| m.trim().parse().ok())
-        .ok_or_else(|| {
-            ToolError::usage(format!(
-                "no interface `{}` here (see `ip link`; in a namespace, run inside it)",
-                a.dev
-            ))
-        })?;
+    let mtu = flowlane_io::netdev::mtu(&a.dev).ok_or_else(|| {
+        ToolError::usage(format!(
+            "no interface `{}` here (see `ip link`; in a namespace, run inside it)",
+            a.dev
+        ))
+    })?;
     let ifindex =
         netdev::ifindex(&a.dev).map_err(|e| ToolError::usage(format!("{}: {e}", a.dev)))?;
     if a.count == Some(0) {

@@ -1,0 +1,86 @@
+//! What an interface says about itself in sysfs (`/sys/class/net/IF/…`, as the calling
+//! process's mount of /sys shows its network namespace): MAC, MTU, speed, counters. Read, never
+//! written; a missing interface is `None` or an error naming it, never a panic.
+
+use std::io;
+
+fn read(ifname: &str, file: &str) -> io::Result<String> {
+    if ifname.is_empty() || ifname.contains('/') || ifname.starts_with('.') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{ifname}` is not an interface name"),
+        ));
+    }
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/{file}")).map(|s| s.trim().into())
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let mut parts = s.split(':');
+    for o in m.iter_mut() {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *o = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(m)
+}
+
+/// The interface's MAC address (`None`: no such interface here).
+pub fn mac(ifname: &str) -> Option<[u8; 6]> {
+    parse_mac(&read(ifname, "address").ok()?)
+}
+
+/// The interface's MTU (`None`: no such interface here).
+pub fn mtu(ifname: &str) -> Option<usize> {
+    read(ifname, "mtu").ok()?.parse().ok()
+}
+
+/// The link speed in Mb/s, where the driver reports one (veth: 10 000; loopback: none).
+pub fn speed_mbps(ifname: &str) -> Option<f64> {
+    read(ifname, "speed")
+        .ok()?
+        .parse::<f64>()
+        .ok()
+        .filter(|&s| s > 0.0)
+}
+
+/// One of the interface's counters (`statistics/NAME`, e.g. `tx_packets`).
+pub fn counter(ifname: &str, name: &str) -> Option<u64> {
+    read(ifname, &format!("statistics/{name}"))
+        .ok()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_describes_itself() {
+        assert_eq!(mac("lo"), Some([0; 6]));
+        assert!(mtu("lo").is_some_and(|m| m >= 1280));
+        assert!(counter("lo", "rx_packets").is_some());
+        assert_eq!(mtu("fl-no-such-if"), None);
+        assert_eq!(mtu("../lo"), None, "no path tricks");
+    }
+
+    #[test]
+    fn macs() {
+        assert_eq!(
+            parse_mac("02:f1:0e:00:00:0a"),
+            Some([2, 0xf1, 0x0e, 0, 0, 0x0a])
+        );
+        for bad in [
+            "02:f1:0e:00:00",
+            "02:f1:0e:00:00:0g",
+            "02:f1:0e:00:00:",
+            "2:f1:0e:00:00:01:02",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
+}
