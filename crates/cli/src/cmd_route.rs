@@ -336,9 +336,9 @@ fn family_text(name: &str, f: &FamilyReport) -> String {
     // Whether this binary has the POPCNT baseline the lookup counts bits with (a plain
     // `cargo install` away from the repository's .cargo/config.toml does not).
     text.push_str(if f.build_popcnt {
-        "  build      x86-64-v2 baseline: POPCNT and SSE4.1 in the lookup\n"
+        "  binary     x86-64-v2 baseline: POPCNT and SSE4.1 in the lookup\n"
     } else {
-        "  build      !! without POPCNT: lookups run 1.1-1.7x slower (BENCHMARKS.md, \"Installed \
+        "  binary     !! without POPCNT: lookups run 1.1-1.7x slower (BENCHMARKS.md, \"Installed \
          builds\"); install from the repository root: cargo install --locked --path crates/cli\n"
     });
     text.push_str(&format!(
