@@ -22,6 +22,27 @@ fn summary(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).expect("JSON")
 }
 
+/// A paced run's summary: exit 0, or exit 1 whose only problem is the rate not reached — on a
+/// busy machine the sender can be woken too late to keep a rate, and says so.
+fn paced_summary(o: &Output) -> Value {
+    let j: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    match o.status.code() {
+        Some(0) => {}
+        Some(1) => {
+            let problems = j["problems"].as_array().expect("problems");
+            assert!(
+                !problems.is_empty()
+                    && problems
+                        .iter()
+                        .all(|p| p.as_str().is_some_and(|p| p.starts_with("requested"))),
+                "{j}"
+            );
+        }
+        code => panic!("exit {code:?}: {}", stderr(o)),
+    }
+    j
+}
+
 #[test]
 fn an_ipv6_target_works_with_the_default_size() {
     let Ok(sink) = UdpSocket::bind("[::1]:0") else {
@@ -47,12 +68,17 @@ fn iperf_style_short_options_and_units() {
         "blast", "--to", &to, "-t", "300ms", "-b", "2k", "-l", "100", "-P", "2", "-i", "1s", "-J",
         "--quiet",
     ]);
-    let j = summary(&o);
+    let j = paced_summary(&o);
     assert_eq!(j["frame_bytes"], 100, "{j}");
     assert_eq!(j["flows"].as_array().expect("flows").len(), 2);
     assert_eq!(j["requested_pps"], 2000.0);
+    // Stopped by the 300 ms deadline (300 s would not have ended here).
     let secs = j["duration_s"].as_f64().expect("duration");
-    assert!(secs > 0.2 && secs < 0.6, "-t 300ms: {j}");
+    assert!(secs > 0.0 && secs <= 0.35, "-t 300ms: {j}");
+    // The pacer never sends faster than asked (a loaded CPU may make it slower).
+    let sent = j["tx_packets"].as_u64().expect("sent");
+    // 2 000 pps for 0.3 s is 600, plus at most the bucket of 32 that may leave at once.
+    assert!(sent > 0 && sent <= 640, "-b 2k for 0.3 s: {j}");
     // The ports the kernel chose are reported, so a flow can be fed back into `flowlane hash`.
     for f in j["flows"].as_array().expect("flows") {
         let src: std::net::SocketAddr = f["src"].as_str().expect("src").parse().expect("addr");
@@ -111,9 +137,13 @@ fn bench_takes_the_same_rates_and_checks_its_arguments_first() {
         .output()
         .expect("runs");
     let r = summary(&o);
-    let seen = r["steps"][0]["five"]["server_seen"].as_u64().expect("seen");
-    // Half a second at 50k pps: about 25 000 (the server can miss none on loopback).
-    assert!((15_000..=26_000).contains(&seen), "{seen}: {r}");
+    assert_eq!(r["step_secs"], 0.5, "500ms");
+    let s = &r["steps"][0];
+    let seen = s["five"]["server_seen"].as_u64().expect("seen");
+    // Every datagram sent was seen (loopback), and never faster than 50k pps: half a second
+    // holds at most ~25 000 (a loaded CPU may send fewer; the rate is a ceiling).
+    assert_eq!(Some(seen), s["client_program_sent"].as_u64(), "{s}");
+    assert!(seen > 0 && seen <= 26_000, "{seen}: {r}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
