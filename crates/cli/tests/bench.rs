@@ -268,6 +268,8 @@ fn bench_with_software_rss_adds_up_and_reports() {
             .as_u64()
             .expect("software RSS counts its queue");
         let other = sent - s["client_program_sent"].as_u64().expect("sent");
+        // The frames on the link that were not bench's, as the report names them.
+        assert_eq!(s["link_other_frames"], other, "{s}");
         let lost = s["lost"].as_u64().expect("lost");
         assert!((lost..=lost + other).contains(&qdrops), "{s}");
         assert_eq!(s["lost_unexplained"], 0, "{s}");
