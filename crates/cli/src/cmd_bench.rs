@@ -299,14 +299,13 @@ pub fn run(a: BenchArgs) -> CmdResult {
     .map_err(Failure::from_tool)?;
     let jpath = a.out.join("report.json");
     let hpath = a.out.join("report.html");
-    let value = serde_json::to_value(&rep).map_err(Failure::runtime)?;
     std::fs::write(
         &jpath,
         serde_json::to_string_pretty(&rep).map_err(Failure::runtime)?,
     )
     .with_context(|| format!("writing {}", jpath.display()))
     .map_err(Failure::runtime)?;
-    std::fs::write(&hpath, report::html(&value))
+    std::fs::write(&hpath, report::html(&rep))
         .with_context(|| format!("writing {}", hpath.display()))
         .map_err(Failure::runtime)?;
     if a.json {

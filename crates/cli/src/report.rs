@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use serde_json::Value;
+use flowlane_tools::bench::{BenchReport, BenchStep};
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -109,37 +109,33 @@ fn short(v: f64) -> String {
     }
 }
 
-fn num(v: &Value) -> String {
-    match v {
-        Value::Null => "–".into(),
-        Value::String(s) => esc(s),
-        other => esc(&other.to_string()),
-    }
+/// A count, or a dash where it was not measured.
+fn opt(v: Option<u64>) -> String {
+    v.map_or("–".into(), |x| x.to_string())
 }
 
 /// The report page.
-pub fn html(r: &Value) -> String {
-    let steps = r["steps"].as_array().cloned().unwrap_or_default();
+pub fn html(r: &BenchReport) -> String {
+    let steps = &r.steps;
     let labels: Vec<String> = steps
         .iter()
-        .map(|s| format!("{} k={}", s["mode"].as_str().unwrap_or("?"), s["buckets"]))
+        .map(|s| format!("{} k={}", s.mode, s.buckets))
         .collect();
-    let series = |f: &dyn Fn(&Value) -> Option<f64>| steps.iter().map(f).collect::<Vec<_>>();
+    let series = |f: &dyn Fn(&BenchStep) -> Option<f64>| steps.iter().map(f).collect::<Vec<_>>();
     let pps_chart = bars(
         "Packets per second by active buckets",
         "Per step: what the client sent, what the server program saw, echoed, and what came back (per second of the step).",
         &labels,
         &[
-            ("sent".into(), series(&|s| s["pps"]["sent"].as_f64())),
-            ("server saw".into(), series(&|s| s["pps"]["server_seen"].as_f64())),
-            ("echoed".into(), series(&|s| s["pps"]["echoed"].as_f64())),
-            ("back".into(), series(&|s| s["pps"]["back"].as_f64())),
+            ("sent".into(), series(&|s| Some(s.pps.sent as f64))),
+            ("server saw".into(), series(&|s| Some(s.pps.server_seen as f64))),
+            ("echoed".into(), series(&|s| s.pps.echoed.map(|x| x as f64))),
+            ("back".into(), series(&|s| s.pps.back.map(|x| x as f64))),
         ],
     );
     let cpus: Vec<u64> = steps
         .iter()
-        .flat_map(|s| s["workers"].as_array().cloned().unwrap_or_default())
-        .filter_map(|w| w["cpu"].as_u64())
+        .flat_map(|s| s.workers.iter().map(|w| w.cpu))
         .fold(Vec::new(), |mut v, c| {
             if !v.contains(&c) {
                 v.push(c);
@@ -152,11 +148,10 @@ pub fn html(r: &Value) -> String {
             (
                 format!("worker cpu{c}"),
                 series(&|s| {
-                    s["workers"]
-                        .as_array()?
+                    s.workers
                         .iter()
-                        .find(|w| w["cpu"].as_u64() == Some(c))?["rx_packets"]
-                        .as_f64()
+                        .find(|w| w.cpu == c)
+                        .map(|w| w.rx_packets as f64)
                 }),
             )
         })
@@ -167,69 +162,65 @@ pub fn html(r: &Value) -> String {
         &labels,
         &worker_series,
     );
-    let lat = |q: &'static str| series(&move |s| s["latency_ns"][q].as_f64().map(|x| x / 1e3));
+    let lat = |q: fn(&flowlane_tools::Latency) -> u64| {
+        series(&move |s| s.latency_ns.as_ref().map(|l| q(l) as f64 / 1e3))
+    };
     let lat_chart = bars(
         "Round-trip latency (µs)",
         "From the echoes: p50, p99, p99.9 and max of the round trip per step (echo steps only).",
         &labels,
         &[
-            ("p50".into(), lat("p50")),
-            ("p99".into(), lat("p99")),
-            ("p99.9".into(), lat("p999")),
-            ("max".into(), lat("max")),
+            ("p50".into(), lat(|l| l.p50)),
+            ("p99".into(), lat(|l| l.p99)),
+            ("p99.9".into(), lat(|l| l.p999)),
+            ("max".into(), lat(|l| l.max)),
         ],
     );
     let mut rows = String::new();
-    for s in &steps {
-        let f = &s["five"];
-        let workers: Vec<String> = s["workers"]
-            .as_array()
-            .map(|w| {
-                w.iter()
-                    .map(|w| format!("cpu{}: {} / {}", w["cpu"], w["rx_packets"], w["expected"]))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let busy: Vec<String> = s["cpu_busy_pct"]
-            .as_array()
-            .map(|c| c.iter().map(|x| format!("{x}%")).collect())
-            .unwrap_or_default();
+    for s in steps {
+        let f = &s.five;
+        let workers: Vec<String> = s
+            .workers
+            .iter()
+            .map(|w| format!("cpu{}: {} / {}", w.cpu, w.rx_packets, w.expected))
+            .collect();
+        let busy: Vec<String> = s.cpu_busy_pct.iter().map(|x| format!("{x}%")).collect();
         let _ = write!(
             rows,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            num(&s["mode"]),
-            num(&s["buckets"]),
-            num(&f["client_sent"]),
-            num(&f["server_received"]),
-            num(&f["server_seen"]),
-            num(&f["server_echoed"]),
-            num(&f["client_back"]),
-            num(&s["pps"]["server_seen"]),
+            esc(&s.mode),
+            s.buckets,
+            opt(f.client_sent),
+            opt(f.server_received),
+            f.server_seen,
+            opt(f.server_echoed),
+            opt(f.client_back),
+            s.pps.server_seen,
             esc(&workers.join(", ")),
-            num(&s["missteered"]),
-            num(&s["socket_drops"]),
-            num(&s["queue_drops"]),
+            s.missteered,
+            s.socket_drops,
+            opt(s.queue_drops),
             esc(&busy.join(" "))
         );
     }
-    let problems: Vec<String> = r["problems"]
-        .as_array()
-        .map(|p| p.iter().map(|x| format!("<li>{}</li>", num(x))).collect())
-        .unwrap_or_default();
-    let setup = if r["rss_faithful"].as_bool() == Some(true) {
-        format!(
+    let problems: Vec<String> = r
+        .problems
+        .iter()
+        .map(|p| format!("<li>{}</li>", esc(p)))
+        .collect();
+    let setup = match &r.lab {
+        Some(lab) if r.rss_faithful => format!(
             "Lab <b>{}</b>: two network namespaces joined by a veth pair with {} queues; receive steering <b>{}</b> ({} Toeplitz, key {}…, RETA of {} entries).",
-            num(&r["lab"]["name"]),
-            num(&r["lab"]["queues"]),
-            num(&r["lab"]["steer"]),
-            num(&r["lab"]["hash"]),
-            esc(&r["lab"]["key"].as_str().unwrap_or("").chars().take(16).collect::<String>()),
-            num(&r["lab"]["reta_size"])
-        )
-    } else {
-        "<b>Loopback run (127.0.0.1): not RSS-faithful</b> — no NIC queues, no steering; the \
-         kernel processes each datagram on the sender's CPU."
-            .to_string()
+            esc(&lab.name),
+            lab.queues,
+            esc(&lab.steer),
+            esc(&lab.hash),
+            esc(&lab.key.chars().take(16).collect::<String>()),
+            lab.reta_size
+        ),
+        _ => "<b>Loopback run (127.0.0.1): not RSS-faithful</b> — no NIC queues, no steering; the \
+              kernel processes each datagram on the sender's CPU."
+            .to_string(),
     };
     format!(
         r#"<!DOCTYPE html>
@@ -247,7 +238,7 @@ figcaption {{ font-size: 12px; color: #555; }}
 <h1>flowlane bench</h1>
 <p>{setup} {cpus} CPUs, kernel {kernel}, {frame}-byte frames, {per} flows per bucket, {secs} s per step. flowlane {ver}.</p>
 <h2>What you are looking at</h2>
-<p>Step <i>k</i> sends traffic on RSS buckets 0…k−1 only: flows are chosen so that their Toeplitz hash lands on those buckets. The server runs one pinned worker per CPU. If the host scales per core, packets per second grow with <i>k</i> and each worker receives exactly what its buckets were sent (got / expected). The five numbers are the seed's accounting: frames the client's interface <b>sent</b>, the server's interface <b>received</b>, the server program <b>saw</b>, it <b>echoed</b>, and came <b>back</b> to the client; where two neighbours differ, that is where packets went missing.</p>
+<p>Step <i>k</i> sends traffic on RSS buckets 0…k−1 only: flows are chosen so that their Toeplitz hash lands on those buckets. The server runs one pinned worker per CPU. If the host scales per core, packets per second grow with <i>k</i> and each worker receives exactly what its buckets were sent (got / expected). The five numbers are the FreeBSD RSS experiment's accounting: frames the client's interface <b>sent</b>, the server's interface <b>received</b>, the server program <b>saw</b>, it <b>echoed</b>, and came <b>back</b> to the client; where two neighbours differ, that is where packets went missing.</p>
 <h2>Problems</h2>
 <ul class="problems">{problems}</ul>
 {none}
@@ -260,12 +251,12 @@ figcaption {{ font-size: 12px; color: #555; }}
 {rows}</table>
 </body></html>
 "#,
-        cpus = num(&r["host"]["cpus"]),
-        kernel = num(&r["host"]["kernel"]),
-        frame = num(&r["frame_bytes"]),
-        per = num(&r["per_bucket"]),
-        secs = num(&r["step_secs"]),
-        ver = num(&r["flowlane_version"]),
+        cpus = r.host.cpus,
+        kernel = esc(&r.host.kernel),
+        frame = r.frame_bytes,
+        per = r.per_bucket,
+        secs = r.step_secs,
+        ver = esc(&r.flowlane_version),
         problems = problems.join(""),
         none = if problems.is_empty() {
             "<p>None: every number adds up.</p>"
