@@ -49,31 +49,7 @@ fn json_of(out: &Output) -> Value {
     let err = String::from_utf8_lossy(&out.stderr);
     let j: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("blast's JSON summary ({e}): {err}"));
-    json_of_judged((out.status.code(), j))
-}
-
-/// [`json_of`]'s check on an exit code and summary (as [`blast_judged`] returns them).
-fn json_of_judged((code, j): (Option<i32>, Value)) -> Value {
-    // One step's problems, or every step's of a sweep.
-    let problems: Vec<Value> = match j["sweep"].as_array() {
-        Some(steps) => steps
-            .iter()
-            .flat_map(|s| s["problems"].as_array().expect("problems").clone())
-            .collect(),
-        None => j["problems"].as_array().expect("problems").clone(),
-    };
-    match code {
-        Some(0) => assert!(problems.is_empty(), "{j}"),
-        Some(1) => assert!(
-            !problems.is_empty()
-                && problems
-                    .iter()
-                    .all(|p| p.as_str().is_some_and(|p| p.starts_with("requested"))),
-            "blast failed: {j}"
-        ),
-        other => panic!("blast exit {other:?}: {j}"),
-    }
-    j
+    common::blast_judged_ok(out.status.code(), j)
 }
 
 /// Runs blast in the generator namespace with `args` (+ --json --quiet).
@@ -247,7 +223,8 @@ fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
         ];
         blast_judged(&p, &args)
     };
-    let j = json_of_judged(run("1.5"));
+    let (code, j) = run("1.5");
+    let j = common::blast_judged_ok(code, j);
     // The same 1 % against a tighter bound fails the run.
     let (code, strict) = run("0.5");
     let _ = srv.kill();

@@ -252,7 +252,9 @@ fn bench_reports_every_mode_and_checks_every_lookup() {
     // is one, so wherever the kernel honours that advice (the condition the allocator's
     // own test uses), some of the process is on them, as smaps_rollup counts it.
     let huge = v["ipv4"]["process_huge_page_bytes"].as_u64();
-    if flowlane_io::huge::Thp::read().is_some_and(|t| t.advice_is_honoured()) {
+    let honoured = flowlane_io::huge::Thp::read().is_some_and(|t| t.advice_is_honoured());
+    assert_eq!(v["ipv4"]["thp_advice_honoured"], honoured, "{}", v["ipv4"]);
+    if honoured {
         assert!(
             huge.expect("smaps_rollup is readable") >= 2 << 20,
             "{huge:?}"

@@ -70,3 +70,14 @@ impl ToolError {
         self
     }
 }
+
+/// A configuration's seconds as a duration: positive and at most 100 years, else a usage error
+/// naming `what` (one check for every role).
+pub(crate) fn seconds(what: &str, v: f64) -> Result<std::time::Duration, ToolError> {
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(d) if v > 0.0 && d <= std::time::Duration::from_secs(100 * 365 * 86_400) => Ok(d),
+        _ => Err(ToolError::usage(format!(
+            "the {what} must be a positive number of seconds (at most 100 years), not {v:?}"
+        ))),
+    }
+}

@@ -18,5 +18,6 @@ pub mod route;
 pub mod serve;
 pub mod sink;
 
+pub(crate) use error::seconds;
 pub use error::{Cause, ErrorKind, ToolError};
 pub use report::{Latency, WorkerError};

@@ -160,9 +160,12 @@ pub(super) fn step(
     let server_stop = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = mpsc::channel();
     let srv = std::thread::scope(|s| -> Result<_, ToolError> {
-        let server = s.spawn(|| {
-            inside(dut, || {
-                serve::run(&scfg, &server_stop, &mut |e| {
+        let (scfg, server_stop) = (&scfg, &server_stop);
+        // The sender moves into the server's thread: when the server ends without starting
+        // (a busy port), the channel closes and the wait below ends with it.
+        let server = s.spawn(move || {
+            inside(dut, move || {
+                serve::run(scfg, server_stop, &mut |e| {
                     if let ServeEvent::Started(_) = e {
                         let _ = started_tx.send(());
                     }
@@ -409,5 +412,51 @@ fn account(
         cpu_busy_pct: busy,
         latency_ns: if echo { b.latency_ns.clone() } else { None },
         problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{BenchMode, BenchTarget};
+    use crate::Cause;
+
+    /// A step whose server cannot bind (another socket holds the port) ends with that error,
+    /// naming the cause — it must not wait for a start that never comes.
+    #[test]
+    fn a_server_that_cannot_start_ends_the_step_with_its_cause() {
+        let holder = std::net::UdpSocket::bind("127.0.0.1:0").expect("hold a port");
+        let to = holder.local_addr().expect("addr").to_string();
+        let cpu = flowlane_io::os::current_cpu().unwrap_or(0);
+        let cfg = BenchConfig {
+            target: BenchTarget::Loopback {
+                key: flowlane_rss::Key::MICROSOFT.to_hex(),
+            },
+            buckets: Some((1, 1)),
+            mode: BenchMode::Sink,
+            frame_bytes: 60,
+            step_secs: 0.2,
+            per_bucket: 1,
+            rate: None,
+            cpus: vec![cpu],
+        };
+        let t = Target {
+            lab: None,
+            to,
+            cpus: vec![cpu],
+            buckets: 1,
+            key: flowlane_rss::Key::MICROSOFT.to_hex(),
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let stop = Arc::new(AtomicBool::new(false));
+            let _ = tx.send(step(&cfg, &t, 1, false, &stop));
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the step ends instead of waiting forever");
+        let e = r.expect_err("the port is taken");
+        assert!(matches!(e.cause, Some(Cause::AddrInUse(_))), "{e:?}");
+        drop(holder);
     }
 }

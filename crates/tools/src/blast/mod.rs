@@ -16,7 +16,6 @@ mod step;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use flowlane_wire::frame::headers_len;
 use flowlane_wire::HEADER_LEN;
@@ -120,9 +119,12 @@ pub fn run(
         ));
     }
     let steps = steps(a, hdrs, v6)?;
-    let duration = a.duration_s.map(|d| secs("duration", d)).transpose()?;
-    let interval = secs("interval", a.interval_s)?;
-    let linger = secs("linger", a.linger_s)?;
+    let duration = a
+        .duration_s
+        .map(|d| crate::seconds("duration", d))
+        .transpose()?;
+    let interval = crate::seconds("interval", a.interval_s)?;
+    let linger = crate::seconds("linger", a.linger_s)?;
     if a.count == Some(0) {
         return Err(ToolError::usage("--count must be at least 1"));
     }
@@ -180,16 +182,6 @@ pub fn run(
     })
 }
 
-/// A positive, representable number of seconds.
-fn secs(what: &str, v: f64) -> Result<Duration, ToolError> {
-    match Duration::try_from_secs_f64(v) {
-        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
-        _ => Err(ToolError::usage(format!(
-            "the {what} must be a positive number of seconds (at most 100 years), not {v:?}"
-        ))),
-    }
-}
-
 /// The steps of a run: each a cycle of frame sizes (FCS excluded) — one size, an IMIX
 /// sequence, or one step per size of a sweep.
 fn steps(a: &BlastConfig, hdrs: usize, v6: bool) -> Result<Vec<Vec<usize>>, ToolError> {
@@ -232,6 +224,8 @@ fn steps(a: &BlastConfig, hdrs: usize, v6: bool) -> Result<Vec<Vec<usize>>, Tool
 #[cfg(test)]
 mod tests {
     use std::net::UdpSocket;
+
+    use std::time::Duration;
 
     use super::*;
 

@@ -10,7 +10,6 @@ mod report;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
 use flowlane_io::SysError;
@@ -74,10 +73,10 @@ pub fn run(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ServeEvent),
 ) -> Result<ServeReport, ToolError> {
-    let interval = positive_secs("interval", cfg.interval_s)?;
+    let interval = crate::seconds("interval", cfg.interval_s)?;
     let duration = cfg
         .duration_s
-        .map(|d| positive_secs("duration", d))
+        .map(|d| crate::seconds("duration", d))
         .transpose()?;
     if cfg.bind.port() == 0 {
         return Err(ToolError::usage(format!(
@@ -171,16 +170,6 @@ pub fn run(
             .map(|(worker, error)| WorkerError { worker, error })
             .collect(),
     })
-}
-
-/// A positive, representable number of seconds.
-fn positive_secs(what: &str, v: f64) -> Result<Duration, ToolError> {
-    match Duration::try_from_secs_f64(v) {
-        Ok(d) if v > 0.0 && d <= Duration::from_secs(100 * 365 * 86_400) => Ok(d),
-        _ => Err(ToolError::usage(format!(
-            "the {what} must be a positive number of seconds (at most 100 years), not {v:?}"
-        ))),
-    }
 }
 
 /// The workers, bound and waiting for `go`, with what start-up learned.
@@ -371,6 +360,8 @@ fn start_error(e: StartError<GroupError>) -> ToolError {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// A whole run on loopback, in process: datagrams sent are counted, echoed back, and the

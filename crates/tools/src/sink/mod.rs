@@ -5,7 +5,6 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use flowlane_io::{frame, netdev, os, SysError};
 use flowlane_runtime::sink::{SinkReport as Book, SinkStop, SinkWorker};
@@ -150,14 +149,7 @@ pub fn run(
     if a.count == Some(0) {
         return Err(ToolError::usage("--count must be at least 1"));
     }
-    let secs = |what: &str, v: f64| -> Result<Duration, ToolError> {
-        Duration::try_from_secs_f64(v)
-            .ok()
-            .filter(|_| v > 0.0)
-            .ok_or_else(|| {
-                ToolError::usage(format!("the {what} must be a positive number of seconds"))
-            })
-    };
+    let secs = crate::seconds;
     let duration = a.duration_s.map(|d| secs("duration", d)).transpose()?;
     let idle = a.idle_s.map(|d| secs("idle time", d)).transpose()?;
     let interval = secs("interval", a.interval_s)?;
