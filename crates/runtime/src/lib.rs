@@ -7,12 +7,13 @@
 //! `SO_REUSEPORT` group's index is its bind order), then wait until [`Runtime::go`]. The loop
 //! is NAPI-style: poll up to `budget` packets; a full round polls again at once; a short round
 //! sleeps on readiness with a timeout, so a stop request is noticed within `wait_ms`.
-//! Counters are per worker, cache-line aligned, written only by their worker and read by the
-//! control thread.
+//! Counters are per worker and per role (see [`counters`]), cache-line aligned, written only by
+//! their worker and read by the control thread.
 
 #![forbid(unsafe_code)]
 
 pub mod blast;
+pub mod counters;
 pub mod cpus;
 pub mod flowbook;
 pub mod pace;
@@ -20,136 +21,35 @@ pub mod serve;
 pub mod session;
 pub mod sink;
 
+pub use counters::{
+    bump, set, Counters, LoopSnapshot, LoopStats, Snapshot, WorkerCounters, WorkerSnapshot,
+};
 pub use flowbook::{FlowBook, Recorded};
 pub use session::{SessionEnd, StopRule, Tick};
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// Declares the per-worker counters once: the atomic [`WorkerStats`], its plain copy
-/// [`Snapshot`], and the field-wise arithmetic, so a new counter is one line.
-macro_rules! counters {
-    ($($(#[$doc:meta])* $name:ident,)*) => {
-        /// One worker's counters. Only its worker writes (plain load + store, no locked RMW);
-        /// any thread may read.
-        #[derive(Debug, Default)]
-        #[repr(align(64))]
-        pub struct WorkerStats {
-            $($(#[$doc])* pub $name: AtomicU64,)*
-        }
-
-        /// A plain copy of [`WorkerStats`].
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-        pub struct Snapshot {
-            $($(#[$doc])* pub $name: u64,)*
-        }
-
-        impl WorkerStats {
-            /// Reads every counter.
-            pub fn snapshot(&self) -> Snapshot {
-                Snapshot { $($name: self.$name.load(Ordering::Relaxed),)* }
-            }
-        }
-
-        impl Snapshot {
-            /// Field-wise `self - earlier` (saturating).
-            pub fn since(&self, e: &Snapshot) -> Snapshot {
-                Snapshot { $($name: self.$name.saturating_sub(e.$name),)* }
-            }
-
-            /// Field-wise sum.
-            pub fn plus(&self, o: &Snapshot) -> Snapshot {
-                Snapshot { $($name: self.$name.wrapping_add(o.$name),)* }
-            }
-        }
-    };
-}
-
-counters! {
-    /// Datagrams received.
-    rx_packets,
-    /// Payload bytes received.
-    rx_bytes,
-    /// Datagrams sent (echoed).
-    tx_packets,
-    /// Payload bytes sent.
-    tx_bytes,
-    /// Datagrams that could not be sent (socket send buffer full, or an error).
-    tx_failed,
-    /// Datagrams the kernel dropped because this socket's receive buffer was full
-    /// (the socket's `sk_drops`, read with SO_MEMINFO; cumulative since it was opened).
-    socket_drops,
-    /// Datagrams longer than the receive buffer (MSG_TRUNC), or frames longer than a ring slot.
-    truncated,
-    /// Frames that do not parse (a header cut short or inconsistent) or fail their UDP
-    /// checksum.
-    malformed,
-    /// Received datagrams without a valid flowlane header, or of a flow this worker does not
-    /// own (echoes from something else).
-    foreign,
-    /// Sends the kernel took only partly or not at all (socket buffer or ring full).
-    tx_full,
-    /// ICMP errors reported on sends (e.g. port unreachable: nothing listens at the
-    /// destination), or batches cut short by one; the unsent rest is retried at once.
-    icmp_errors,
-    /// Datagrams this worker's socket got that the kernel processed on another CPU
-    /// (eBPF detector; includes ones then dropped for a full buffer).
-    missteered,
-    /// Receives that held several datagrams coalesced by UDP_GRO.
-    gro_receives,
-    /// Sends of several datagrams as GSO segments (UDP_SEGMENT).
-    gso_sends,
-    /// Poll rounds.
-    rounds,
-    /// Rounds that used the whole budget.
-    full_rounds,
-    /// Rounds that received at least one packet.
-    busy_rounds,
-    /// Times the worker slept on readiness.
-    sleeps,
-}
-
-/// Adds to a counter that only the calling worker writes.
-#[inline]
-pub fn bump(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
-
-/// Sets a counter that only the calling worker writes.
-#[inline]
-pub fn set(c: &AtomicU64, v: u64) {
-    c.store(v, Ordering::Relaxed);
-}
-
-impl Snapshot {
-    /// Average packets per round that received anything (how full batches are).
-    pub fn batch_fill(&self) -> f64 {
-        if self.busy_rounds == 0 {
-            0.0
-        } else {
-            self.rx_packets as f64 / self.busy_rounds as f64
-        }
-    }
-}
-
 /// What a worker does each round.
 pub trait Poll: Send + 'static {
+    /// The role's counters (the loop's own are kept beside them by the runtime).
+    type Stats: Counters;
     /// Handles up to `budget` packets, updating `stats`; returns how many it handled.
-    fn poll(&mut self, budget: usize, stats: &WorkerStats) -> Result<usize, String>;
+    fn poll(&mut self, budget: usize, stats: &Self::Stats) -> Result<usize, String>;
     /// Blocks until work may be waiting or `timeout_ms` passes.
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String>;
     /// Called before each sleep and once when the loop ends: a place for bookkeeping too
     /// costly for every round (e.g. reading a kernel counter with a system call).
-    fn idle(&mut self, _stats: &WorkerStats) {}
+    fn idle(&mut self, _stats: &Self::Stats) {}
     /// True when the worker has finished its job (e.g. a sender that sent its count); its loop
     /// then ends without a stop request.
     fn done(&self) -> bool {
         false
     }
     /// Called once when the loop has ended, after the last `idle`: hand results over.
-    fn finish(&mut self, _stats: &WorkerStats) {}
+    fn finish(&mut self, _stats: &Self::Stats) {}
 }
 
 /// Runtime settings.
@@ -215,18 +115,18 @@ impl Gate {
     }
 }
 
-/// Running workers.
+/// Running workers of one role, whose counters are `S`.
 #[derive(Debug)]
-pub struct Runtime {
+pub struct Runtime<S: Counters> {
     handles: Vec<JoinHandle<()>>,
-    stats: Vec<Arc<WorkerStats>>,
+    stats: Vec<Arc<WorkerCounters<S>>>,
     stop: Arc<AtomicBool>,
     go: Arc<Gate>,
     errors: Arc<Mutex<Vec<(usize, String)>>>,
     started: bool,
 }
 
-impl Runtime {
+impl<S: Counters> Runtime<S> {
     /// Spawns one pinned worker per CPU. Worker `i` pins itself, then (in index order) calls
     /// `make(i, cpu)` to open what it owns, then waits for [`Runtime::go`]. Returns once every
     /// worker is initialised, or the first initialisation error (all workers are then stopped).
@@ -234,9 +134,9 @@ impl Runtime {
         cfg: &Config,
         stop: Arc<AtomicBool>,
         make: F,
-    ) -> Result<Runtime, StartError<E>>
+    ) -> Result<Runtime<S>, StartError<E>>
     where
-        P: Poll,
+        P: Poll<Stats = S>,
         E: Send + 'static,
         F: Fn(usize, usize) -> Result<P, E> + Send + Sync + 'static,
     {
@@ -249,7 +149,7 @@ impl Runtime {
         let mut handles = Vec::with_capacity(n);
         let mut stats = Vec::with_capacity(n);
         for (idx, &cpu) in cfg.cpus.iter().enumerate() {
-            let st = Arc::new(WorkerStats::default());
+            let st = Arc::new(WorkerCounters::<S>::default());
             stats.push(st.clone());
             let (make, turn, go, stop, errors, ready) = (
                 make.clone(),
@@ -347,7 +247,7 @@ impl Runtime {
     }
 
     /// Per-worker counters, in worker order.
-    pub fn stats(&self) -> &[Arc<WorkerStats>] {
+    pub fn stats(&self) -> &[Arc<WorkerCounters<S>>] {
         &self.stats
     }
 
@@ -376,7 +276,7 @@ impl Runtime {
     }
 }
 
-impl Drop for Runtime {
+impl<S: Counters> Drop for Runtime<S> {
     fn drop(&mut self) {
         self.join();
     }
@@ -384,7 +284,7 @@ impl Drop for Runtime {
 
 fn run_loop<P: Poll>(
     p: &mut P,
-    st: &WorkerStats,
+    counters: &WorkerCounters<P::Stats>,
     stop: &AtomicBool,
     budget: usize,
     wait_ms: i32,
@@ -397,18 +297,19 @@ fn run_loop<P: Poll>(
         }
         stop.store(true, Ordering::Relaxed);
     };
+    let (lp, st) = (&counters.looped, &counters.role);
     while !stop.load(Ordering::Relaxed) && !p.done() {
-        bump(&st.rounds, 1);
+        bump(&lp.rounds, 1);
         match p.poll(budget, st) {
             Ok(n) if n >= budget => {
-                bump(&st.full_rounds, 1);
-                bump(&st.busy_rounds, 1);
+                bump(&lp.full_rounds, 1);
+                bump(&lp.busy_rounds, 1);
             }
             Ok(n) => {
                 if n > 0 {
-                    bump(&st.busy_rounds, 1);
+                    bump(&lp.busy_rounds, 1);
                 }
-                bump(&st.sleeps, 1);
+                bump(&lp.sleeps, 1);
                 p.idle(st);
                 if let Err(e) = p.wait(wait_ms) {
                     return fail(e);
@@ -434,8 +335,17 @@ mod tests {
         left: usize,
     }
 
+    counters! {
+        /// What [`Fake`] counts.
+        pub(crate) struct FakeStats => FakeSnap {
+            /// "Packets" handled.
+            rx_packets,
+        }
+    }
+
     impl Poll for Fake {
-        fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+        type Stats = FakeStats;
+        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
             let n = self.left.min(budget);
             self.left -= n;
             bump(&st.rx_packets, n as u64);
@@ -478,7 +388,7 @@ mod tests {
         while rt
             .stats()
             .iter()
-            .map(|s| s.snapshot().rx_packets)
+            .map(|s| s.snapshot().role.rx_packets)
             .sum::<u64>()
             < 1000 * cpus.len() as u64
             && std::time::Instant::now() < deadline
@@ -488,10 +398,11 @@ mod tests {
         rt.join();
         for s in rt.stats() {
             let s = s.snapshot();
-            assert_eq!(s.rx_packets, 1000);
+            assert_eq!(s.role.rx_packets, 1000);
             // 1000 = 15 full rounds of 64 + one of 40.
-            assert_eq!(s.full_rounds, 15);
-            assert!(s.sleeps >= 1);
+            assert_eq!(s.looped.full_rounds, 15);
+            assert_eq!(s.looped.busy_rounds, 16);
+            assert!(s.looped.sleeps >= 1);
         }
         assert!(rt.errors().is_empty());
     }

@@ -8,7 +8,47 @@ use std::sync::{Arc, Mutex};
 use flowlane_io::socket::{self, MmsgBatch};
 use flowlane_io::udp::MissteerDetector;
 
-use crate::{bump, set, Poll, WorkerStats};
+use crate::{bump, counters, set, Poll};
+
+counters! {
+    /// What a serve worker counts.
+    pub struct ServeStats => ServeSnapshot {
+        /// Datagrams received.
+        rx_packets,
+        /// Payload bytes received.
+        rx_bytes,
+        /// Datagrams sent back (echo mode).
+        tx_packets,
+        /// Payload bytes sent back.
+        tx_bytes,
+        /// Echoes that could not be sent (socket send buffer full, or an error).
+        tx_failed,
+        /// Datagrams the kernel dropped because this socket's receive buffer was full (the
+        /// socket's `sk_drops`, read with SO_MEMINFO; cumulative since it was opened).
+        socket_drops,
+        /// Datagrams longer than the receive buffer (MSG_TRUNC).
+        truncated,
+        /// Datagrams this worker's socket got that the kernel processed on another CPU (eBPF
+        /// detector; includes ones then dropped for a full buffer).
+        missteered,
+        /// Receives that held several datagrams coalesced by UDP_GRO.
+        gro_receives,
+        /// Sends of several datagrams as GSO segments (UDP_SEGMENT).
+        gso_sends,
+    }
+}
+
+impl ServeSnapshot {
+    /// Average datagrams per round that received anything (how full batches are), given the
+    /// loop's busy rounds.
+    pub fn batch_fill(&self, busy_rounds: u64) -> f64 {
+        if busy_rounds == 0 {
+            0.0
+        } else {
+            self.rx_packets as f64 / busy_rounds as f64
+        }
+    }
+}
 
 /// What the server does with a datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +139,9 @@ impl ServeWorker {
 }
 
 impl Poll for ServeWorker {
-    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+    type Stats = ServeStats;
+
+    fn poll(&mut self, budget: usize, st: &ServeStats) -> Result<usize, String> {
         let mut done = 0;
         // A budget above the batch size takes several receives.
         while done < budget {
@@ -166,7 +208,7 @@ impl Poll for ServeWorker {
         Ok(done)
     }
 
-    fn idle(&mut self, st: &WorkerStats) {
+    fn idle(&mut self, st: &ServeStats) {
         // The kernel's drop counter for this socket, read with a system call: before each
         // sleep, every 256 rounds, and at the end.
         if let Ok(d) = socket::socket_drops(&self.sock) {
@@ -177,7 +219,7 @@ impl Poll for ServeWorker {
         }
     }
 
-    fn finish(&mut self, _st: &WorkerStats) {
+    fn finish(&mut self, _st: &ServeStats) {
         if let Some((counts, out)) = self.sources.take() {
             if let Ok(mut g) = out.lock() {
                 *g = Some(counts);

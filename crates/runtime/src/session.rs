@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Runtime, Snapshot};
+use crate::counters::{sum, Counters, Snapshot, WorkerSnapshot};
+use crate::Runtime;
 
 /// When a session ends, besides every worker having finished (or one having failed, which
 /// stops them all).
@@ -21,57 +22,51 @@ pub struct StopRule {
 
 /// The counters at one status tick.
 #[derive(Debug, Clone, Copy)]
-pub struct Tick<'a> {
+pub struct Tick<'a, T> {
     /// Since `go`.
     pub elapsed: Duration,
     /// Since the last tick (or `go`).
     pub interval: Duration,
     /// Each worker's counters over the interval.
-    pub deltas: &'a [Snapshot],
+    pub deltas: &'a [WorkerSnapshot<T>],
     /// Each worker's counters since the start.
-    pub totals: &'a [Snapshot],
+    pub totals: &'a [WorkerSnapshot<T>],
 }
 
-impl Tick<'_> {
+impl<T: Snapshot> Tick<'_, T> {
     /// All workers' counters over the interval.
-    pub fn delta(&self) -> Snapshot {
-        self.deltas
-            .iter()
-            .fold(Snapshot::default(), |t, s| t.plus(s))
+    pub fn delta(&self) -> WorkerSnapshot<T> {
+        sum(self.deltas)
     }
 
     /// All workers' counters since the start.
-    pub fn total(&self) -> Snapshot {
-        self.totals
-            .iter()
-            .fold(Snapshot::default(), |t, s| t.plus(s))
+    pub fn total(&self) -> WorkerSnapshot<T> {
+        sum(self.totals)
     }
 }
 
 /// How a session ended.
 #[derive(Debug, Clone)]
-pub struct SessionEnd {
+pub struct SessionEnd<T> {
     /// From `go` to the end of the last worker's loop.
     pub elapsed: Duration,
     /// Each worker's final counters.
-    pub finals: Vec<Snapshot>,
+    pub finals: Vec<WorkerSnapshot<T>>,
     /// Errors workers stopped on: (worker index, message).
     pub errors: Vec<(usize, String)>,
 }
 
-impl SessionEnd {
+impl<T: Snapshot> SessionEnd<T> {
     /// All workers' final counters.
-    pub fn total(&self) -> Snapshot {
-        self.finals
-            .iter()
-            .fold(Snapshot::default(), |t, s| t.plus(s))
+    pub fn total(&self) -> WorkerSnapshot<T> {
+        sum(&self.finals)
     }
 }
 
 /// How often the control thread looks at the rule and the clock.
 const CHECK: Duration = Duration::from_millis(10);
 
-impl Runtime {
+impl<S: Counters> Runtime<S> {
     /// Runs the session: lets the workers go, calls `on_tick` every `interval` (not at all
     /// when `interval` is `None`), and ends when every worker has finished, a worker failed,
     /// the stop rule holds, or the deadline has passed; then joins the workers.
@@ -79,10 +74,11 @@ impl Runtime {
         &mut self,
         interval: Option<Duration>,
         rule: &StopRule,
-        on_tick: &mut dyn FnMut(&Tick<'_>),
-    ) -> SessionEnd {
-        let snap =
-            |rt: &Runtime| -> Vec<Snapshot> { rt.stats().iter().map(|s| s.snapshot()).collect() };
+        on_tick: &mut dyn FnMut(&Tick<'_, S::Snapshot>),
+    ) -> SessionEnd<S::Snapshot> {
+        let snap = |rt: &Runtime<S>| -> Vec<WorkerSnapshot<S::Snapshot>> {
+            rt.stats().iter().map(|s| s.snapshot()).collect()
+        };
         self.go();
         let start = Instant::now();
         let deadline = rule.deadline.and_then(|d| start.checked_add(d));
@@ -101,7 +97,7 @@ impl Runtime {
             if let (Some(n), Some(i)) = (next, interval) {
                 if now >= n {
                     let cur = snap(self);
-                    let deltas: Vec<Snapshot> =
+                    let deltas: Vec<WorkerSnapshot<S::Snapshot>> =
                         cur.iter().zip(&prev).map(|(c, p)| c.since(p)).collect();
                     on_tick(&Tick {
                         elapsed: now.duration_since(start),
@@ -128,13 +124,22 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{bump, Config, Poll, WorkerStats};
+    use crate::{bump, counters, Config, Poll};
 
     /// Counts `n` packets, one per poll, then is done.
     struct Counter(u64);
 
+    counters! {
+        /// What [`Counter`] counts.
+        struct CounterStats => CounterSnap {
+            /// "Packets" handled.
+            rx_packets,
+        }
+    }
+
     impl Poll for Counter {
-        fn poll(&mut self, _budget: usize, st: &WorkerStats) -> Result<usize, String> {
+        type Stats = CounterStats;
+        fn poll(&mut self, _budget: usize, st: &CounterStats) -> Result<usize, String> {
             if self.0 == 0 {
                 return Ok(0);
             }
@@ -151,7 +156,7 @@ mod tests {
         }
     }
 
-    fn start(n: u64) -> Runtime {
+    fn start(n: u64) -> Runtime<CounterStats> {
         let cpu = flowlane_io::os::current_cpu().unwrap_or(0);
         Runtime::start(
             &Config {
@@ -174,10 +179,10 @@ mod tests {
         };
         let mut ticked = 0;
         let end = rt.session(Some(Duration::from_millis(20)), &rule, &mut |t| {
-            ticked += t.delta().rx_packets;
-            assert!(t.total().rx_packets >= ticked);
+            ticked += t.delta().role.rx_packets;
+            assert!(t.total().role.rx_packets >= ticked);
         });
-        assert_eq!(end.total().rx_packets, 500);
+        assert_eq!(end.total().role.rx_packets, 500);
         assert!(ticked <= 500);
         assert!(end.errors.is_empty());
         assert!(
@@ -195,7 +200,7 @@ mod tests {
         };
         let end = rt.session(None, &rule, &mut |_| panic!("no interval, no tick"));
         assert!(end.elapsed >= Duration::from_millis(100));
-        assert!(end.total().rx_packets > 0);
+        assert!(end.total().role.rx_packets > 0);
         let mut rt = start(u64::MAX);
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();

@@ -15,7 +15,25 @@ use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
 
-use crate::{bump, FlowBook, Poll, Recorded, WorkerStats};
+use crate::{bump, counters, FlowBook, Poll, Recorded};
+
+counters! {
+    /// What a sink worker counts as it goes (the per-flow book is handed over at the end).
+    pub struct SinkStats => SinkSnapshot {
+        /// Frames read from the ring.
+        rx_packets,
+        /// Their bytes.
+        rx_bytes,
+        /// Frames the kernel dropped because the ring was full (`tp_drops`).
+        ring_drops,
+        /// Frames longer than a ring slot.
+        truncated,
+        /// Frames that do not parse or fail their UDP checksum.
+        malformed,
+        /// UDP frames without a flowlane header, or for another port.
+        foreign,
+    }
+}
 
 /// How far a frame's checksum can be trusted, as the ring reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,7 +261,9 @@ impl<R: FrameRx> SinkWorker<R> {
 }
 
 impl<R: FrameRx> Poll for SinkWorker<R> {
-    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+    type Stats = SinkStats;
+
+    fn poll(&mut self, budget: usize, st: &SinkStats) -> Result<usize, String> {
         let now = os::monotonic_ns();
         let mut n = 0;
         let (mut bytes, mut foreign, mut malformed, mut truncated) = (0u64, 0u64, 0u64, 0u64);
@@ -304,10 +324,10 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
             .map_err(|e| e.to_string())
     }
 
-    fn idle(&mut self, st: &WorkerStats) {
+    fn idle(&mut self, st: &SinkStats) {
         if let Ok(d) = self.ring.take_drops() {
             self.ring_drops += d;
-            crate::set(&st.socket_drops, self.ring_drops);
+            crate::set(&st.ring_drops, self.ring_drops);
         }
         self.check_done(os::monotonic_ns());
     }
@@ -316,7 +336,7 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
         self.finished
     }
 
-    fn finish(&mut self, _st: &WorkerStats) {
+    fn finish(&mut self, _st: &SinkStats) {
         if let Ok(mut g) = self.report.lock() {
             *g = Some(SinkReport {
                 book: self.book.clone(),

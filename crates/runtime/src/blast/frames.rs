@@ -7,8 +7,9 @@ use flowlane_io::frame::{self, FrameTx};
 use flowlane_io::{os, SysError};
 use flowlane_wire::FlowHeader;
 
+use super::BlastStats;
 use super::{BlastError, BlastJob, BlastReport, TxBook};
-use crate::{Poll, WorkerStats};
+use crate::Poll;
 
 /// Where raw frames go and how they are addressed.
 #[derive(Debug, Clone)]
@@ -106,7 +107,9 @@ impl<T: FrameTx> RawBlaster<T> {
 }
 
 impl<T: FrameTx> Poll for RawBlaster<T> {
-    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+    type Stats = BlastStats;
+
+    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
         let now = os::monotonic_ns();
         if self.book.over(now) {
             // Hand every queued frame to the driver before finishing (bounded: 1 s).
@@ -166,10 +169,10 @@ impl<T: FrameTx> Poll for RawBlaster<T> {
         self.finished
     }
 
-    fn finish(&mut self, st: &WorkerStats) {
+    fn finish(&mut self, st: &BlastStats) {
         let refused = self.ring.refused();
         if refused > 0 {
-            crate::set(&st.tx_failed, refused);
+            crate::set(&st.ring_refused, refused);
         }
         self.book
             .publish(&self.report, &self.job.flows, &self.seq, None, None);

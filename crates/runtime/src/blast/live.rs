@@ -6,8 +6,9 @@ use flowlane_io::os;
 
 use flowlane_wire::{FlowHeader, HEADER_LEN};
 
+use super::BlastStats;
 use super::{BlastError, BlastJob, BlastReport, RawLink, TxBook};
-use crate::{Poll, WorkerStats};
+use crate::Poll;
 
 /// How long one live-frames run should last. Each `BPF_PROG_TEST_RUN` call costs about 20 ms
 /// of set-up and tear-down whatever its length (measured on the development VM: one frame or
@@ -146,7 +147,9 @@ impl LiveBlaster {
 }
 
 impl Poll for LiveBlaster {
-    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+    type Stats = BlastStats;
+
+    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
         let start = os::monotonic_ns();
         if self.book.over(start) {
             self.finished = true;
@@ -196,7 +199,7 @@ impl Poll for LiveBlaster {
         self.finished
     }
 
-    fn finish(&mut self, _st: &WorkerStats) {
+    fn finish(&mut self, _st: &BlastStats) {
         // Frame n went to flow n % flows: the per-flow counts follow from the total.
         let total = self.counter.get(0);
         let nflows = self.job.flows.len() as u64;

@@ -30,7 +30,33 @@ pub use live::LiveBlaster;
 pub use udp::UdpBlaster;
 
 use crate::pace::Pacer;
-use crate::{bump, Poll, WorkerStats};
+use crate::{bump, counters, Poll};
+
+counters! {
+    /// What a sender counts.
+    pub struct BlastStats => BlastSnapshot {
+        /// Datagrams (or frames) sent.
+        tx_packets,
+        /// Their bytes (UDP payload for sockets, whole frames for rings).
+        tx_bytes,
+        /// Sends the kernel took only partly or not at all (socket buffer or ring full).
+        tx_full,
+        /// Frames the ring handed back as refused by the device.
+        ring_refused,
+        /// ICMP errors reported on sends (e.g. port unreachable: nothing listens at the
+        /// destination), or batches cut short by one; the unsent rest is retried at once.
+        icmp_errors,
+        /// Echoes received (echo mode).
+        rx_packets,
+        /// Their payload bytes.
+        rx_bytes,
+        /// Received datagrams without a valid flowlane header, or of a flow this worker does
+        /// not own.
+        foreign,
+        /// Echoes the kernel dropped because this sender's receive buffer was full.
+        echo_socket_drops,
+    }
+}
 
 /// One flow: a source this worker binds and the destination it sends to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +189,7 @@ impl TxBook {
     }
 
     /// Records `sent` of `asked` datagrams (`bytes` in all) leaving at `now`.
-    fn record(&mut self, st: &WorkerStats, now: u64, asked: usize, sent: usize, bytes: usize) {
+    fn record(&mut self, st: &BlastStats, now: u64, asked: usize, sent: usize, bytes: usize) {
         if sent > 0 {
             if self.sent == 0 {
                 self.first_tx = now;
@@ -264,7 +290,9 @@ pub enum Sender {
 }
 
 impl Poll for Sender {
-    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+    type Stats = BlastStats;
+
+    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
         match self {
             Sender::Udp(s) => s.poll(budget, st),
             Sender::Raw(s) => s.poll(budget, st),
@@ -280,7 +308,7 @@ impl Poll for Sender {
             Sender::Live(s) => s.wait(timeout_ms),
         }
     }
-    fn idle(&mut self, st: &WorkerStats) {
+    fn idle(&mut self, st: &BlastStats) {
         match self {
             Sender::Udp(s) => s.idle(st),
             Sender::Raw(s) => s.idle(st),
@@ -296,7 +324,7 @@ impl Poll for Sender {
             Sender::Live(s) => s.done(),
         }
     }
-    fn finish(&mut self, st: &WorkerStats) {
+    fn finish(&mut self, st: &BlastStats) {
         match self {
             Sender::Udp(s) => s.finish(st),
             Sender::Raw(s) => s.finish(st),

@@ -9,8 +9,9 @@ use flowlane_io::socket::{self, MmsgBatch, SendBatch};
 use flowlane_io::{os, SysError};
 use flowlane_wire::{FlowHeader, HEADER_LEN};
 
+use super::BlastStats;
 use super::{icmp_error, pause, BlastError, BlastJob, BlastReport, TxBook};
-use crate::{bump, FlowBook, Poll, Recorded, WorkerStats};
+use crate::{bump, FlowBook, Poll, Recorded};
 
 /// A sending worker.
 #[derive(Debug)]
@@ -145,7 +146,7 @@ impl UdpBlaster {
     }
 
     /// Reads echoes waiting on flow `i`'s socket.
-    fn drain(&mut self, i: usize, st: &WorkerStats) -> Result<usize, String> {
+    fn drain(&mut self, i: usize, st: &BlastStats) -> Result<usize, String> {
         let Some(inb) = self.inb.as_mut() else {
             return Ok(0);
         };
@@ -187,7 +188,7 @@ impl UdpBlaster {
         Ok(total)
     }
 
-    fn send_round(&mut self, budget: usize, now: u64, st: &WorkerStats) -> Result<usize, String> {
+    fn send_round(&mut self, budget: usize, now: u64, st: &BlastStats) -> Result<usize, String> {
         let mut n = self.book.allow(now, budget.min(self.out.slots()));
         if n == 0 {
             return Ok(0);
@@ -268,7 +269,7 @@ impl UdpBlaster {
     }
 
     /// Reads the echoes waiting on every socket with input.
-    fn drain_ready(&mut self, st: &WorkerStats) -> Result<usize, String> {
+    fn drain_ready(&mut self, st: &BlastStats) -> Result<usize, String> {
         let Some(ep) = self.epoll.as_mut() else {
             return Ok(0);
         };
@@ -284,7 +285,9 @@ impl UdpBlaster {
 }
 
 impl Poll for UdpBlaster {
-    fn poll(&mut self, budget: usize, st: &WorkerStats) -> Result<usize, String> {
+    type Stats = BlastStats;
+
+    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
         let now = os::monotonic_ns();
         if !self.book.over(now) {
             let got = self.drain_ready(st)?;
@@ -335,7 +338,7 @@ impl Poll for UdpBlaster {
         self.finished
     }
 
-    fn idle(&mut self, st: &WorkerStats) {
+    fn idle(&mut self, st: &BlastStats) {
         if self.finished || self.linger_until.is_some() {
             let drops: u64 = self
                 .socks
@@ -343,11 +346,11 @@ impl Poll for UdpBlaster {
                 .filter_map(|s| socket::socket_drops(s).ok())
                 .map(u64::from)
                 .sum();
-            crate::set(&st.socket_drops, drops);
+            crate::set(&st.echo_socket_drops, drops);
         }
     }
 
-    fn finish(&mut self, _st: &WorkerStats) {
+    fn finish(&mut self, _st: &BlastStats) {
         self.book.publish(
             &self.report,
             &self.job.flows,

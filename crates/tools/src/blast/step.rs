@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flowlane_io::os;
+use flowlane_runtime::blast::BlastSnapshot;
 use flowlane_runtime::blast::{
     packet_ring, xdp_socket, BlastError, BlastJob, BlastReport as SenderReport, Flow, LiveBlaster,
     RawBlaster, RawLink, Sender, UdpBlaster,
 };
-use flowlane_runtime::{Config, Runtime, Snapshot, StartError, StopRule};
+use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 use hdrhistogram::Histogram;
 
 use super::{BlastConfig, BlastEvent, BlastMode, BlastTick, FlowReport, StepReport, StepStart};
@@ -142,12 +143,12 @@ pub(super) fn run_step(
         on_event(BlastEvent::Tick(BlastTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
-            tx_packets: d.tx_packets,
-            tx_bytes: d.tx_bytes,
-            rx_packets: d.rx_packets,
+            tx_packets: d.role.tx_packets,
+            tx_bytes: d.role.tx_bytes,
+            rx_packets: d.role.rx_packets,
             not_back_yet: a
                 .echo
-                .then(|| cur.tx_packets.saturating_sub(cur.rx_packets)),
+                .then(|| cur.role.tx_packets.saturating_sub(cur.role.rx_packets)),
         }))
     });
     let errors: Vec<WorkerError> = end
@@ -158,7 +159,7 @@ pub(super) fn run_step(
             error: error.clone(),
         })
         .collect();
-    let t = end.total();
+    let t = end.total().role;
     let reports: Vec<SenderReport> = reports
         .iter()
         .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
@@ -225,7 +226,7 @@ fn summarize(
     a: &BlastConfig,
     flows: &[(Flow, Option<u32>)],
     reports: &[SenderReport],
-    t: &Snapshot,
+    t: &BlastSnapshot,
     frames: &[usize],
     requested_pps: Option<f64>,
     errors: Vec<WorkerError>,
@@ -330,7 +331,7 @@ fn summarize(
         foreign: t.foreign,
         tx_full: t.tx_full,
         icmp_errors: t.icmp_errors,
-        lost_at_own_socket: a.echo.then_some(t.socket_drops),
+        lost_at_own_socket: a.echo.then_some(t.echo_socket_drops),
         duration_s: (secs * 1000.0).round() / 1000.0,
         tx_pps: tx_pps.round(),
         rx_pps: a.echo.then(|| per_s(t.rx_packets).round()),

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
 use flowlane_io::SysError;
-use flowlane_runtime::serve::{Mode, ServeWorker, SourceCounts};
+use flowlane_runtime::serve::{Mode, ServeStats, ServeWorker, SourceCounts};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
 pub use config::{ServeConfig, ServeMode};
@@ -174,7 +174,7 @@ pub fn run(
 
 /// The workers, bound and waiting for `go`, with what start-up learned.
 struct Startup {
-    rt: Runtime,
+    rt: Runtime<ServeStats>,
     steering: Steering,
     rcvbuf: usize,
     sndbuf: usize,

@@ -1,6 +1,7 @@
 //! What `serve` reports: the JSON contract (`flowlane serve --json`), read back by `bench`.
 
-use flowlane_runtime::Snapshot;
+use flowlane_runtime::serve::ServeSnapshot;
+use flowlane_runtime::WorkerSnapshot;
 use serde::{Deserialize, Serialize};
 
 use super::ServeMode;
@@ -48,7 +49,8 @@ pub struct ServeCounts {
 
 impl ServeCounts {
     /// Serve's view of a worker's counters; `detected`: the mis-steering detector ran.
-    pub fn from_snapshot(s: &Snapshot, detected: bool) -> ServeCounts {
+    pub fn from_snapshot(w: &WorkerSnapshot<ServeSnapshot>, detected: bool) -> ServeCounts {
+        let (s, l) = (&w.role, &w.looped);
         ServeCounts {
             rx_packets: s.rx_packets,
             rx_bytes: s.rx_bytes,
@@ -62,11 +64,11 @@ impl ServeCounts {
             missteered_received_max: detected.then(|| s.missteered.min(s.rx_packets)),
             gro_receives: s.gro_receives,
             gso_sends: s.gso_sends,
-            rounds: s.rounds,
-            full_rounds: s.full_rounds,
-            busy_rounds: s.busy_rounds,
-            sleeps: s.sleeps,
-            batch_fill: (s.batch_fill() * 100.0).round() / 100.0,
+            rounds: l.rounds,
+            full_rounds: l.full_rounds,
+            busy_rounds: l.busy_rounds,
+            sleeps: l.sleeps,
+            batch_fill: (s.batch_fill(l.busy_rounds) * 100.0).round() / 100.0,
         }
     }
 }

@@ -195,11 +195,11 @@ pub fn run(
         on_event(SinkEvent::Tick(SinkTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
-            rx_packets: d.rx_packets,
-            rx_bytes: d.rx_bytes,
-            ring_drops: cur.socket_drops,
-            malformed: cur.malformed,
-            foreign: cur.foreign,
+            rx_packets: d.role.rx_packets,
+            rx_bytes: d.role.rx_bytes,
+            ring_drops: cur.role.ring_drops,
+            malformed: cur.role.malformed,
+            foreign: cur.role.foreign,
         }))
     });
     let errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
