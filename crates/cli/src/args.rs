@@ -250,6 +250,30 @@ pub fn hex32(h: u32) -> String {
 }
 
 /// Writes JSON to stdout followed by a newline.
+/// One line saying which frame backend carried a run and what else the interface offers.
+pub fn backend_line(b: &flowlane_tools::backend::BackendReport) -> String {
+    use flowlane_tools::backend::Backend;
+    let name = match b.backend {
+        Backend::AfPacket => "AF_PACKET ring".to_string(),
+        Backend::AfXdp => format!("AF_XDP ({})", b.af_xdp_bind.as_deref().unwrap_or("copy")),
+        Backend::LiveFrames => "live XDP frames (BPF_PROG_TEST_RUN)".to_string(),
+    };
+    let queues = match (b.rx_queues, b.tx_queues) {
+        (Some(r), Some(t)) => format!("{r} rx / {t} tx queues"),
+        _ => "queues unknown".into(),
+    };
+    let xdp = match &b.xdp_features {
+        Some(f) if f.is_empty() => "no native XDP".to_string(),
+        Some(f) => format!("XDP {}", f.join(",")),
+        None => "XDP features not reported by this kernel".into(),
+    };
+    let mut line = format!("backend: {name} on {}; {queues}; {xdp}", b.dev);
+    if !b.unavailable.is_empty() {
+        line.push_str(&format!("; not available: {}", b.unavailable.join("; ")));
+    }
+    line
+}
+
 pub fn print_json(v: &impl serde::Serialize) -> Result<(), Failure> {
     let s = serde_json::to_string_pretty(v).map_err(Failure::runtime)?;
     println!("{s}");

@@ -372,6 +372,9 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
             None => format!("IMIX ({:.1}-byte mean)", r.mean_frame()),
         }
     );
+    if let Some(b) = &r.backend {
+        println!("{}", crate::args::backend_line(b));
+    }
     if let (Some(d), Some(n)) = (r.device_tx_packets, r.device_refused.filter(|&n| n > 0)) {
         println!(
             "!! only {d} of {} frames left {}: the device refused {n} (on veth the peer must \

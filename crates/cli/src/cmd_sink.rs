@@ -144,6 +144,9 @@ fn print_summary(r: &SinkReport) {
         "received {} frames ({} bytes) in {} s: {} pps",
         r.rx_packets, r.rx_bytes, r.duration_s, r.rx_pps
     );
+    if let Some(b) = &r.backend {
+        println!("{}", crate::args::backend_line(b));
+    }
     println!(
         "flowlane: {} frames in {} flow(s): lost {}, reordered {}, duplicates {}",
         r.flowlane_packets,

@@ -382,6 +382,11 @@ fn frame_mode_count_is_exact(mode: &str) {
     assert_eq!(per_flow.iter().sum::<u64>(), 100_000);
     // Raw frames carry real source ports, one per flow.
     assert_eq!(j["flows"][2]["src"], "198.18.0.1:10002");
+    assert_backend(
+        &j,
+        if mode == "raw" { "af-packet" } else { "af-xdp" },
+        &p.gen_if,
+    );
     // A raw run without --dev, or with an interface that is not there: usage errors.
     for args in [
         vec!["blast", "--mode", mode, "--to", &to, "--count", "1"],
@@ -489,6 +494,7 @@ fn sink_accounts_a_raw_blast_exactly() {
     assert_eq!(b["tx_packets"], 100_000);
     assert_eq!(iface, 100_000, "peer interface");
     assert_eq!(s["ring_drops"], 0, "{s}");
+    assert_backend(&s, "af-packet", &p.dut_if);
     assert_eq!(
         s["rx_packets"], iface,
         "the sink saw every frame the interface got"
@@ -511,6 +517,36 @@ fn sink_accounts_a_raw_blast_exactly() {
         );
     }
     assert_one_way_latency(&s);
+}
+
+/// The backend a report names, asked of the kernel once: which one, on which interface, the
+/// veth's queues as the lab made them, and its XDP features as generic netlink tells them.
+fn assert_backend(j: &Value, backend: &str, dev: &str) {
+    let b = &j["backend"];
+    assert_eq!(b["backend"], backend, "{j}");
+    assert_eq!(b["dev"], dev, "{b}");
+    assert!(b["rx_queues"].as_u64().is_some_and(|q| q >= 1), "{b}");
+    // Linux 6.3+ reports XDP features; veth does native XDP and redirects.
+    let features: Vec<&str> = b["xdp_features"]
+        .as_array()
+        .expect("xdp features on this kernel")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        features.contains(&"basic") && features.contains(&"redirect"),
+        "{b}"
+    );
+    assert_eq!(
+        b["zero_copy_offered"], false,
+        "veth has no AF_XDP zero-copy: {b}"
+    );
+    assert_eq!(b["unavailable"], serde_json::json!([]), "as root here: {b}");
+    assert_eq!(
+        b["af_xdp_bind"].as_str(),
+        (backend == "af-xdp").then_some("copy"),
+        "{b}"
+    );
 }
 
 /// One-way latency on one host's clock, from a sink summary: positive, well under a second.
@@ -991,6 +1027,7 @@ fn xdp_live_count_is_exact_and_every_frame_is_well_formed() {
     assert_eq!(b["tx_packets"], 100_000, "{b}");
     assert_eq!(b["device_tx_packets"], 100_000, "{b}");
     assert_eq!(b["device_refused"], 0);
+    assert_backend(&b, "live-frames", &p.gen_if);
     assert_eq!(iface, 100_000, "frames counted on the peer interface");
     // The program wrote each frame: flows, consecutive sequence numbers, times, checksums.
     assert_eq!(s["flowlane_packets"], 100_000, "{s}");

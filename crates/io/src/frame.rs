@@ -1,13 +1,16 @@
 //! Whole frames in and out: the AF_PACKET TX and RX rings and AF_XDP transmit, and the one
 //! vocabulary frame workers are written against — [`FrameTx`] to send, [`FrameRx`] to receive
 //! — so a backend is chosen once at start-up, never per packet. (Live XDP frames have no ring:
-//! the kernel runs a program on them, `bpf::xdp_test_run_live`.)
+//! the kernel runs a program on them, `bpf::xdp_test_run_live`.) [`Capabilities::probe`] asks
+//! the kernel once what an interface offers, so a role picks a backend — or refuses one with
+//! the reason — before it opens anything.
 
 pub use crate::sys::packet::{
     RxFrame, RxRing, TxRing, TP_STATUS_CSUMNOTREADY, TP_STATUS_CSUM_VALID, TP_STATUS_VLAN_VALID,
 };
 pub use crate::sys::xsk::XskTx;
 
+use crate::ebpf::{Asm, R0};
 use crate::SysError;
 
 /// A transmit ring of whole frames: AF_PACKET's TX ring or an AF_XDP socket's UMEM.
@@ -103,5 +106,167 @@ impl FrameRx for RxRing {
     }
     fn take_drops(&self) -> Result<u64, SysError> {
         RxRing::take_drops(self)
+    }
+}
+
+/// `NETDEV_XDP_ACT_*`: what an interface's driver does with XDP (`uapi/linux/netdev.h`).
+pub mod xdp_act {
+    /// XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX in the driver (native XDP).
+    pub const BASIC: u64 = 1;
+    /// XDP_REDIRECT from this interface.
+    pub const REDIRECT: u64 = 2;
+    /// Frames redirected *to* this interface (`ndo_xdp_xmit`).
+    pub const NDO_XMIT: u64 = 4;
+    /// AF_XDP zero-copy.
+    pub const XSK_ZEROCOPY: u64 = 8;
+    /// Offload to the NIC.
+    pub const HW_OFFLOAD: u64 = 16;
+    /// Multi-buffer frames on receive.
+    pub const RX_SG: u64 = 32;
+    /// Multi-buffer frames through `ndo_xdp_xmit`.
+    pub const NDO_XMIT_SG: u64 = 64;
+    /// Names, in bit order.
+    pub const NAMES: [(u64, &str); 7] = [
+        (BASIC, "basic"),
+        (REDIRECT, "redirect"),
+        (NDO_XMIT, "ndo-xmit"),
+        (XSK_ZEROCOPY, "xsk-zerocopy"),
+        (HW_OFFLOAD, "hw-offload"),
+        (RX_SG, "rx-sg"),
+        (NDO_XMIT_SG, "ndo-xmit-sg"),
+    ];
+}
+
+/// Why a backend is not available here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The failed call and the kernel's words.
+    pub reason: String,
+    /// Whether it was for want of a privilege (EPERM/EACCES): running as root, or with the
+    /// capability, would help.
+    pub permission: bool,
+}
+
+impl From<SysError> for Refused {
+    fn from(e: SysError) -> Refused {
+        let permission = matches!(e.source.raw_os_error(), Some(libc::EPERM | libc::EACCES));
+        Refused {
+            reason: e.to_string(),
+            permission,
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// What the kernel and an interface offer the frame backends, asked once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The interface.
+    pub ifindex: u32,
+    /// Its receive and transmit queues (sysfs; `None`: not readable here).
+    pub queues: Option<(u32, u32)>,
+    /// An `AF_PACKET` socket can be opened (the rings; needs CAP_NET_RAW).
+    pub af_packet: Result<(), Refused>,
+    /// An `AF_XDP` socket can be opened (kernel built with XDP sockets; CAP_NET_RAW).
+    pub af_xdp: Result<(), Refused>,
+    /// The driver's XDP features ([`xdp_act`] bits) from generic netlink (Linux 6.3+);
+    /// `Err`: not known here, and why.
+    pub xdp_features: Result<u64, String>,
+    /// `BPF_PROG_TEST_RUN` runs XDP programs on live frames for this interface (Linux
+    /// 5.18+; CAP_BPF and CAP_NET_ADMIN): tried once with a program that drops.
+    pub live_frames: Result<(), Refused>,
+}
+
+impl Capabilities {
+    /// Asks the kernel, in the calling thread's network namespace. Fails only for an
+    /// interface that does not exist; each answer that could not be had says why.
+    pub fn probe(ifname: &str) -> Result<Capabilities, SysError> {
+        let ifindex = crate::sys::packet::ifindex(ifname)?;
+        let open = |domain, ty, call| {
+            crate::sys::socket_available(domain, ty, call).map_err(Refused::from)
+        };
+        let xdp_features = match crate::sys::netlink::xdp_features(ifindex) {
+            Ok(Some(bits)) => Ok(bits),
+            Ok(None) => Err("this kernel has no netdev netlink family (Linux 6.3+)".into()),
+            Err(e) => Err(e.to_string()),
+        };
+        Ok(Capabilities {
+            ifindex,
+            queues: crate::link::queues(ifname),
+            af_packet: open(libc::AF_PACKET, libc::SOCK_RAW, "socket(AF_PACKET)"),
+            af_xdp: open(libc::AF_XDP, libc::SOCK_RAW, "socket(AF_XDP)"),
+            xdp_features,
+            live_frames: live_frames(ifindex),
+        })
+    }
+
+    /// Whether the driver says it has feature `bit` ([`xdp_act`]); `None`: not known.
+    pub fn xdp(&self, bit: u64) -> Option<bool> {
+        self.xdp_features.as_ref().ok().map(|f| f & bit != 0)
+    }
+
+    /// The driver's XDP features by name (empty when not known).
+    pub fn xdp_feature_names(&self) -> Vec<&'static str> {
+        xdp_act::NAMES
+            .iter()
+            .filter(|(bit, _)| self.xdp(*bit) == Some(true))
+            .map(|(_, n)| *n)
+            .collect()
+    }
+
+    /// How an AF_XDP socket binds here: `"zero-copy"` where the driver offers it, else
+    /// `"copy"`.
+    pub fn af_xdp_mode(&self) -> &'static str {
+        if self.xdp(xdp_act::XSK_ZEROCOPY) == Some(true) {
+            "zero-copy"
+        } else {
+            "copy"
+        }
+    }
+}
+
+/// Runs a one-instruction-pair XDP program (`XDP_DROP`) once on a live frame of `ifindex`.
+fn live_frames(ifindex: u32) -> Result<(), Refused> {
+    const XDP_DROP: i32 = 1;
+    let insns = Asm::new()
+        .mov_imm(R0, XDP_DROP)
+        .exit()
+        .finish()
+        .map_err(|e| Refused {
+            reason: format!("{e:?}"),
+            permission: false,
+        })?;
+    let prog = crate::sys::bpf::prog_load(crate::sys::bpf::PROG_XDP, "fl_probe", &insns)
+        .map_err(|e| Refused::from(e.error))?;
+    let frame = [0u8; 64];
+    crate::sys::bpf::xdp_test_run_live(&prog, &frame, ifindex, 0, 1, 1)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_is_probed_and_every_answer_is_explained() {
+        let c = Capabilities::probe("lo").expect("lo exists");
+        assert_eq!(c.ifindex, 1);
+        assert!(c.queues.is_some_and(|(rx, tx)| rx >= 1 && tx >= 1), "{c:?}");
+        // As root on Linux 6.18 every backend is there; elsewhere each refusal says why.
+        for (what, r) in [("af_packet", &c.af_packet), ("af_xdp", &c.af_xdp)] {
+            if let Err(e) = r {
+                assert!(e.reason.contains("socket("), "{what}: {e}");
+            }
+        }
+        if let Ok(bits) = c.xdp_features {
+            assert_eq!(bits & !0x7f, 0);
+            assert_eq!(c.xdp_feature_names().len(), bits.count_ones() as usize);
+        }
+        assert!(Capabilities::probe("no-such-if0").is_err());
     }
 }

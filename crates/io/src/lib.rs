@@ -10,8 +10,10 @@
 //!   [`udp::MissteerDetector`] counts datagrams a worker got from another CPU.
 //! * [`socket`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and GRO/GSO
 //!   ([`socket::MmsgBatch`], [`socket::SendBatch`]), socket options, the drop counter.
-//! * [`frame`]: whole frames — AF_PACKET TX and RX rings, AF_XDP transmit.
-//! * [`netdev`]: interfaces — index, offloads by `SIOCETHTOOL`, XDP attached by rtnetlink.
+//! * [`frame`]: whole frames — AF_PACKET TX and RX rings, AF_XDP transmit — and
+//!   [`frame::Capabilities`], what the kernel and an interface offer them, asked once.
+//! * [`netdev`]: interfaces — index, offloads by `SIOCETHTOOL`, XDP attached by rtnetlink, XDP
+//!   features by generic netlink.
 //! * [`ebpf`] assembles programs in Rust (no toolchain); [`bpf`] loads them, makes maps and
 //!   attaches them.
 //! * [`os`]: CPU pinning and affinity, the monotonic clock, namespaces, signals, mounts;
@@ -61,7 +63,8 @@ pub mod netdev {
     pub use crate::link::{counter, mac, mtu, parse_mac, speed_mbps};
     pub use crate::sys::netdev::{offload, set_offload, Offload};
     pub use crate::sys::netlink::{
-        attach_xdp_to_link, ifname, neighbour_mac, parse_ack, route_oif, XDP_FLAGS_DRV_MODE,
+        attach_xdp_to_link, ifname, neighbour_mac, parse_ack, route_oif, xdp_features,
+        xdp_features_of, XDP_FLAGS_DRV_MODE,
     };
     pub use crate::sys::packet::ifindex;
 }

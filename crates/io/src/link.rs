@@ -55,6 +55,23 @@ pub fn counter(ifname: &str, name: &str) -> Option<u64> {
         .ok()
 }
 
+/// The interface's receive and transmit queues (`queues/rx-N`, `queues/tx-N`).
+pub fn queues(ifname: &str) -> Option<(u32, u32)> {
+    read(ifname, "ifindex").ok()?;
+    let dir = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues")).ok()?;
+    let (mut rx, mut tx) = (0, 0);
+    for e in dir.flatten() {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if n.starts_with("rx-") {
+            rx += 1;
+        } else if n.starts_with("tx-") {
+            tx += 1;
+        }
+    }
+    Some((rx, tx))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod bench;
 pub mod blast;
 pub mod error;

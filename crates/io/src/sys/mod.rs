@@ -114,6 +114,23 @@ pub(crate) fn get_opt<T>(
 }
 
 /// Moves the calling *thread* into the network namespace open at `ns` (e.g. a file under
+/// Whether this kernel (and this process's privileges) let a socket of `domain`/`ty` be
+/// opened: it is opened and closed at once (e.g. `AF_XDP`, `AF_PACKET`).
+pub fn socket_available(
+    domain: libc::c_int,
+    ty: libc::c_int,
+    call: &'static str,
+) -> Result<(), SysError> {
+    // SAFETY: socket() takes integers; a non-negative return is a new descriptor we own.
+    let fd = check(call, unsafe {
+        libc::socket(domain, ty | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: `fd` was just returned by socket() and is owned by nobody else; dropping it
+    // closes it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(())
+}
+
 /// `/run/netns/`); sockets it opens afterwards belong to that namespace. Needs CAP_SYS_ADMIN.
 pub fn enter_netns(ns: &impl AsRawFd) -> Result<(), SysError> {
     // SAFETY: setns takes a file descriptor and a flag; it changes only this thread's namespace.

@@ -1,6 +1,8 @@
 //! rtnetlink without `ip`: attach an XDP program to an interface (`IFLA_XDP`, what `ip link set
 //! xdpdrv` does, so it outlives the process), look up a neighbour's MAC (`RTM_GETNEIGH`, what
 //! `ip neigh show` reads) and the interface a route leaves by (`RTM_GETROUTE`, `ip route get`).
+//! And generic netlink's `netdev` family (Linux 6.3+): an interface's XDP features (what
+//! `ynl --family netdev --do dev-get` prints), e.g. whether AF_XDP can run zero-copy there.
 //!
 //! Every call acts in the calling thread's network namespace: the socket it opens belongs
 //! there. The message builders and parsers are plain functions over bytes, tested with byte
@@ -41,6 +43,17 @@ const NDMSG_LEN: usize = 12;
 const RTMSG_LEN: usize = 12;
 /// Neighbour states that carry no usable address (`NUD_INCOMPLETE`, `NUD_FAILED`).
 const NUD_UNUSABLE: u16 = 0x01 | 0x20;
+/// Generic netlink's controller (`GENL_ID_CTRL`), its get-family command and attributes.
+const GENL_ID_CTRL: u16 = 0x10;
+const CTRL_CMD_GETFAMILY: u8 = 3;
+const CTRL_ATTR_FAMILY_ID: u16 = 1;
+const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+/// `struct genlmsghdr`: cmd, version, reserved.
+const GENL_HDRLEN: usize = 4;
+/// The `netdev` family's dev-get command and attributes (`uapi/linux/netdev.h`).
+const NETDEV_CMD_DEV_GET: u8 = 1;
+const NETDEV_A_DEV_IFINDEX: u16 = 1;
+const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
 /// `XDP_FLAGS_DRV_MODE`: the driver's own (native) XDP hook.
 pub const XDP_FLAGS_DRV_MODE: u32 = 4;
 
@@ -170,12 +183,17 @@ struct Rtnl {
 
 impl Rtnl {
     fn open(call: &'static str) -> Result<Rtnl, SysError> {
+        Rtnl::open_protocol(libc::NETLINK_ROUTE, call)
+    }
+
+    /// A netlink socket of another protocol (e.g. `NETLINK_GENERIC`).
+    fn open_protocol(protocol: libc::c_int, call: &'static str) -> Result<Rtnl, SysError> {
         // SAFETY: socket() takes integers; a non-negative return is a new descriptor we own.
         let fd = check(call, unsafe {
             libc::socket(
                 libc::AF_NETLINK,
                 libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
+                protocol,
             )
         })?;
         // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
@@ -370,6 +388,64 @@ pub fn route_oif(ip: IpAddr) -> Result<Option<u32>, SysError> {
     }))
 }
 
+/// A generic netlink request: the header, `genlmsghdr` {cmd, version 1}, then `attrs`.
+fn genl_request(family: u16, cmd: u8, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut body = vec![cmd, 1, 0, 0];
+    for (kind, payload) in attrs {
+        push_attr(&mut body, *kind, payload);
+    }
+    message(family, NLM_F_REQUEST, seq, &body)
+}
+
+/// The attribute `kind` of a generic netlink reply's payload (after `genlmsghdr`).
+fn genl_attr(payload: &[u8], kind: u16) -> Option<&[u8]> {
+    attributes(payload.get(GENL_HDRLEN..)?)
+        .into_iter()
+        .find(|a| a.0 == kind)
+        .map(|a| a.1)
+}
+
+/// The family id in a `CTRL_CMD_NEWFAMILY` reply.
+fn family_id_of(payload: &[u8]) -> Option<u16> {
+    genl_attr(payload, CTRL_ATTR_FAMILY_ID).and_then(|a| u16_at(a, 0))
+}
+
+/// The XDP feature bits (`NETDEV_XDP_ACT_*`) in a netdev dev-get reply.
+pub fn xdp_features_of(payload: &[u8]) -> Option<u64> {
+    genl_attr(payload, NETDEV_A_DEV_XDP_FEATURES)
+        .and_then(|a| Some(u64::from_ne_bytes(a.get(..8)?.try_into().ok()?)))
+}
+
+/// Interface `ifindex`'s XDP features (`NETDEV_XDP_ACT_*` bits), from generic netlink's
+/// `netdev` family; `None` where the kernel has no such family (before Linux 6.3).
+pub fn xdp_features(ifindex: u32) -> Result<Option<u64>, SysError> {
+    let nl = Rtnl::open_protocol(libc::NETLINK_GENERIC, "netlink genl netdev dev-get")?;
+    let name = b"netdev\0";
+    let req = genl_request(
+        GENL_ID_CTRL,
+        CTRL_CMD_GETFAMILY,
+        1,
+        &[(CTRL_ATTR_FAMILY_NAME, name)],
+    );
+    let family = match nl.collect(&req, 1, GENL_ID_CTRL, false, 1) {
+        Ok(r) => r.first().and_then(|p| family_id_of(p)),
+        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => None,
+        Err(e) => return Err(e),
+    };
+    let Some(family) = family else {
+        return Ok(None);
+    };
+    let idx = ifindex.to_ne_bytes();
+    let req = genl_request(
+        family,
+        NETDEV_CMD_DEV_GET,
+        2,
+        &[(NETDEV_A_DEV_IFINDEX, &idx)],
+    );
+    let r = nl.collect(&req, 2, family, false, 1)?;
+    Ok(r.first().and_then(|p| xdp_features_of(p)))
+}
+
 /// The name of interface `ifindex` (`if_indextoname`).
 pub fn ifname(ifindex: u32) -> Result<String, SysError> {
     let mut buf = [0u8; libc::IF_NAMESIZE];
@@ -497,5 +573,39 @@ mod tests {
         let oif = route_oif("127.0.0.1".parse().expect("ip")).expect("RTM_GETROUTE");
         let oif = oif.expect("an output interface");
         assert_eq!(ifname(oif).expect("its name"), "lo");
+    }
+}
+
+#[cfg(test)]
+mod genl_tests {
+    use super::*;
+
+    #[test]
+    fn genl_replies_parse_and_lie_safely() {
+        // A netdev reply: genlmsghdr, IFINDEX 7, XDP_FEATURES 0b1011.
+        let mut p = vec![NETDEV_CMD_DEV_GET, 1, 0, 0];
+        push_attr(&mut p, NETDEV_A_DEV_IFINDEX, &7u32.to_ne_bytes());
+        push_attr(&mut p, NETDEV_A_DEV_XDP_FEATURES, &0b1011u64.to_ne_bytes());
+        assert_eq!(xdp_features_of(&p), Some(0b1011));
+        // Cut anywhere, it is absent or whole, never a panic.
+        for cut in 0..p.len() {
+            let r = xdp_features_of(&p[..cut]);
+            assert!(r.is_none() || r == Some(0b1011));
+        }
+        let mut c = vec![CTRL_CMD_GETFAMILY, 1, 0, 0];
+        push_attr(&mut c, CTRL_ATTR_FAMILY_NAME, b"netdev\0");
+        push_attr(&mut c, CTRL_ATTR_FAMILY_ID, &0x22u16.to_ne_bytes());
+        assert_eq!(family_id_of(&c), Some(0x22));
+        assert_eq!(family_id_of(&c[..3]), None);
+    }
+
+    #[test]
+    fn the_kernel_answers_for_loopback() {
+        // Linux 6.3+ has the netdev family; before it the answer is None, not an error.
+        let f = xdp_features(1).expect("genl netdev dev-get on lo");
+        if let Some(bits) = f {
+            assert_eq!(bits & !0x7f, 0, "only NETDEV_XDP_ACT_* bits: {bits:#x}");
+        }
+        assert!(xdp_features(u32::MAX).is_err(), "no such interface");
     }
 }

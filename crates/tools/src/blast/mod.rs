@@ -25,6 +25,7 @@ pub use flows::route_source;
 pub use link::parse_mac;
 pub use report::{BlastReport, FlowReport, StepReport};
 
+use crate::backend::{self, Backend};
 use crate::ToolError;
 
 /// What a step is about to do, once its senders are ready.
@@ -152,12 +153,19 @@ pub fn run(
     } else {
         None
     };
+    let backend = match (a.mode, a.dev.as_deref()) {
+        (BlastMode::Udp, _) | (_, None) => None,
+        (BlastMode::Raw, Some(dev)) => Some(backend::choose(dev, Backend::AfPacket)?),
+        (BlastMode::Xdp, Some(dev)) => Some(backend::choose(dev, Backend::AfXdp)?),
+        (BlastMode::XdpLive, Some(dev)) => Some(backend::choose(dev, Backend::LiveFrames)?),
+    };
     // Never more threads than flows: a thread needs a flow to send on.
     let nthreads = a.cpus.len().min(flows.len()).max(1);
     let plan = step::Plan {
         hdrs,
         flows,
         link,
+        backend,
         cpus: a.cpus.iter().copied().take(nthreads).collect(),
         duration,
         interval,

@@ -85,6 +85,9 @@ pub struct StepReport {
     pub device_tx_packets: Option<u64>,
     /// xdp-live: frames released that the device did not transmit.
     pub device_refused: Option<u64>,
+    /// The frame backend that carried the step (frame modes), as asked of the kernel once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<crate::backend::BackendReport>,
     /// Per flow.
     pub flows: Vec<FlowReport>,
     /// Sender threads that stopped with an error.

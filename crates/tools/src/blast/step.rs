@@ -25,6 +25,8 @@ pub(super) struct Plan {
     pub hdrs: usize,
     pub flows: Vec<(Flow, Option<u32>)>,
     pub link: Option<RawLink>,
+    /// The frame backend, chosen once (frame modes).
+    pub backend: Option<crate::backend::BackendReport>,
     pub cpus: Vec<usize>,
     pub duration: Option<Duration>,
     pub interval: Duration,
@@ -168,7 +170,7 @@ pub(super) fn run_step(
         (Some(b), Some(e)) => Some(e.saturating_sub(b)),
         _ => None,
     };
-    Ok(summarize(
+    let mut r = summarize(
         a,
         flows,
         &reports,
@@ -177,7 +179,9 @@ pub(super) fn run_step(
         requested_pps,
         errors,
         device_tx,
-    ))
+    );
+    r.backend = plan.backend.clone();
+    Ok(r)
 }
 
 /// Who can fix a sender that could not start, and how.
@@ -350,6 +354,7 @@ fn summarize(
         pktgen: String::new(),
         device_tx_packets: device_tx,
         device_refused,
+        backend: None,
         flows: flow_reports,
         errors,
     };

@@ -11,6 +11,7 @@ use flowlane_runtime::sink::{SinkReport as Book, SinkStop, SinkWorker};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{self, Backend, BackendReport};
 use crate::{Latency, ToolError};
 
 /// The configuration of one `sink` run.
@@ -127,6 +128,9 @@ pub struct SinkReport {
     pub latency_ns: Option<Latency>,
     /// Per flow, by id.
     pub flows: Vec<SinkFlowReport>,
+    /// The frame backend (AF_PACKET's receive ring), as asked of the kernel once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendReport>,
     /// Why the sink stopped early, if it did (the run's exit code is then 1).
     #[serde(default)]
     pub errors: Vec<String>,
@@ -149,6 +153,7 @@ pub fn run(
     if a.count == Some(0) {
         return Err(ToolError::usage("--count must be at least 1"));
     }
+    let backend = backend::choose(&a.dev, Backend::AfPacket)?;
     let secs = crate::seconds;
     let duration = a.duration_s.map(|d| secs("duration", d)).transpose()?;
     let idle = a.idle_s.map(|d| secs("idle time", d)).transpose()?;
@@ -210,10 +215,10 @@ pub fn run(
             .unwrap_or_else(|| "no report".into());
         return Err(ToolError::runtime(format!("the sink stopped: {why}")));
     };
-    Ok(report(&b, errors))
+    Ok(report(&b, errors, backend))
 }
 
-fn report(r: &Book, errors: Vec<String>) -> SinkReport {
+fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
     let c = &r.book.counts;
     let secs = r.window_ns.1.saturating_sub(r.window_ns.0) as f64 / 1e9;
     let (_, lost, reordered, duplicates) = r.book.totals();
@@ -252,6 +257,7 @@ fn report(r: &Book, errors: Vec<String>) -> SinkReport {
                 highest_seq: f.seq.expected().checked_sub(1),
             })
             .collect(),
+        backend: Some(backend),
         errors,
     }
 }
