@@ -257,6 +257,7 @@ pub fn backend_line(b: &flowlane_tools::backend::BackendReport) -> String {
         Backend::AfPacket => "AF_PACKET ring".to_string(),
         Backend::AfXdp => format!("AF_XDP ({})", b.af_xdp_bind.as_deref().unwrap_or("copy")),
         Backend::LiveFrames => "live XDP frames (BPF_PROG_TEST_RUN)".to_string(),
+        Backend::XdpNative => "native XDP (a generated program, no user space)".to_string(),
     };
     let queues = match (b.rx_queues, b.tx_queues) {
         (Some(r), Some(t)) => format!("{r} rx / {t} tx queues"),

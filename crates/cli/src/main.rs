@@ -11,6 +11,7 @@ mod args;
 mod cmd_bench;
 mod cmd_blast;
 mod cmd_completions;
+mod cmd_forward;
 mod cmd_hash;
 mod cmd_lab;
 mod cmd_pick;
@@ -58,6 +59,7 @@ enum Command {
     Serve(cmd_serve::ServeArgs),
     Blast(Box<cmd_blast::BlastArgs>),
     Sink(cmd_sink::SinkArgs),
+    Forward(cmd_forward::ForwardArgs),
     Bench(Box<cmd_bench::BenchArgs>),
     #[command(subcommand)]
     Lab(cmd_lab::LabCommand),
@@ -118,6 +120,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd_serve::run(a),
         Command::Blast(a) => cmd_blast::run(*a),
         Command::Sink(a) => cmd_sink::run(a),
+        Command::Forward(a) => cmd_forward::run(a),
         Command::Bench(a) => cmd_bench::run(*a),
         Command::Lab(c) => cmd_lab::run(c),
         Command::Route(c) => cmd_route::run(c),

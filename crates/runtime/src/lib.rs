@@ -16,6 +16,7 @@ pub mod blast;
 pub mod counters;
 pub mod cpus;
 pub mod flowbook;
+pub mod forward;
 pub mod pace;
 pub mod serve;
 pub mod session;

@@ -18,6 +18,8 @@ pub enum Backend {
     AfXdp,
     /// `BPF_PROG_TEST_RUN` on live frames: the kernel runs a program per frame, no socket.
     LiveFrames,
+    /// A generated XDP program in the driver (native XDP): no user space on the path.
+    XdpNative,
 }
 
 impl Backend {
@@ -26,14 +28,24 @@ impl Backend {
             Backend::AfPacket => "AF_PACKET",
             Backend::AfXdp => "AF_XDP",
             Backend::LiveFrames => "live XDP frames",
+            Backend::XdpNative => "native XDP",
         }
     }
 
-    fn answer(self, c: &Capabilities) -> &Result<(), Refused> {
+    fn answer(self, c: &Capabilities) -> Result<(), Refused> {
         match self {
-            Backend::AfPacket => &c.af_packet,
-            Backend::AfXdp => &c.af_xdp,
-            Backend::LiveFrames => &c.live_frames,
+            Backend::AfPacket => c.af_packet.clone(),
+            Backend::AfXdp => c.af_xdp.clone(),
+            Backend::LiveFrames => c.live_frames.clone(),
+            // Where the kernel says what the driver does, it must do native XDP; where it
+            // does not say (before Linux 6.3), attaching will tell.
+            Backend::XdpNative => match c.xdp(flowlane_io::frame::xdp_act::BASIC) {
+                Some(false) => Err(Refused {
+                    reason: "the driver has no native XDP (its XDP features lack `basic`)".into(),
+                    permission: false,
+                }),
+                _ => Ok(()),
+            },
         }
     }
 
@@ -45,6 +57,7 @@ impl Backend {
                 "live XDP frames need Linux 5.18+, CAP_BPF and CAP_NET_ADMIN; --mode xdp or raw \
                  send without them"
             }
+            Backend::XdpNative => "use --backend af-packet on this interface",
         }
     }
 }
@@ -85,7 +98,7 @@ pub fn choose(dev: &str, want: Backend) -> Result<BackendReport, ToolError> {
 
 /// The report for `want` from a probe's answers, or why `want` cannot run.
 pub fn report(dev: &str, want: Backend, c: &Capabilities) -> Result<BackendReport, ToolError> {
-    if let Err(r) = want.answer(c) {
+    if let Err(r) = &want.answer(c) {
         let msg = format!(
             "{} is not available on {dev}: {r} ({})",
             want.name(),
@@ -97,13 +110,18 @@ pub fn report(dev: &str, want: Backend, c: &Capabilities) -> Result<BackendRepor
             ToolError::runtime(msg)
         });
     }
-    let unavailable = [Backend::AfPacket, Backend::AfXdp, Backend::LiveFrames]
-        .into_iter()
-        .filter_map(|b| match b.answer(c) {
-            Err(r) => Some(format!("{}: {r}", b.name())),
-            Ok(()) => None,
-        })
-        .collect();
+    let unavailable = [
+        Backend::AfPacket,
+        Backend::AfXdp,
+        Backend::LiveFrames,
+        Backend::XdpNative,
+    ]
+    .into_iter()
+    .filter_map(|b| match b.answer(c) {
+        Err(r) => Some(format!("{}: {r}", b.name())),
+        Ok(()) => None,
+    })
+    .collect();
     Ok(BackendReport {
         dev: dev.to_string(),
         backend: want,

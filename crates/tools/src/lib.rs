@@ -14,6 +14,7 @@ pub mod backend;
 pub mod bench;
 pub mod blast;
 pub mod error;
+pub mod forward;
 pub mod report;
 pub mod route;
 pub mod serve;

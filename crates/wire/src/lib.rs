@@ -8,11 +8,14 @@
 //!   timestamp) that lets a receiver count loss, reordering, duplicates and latency.
 //! * [`frame`]: Ethernet (+ optional 802.1Q tag) / IPv4 or IPv6 / UDP frame templates, and a
 //!   parser that returns a view of such a frame or says exactly what is wrong with it.
+//! * [`forward`]: what a forwarder does to a frame in place — reflect (MACs, addresses, ports
+//!   swapped, checksums still valid), TTL/hop-limit decrement (RFC 1624) — and why it refuses one.
 //! * [`seq`]: per-flow loss, reordering and duplicate accounting from sequence numbers.
 
 #![forbid(unsafe_code)]
 
 pub mod checksum;
+pub mod forward;
 pub mod frame;
 pub mod header;
 pub mod seq;

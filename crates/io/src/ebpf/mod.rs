@@ -313,10 +313,12 @@ impl Asm {
 
 mod live_tx;
 mod missteer;
+mod reflect;
 mod rss_steer;
 
 pub use live_tx::{live_flow, live_tx_program, LiveTx};
 pub use missteer::{missteer_filter, sk_buff};
+pub use reflect::{reflect_program, reflect_stats, Reflect};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };

@@ -355,6 +355,28 @@ pub fn xdp_test_run_live(
     .map(drop)
 }
 
+/// Runs XDP program `prog` once on a copy of `frame` (`BPF_PROG_TEST_RUN`, no live frames):
+/// its verdict and the frame as the program left it. Nothing is sent.
+pub fn xdp_test_run(prog: &OwnedFd, frame: &[u8]) -> Result<(u32, Vec<u8>), SysError> {
+    // Room for a program that grows the frame (up to a page, as the kernel allows).
+    let mut out = vec![0u8; frame.len() + 4096];
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: frame.len() as u32,
+        data_in: frame.as_ptr() as u64,
+        data_size_out: out.len() as u32,
+        data_out: out.as_mut_ptr() as u64,
+        repeat: 1,
+        ..Default::default()
+    };
+    // SAFETY: `data_in` points at `frame` (its length given) and `data_out` at `out` (its
+    // length given), both live across the call; the kernel writes at most data_size_out
+    // bytes there and the results into `attr`.
+    unsafe { bpf_call(BPF_PROG_TEST_RUN, &mut attr, "bpf(BPF_PROG_TEST_RUN)") }?;
+    out.truncate((attr.data_size_out as usize).min(out.len()));
+    Ok((attr.retval, out))
+}
+
 /// The part of `union bpf_attr` used by `BPF_LINK_CREATE`.
 #[repr(C)]
 #[derive(Default)]

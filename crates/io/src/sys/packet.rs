@@ -20,6 +20,9 @@ const PACKET_VERSION: libc::c_int = 10;
 const PACKET_TX_RING: libc::c_int = 13;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_FANOUT: libc::c_int = 18;
+/// Fanout by the CPU that received the frame.
+const PACKET_FANOUT_CPU: u32 = 2;
 const TPACKET_V2: libc::c_int = 1;
 const ETH_P_ALL: u16 = 0x0003;
 /// The frame is the user's to fill.
@@ -417,6 +420,26 @@ impl RxRing {
         // of another interface slips in.
         ring.bind(ifindex, ETH_P_ALL.to_be())?;
         Ok(RxRing { ring, head: 0 })
+    }
+
+    /// [`RxRing::open`], joined to fanout group `group` by CPU (`PACKET_FANOUT_CPU`): of the
+    /// group's sockets, the one opened `k`-th receives the frames the kernel received on the
+    /// `k`-th CPU modulo the group's size — open them in CPU order, one per worker.
+    pub fn open_fanout(
+        ifindex: u32,
+        frames: usize,
+        max_frame: usize,
+        group: u16,
+    ) -> Result<RxRing, SysError> {
+        let r = RxRing::open(ifindex, frames, max_frame)?;
+        super::set_int(
+            &r.ring.fd,
+            SOL_PACKET,
+            PACKET_FANOUT,
+            (u32::from(group) | (PACKET_FANOUT_CPU << 16)) as i32,
+            "setsockopt(PACKET_FANOUT)",
+        )?;
+        Ok(r)
     }
 
     /// The descriptor, to wait on for POLLIN.

@@ -1,0 +1,206 @@
+//! `flowlane forward`: flowlane as the device under test (reflect now; bridge and route next).
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use flowlane_tools::backend::Backend;
+use flowlane_tools::forward::{
+    self, ForwardConfig, ForwardEvent, ForwardMode, ForwardReport, NotIp,
+};
+
+use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList};
+use crate::live::{stop_on_signals, Log};
+use crate::{CmdResult, Failure};
+
+/// Forward frames as a device under test: a reflector that sends every frame back.
+///
+/// `--mode reflect` turns each frame around on the interface it came in on: MACs swapped and,
+/// with `--swap ip,ports`, addresses and UDP/TCP ports too, so a `flowlane blast --echo` (or
+/// any UDP client) on the other side gets its datagrams back and counts loss, reordering and
+/// round-trip latency through the reflector. Checksums stay valid without being touched:
+/// swapping two fields of one checksum's coverage leaves its sum as it was.
+///
+/// Backends (chosen once; the summary says which carried the run):
+///   xdp        a generated XDP program in the driver swaps and returns XDP_TX: no user
+///              space at all; the CPU that received a frame sends it back. Needs native XDP
+///              (veth has it; its peer must run an XDP program to take the frames back —
+///              GRO alone is not enough on Linux 6.18 — else they show as refused).
+///   af-packet  one pinned worker per CPU (--cpus), each with an AF_PACKET receive ring (the
+///              frames the kernel received on its CPU) and a transmit ring. The kernel still
+///              sees every frame: give the interface no address, or the host answers too.
+///
+/// Every frame the forwarder looked at is counted as forwarded or dropped by reason (not IP
+/// when addresses or ports are swapped — passed to the kernel or dropped, --not-ip —,
+/// malformed, truncated, transmit ring full); the summary sets them beside the interface's
+/// own counters. Ctrl-C stops and prints the summary.
+///
+/// Examples:
+///   flowlane forward --mode reflect --dev veth1 --swap ip,ports
+///   flowlane forward --mode reflect --dev veth1 --backend af-packet --cpus 0-1 --duration 10 --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct ForwardArgs {
+    /// What to do with frames.
+    #[arg(long, value_enum, default_value_t = ModeArg::Reflect)]
+    mode: ModeArg,
+
+    /// Interface to forward on.
+    #[arg(long)]
+    dev: String,
+
+    /// How frames reach the forwarder.
+    #[arg(long, value_enum, default_value_t = BackendArg::Xdp)]
+    backend: BackendArg,
+
+    /// Swap more than the MACs: `ip`, `ports`, or `ip,ports`.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    swap: Vec<SwapArg>,
+
+    /// Frames that are not IP, when addresses or ports are swapped: `pass` them to the
+    /// kernel (ARP keeps working) or `drop` them.
+    #[arg(long, value_enum, default_value_t = NotIpArg::Pass)]
+    not_ip: NotIpArg,
+
+    /// AF_PACKET workers' CPUs, e.g. 0-3 or 1,3 (default: every usable CPU).
+    #[arg(long, value_parser = parse_cpu_list)]
+    cpus: Option<CpuList>,
+
+    /// Stop after this long (default: at Ctrl-C).
+    #[arg(long, short = 't', value_parser = parse_duration)]
+    duration: Option<f64>,
+
+    /// Seconds between status lines.
+    #[arg(long, short = 'i', value_parser = parse_duration, default_value_t = 1.0)]
+    interval: f64,
+
+    /// No status lines.
+    #[arg(long)]
+    quiet: bool,
+
+    /// Final summary as JSON on stdout (status lines go to stderr).
+    #[arg(long, short = 'J')]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ModeArg {
+    /// Send every frame back out of the interface it came in on.
+    Reflect,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BackendArg {
+    /// A generated XDP program in the driver (XDP_TX).
+    Xdp,
+    /// AF_PACKET receive and transmit rings, one worker per CPU.
+    AfPacket,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SwapArg {
+    /// Source and destination IP addresses.
+    Ip,
+    /// Source and destination UDP/TCP ports.
+    Ports,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum NotIpArg {
+    /// To the kernel's stack.
+    Pass,
+    /// Nowhere.
+    Drop,
+}
+
+pub fn run(a: ForwardArgs) -> CmdResult {
+    let cfg = ForwardConfig {
+        mode: match a.mode {
+            ModeArg::Reflect => ForwardMode::Reflect,
+        },
+        devs: vec![a.dev.clone()],
+        backend: match a.backend {
+            BackendArg::Xdp => Backend::XdpNative,
+            BackendArg::AfPacket => Backend::AfPacket,
+        },
+        swap_ip: a.swap.contains(&SwapArg::Ip),
+        swap_ports: a.swap.contains(&SwapArg::Ports),
+        not_ip: match a.not_ip {
+            NotIpArg::Pass => NotIp::Pass,
+            NotIpArg::Drop => NotIp::Drop,
+        },
+        cpus: usable_cpus(a.cpus.as_ref())?,
+        duration_s: a.duration,
+        interval_s: a.interval,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop)?;
+    let mut log = Log::new(a.json);
+    let r = forward::run(&cfg, &stop, &mut |event| match event {
+        ForwardEvent::Started(s) => {
+            log.line(&format!("flowlane forward: reflecting on {}", cfg.devs[0]));
+            log.line(&backend_line(&s.backend));
+        }
+        ForwardEvent::Tick(t) if !a.quiet => {
+            let secs = t.interval_s.max(1e-9);
+            let d = &t.delta;
+            log.line(&format!(
+                "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} (not IP {}, \
+                 malformed {}, tx full {})",
+                t.elapsed_s,
+                d.rx_packets as f64 / secs,
+                d.forwarded as f64 / secs,
+                d.dropped.total(),
+                d.dropped.not_ip,
+                d.dropped.malformed,
+                d.dropped.tx_full
+            ));
+        }
+        ForwardEvent::Tick(_) => {}
+    })
+    .map_err(Failure::from_tool)?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        print_summary(&r);
+    }
+    for e in &r.errors {
+        eprintln!("flowlane: forwarder stopped: {e}");
+    }
+    for p in &r.problems {
+        eprintln!("FAIL: {p}");
+    }
+    Ok(if r.errors.is_empty() && r.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_summary(r: &ForwardReport) {
+    let t = &r.total;
+    println!();
+    println!(
+        "looked at {} frames in {} s: forwarded {} ({} pps), dropped {}",
+        t.rx_packets,
+        r.duration_s,
+        t.forwarded,
+        r.forwarded_pps,
+        t.dropped.total()
+    );
+    println!(
+        "  dropped by reason: not IP {}, malformed {}, truncated {}, tx ring full {}",
+        t.dropped.not_ip, t.dropped.malformed, t.dropped.truncated, t.dropped.tx_full
+    );
+    if let (Some(rx), Some(tx)) = (r.dev_rx_packets, r.dev_tx_packets) {
+        println!("  interface {}: received {rx}, sent {tx}", r.backend.dev);
+    }
+    for c in &r.cpus {
+        println!(
+            "  CPU {:>3}: forwarded {} of {}",
+            c.cpu, c.counts.forwarded, c.counts.rx_packets
+        );
+    }
+    println!("{}", backend_line(&r.backend));
+}

@@ -1,0 +1,269 @@
+//! `flowlane forward --mode reflect` between two namespaces: blast's echoes come back through
+//! the reflector, and every count adds up against the interfaces' own counters — frames the
+//! DUT's interface received = frames the reflector looked at = forwarded + dropped by reason,
+//! and the generator's interface got every forwarded frame back. Namespace tests need root.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+use flowlane_io::os::Signal;
+use flowlane_lab::{Offload, Pair, DUT_ADDR};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+/// One namespace test at a time: they count frames exactly and share two CPUs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The pair, the generator's end with transmit checksum offload as `tx_csum_offload` says.
+fn pair(tx_csum_offload: bool) -> Option<(std::sync::MutexGuard<'static, ()>, Pair)> {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
+        return None;
+    }
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let p = Pair::create("fl-fwd", 2).expect("namespaces and veth");
+    p.gen
+        .set_offload(&p.gen_if, Offload::TxChecksum, tx_csum_offload)
+        .expect("SIOCETHTOOL");
+    Some((guard, p))
+}
+
+/// An XDP program that passes every frame, on the generator's end while the returned link
+/// lives: veth then takes frames redirected or sent back by XDP on the DUT's end.
+fn xdp_pass_on_generator(p: &Pair) -> std::os::fd::OwnedFd {
+    use flowlane_io::ebpf::{Asm, R0};
+    use flowlane_io::{bpf, netdev::ifindex};
+    let gen_if = p.gen_if.clone();
+    p.gen
+        .run(move || {
+            let mut a = Asm::new();
+            a.mov_imm(R0, 2).exit(); // XDP_PASS
+            let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_pass", &a.finish().expect("asm"))
+                .expect("load");
+            bpf::attach_xdp(&prog, ifindex(&gen_if).expect("ifindex"), 0).expect("attach")
+        })
+        .expect("in the generator namespace")
+}
+
+/// A running forwarder, banner seen; stopped with SIGINT by [`Forwarder::finish`] (killed if
+/// the test fails first).
+struct Forwarder {
+    child: Child,
+    rest: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Forwarder {
+    fn start(p: &Pair, args: &[&str]) -> Forwarder {
+        let mut child = p
+            .dut
+            .command(BIN)
+            .args(["forward", "--mode", "reflect", "--dev", &p.dut_if])
+            .args(args)
+            .args(["--json", "--duration", "120"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("forward starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let banner = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(banner.starts_with("flowlane forward:"), "{banner}");
+        let rest =
+            std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+        Forwarder {
+            child,
+            rest: Some(rest),
+        }
+    }
+
+    /// SIGINT, then the exit code and the JSON summary.
+    fn finish(mut self) -> (Option<i32>, Value) {
+        flowlane_io::os::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
+        let mut out = String::new();
+        if let Some(mut so) = self.child.stdout.take() {
+            std::io::Read::read_to_string(&mut so, &mut out).expect("stdout");
+        }
+        let code = self.child.wait().expect("exits").code();
+        let err = self.rest.take().map(|h| h.join().unwrap_or_default());
+        let j = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("forward's JSON summary ({e}): {err:?}"));
+        (code, j)
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn iface(p: &Pair, gen: bool) -> flowlane_lab::counters::IfCounters {
+    let (ns, ifname) = if gen {
+        (&p.gen, &p.gen_if)
+    } else {
+        (&p.dut, &p.dut_if)
+    };
+    ns.dev().expect("counters").ifaces[ifname]
+}
+
+/// 20 000 echoed datagrams in 4 flows through the reflector; the summaries of both sides.
+fn reflect_run(p: &Pair, fwd_args: &[&str]) -> (Value, Value) {
+    let fwd = Forwarder::start(p, fwd_args);
+    let (g0, d0) = (iface(p, true), iface(p, false));
+    let to = format!("{DUT_ADDR}:9000");
+    let out = p
+        .gen
+        .command(BIN)
+        .args([
+            "blast", "--to", &to, "--echo", "--count", "20000", "--rate", "20k", "--burst", "512",
+            "--flows", "4", "--json", "--quiet",
+        ])
+        .output()
+        .expect("blast runs");
+    let b: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "blast's JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let (code, f) = fwd.finish();
+    let (g1, d1) = (iface(p, true), iface(p, false));
+    assert_eq!(code, Some(0), "forward exits 0: {f}");
+    // Exact accounting against the kernel's interface counters.
+    let t = &f["total"];
+    assert_eq!(
+        d1.rx_packets - d0.rx_packets,
+        20_000,
+        "the DUT's interface got every frame"
+    );
+    assert_eq!(f["dev_rx_packets"], 20_000, "{f}");
+    assert_eq!(
+        t["rx_packets"], 20_000,
+        "the reflector looked at every frame: {f}"
+    );
+    assert_eq!(t["forwarded"], 20_000, "{f}");
+    assert_eq!(t["dropped"]["not_ip"], 0, "{f}");
+    assert_eq!(f["device_refused"], 0, "{f}");
+    assert_eq!(f["problems"], serde_json::json!([]), "{f}");
+    assert_eq!(
+        g1.rx_packets - g0.rx_packets,
+        20_000,
+        "every reflected frame reached the generator's interface"
+    );
+    let per_cpu: u64 = f["cpus"]
+        .as_array()
+        .expect("cpus")
+        .iter()
+        .map(|c| c["rx_packets"].as_u64().expect("n"))
+        .sum();
+    assert_eq!(per_cpu, 20_000, "per-CPU counts add up: {f}");
+    // Per-flow truth at the generator: every echo back, or its loss explained by the
+    // generator's own socket (a busy machine can overflow it).
+    assert_eq!(b["tx_packets"], 20_000, "{b}");
+    assert_eq!(b["icmp_errors"], 0, "the DUT's kernel did not answer: {b}");
+    assert_eq!(b["foreign"], 0, "{b}");
+    assert_eq!(
+        b["lost"], b["lost_at_own_socket"],
+        "loss only at the generator's own socket: {b}"
+    );
+    assert_eq!(b["duplicates"], 0, "{b}");
+    for fl in b["flows"].as_array().expect("flows") {
+        assert_eq!(fl["tx_packets"], 5_000, "{fl}");
+    }
+    assert!(
+        b["latency_ns"]["p50"].as_u64().is_some_and(|n| n > 0),
+        "{b}"
+    );
+    (b, f)
+}
+
+#[test]
+fn native_xdp_reflector_returns_every_datagram_and_counts_add_up() {
+    // The generator computes its checksums: XDP cannot finish one left to offload.
+    let Some((_one, p)) = pair(false) else { return };
+    let _pass = xdp_pass_on_generator(&p);
+    let (_, f) = reflect_run(&p, &["--swap", "ip,ports"]);
+    assert_eq!(f["backend"]["backend"], "xdp-native", "{f}");
+    assert_eq!(f["swapped"], serde_json::json!(["ip", "ports"]));
+}
+
+#[test]
+fn af_packet_reflector_returns_every_datagram_and_counts_add_up() {
+    // With the generator's checksum offload on, the reflector sees frames whose checksum is
+    // not filled in yet (TP_STATUS_CSUMNOTREADY) and must finish it, or the echoes fail
+    // their checksum at the generator.
+    let Some((_one, p)) = pair(true) else { return };
+    // AF_PACKET receives a copy: with no address the DUT's kernel drops the original quietly
+    // instead of answering "port unreachable".
+    p.dut
+        .ip(&["addr", "flush", "dev", &p.dut_if])
+        .expect("flush");
+    let (_, f) = reflect_run(&p, &["--swap", "ip,ports", "--backend", "af-packet"]);
+    assert_eq!(f["backend"]["backend"], "af-packet", "{f}");
+    assert_eq!(f["total"]["dropped"]["tx_full"], 0, "{f}");
+}
+
+#[test]
+fn a_peer_without_xdp_shows_as_refused_frames_and_exit_1() {
+    // GRO on is not enough for veth to take XDP_TX frames (Linux 6.18): refused.
+    let Some((_one, p)) = pair(false) else { return };
+    p.gen
+        .set_offload(&p.gen_if, Offload::Gro, true)
+        .expect("GRO on");
+    let fwd = Forwarder::start(&p, &["--swap", "ip,ports"]);
+    let out = p
+        .gen
+        .command(BIN)
+        .args([
+            "blast",
+            "--to",
+            &format!("{DUT_ADDR}:9000"),
+            "--count",
+            "1000",
+            "--json",
+            "--quiet",
+        ])
+        .output()
+        .expect("blast runs");
+    assert_eq!(out.status.code(), Some(0));
+    let (code, f) = fwd.finish();
+    assert_eq!(code, Some(1), "{f}");
+    assert_eq!(f["total"]["forwarded"], 1000, "{f}");
+    assert_eq!(f["device_refused"], 1000, "{f}");
+    assert!(
+        f["problems"][0]
+            .as_str()
+            .is_some_and(|s| s.contains("XDP program")),
+        "{f}"
+    );
+}
+
+#[test]
+fn bad_requests_are_usage_errors() {
+    for args in [
+        vec!["forward", "--dev", "no-such-if0"],
+        vec![
+            "forward",
+            "--dev",
+            "lo",
+            "--backend",
+            "af-packet",
+            "--cpus",
+            "100000",
+        ],
+        vec!["forward", "--dev", "lo", "--swap", "macs"],
+        vec!["forward", "--dev", "lo", "--duration", "0"],
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(&args)
+            .output()
+            .expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! The AF_PACKET reflector worker behind `flowlane forward --mode reflect --backend
+//! af-packet`: frames from its receive ring (the ones the kernel received on this worker's
+//! CPU, by fanout), turned around with `flowlane_wire::forward::reflect` in a transmit-ring
+//! slot, and sent. The kernel's own path still sees each frame (AF_PACKET receives a copy):
+//! give the interface no address, or the host answers too.
+
+use flowlane_io::frame::{FrameRx, FrameTx, TP_STATUS_CSUMNOTREADY};
+use flowlane_wire::forward::{fill_checksum, reflect, Reason, Swap, L3};
+
+use crate::{bump, counters, Poll};
+
+counters! {
+    /// What a forwarding worker counts.
+    pub struct ForwardStats => ForwardSnapshot {
+        /// Frames taken from the receive ring.
+        rx_packets,
+        /// Frames queued for sending (turned around).
+        forwarded,
+        /// Not IP, where addresses or ports are swapped (left to the kernel).
+        not_ip,
+        /// Headers cut short or inconsistent.
+        malformed,
+        /// Longer than a ring slot.
+        truncated,
+        /// Received but not sent: the transmit ring had no free slot.
+        tx_full,
+        /// Frames the kernel dropped because the receive ring was full (`tp_drops`).
+        ring_drops,
+    }
+}
+
+/// One worker: its receive ring, its transmit ring on the same interface.
+#[derive(Debug)]
+pub struct ReflectWorker<R, T> {
+    rx: R,
+    tx: T,
+    swap: Swap,
+}
+
+impl<R: FrameRx, T: FrameTx> ReflectWorker<R, T> {
+    /// A worker over its own rings.
+    pub fn new(rx: R, tx: T, swap: Swap) -> ReflectWorker<R, T> {
+        ReflectWorker { rx, tx, swap }
+    }
+}
+
+/// Writes `data` into `buf`, with the 802.1Q tag `vlan` put back after the MACs where the
+/// receive ring took it out; the frame's length (0: it does not fit).
+fn copy_frame(data: &[u8], vlan: Option<u16>, buf: &mut [u8]) -> usize {
+    let extra = if vlan.is_some() { 4 } else { 0 };
+    let len = data.len() + extra;
+    if len > buf.len() || data.len() < 14 {
+        return 0;
+    }
+    match vlan {
+        None => buf[..len].copy_from_slice(data),
+        Some(vid) => {
+            buf[..12].copy_from_slice(&data[..12]);
+            buf[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+            buf[14..16].copy_from_slice(&vid.to_be_bytes());
+            buf[16..len].copy_from_slice(&data[12..]);
+        }
+    }
+    len
+}
+
+impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
+    type Stats = ForwardStats;
+
+    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+        let (mut n, mut fwd, mut not_ip, mut malformed, mut trunc, mut full) = (0, 0, 0, 0, 0, 0);
+        while n < budget {
+            let Some(f) = self.rx.next() else { break };
+            n += 1;
+            let refused = if f.truncated() {
+                trunc += 1;
+                true
+            } else if f.data.len() < 14 {
+                malformed += 1;
+                true
+            } else if self.swap.ip || self.swap.ports {
+                match L3::parse(f.data) {
+                    Ok(_) => false,
+                    Err(Reason::NotIp) => {
+                        not_ip += 1;
+                        true
+                    }
+                    Err(_) => {
+                        malformed += 1;
+                        true
+                    }
+                }
+            } else {
+                false
+            };
+            if !refused {
+                let (data, vlan, swap) = (f.data, f.vlan, self.swap);
+                // Sent from this host with checksum offload: only the pseudo-header sum is
+                // there; the frame leaves with its checksum computed.
+                let partial = f.status & TP_STATUS_CSUMNOTREADY != 0;
+                let queued = self.tx.queue(1, &mut |_, buf| {
+                    let len = copy_frame(data, vlan, buf);
+                    if len == 0 {
+                        return 0;
+                    }
+                    let frame = &mut buf[..len];
+                    if partial {
+                        if let Ok(l3) = L3::parse(frame) {
+                            let _ = fill_checksum(frame, &l3);
+                        }
+                    }
+                    // Checked above: an IP frame (where it matters) of at least 14 bytes.
+                    if reflect(frame, swap).is_err() {
+                        return 0;
+                    }
+                    len
+                });
+                if queued == 1 {
+                    fwd += 1;
+                } else {
+                    full += 1;
+                }
+            }
+            self.rx.release();
+        }
+        if fwd > 0 {
+            self.tx.kick().map_err(|e| e.to_string())?;
+        }
+        bump(&st.rx_packets, n as u64);
+        bump(&st.forwarded, fwd);
+        bump(&st.not_ip, not_ip);
+        bump(&st.malformed, malformed);
+        bump(&st.truncated, trunc);
+        bump(&st.tx_full, full);
+        Ok(n)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        self.rx
+            .wait(timeout_ms)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn idle(&mut self, st: &ForwardStats) {
+        if let Ok(d) = self.rx.take_drops() {
+            bump(&st.ring_drops, d);
+        }
+    }
+
+    fn finish(&mut self, _st: &ForwardStats) {
+        // Let what is queued leave before the ring is closed.
+        let _ = self.tx.kick();
+        for _ in 0..100 {
+            if self.tx.in_flight() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stripped_tag_is_put_back_after_the_macs() {
+        let data: Vec<u8> = (0..60u8).collect();
+        let mut buf = [0u8; 128];
+        assert_eq!(copy_frame(&data, None, &mut buf), 60);
+        assert_eq!(&buf[..60], &data[..]);
+        assert_eq!(copy_frame(&data, Some(7), &mut buf), 64);
+        assert_eq!(&buf[..12], &data[..12]);
+        assert_eq!(&buf[12..16], &[0x81, 0, 0, 7]);
+        assert_eq!(&buf[16..64], &data[12..]);
+        assert_eq!(copy_frame(&data, None, &mut [0u8; 59]), 0, "does not fit");
+    }
+}

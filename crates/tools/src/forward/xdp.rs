@@ -1,0 +1,233 @@
+//! The native-XDP reflector: a generated program attached through a BPF link (detached when
+//! the run ends, also when the process dies), its per-CPU counters read from a mapped array.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flowlane_io::bpf::{self, MappedArray};
+use flowlane_io::ebpf::{reflect_program, reflect_stats, Reflect};
+use flowlane_io::netdev;
+use flowlane_wire::forward::Swap;
+
+use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
+use super::{dev_counters, ForwardConfig, ForwardEvent, ForwardStart, NotIp};
+use crate::backend::BackendReport;
+use crate::ToolError;
+
+/// CPUs the kernel may run on (`/sys/devices/system/cpu/possible`): the counters' slots.
+fn possible_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| flowlane_runtime::cpus::parse_cpu_list(s.trim()).ok())
+        .and_then(|v| v.into_iter().max())
+        .map_or(1024, |m| m + 1)
+}
+
+fn read(stats: &MappedArray, cpus: usize) -> Vec<ForwardCounts> {
+    (0..cpus)
+        .map(|c| {
+            let at = |i: usize| stats.get(c * reflect_stats::SLOT + i);
+            let dropped = Drops {
+                not_ip: at(reflect_stats::NOT_IP),
+                malformed: at(reflect_stats::MALFORMED),
+                ..Drops::default()
+            };
+            let forwarded = at(reflect_stats::REFLECTED);
+            ForwardCounts {
+                rx_packets: forwarded + dropped.total(),
+                forwarded,
+                dropped,
+            }
+        })
+        .collect()
+}
+
+fn sum(v: &[ForwardCounts]) -> ForwardCounts {
+    v.iter().fold(ForwardCounts::default(), |t, c| t.plus(c))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    dev: &str,
+    backend: BackendReport,
+    swap: Swap,
+    cfg: &ForwardConfig,
+    duration: Option<Duration>,
+    interval: Duration,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    let cpus = possible_cpus();
+    let bpf_err = |what: &str, e: String, denied: bool| {
+        let msg = format!("{what}: {e}");
+        if denied {
+            ToolError::privilege(format!(
+                "{msg} (needs CAP_BPF and CAP_NET_ADMIN: run as root)"
+            ))
+        } else {
+            ToolError::runtime(msg)
+        }
+    };
+    let denied =
+        |e: &flowlane_io::SysError| e.source.kind() == std::io::ErrorKind::PermissionDenied;
+    let stats = MappedArray::new("fl_reflect", (cpus * reflect_stats::SLOT) as u32)
+        .map_err(|e| bpf_err("cannot make the counters map", e.to_string(), denied(&e)))?;
+    let insns = reflect_program(&Reflect {
+        stats_fd: stats.fd(),
+        swap_ip: swap.ip,
+        swap_ports: swap.ports,
+        pass_not_ip: cfg.not_ip == NotIp::Pass,
+    })
+    .map_err(|e| ToolError::runtime(format!("the reflector does not assemble: {e:?}")))?;
+    let prog = bpf::prog_load(bpf::PROG_XDP, "fl_reflect", &insns).map_err(|e| {
+        bpf_err(
+            "the kernel refused the reflector",
+            e.to_string(),
+            denied(&e.error),
+        )
+    })?;
+    let (rx0, tx0) = dev_counters(dev);
+    let link = bpf::attach_xdp(&prog, ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
+        bpf_err(
+            &format!("cannot attach the reflector to {dev} in native mode"),
+            e.to_string(),
+            denied(&e),
+        )
+    })?;
+    on_event(ForwardEvent::Started(ForwardStart {
+        backend: backend.clone(),
+    }));
+    let start = Instant::now();
+    let deadline = duration.and_then(|d| start.checked_add(d));
+    let (mut prev, mut prev_t, mut next) = (ForwardCounts::default(), start, start + interval);
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        if now >= next {
+            let cur = sum(&read(&stats, cpus));
+            on_event(ForwardEvent::Tick(ForwardTick {
+                elapsed_s: now.duration_since(start).as_secs_f64(),
+                interval_s: now.duration_since(prev_t).as_secs_f64(),
+                delta: cur.since(&prev),
+            }));
+            (prev, prev_t, next) = (cur, now, next + interval);
+        }
+    }
+    drop(link);
+    let elapsed = start.elapsed().as_secs_f64();
+    let per_cpu = read(&stats, cpus);
+    let (rx1, tx1) = dev_counters(dev);
+    let total = sum(&per_cpu);
+    let dev_tx_packets = tx1.zip(tx0).map(|(a, b)| a.saturating_sub(b));
+    let (device_refused, problems) = super::report::judge(dev, total.forwarded, dev_tx_packets);
+    Ok(ForwardReport {
+        mode: cfg.mode,
+        backend,
+        swapped: super::report::swapped(swap),
+        duration_s: (elapsed * 1000.0).round() / 1000.0,
+        total,
+        cpus: per_cpu
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| c.rx_packets > 0)
+            .map(|(cpu, counts)| CpuCounts { cpu, counts })
+            .collect(),
+        forwarded_pps: (total.forwarded as f64 / elapsed.max(1e-9)).round(),
+        dev_rx_packets: rx1.zip(rx0).map(|(a, b)| a.saturating_sub(b)),
+        dev_tx_packets,
+        device_refused,
+        problems,
+        errors: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use flowlane_io::bpf::{self, MappedArray};
+    use flowlane_io::ebpf::{reflect_program, reflect_stats, Reflect};
+    use flowlane_wire::forward::{reflect, Reason, Swap};
+    use flowlane_wire::{Template, TemplateSpec};
+
+    /// The generated program and `wire::forward::reflect` agree byte for byte: run on copies of
+    /// frames (IPv4, IPv6, tagged, not IP, cut short) with `BPF_PROG_TEST_RUN`, every variant
+    /// gives the same frame and a verdict that matches the library's answer.
+    #[test]
+    fn the_xdp_reflector_does_what_the_library_does() {
+        let mut frames = Vec::new();
+        for (s, d) in [
+            ("198.18.0.1:1234", "198.18.0.2:9000"),
+            ("[2001:2::1]:1234", "[2001:2::2]:9000"),
+        ] {
+            for vlan in [None, Some(5)] {
+                let t = Template::build(&TemplateSpec {
+                    src_mac: [2, 0, 0, 0, 0, 1],
+                    dst_mac: [2, 0, 0, 0, 0, 2],
+                    vlan,
+                    src: s.parse().expect("addr"),
+                    dst: d.parse().expect("addr"),
+                    frame_len: 128,
+                })
+                .expect("template");
+                frames.push(t.bytes);
+            }
+        }
+        let mut arp = frames[0].clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        frames.push(arp);
+        frames.push(frames[0][..30].to_vec()); // an IPv4 header cut short
+        let stats = MappedArray::new("fl_t_refl", 4096).expect("map");
+        for bits in 0..8u8 {
+            let p = Reflect {
+                stats_fd: stats.fd(),
+                swap_ip: bits & 1 != 0,
+                swap_ports: bits & 2 != 0,
+                pass_not_ip: bits & 4 != 0,
+            };
+            let prog = match bpf::prog_load(
+                bpf::PROG_XDP,
+                "fl_t_refl",
+                &reflect_program(&p).expect("asm"),
+            ) {
+                Ok(p) => p,
+                Err(e) if e.error.source.kind() == std::io::ErrorKind::PermissionDenied => {
+                    eprintln!("SKIP: loading XDP programs needs CAP_BPF");
+                    return;
+                }
+                Err(e) => panic!("{p:?}: {e}"),
+            };
+            for f in &frames {
+                let (verdict, out) = bpf::xdp_test_run(&prog, f).expect("test run");
+                let mut want = f.clone();
+                let lib = reflect(
+                    &mut want,
+                    Swap {
+                        ip: p.swap_ip,
+                        ports: p.swap_ports,
+                    },
+                );
+                match lib {
+                    Ok(()) => {
+                        assert_eq!(verdict, 3, "XDP_TX for {p:?}");
+                        assert_eq!(out, want, "{p:?}");
+                    }
+                    Err(Reason::NotIp) => {
+                        assert_eq!(verdict, if p.pass_not_ip { 2 } else { 1 }, "{p:?}");
+                        assert_eq!(&out, f, "left alone");
+                    }
+                    Err(_) => assert_eq!(verdict, 1, "dropped: {p:?}"),
+                }
+            }
+        }
+        // Every run was counted (CPU slots: whichever CPU ran the test).
+        let counted: u64 = (0..4096 / reflect_stats::SLOT)
+            .map(|c| {
+                (0..3)
+                    .map(|i| stats.get(c * reflect_stats::SLOT + i))
+                    .sum::<u64>()
+            })
+            .sum();
+        assert_eq!(counted, 8 * frames.len() as u64);
+    }
+}
