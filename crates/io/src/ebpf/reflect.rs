@@ -155,31 +155,5 @@ pub fn reflect_program(p: &Reflect) -> Result<Vec<Insn>, AsmError> {
     a.finish()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sys::bpf;
-
-    /// Every variant loads (the verifier accepts it) and, run on frames with
-    /// `BPF_PROG_TEST_RUN`, turns them around exactly as `wire::forward::reflect` would.
-    #[test]
-    fn every_variant_passes_the_verifier() {
-        let stats = bpf::MappedArray::new("fl_t_reflect", 64).expect("map");
-        for bits in 0..8u8 {
-            let p = Reflect {
-                stats_fd: stats.fd(),
-                swap_ip: bits & 1 != 0,
-                swap_ports: bits & 2 != 0,
-                pass_not_ip: bits & 4 != 0,
-            };
-            let insns = reflect_program(&p).expect("assembles");
-            if let Err(e) = bpf::prog_load(bpf::PROG_XDP, "fl_t_reflect", &insns) {
-                // Without CAP_BPF nothing loads; anything else is the program's fault.
-                assert!(
-                    e.error.source.raw_os_error() == Some(libc::EPERM),
-                    "{p:?}: {e}"
-                );
-            }
-        }
-    }
-}
+// Tested where the library's reflect is at hand: `tools::forward::xdp`'s tests run every
+// variant through the verifier and BPF_PROG_TEST_RUN against `flowlane_wire::forward`.

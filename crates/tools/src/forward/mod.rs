@@ -80,6 +80,16 @@ pub enum ForwardEvent {
     Tick(ForwardTick),
 }
 
+/// What a backend's run needs, resolved from the configuration.
+pub(crate) struct Job<'a> {
+    dev: &'a str,
+    backend: backend::BackendReport,
+    swap: flowlane_wire::forward::Swap,
+    cfg: &'a ForwardConfig,
+    duration: Option<std::time::Duration>,
+    interval: std::time::Duration,
+}
+
 /// Runs the forwarder until the deadline or `stop`.
 pub fn run(
     cfg: &ForwardConfig,
@@ -101,18 +111,23 @@ pub fn run(
         ip: cfg.swap_ip,
         ports: cfg.swap_ports,
     };
+    if !matches!(cfg.backend, Backend::XdpNative | Backend::AfPacket) {
+        return Err(ToolError::usage(format!(
+            "forward runs on native XDP or AF_PACKET, not {:?} (AF_XDP comes next)",
+            cfg.backend
+        )));
+    }
+    let job = Job {
+        dev,
+        backend: backend::choose(dev, cfg.backend)?,
+        swap,
+        cfg,
+        duration,
+        interval,
+    };
     match cfg.backend {
-        Backend::XdpNative => {
-            let b = backend::choose(dev, Backend::XdpNative)?;
-            xdp::run(dev, b, swap, cfg, duration, interval, stop, on_event)
-        }
-        Backend::AfPacket => {
-            let b = backend::choose(dev, Backend::AfPacket)?;
-            packet::run(dev, b, swap, cfg, duration, interval, stop, on_event)
-        }
-        other => Err(ToolError::usage(format!(
-            "forward runs on native XDP or AF_PACKET, not {other:?} (AF_XDP comes next)"
-        ))),
+        Backend::XdpNative => xdp::run(&job, stop, on_event),
+        _ => packet::run(&job, stop, on_event),
     }
 }
 

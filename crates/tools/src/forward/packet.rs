@@ -3,16 +3,13 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use flowlane_io::{frame, netdev, SysError};
 use flowlane_runtime::forward::{ForwardSnapshot, ReflectWorker};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
-use flowlane_wire::forward::Swap;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
-use super::{dev_counters, ForwardConfig, ForwardEvent, ForwardStart};
-use crate::backend::BackendReport;
+use super::{dev_counters, ForwardEvent, ForwardStart, Job};
 use crate::ToolError;
 
 fn counts(s: &ForwardSnapshot) -> ForwardCounts {
@@ -28,17 +25,12 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
-    dev: &str,
-    backend: BackendReport,
-    swap: Swap,
-    cfg: &ForwardConfig,
-    duration: Option<Duration>,
-    interval: Duration,
+    job: &Job<'_>,
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
+    let (dev, swap, cfg) = (job.dev, job.swap, job.cfg);
     if cfg.cpus.is_empty() {
         return Err(ToolError::usage("no CPU for a forwarding worker"));
     }
@@ -51,7 +43,7 @@ pub(super) fn run(
     // One fanout group per run: ids are per network namespace; the process id keeps two
     // forwarders on one host apart.
     let group = (std::process::id() & 0xffff) as u16;
-    let (rx0, tx0) = dev_counters(dev);
+    let before = dev_counters(dev);
     let mut rt = Runtime::start(
         &Config {
             cpus: cfg.cpus.clone(),
@@ -75,44 +67,33 @@ pub(super) fn run(
         _ => ToolError::runtime(e.to_string()),
     })?;
     on_event(ForwardEvent::Started(ForwardStart {
-        backend: backend.clone(),
+        backend: job.backend.clone(),
     }));
     let rule = StopRule {
         external: stop.clone(),
-        deadline: duration,
+        deadline: job.duration,
     };
-    let end = rt.session(Some(interval), &rule, &mut |t| {
+    let end = rt.session(Some(job.interval), &rule, &mut |t| {
         on_event(ForwardEvent::Tick(ForwardTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
             delta: counts(&t.delta().role),
         }))
     });
-    let (rx1, tx1) = dev_counters(dev);
-    let elapsed = end.elapsed.as_secs_f64();
-    let total = counts(&end.total().role);
-    let dev_tx_packets = tx1.zip(tx0).map(|(a, b)| a.saturating_sub(b));
-    let (device_refused, problems) = super::report::judge(dev, total.forwarded, dev_tx_packets);
-    Ok(ForwardReport {
-        mode: cfg.mode,
-        backend,
-        swapped: super::report::swapped(swap),
-        duration_s: (elapsed * 1000.0).round() / 1000.0,
-        total,
-        cpus: cfg
-            .cpus
-            .iter()
-            .zip(&end.finals)
-            .map(|(&cpu, s)| CpuCounts {
-                cpu,
-                counts: counts(&s.role),
-            })
-            .collect(),
-        forwarded_pps: (total.forwarded as f64 / elapsed.max(1e-9)).round(),
-        dev_rx_packets: rx1.zip(rx0).map(|(a, b)| a.saturating_sub(b)),
-        dev_tx_packets,
-        device_refused,
-        problems,
-        errors: end.errors.into_iter().map(|e| e.1).collect(),
-    })
+    let cpus = cfg
+        .cpus
+        .iter()
+        .zip(&end.finals)
+        .map(|(&cpu, s)| CpuCounts {
+            cpu,
+            counts: counts(&s.role),
+        })
+        .collect();
+    Ok(super::report::assemble(
+        job,
+        end.elapsed.as_secs_f64(),
+        cpus,
+        before,
+        end.errors.into_iter().map(|e| e.1).collect(),
+    ))
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ForwardMode;
+use super::{ForwardMode, Job};
 use crate::backend::BackendReport;
 
 /// Frames not forwarded, by reason (`flowlane_wire::forward::Reason`).
@@ -154,4 +154,37 @@ pub(super) fn judge(dev: &str, forwarded: u64, dev_tx: Option<u64>) -> (Option<u
         ));
     }
     (refused, problems)
+}
+
+/// The report from the per-CPU counts at the end, and the interface's counters before the run
+/// (`rx`, `tx`): totals, rates, the cross-check against the interface and its verdict.
+pub(super) fn assemble(
+    job: &Job<'_>,
+    elapsed_s: f64,
+    cpus: Vec<CpuCounts>,
+    before: (Option<u64>, Option<u64>),
+    errors: Vec<String>,
+) -> ForwardReport {
+    let total = cpus
+        .iter()
+        .fold(ForwardCounts::default(), |t, c| t.plus(&c.counts));
+    let (rx1, tx1) = super::dev_counters(job.dev);
+    let delta =
+        |now: Option<u64>, then: Option<u64>| now.zip(then).map(|(a, b)| a.saturating_sub(b));
+    let dev_tx_packets = delta(tx1, before.1);
+    let (device_refused, problems) = judge(job.dev, total.forwarded, dev_tx_packets);
+    ForwardReport {
+        mode: job.cfg.mode,
+        backend: job.backend.clone(),
+        swapped: swapped(job.swap),
+        duration_s: (elapsed_s * 1000.0).round() / 1000.0,
+        total,
+        cpus,
+        forwarded_pps: (total.forwarded as f64 / elapsed_s.max(1e-9)).round(),
+        dev_rx_packets: delta(rx1, before.0),
+        dev_tx_packets,
+        device_refused,
+        problems,
+        errors,
+    }
 }

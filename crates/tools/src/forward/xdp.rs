@@ -8,11 +8,9 @@ use std::time::{Duration, Instant};
 use flowlane_io::bpf::{self, MappedArray};
 use flowlane_io::ebpf::{reflect_program, reflect_stats, Reflect};
 use flowlane_io::netdev;
-use flowlane_wire::forward::Swap;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
-use super::{dev_counters, ForwardConfig, ForwardEvent, ForwardStart, NotIp};
-use crate::backend::BackendReport;
+use super::{dev_counters, ForwardEvent, ForwardStart, Job, NotIp};
 use crate::ToolError;
 
 /// CPUs the kernel may run on (`/sys/devices/system/cpu/possible`): the counters' slots.
@@ -47,17 +45,12 @@ fn sum(v: &[ForwardCounts]) -> ForwardCounts {
     v.iter().fold(ForwardCounts::default(), |t, c| t.plus(c))
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
-    dev: &str,
-    backend: BackendReport,
-    swap: Swap,
-    cfg: &ForwardConfig,
-    duration: Option<Duration>,
-    interval: Duration,
+    job: &Job<'_>,
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
+    let (dev, swap, cfg) = (job.dev, job.swap, job.cfg);
     let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
     let cpus = possible_cpus();
     let bpf_err = |what: &str, e: String, denied: bool| {
@@ -88,7 +81,7 @@ pub(super) fn run(
             denied(&e.error),
         )
     })?;
-    let (rx0, tx0) = dev_counters(dev);
+    let before = dev_counters(dev);
     let link = bpf::attach_xdp(&prog, ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
         bpf_err(
             &format!("cannot attach the reflector to {dev} in native mode"),
@@ -97,11 +90,11 @@ pub(super) fn run(
         )
     })?;
     on_event(ForwardEvent::Started(ForwardStart {
-        backend: backend.clone(),
+        backend: job.backend.clone(),
     }));
     let start = Instant::now();
-    let deadline = duration.and_then(|d| start.checked_add(d));
-    let (mut prev, mut prev_t, mut next) = (ForwardCounts::default(), start, start + interval);
+    let deadline = job.duration.and_then(|d| start.checked_add(d));
+    let (mut prev, mut prev_t, mut next) = (ForwardCounts::default(), start, start + job.interval);
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(10));
         let now = Instant::now();
@@ -112,35 +105,23 @@ pub(super) fn run(
                 interval_s: now.duration_since(prev_t).as_secs_f64(),
                 delta: cur.since(&prev),
             }));
-            (prev, prev_t, next) = (cur, now, next + interval);
+            (prev, prev_t, next) = (cur, now, next + job.interval);
         }
     }
     drop(link);
-    let elapsed = start.elapsed().as_secs_f64();
-    let per_cpu = read(&stats, cpus);
-    let (rx1, tx1) = dev_counters(dev);
-    let total = sum(&per_cpu);
-    let dev_tx_packets = tx1.zip(tx0).map(|(a, b)| a.saturating_sub(b));
-    let (device_refused, problems) = super::report::judge(dev, total.forwarded, dev_tx_packets);
-    Ok(ForwardReport {
-        mode: cfg.mode,
-        backend,
-        swapped: super::report::swapped(swap),
-        duration_s: (elapsed * 1000.0).round() / 1000.0,
-        total,
-        cpus: per_cpu
-            .into_iter()
-            .enumerate()
-            .filter(|(_, c)| c.rx_packets > 0)
-            .map(|(cpu, counts)| CpuCounts { cpu, counts })
-            .collect(),
-        forwarded_pps: (total.forwarded as f64 / elapsed.max(1e-9)).round(),
-        dev_rx_packets: rx1.zip(rx0).map(|(a, b)| a.saturating_sub(b)),
-        dev_tx_packets,
-        device_refused,
-        problems,
-        errors: Vec::new(),
-    })
+    let cpus = read(&stats, cpus)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, c)| c.rx_packets > 0)
+        .map(|(cpu, counts)| CpuCounts { cpu, counts })
+        .collect();
+    Ok(super::report::assemble(
+        job,
+        start.elapsed().as_secs_f64(),
+        cpus,
+        before,
+        Vec::new(),
+    ))
 }
 
 #[cfg(test)]
