@@ -19,7 +19,7 @@ use crate::args::{
     parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix, parse_port_range,
     parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, ModelArgs, Rate, SizeList,
 };
-use crate::live::{latency_line, stop_on_signals, Log};
+use crate::live::{latency_line, stop_on_signals, LiveArgs, Log};
 use crate::{CmdResult, Failure};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -180,30 +180,21 @@ pub struct BlastArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     rcvbuf: Option<u64>,
 
-    /// Seconds between status lines.
-    #[arg(long, short = 'i', value_parser = parse_duration, default_value_t = 1.0)]
-    interval: f64,
-
-    /// No status lines.
-    #[arg(long)]
-    quiet: bool,
-
-    /// Final summary as JSON on stdout (status lines go to stderr).
-    #[arg(long, short = 'J')]
-    json: bool,
+    #[command(flatten)]
+    live: LiveArgs,
 }
 
 pub fn run(a: BlastArgs) -> CmdResult {
     let cfg = config(&a)?;
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.json);
+    let mut log = Log::new(a.live.json);
     let report = blast::run(&cfg, &stop, &mut |event| match event {
         BlastEvent::StepStarted(s) => log.line(&banner(&s)),
-        BlastEvent::Tick(t) if !a.quiet => log.line(&status(&t)),
+        BlastEvent::Tick(t) if !a.live.quiet => log.line(&status(&t)),
         BlastEvent::Tick(_) => {}
         BlastEvent::StepDone(r) => {
-            if a.json {
+            if a.live.json {
                 for p in &r.problems {
                     eprintln!("flowlane: {p}");
                 }
@@ -216,7 +207,7 @@ pub fn run(a: BlastArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
-    if a.json {
+    if a.live.json {
         match report.steps.as_slice() {
             [one] if !report.sweep => print_json(one)?,
             all => print_json(&json!({ "sweep": all }))?,
@@ -302,7 +293,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         max_loss_pct: a.max_loss,
         linger_s: a.linger,
         rcvbuf: a.rcvbuf.map(|b| b as usize),
-        interval_s: a.interval,
+        interval_s: a.live.interval,
     })
 }
 

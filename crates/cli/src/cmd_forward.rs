@@ -11,7 +11,7 @@ use flowlane_tools::forward::{
 };
 
 use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList};
-use crate::live::{stop_on_signals, Log};
+use crate::live::{stop_on_signals, LiveArgs, Log};
 use crate::{CmdResult, Failure};
 
 /// Forward frames as a device under test: a reflector that sends every frame back.
@@ -71,17 +71,8 @@ pub struct ForwardArgs {
     #[arg(long, short = 't', value_parser = parse_duration)]
     duration: Option<f64>,
 
-    /// Seconds between status lines.
-    #[arg(long, short = 'i', value_parser = parse_duration, default_value_t = 1.0)]
-    interval: f64,
-
-    /// No status lines.
-    #[arg(long)]
-    quiet: bool,
-
-    /// Final summary as JSON on stdout (status lines go to stderr).
-    #[arg(long, short = 'J')]
-    json: bool,
+    #[command(flatten)]
+    live: LiveArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -132,17 +123,17 @@ pub fn run(a: ForwardArgs) -> CmdResult {
         },
         cpus: usable_cpus(a.cpus.as_ref())?,
         duration_s: a.duration,
-        interval_s: a.interval,
+        interval_s: a.live.interval,
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.json);
+    let mut log = Log::new(a.live.json);
     let r = forward::run(&cfg, &stop, &mut |event| match event {
         ForwardEvent::Started(s) => {
             log.line(&format!("flowlane forward: reflecting on {}", cfg.devs[0]));
             log.line(&backend_line(&s.backend));
         }
-        ForwardEvent::Tick(t) if !a.quiet => {
+        ForwardEvent::Tick(t) if !a.live.quiet => {
             let secs = t.interval_s.max(1e-9);
             let d = &t.delta;
             log.line(&format!(
@@ -160,7 +151,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
         ForwardEvent::Tick(_) => {}
     })
     .map_err(Failure::from_tool)?;
-    if a.json {
+    if a.live.json {
         print_json(&r)?;
     } else {
         print_summary(&r);

@@ -10,7 +10,7 @@ use flowlane_tools::sink::{self, SinkConfig, SinkEvent, SinkReport};
 use crate::args::parse_duration;
 use crate::args::print_json;
 use crate::args::{usable_cpus, CpuList};
-use crate::live::{latency_line, stop_on_signals, Log};
+use crate::live::{latency_line, stop_on_signals, LiveArgs, Log};
 use crate::{CmdResult, Failure};
 
 /// Receive an interface's frames and account flowlane traffic per flow: loss, order, latency.
@@ -65,17 +65,8 @@ pub struct SinkArgs {
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..=1_048_576))]
     ring: u64,
 
-    /// Seconds between status lines.
-    #[arg(long, short = 'i', value_parser = parse_duration, default_value_t = 1.0)]
-    interval: f64,
-
-    /// No status lines.
-    #[arg(long)]
-    quiet: bool,
-
-    /// Final summary as JSON on stdout (status lines go to stderr).
-    #[arg(long, short = 'J')]
-    json: bool,
+    #[command(flatten)]
+    live: LiveArgs,
 }
 
 pub fn run(a: SinkArgs) -> CmdResult {
@@ -91,11 +82,11 @@ pub fn run(a: SinkArgs) -> CmdResult {
             None => usable_cpus(None)?.last().copied().unwrap_or(0),
         },
         ring: a.ring as usize,
-        interval_s: a.interval,
+        interval_s: a.live.interval,
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.json);
+    let mut log = Log::new(a.live.json);
     let r = sink::run(&cfg, &stop, &mut |event| match event {
         SinkEvent::Started(s) => log.line(&format!(
             "flowlane sink: {} (MTU {}), {}, CPU {}, ring of {} frames",
@@ -108,7 +99,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
             cfg.cpu,
             cfg.ring
         )),
-        SinkEvent::Tick(t) if !a.quiet => {
+        SinkEvent::Tick(t) if !a.live.quiet => {
             let secs = t.interval_s.max(1e-9);
             log.line(&format!(
                 "{:>7.1}s  rx {:>10.0} pps {:>9.1} Mbps  ring drops {}  malformed {}  foreign {}",
@@ -123,7 +114,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
         SinkEvent::Tick(_) => {}
     })
     .map_err(Failure::from_tool)?;
-    if a.json {
+    if a.live.json {
         print_json(&r)?;
     } else {
         print_summary(&r);

@@ -19,6 +19,22 @@ pub fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The flags of every command with live status lines: how often, none, or JSON at the end.
+#[derive(Debug, clap::Args)]
+pub struct LiveArgs {
+    /// Seconds between status lines.
+    #[arg(long, short = 'i', value_parser = crate::args::parse_duration, default_value_t = 1.0)]
+    pub interval: f64,
+
+    /// No status lines.
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// Final summary as JSON on stdout (status lines go to stderr).
+    #[arg(long, short = 'J')]
+    pub json: bool,
+}
+
 /// Live lines go to stdout, or to stderr when stdout carries JSON.
 #[derive(Debug)]
 pub struct Log {
