@@ -10,7 +10,7 @@ use flowlane_tools::forward::{
     self, ForwardConfig, ForwardEvent, ForwardMode, ForwardReport, NotIp,
 };
 
-use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList};
+use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, CpuList};
 use crate::live::{stop_on_signals, LiveArgs, Log};
 use crate::{CmdResult, Failure};
 
@@ -59,11 +59,13 @@ pub struct ForwardArgs {
     swap: Vec<SwapArg>,
 
     /// Frames that are not IP, when addresses or ports are swapped: `pass` them to the
-    /// kernel (ARP keeps working) or `drop` them.
+    /// kernel (ARP keeps working) or `drop` them (native XDP only: AF_PACKET receives a copy,
+    /// the kernel gets every frame anyway).
     #[arg(long, value_enum, default_value_t = NotIpArg::Pass)]
     not_ip: NotIpArg,
 
-    /// AF_PACKET workers' CPUs, e.g. 0-3 or 1,3 (default: every usable CPU).
+    /// AF_PACKET workers' CPUs, e.g. 0-3 or 1,3 (default: every usable CPU). Native XDP
+    /// runs where RSS puts each frame: refused there.
     #[arg(long, value_parser = parse_cpu_list)]
     cpus: Option<CpuList>,
 
@@ -121,7 +123,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             NotIpArg::Pass => NotIp::Pass,
             NotIpArg::Drop => NotIp::Drop,
         },
-        cpus: usable_cpus(a.cpus.as_ref())?,
+        cpus: a.cpus.map(|c| c.0),
         duration_s: a.duration,
         interval_s: a.live.interval,
     };
@@ -138,14 +140,15 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             let d = &t.delta;
             log.line(&format!(
                 "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} (not IP {}, \
-                 malformed {}, tx full {})",
+                 malformed {}, tx full {}, ring {})",
                 t.elapsed_s,
                 d.rx_packets as f64 / secs,
                 d.forwarded as f64 / secs,
                 d.dropped.total(),
                 d.dropped.not_ip,
                 d.dropped.malformed,
-                d.dropped.tx_full
+                d.dropped.tx_full,
+                d.ring_drops
             ));
         }
         ForwardEvent::Tick(_) => {}
@@ -184,6 +187,13 @@ fn print_summary(r: &ForwardReport) {
         "  dropped by reason: not IP {}, malformed {}, truncated {}, tx ring full {}",
         t.dropped.not_ip, t.dropped.malformed, t.dropped.truncated, t.dropped.tx_full
     );
+    if t.ring_drops > 0 {
+        println!(
+            "  never seen: {} frames the receive ring had no room for (the forwarder was the \
+             limit)",
+            t.ring_drops
+        );
+    }
     if let (Some(rx), Some(tx)) = (r.dev_rx_packets, r.dev_tx_packets) {
         println!("  interface {}: received {rx}, sent {tx}", r.backend.dev);
     }

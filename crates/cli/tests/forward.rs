@@ -138,34 +138,40 @@ fn reflect_run(p: &Pair, fwd_args: &[&str]) -> (Value, Value) {
         "the DUT's interface got every frame"
     );
     assert_eq!(f["dev_rx_packets"], 20_000, "{f}");
-    assert_eq!(
-        t["rx_packets"], 20_000,
-        "the reflector looked at every frame: {f}"
-    );
-    assert_eq!(t["forwarded"], 20_000, "{f}");
-    assert_eq!(t["dropped"]["not_ip"], 0, "{f}");
+    // Every frame the interface got was looked at, or is in the ring's own drop count (an
+    // AF_PACKET worker kept off its CPU on a busy machine); native XDP never misses one.
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("a count: {f}"));
+    let ring_drops = n(&t["ring_drops"]);
+    assert_eq!(n(&t["rx_packets"]) + ring_drops, 20_000, "{f}");
+    let d = &t["dropped"];
+    for why in ["not_ip", "malformed", "truncated"] {
+        assert_eq!(d[why], 0, "{why}: {f}");
+    }
+    let forwarded = n(&t["forwarded"]);
+    assert_eq!(forwarded + n(&d["tx_full"]), n(&t["rx_packets"]), "{f}");
     assert_eq!(f["device_refused"], 0, "{f}");
-    assert_eq!(f["problems"], serde_json::json!([]), "{f}");
     assert_eq!(
         g1.rx_packets - g0.rx_packets,
-        20_000,
-        "every reflected frame reached the generator's interface"
+        forwarded,
+        "every forwarded frame reached the generator's interface"
     );
     let per_cpu: u64 = f["cpus"]
         .as_array()
         .expect("cpus")
         .iter()
-        .map(|c| c["rx_packets"].as_u64().expect("n"))
+        .map(|c| n(&c["rx_packets"]))
         .sum();
-    assert_eq!(per_cpu, 20_000, "per-CPU counts add up: {f}");
-    // Per-flow truth at the generator: every echo back, or its loss explained by the
-    // generator's own socket (a busy machine can overflow it).
+    assert_eq!(per_cpu, n(&t["rx_packets"]), "per-CPU counts add up: {f}");
+    assert_eq!(f["problems"], serde_json::json!([]), "{f}");
+    // Per-flow truth at the generator: every echo back, or its loss explained — by the
+    // reflector's counts, or by the generator's own socket (a busy machine can overflow it).
     assert_eq!(b["tx_packets"], 20_000, "{b}");
     assert_eq!(b["icmp_errors"], 0, "the DUT's kernel did not answer: {b}");
     assert_eq!(b["foreign"], 0, "{b}");
     assert_eq!(
-        b["lost"], b["lost_at_own_socket"],
-        "loss only at the generator's own socket: {b}"
+        n(&b["lost"]),
+        n(&b["lost_at_own_socket"]) + (20_000 - forwarded),
+        "every loss explained: {b} {f}"
     );
     assert_eq!(b["duplicates"], 0, "{b}");
     for fl in b["flows"].as_array().expect("flows") {
@@ -185,6 +191,11 @@ fn native_xdp_reflector_returns_every_datagram_and_counts_add_up() {
     let _pass = xdp_pass_on_generator(&p);
     let (_, f) = reflect_run(&p, &["--swap", "ip,ports"]);
     assert_eq!(f["backend"]["backend"], "xdp-native", "{f}");
+    assert_eq!(f["total"]["ring_drops"], 0, "no ring on this path: {f}");
+    assert_eq!(
+        f["total"]["forwarded"], 20_000,
+        "native XDP never misses one: {f}"
+    );
     assert_eq!(f["swapped"], serde_json::json!(["ip", "ports"]));
 }
 
@@ -254,6 +265,17 @@ fn bad_requests_are_usage_errors() {
         ],
         vec!["forward", "--dev", "lo", "--swap", "macs"],
         vec!["forward", "--dev", "lo", "--duration", "0"],
+        // Flags that would be ignored are refused.
+        vec!["forward", "--dev", "lo", "--cpus", "0"],
+        vec![
+            "forward",
+            "--dev",
+            "lo",
+            "--backend",
+            "af-packet",
+            "--not-ip",
+            "drop",
+        ],
     ] {
         let out = std::process::Command::new(BIN)
             .args(&args)

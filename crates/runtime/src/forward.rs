@@ -20,7 +20,7 @@ counters! {
         not_ip,
         /// Headers cut short or inconsistent.
         malformed,
-        /// Longer than a ring slot.
+        /// Longer than a receive slot, or (with a VLAN tag put back) than a transmit slot.
         truncated,
         /// Received but not sent: the transmit ring had no free slot.
         tx_full,
@@ -35,12 +35,20 @@ pub struct ReflectWorker<R, T> {
     rx: R,
     tx: T,
     swap: Swap,
+    /// Bytes a transmit slot holds.
+    tx_room: usize,
 }
 
 impl<R: FrameRx, T: FrameTx> ReflectWorker<R, T> {
     /// A worker over its own rings.
-    pub fn new(rx: R, tx: T, swap: Swap) -> ReflectWorker<R, T> {
-        ReflectWorker { rx, tx, swap }
+    pub fn new(rx: R, mut tx: T, swap: Swap) -> ReflectWorker<R, T> {
+        let tx_room = tx.slot_buf(0).map_or(0, |b| b.len());
+        ReflectWorker {
+            rx,
+            tx,
+            swap,
+            tx_room,
+        }
     }
 }
 
@@ -72,7 +80,8 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
         while n < budget {
             let Some(f) = self.rx.next() else { break };
             n += 1;
-            let refused = if f.truncated() {
+            let out_len = f.data.len() + if f.vlan.is_some() { 4 } else { 0 };
+            let refused = if f.truncated() || out_len > self.tx_room {
                 trunc += 1;
                 true
             } else if f.data.len() < 14 {
@@ -99,20 +108,17 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
                 // there; the frame leaves with its checksum computed.
                 let partial = f.status & TP_STATUS_CSUMNOTREADY != 0;
                 let queued = self.tx.queue(1, &mut |_, buf| {
+                    // Fits: checked against the slot size above.
                     let len = copy_frame(data, vlan, buf);
-                    if len == 0 {
-                        return 0;
-                    }
                     let frame = &mut buf[..len];
                     if partial {
                         if let Ok(l3) = L3::parse(frame) {
                             let _ = fill_checksum(frame, &l3);
                         }
                     }
-                    // Checked above: an IP frame (where it matters) of at least 14 bytes.
-                    if reflect(frame, swap).is_err() {
-                        return 0;
-                    }
+                    // Cannot fail: an IP frame (where it matters) of at least 14 bytes, checked
+                    // above.
+                    let _ = reflect(frame, swap);
                     len
                 });
                 if queued == 1 {

@@ -177,7 +177,8 @@ pub fn run(
             break;
         }
         let r = step::run_step(a, &plan, frames, stop, on_event)?;
-        let broken = !r.errors.is_empty() || r.device_refused.is_some_and(|n| n > 0);
+        let broken =
+            !r.errors.is_empty() || r.device_refused.is_some_and(|n| n > 0) || r.ring_refused > 0;
         on_event(BlastEvent::StepDone(Box::new(r.clone())));
         done.push(r);
         if broken {
@@ -281,6 +282,16 @@ mod tests {
             assert_ne!(src.port(), 0, "the kernel's port is reported");
         }
         assert_eq!(reader.join().expect("reader"), 500);
+        assert_eq!(s.ring_refused, 0);
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+        // Frames a ring refuses are never silent: the step fails and says how many.
+        let mut refused = s.clone();
+        refused.ring_refused = 3;
+        let p = step::judge(&cfg, &refused, s.tx_pps);
+        assert!(
+            p.iter().any(|p| p.contains("refused 3 queued frames")),
+            "{p:?}"
+        );
         let back: BlastReport =
             serde_json::from_str(&serde_json::to_string(&r).expect("JSON")).expect("reads back");
         assert_eq!(back, r);

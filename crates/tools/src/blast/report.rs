@@ -85,6 +85,10 @@ pub struct StepReport {
     pub device_tx_packets: Option<u64>,
     /// xdp-live: frames released that the device did not transmit.
     pub device_refused: Option<u64>,
+    /// raw and xdp: frames the ring handed back as malformed (AF_PACKET `wrong_format`,
+    /// AF_XDP `tx_invalid_descs`): queued, counted in `tx_packets`, never sent.
+    #[serde(default)]
+    pub ring_refused: u64,
     /// The frame backend that carried the step (frame modes), as asked of the kernel once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<crate::backend::BackendReport>,

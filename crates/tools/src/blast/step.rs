@@ -354,6 +354,7 @@ fn summarize(
         pktgen: String::new(),
         device_tx_packets: device_tx,
         device_refused,
+        ring_refused: t.ring_refused,
         backend: None,
         flows: flow_reports,
         errors,
@@ -366,7 +367,7 @@ fn summarize(
 /// What failed in a step, in words: sender errors, frames the device refused, a requested
 /// rate not reached (saying whether the generator or the path below it was the limit), no
 /// echo at all, loss above the configured maximum.
-fn judge(a: &BlastConfig, r: &StepReport, tx_pps: f64) -> Vec<String> {
+pub(super) fn judge(a: &BlastConfig, r: &StepReport, tx_pps: f64) -> Vec<String> {
     let mut p = Vec::new();
     if !r.errors.is_empty() {
         p.push(format!(
@@ -376,6 +377,12 @@ fn judge(a: &BlastConfig, r: &StepReport, tx_pps: f64) -> Vec<String> {
     }
     if let Some(n) = r.device_refused.filter(|&n| n > 0) {
         p.push(format!("the device refused {n} frames"));
+    }
+    if r.ring_refused > 0 {
+        p.push(format!(
+            "the kernel refused {} queued frames as malformed (the ring's own count)",
+            r.ring_refused
+        ));
     }
     if let (Some(req), Some(why), Some(by)) =
         (r.requested_pps, &r.generator_limited_reason, &r.limited_by)

@@ -56,8 +56,9 @@ pub struct ForwardConfig {
     /// Frames that are not IP (when addresses or ports are swapped).
     pub not_ip: NotIp,
     /// AF_PACKET: one worker per CPU, pinned (the kernel hands each the frames it received on
-    /// that CPU). Native XDP runs where the driver receives.
-    pub cpus: Vec<usize>,
+    /// that CPU); `None`: every usable CPU. Native XDP runs where the driver receives, so
+    /// CPUs cannot be given there.
+    pub cpus: Option<Vec<usize>>,
     /// Stop after this many seconds (else at Ctrl-C).
     pub duration_s: Option<f64>,
     /// Seconds between status ticks.
@@ -111,6 +112,18 @@ pub fn run(
         ip: cfg.swap_ip,
         ports: cfg.swap_ports,
     };
+    if cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
+        return Err(ToolError::usage(
+            "native XDP runs on the CPU that received each frame: CPUs are chosen by RSS, not \
+             --cpus (use --backend af-packet for pinned workers)",
+        ));
+    }
+    if cfg.backend == Backend::AfPacket && cfg.not_ip == NotIp::Drop {
+        return Err(ToolError::usage(
+            "AF_PACKET receives a copy: the kernel gets every frame anyway, so frames that are \
+             not IP cannot be dropped (use --backend xdp, or --not-ip pass)",
+        ));
+    }
     if !matches!(cfg.backend, Backend::XdpNative | Backend::AfPacket) {
         return Err(ToolError::usage(format!(
             "forward runs on native XDP or AF_PACKET, not {:?} (AF_XDP comes next)",

@@ -22,6 +22,7 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
             truncated: s.truncated,
             tx_full: s.tx_full,
         },
+        ring_drops: s.ring_drops,
     }
 }
 
@@ -31,11 +32,12 @@ pub(super) fn run(
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
     let (dev, swap, cfg) = (job.dev, job.swap, job.cfg);
-    if cfg.cpus.is_empty() {
+    let set = flowlane_runtime::cpus::CpuSet::current();
+    let cpus = cfg.cpus.clone().unwrap_or_else(|| set.usable());
+    if cpus.is_empty() {
         return Err(ToolError::usage("no CPU for a forwarding worker"));
     }
-    flowlane_runtime::cpus::CpuSet::current()
-        .check(&cfg.cpus)
+    set.check(&cpus)
         .map_err(|e| ToolError::usage(e.to_string()))?;
     let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
     // Room for a VLAN tag put back besides the Ethernet header.
@@ -46,7 +48,7 @@ pub(super) fn run(
     let before = dev_counters(dev);
     let mut rt = Runtime::start(
         &Config {
-            cpus: cfg.cpus.clone(),
+            cpus: cpus.clone(),
             budget: 256,
             wait_ms: 50,
         },
@@ -80,8 +82,7 @@ pub(super) fn run(
             delta: counts(&t.delta().role),
         }))
     });
-    let cpus = cfg
-        .cpus
+    let cpus = cpus
         .iter()
         .zip(&end.finals)
         .map(|(&cpu, s)| CpuCounts {

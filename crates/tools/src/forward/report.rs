@@ -45,6 +45,9 @@ pub struct ForwardCounts {
     pub forwarded: u64,
     /// Frames not sent on, by reason.
     pub dropped: Drops,
+    /// Frames the forwarder never saw (not in `rx_packets`): the interface received them but
+    /// the receive ring had no room (AF_PACKET's `tp_drops`; the forwarder was the limit).
+    pub ring_drops: u64,
 }
 
 impl ForwardCounts {
@@ -54,6 +57,7 @@ impl ForwardCounts {
             rx_packets: self.rx_packets + o.rx_packets,
             forwarded: self.forwarded + o.forwarded,
             dropped: self.dropped.plus(&o.dropped),
+            ring_drops: self.ring_drops + o.ring_drops,
         }
     }
 
@@ -69,6 +73,7 @@ impl ForwardCounts {
                 truncated: d(self.dropped.truncated, e.dropped.truncated),
                 tx_full: d(self.dropped.tx_full, e.dropped.tx_full),
             },
+            ring_drops: d(self.ring_drops, e.ring_drops),
         }
     }
 }
@@ -111,8 +116,8 @@ pub struct ForwardReport {
     pub cpus: Vec<CpuCounts>,
     /// Frames forwarded per second over the run.
     pub forwarded_pps: f64,
-    /// The interface's own receive counter over the run (sysfs), to check `rx_packets`
-    /// against.
+    /// The interface's own receive counter over the run (sysfs): `rx_packets` + `ring_drops`
+    /// when nothing else arrived.
     pub dev_rx_packets: Option<u64>,
     /// Its transmit counter over the run: frames that left (with reflect, the forwarded ones
     /// and anything the host sent).

@@ -36,6 +36,7 @@ fn read(stats: &MappedArray, cpus: usize) -> Vec<ForwardCounts> {
                 rx_packets: forwarded + dropped.total(),
                 forwarded,
                 dropped,
+                ring_drops: 0,
             }
         })
         .collect()
