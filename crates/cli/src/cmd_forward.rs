@@ -27,6 +27,10 @@ use crate::{CmdResult, Failure};
 ///              space at all; the CPU that received a frame sends it back. Needs native XDP
 ///              (veth has it; its peer must run an XDP program to take the frames back —
 ///              GRO alone is not enough on Linux 6.18 — else they show as refused).
+///   af-xdp     one pinned worker per receive queue, each with that queue's AF_XDP socket
+///              (copy mode; an XDP program redirects the queue's frames to it): frames are
+///              turned around where they lie in the socket's memory, and the kernel's stack
+///              never sees them.
 ///   af-packet  one pinned worker per CPU (--cpus), each with an AF_PACKET receive ring (the
 ///              frames the kernel received on its CPU) and a transmit ring. The kernel still
 ///              sees every frame: give the interface no address, or the host answers too.
@@ -59,13 +63,14 @@ pub struct ForwardArgs {
     swap: Vec<SwapArg>,
 
     /// Frames that are not IP, when addresses or ports are swapped: `pass` them to the
-    /// kernel (ARP keeps working) or `drop` them (native XDP only: AF_PACKET receives a copy,
-    /// the kernel gets every frame anyway).
-    #[arg(long, value_enum, default_value_t = NotIpArg::Pass)]
-    not_ip: NotIpArg,
+    /// kernel (ARP keeps working) or `drop` them. Default: pass; with AF_XDP, drop (it takes
+    /// every frame from the kernel). AF_PACKET cannot drop (it receives a copy).
+    #[arg(long, value_enum)]
+    not_ip: Option<NotIpArg>,
 
-    /// AF_PACKET workers' CPUs, e.g. 0-3 or 1,3 (default: every usable CPU). Native XDP
-    /// runs where RSS puts each frame: refused there.
+    /// Workers' CPUs, e.g. 0-3 or 1,3 (default: every usable CPU). AF_PACKET: one worker
+    /// each; AF_XDP: one worker per receive queue, on these in turn. Native XDP runs where RSS
+    /// puts each frame: refused there.
     #[arg(long, value_parser = parse_cpu_list)]
     cpus: Option<CpuList>,
 
@@ -87,6 +92,8 @@ enum ModeArg {
 enum BackendArg {
     /// A generated XDP program in the driver (XDP_TX).
     Xdp,
+    /// AF_XDP sockets, one worker per receive queue; frames turned around in the UMEM.
+    AfXdp,
     /// AF_PACKET receive and transmit rings, one worker per CPU.
     AfPacket,
 }
@@ -115,14 +122,15 @@ pub fn run(a: ForwardArgs) -> CmdResult {
         devs: vec![a.dev.clone()],
         backend: match a.backend {
             BackendArg::Xdp => Backend::XdpNative,
+            BackendArg::AfXdp => Backend::AfXdp,
             BackendArg::AfPacket => Backend::AfPacket,
         },
         swap_ip: a.swap.contains(&SwapArg::Ip),
         swap_ports: a.swap.contains(&SwapArg::Ports),
-        not_ip: match a.not_ip {
+        not_ip: a.not_ip.map(|n| match n {
             NotIpArg::Pass => NotIp::Pass,
             NotIpArg::Drop => NotIp::Drop,
-        },
+        }),
         cpus: a.cpus.map(|c| c.0),
         duration_s: a.duration,
         interval_s: a.live.interval,

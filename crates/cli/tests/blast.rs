@@ -525,7 +525,12 @@ fn assert_backend(j: &Value, backend: &str, dev: &str) {
     let b = &j["backend"];
     assert_eq!(b["backend"], backend, "{j}");
     assert_eq!(b["dev"], dev, "{b}");
-    assert!(b["rx_queues"].as_u64().is_some_and(|q| q >= 1), "{b}");
+    // The pair was made with one queue per end (`numrxqueues 1`).
+    assert_eq!(
+        (&b["rx_queues"], &b["tx_queues"]),
+        (&1.into(), &1.into()),
+        "{b}"
+    );
     // Linux 6.3+ reports XDP features; veth does native XDP and redirects.
     let features: Vec<&str> = b["xdp_features"]
         .as_array()

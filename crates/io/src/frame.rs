@@ -8,7 +8,7 @@
 pub use crate::sys::packet::{
     RxFrame, RxRing, TxRing, TP_STATUS_CSUMNOTREADY, TP_STATUS_CSUM_VALID, TP_STATUS_VLAN_VALID,
 };
-pub use crate::sys::xsk::XskTx;
+pub use crate::sys::xsk::{Xsk, XskTx};
 
 use crate::ebpf::{Asm, R0};
 use crate::SysError;
@@ -81,7 +81,7 @@ impl FrameTx for XskTx {
 }
 
 /// A receive ring of whole frames: AF_PACKET's RX ring (a copy of every frame the interface
-/// receives; AF_XDP receive is the next backend).
+/// receives) or an AF_XDP socket (the frames an XDP program redirected to it).
 pub trait FrameRx: Send + std::fmt::Debug + 'static {
     /// The next received frame, if one waits. Hand it back with [`FrameRx::release`] before
     /// asking for the next.
@@ -106,6 +106,21 @@ impl FrameRx for RxRing {
     }
     fn take_drops(&self) -> Result<u64, SysError> {
         RxRing::take_drops(self)
+    }
+}
+
+impl FrameRx for Xsk {
+    fn next(&self) -> Option<RxFrame<'_>> {
+        self.next_frame()
+    }
+    fn release(&mut self) {
+        Xsk::release(self)
+    }
+    fn wait(&self, timeout_ms: i32) -> Result<bool, SysError> {
+        Xsk::wait(self, timeout_ms)
+    }
+    fn take_drops(&self) -> Result<u64, SysError> {
+        Ok(Xsk::take_drops(self))
     }
 }
 

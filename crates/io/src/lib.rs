@@ -10,7 +10,7 @@
 //!   [`udp::MissteerDetector`] counts datagrams a worker got from another CPU.
 //! * [`socket`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and GRO/GSO
 //!   ([`socket::MmsgBatch`], [`socket::SendBatch`]), socket options, the drop counter.
-//! * [`frame`]: whole frames — AF_PACKET TX and RX rings, AF_XDP transmit — and
+//! * [`frame`]: whole frames — AF_PACKET TX and RX rings, AF_XDP transmit and receive — and
 //!   [`frame::Capabilities`], what the kernel and an interface offer them, asked once.
 //! * [`netdev`]: interfaces — index, offloads by `SIOCETHTOOL`, XDP attached by rtnetlink, XDP
 //!   features by generic netlink.
@@ -72,6 +72,6 @@ pub mod netdev {
 /// The `bpf(2)` side of generated programs: loading, maps, attaching, test runs (the programs
 /// themselves are assembled by [`ebpf`]).
 pub mod bpf {
-    pub use crate::maps::{ArrayMap, CpuMap};
+    pub use crate::maps::{ArrayMap, CpuMap, XskMap};
     pub use crate::sys::bpf::*;
 }

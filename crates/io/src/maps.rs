@@ -109,6 +109,40 @@ impl CpuMap {
     }
 }
 
+/// An XSKMAP: per receive queue, the AF_XDP socket an XDP program redirects that queue's
+/// frames to.
+#[derive(Debug)]
+pub struct XskMap {
+    fd: OwnedFd,
+    queues: u32,
+}
+
+impl XskMap {
+    /// Creates the map with a slot for each of `queues` receive queues (none filled yet).
+    pub fn create(name: &str, queues: u32) -> Result<XskMap, SysError> {
+        let fd = bpf::create_map(bpf::MAP_XSKMAP, 4, 4, queues.max(1), 0, name)?;
+        Ok(XskMap { fd, queues })
+    }
+
+    /// Sends queue `queue`'s frames to socket `xsk`.
+    pub fn set(&self, queue: u32, xsk: &crate::frame::Xsk) -> Result<(), SysError> {
+        const CALL: &str = "bpf(BPF_MAP_UPDATE_ELEM)";
+        if queue >= self.queues {
+            return Err(invalid(
+                CALL,
+                format!("queue {queue} of a {}-queue map", self.queues),
+            ));
+        }
+        let fd = xsk.raw_fd().to_ne_bytes();
+        bpf::map_update(&self.fd, &queue.to_ne_bytes(), &fd, 4, 4)
+    }
+
+    /// The descriptor programs refer to the map by.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

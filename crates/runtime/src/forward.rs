@@ -1,10 +1,15 @@
-//! The AF_PACKET reflector worker behind `flowlane forward --mode reflect --backend
-//! af-packet`: frames from its receive ring (the ones the kernel received on this worker's
-//! CPU, by fanout), turned around with `flowlane_wire::forward::reflect` in a transmit-ring
-//! slot, and sent. The kernel's own path still sees each frame (AF_PACKET receives a copy):
-//! give the interface no address, or the host answers too.
+//! The reflector workers behind `flowlane forward --mode reflect`, each turning frames around
+//! with `flowlane_wire::forward::reflect`:
+//!
+//! * [`ReflectWorker`] (AF_PACKET): frames from its receive ring (the ones the kernel received
+//!   on this worker's CPU, by fanout), copied into a transmit-ring slot and sent. The kernel's
+//!   own path still sees each frame (AF_PACKET receives a copy): give the interface no
+//!   address, or the host answers too.
+//! * [`XskReflectWorker`] (AF_XDP): frames an XDP program redirected to this worker's queue's
+//!   socket, turned around where they lie in the UMEM and sent — no copy, and the kernel's
+//!   stack never sees them.
 
-use flowlane_io::frame::{FrameRx, FrameTx, TP_STATUS_CSUMNOTREADY};
+use flowlane_io::frame::{FrameRx, FrameTx, Xsk, TP_STATUS_CSUMNOTREADY};
 use flowlane_wire::forward::{fill_checksum, reflect, Reason, Swap, L3};
 
 use crate::{bump, counters, Poll};
@@ -84,12 +89,9 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
             let refused = if f.truncated() || out_len > self.tx_room {
                 trunc += 1;
                 true
-            } else if f.data.len() < 14 {
-                malformed += 1;
-                true
-            } else if self.swap.ip || self.swap.ports {
-                match L3::parse(f.data) {
-                    Ok(_) => false,
+            } else {
+                match admit(f.data, self.swap) {
+                    Ok(()) => false,
                     Err(Reason::NotIp) => {
                         not_ip += 1;
                         true
@@ -99,8 +101,6 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
                         true
                     }
                 }
-            } else {
-                false
             };
             if !refused {
                 let (data, vlan, swap) = (f.data, f.vlan, self.swap);
@@ -159,6 +159,82 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
         let _ = self.tx.kick();
         for _ in 0..100 {
             if self.tx.in_flight() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Whether a frame may be turned around with `swap`, or why not (counted by the caller).
+fn admit(frame: &[u8], swap: Swap) -> Result<(), Reason> {
+    if frame.len() < 14 {
+        return Err(Reason::Malformed);
+    }
+    if swap.ip || swap.ports {
+        L3::parse(frame)?;
+    }
+    Ok(())
+}
+
+/// One AF_XDP worker: the socket of one receive queue, with its own UMEM.
+#[derive(Debug)]
+pub struct XskReflectWorker {
+    xsk: Xsk,
+    swap: Swap,
+}
+
+impl XskReflectWorker {
+    /// A worker over its queue's socket.
+    pub fn new(xsk: Xsk, swap: Swap) -> XskReflectWorker {
+        XskReflectWorker { xsk, swap }
+    }
+}
+
+impl Poll for XskReflectWorker {
+    type Stats = ForwardStats;
+
+    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+        let (mut not_ip, mut malformed) = (0u64, 0u64);
+        let swap = self.swap;
+        let (n, sent) = self.xsk.reflect(budget, |frame| match admit(frame, swap) {
+            // Admitted frames reflect without error.
+            Ok(()) => reflect(frame, swap).is_ok(),
+            Err(Reason::NotIp) => {
+                not_ip += 1;
+                false
+            }
+            Err(_) => {
+                malformed += 1;
+                false
+            }
+        });
+        if sent > 0 {
+            self.xsk.kick().map_err(|e| e.to_string())?;
+        }
+        bump(&st.rx_packets, n as u64);
+        bump(&st.forwarded, sent as u64);
+        bump(&st.not_ip, not_ip);
+        bump(&st.malformed, malformed);
+        Ok(n)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        self.xsk
+            .wait(timeout_ms)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn idle(&mut self, st: &ForwardStats) {
+        bump(&st.ring_drops, self.xsk.take_drops());
+    }
+
+    fn finish(&mut self, _st: &ForwardStats) {
+        // Let what was sent on leave before the socket closes.
+        for _ in 0..100 {
+            let _ = self.xsk.kick();
+            if self.xsk.in_flight() == 0 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));

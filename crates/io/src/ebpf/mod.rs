@@ -315,6 +315,7 @@ mod live_tx;
 mod missteer;
 mod reflect;
 mod rss_steer;
+mod xsk_redirect;
 
 pub use live_tx::{live_flow, live_tx_program, LiveTx};
 pub use missteer::{missteer_filter, sk_buff};
@@ -322,6 +323,7 @@ pub use reflect::{reflect_program, reflect_stats, Reflect};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };
+pub use xsk_redirect::xsk_redirect_program;
 
 #[cfg(test)]
 mod tests {

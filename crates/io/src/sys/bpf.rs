@@ -38,6 +38,8 @@ pub const MAP_ARRAY: u32 = 2;
 /// `BPF_MAP_TYPE_CPUMAP`: redirect targets that are CPUs (a kernel thread per entry runs the
 /// stack for the frames redirected to it).
 pub const MAP_CPUMAP: u32 = 16;
+/// `BPF_MAP_TYPE_XSKMAP`: redirect targets that are AF_XDP sockets.
+pub const MAP_XSKMAP: u32 = 17;
 /// `BPF_PROG_TYPE_SOCKET_FILTER`.
 pub const PROG_SOCKET_FILTER: u32 = 1;
 /// `BPF_PROG_TYPE_XDP`.

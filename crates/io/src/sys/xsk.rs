@@ -1,9 +1,12 @@
-//! AF_XDP transmit: a UMEM of fixed-size frames shared with the kernel, a TX ring of
-//! descriptors the user produces, and a completion ring of frames the kernel is done with
+//! AF_XDP: a UMEM of fixed-size frames shared with the kernel, a TX ring of descriptors the
+//! user produces and a completion ring of frames the kernel is done with; for receiving, a
+//! fill ring of free frames the user hands the kernel and an RX ring of frames it filled
 //! (`Documentation/networking/af_xdp.rst`). Copy mode (`XDP_COPY`) works on any interface,
-//! veth included; `need_wakeup` lets the kernel say when a `sendto` kick is needed.
+//! veth included; `need_wakeup` lets the kernel say when a kick is needed.
 //!
-//! The UMEM is written once by the caller (template frames); per packet only descriptors move.
+//! [`XskTx`] only transmits: the UMEM is written once by the caller (template frames), per
+//! packet only descriptors move. [`Xsk`] receives, and can send a received frame back out
+//! from where it lies in the UMEM (the reflector): no frame is copied in user space.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -14,6 +17,7 @@ use super::{check, SysError};
 const AF_XDP: libc::c_int = 44;
 const SOL_XDP: libc::c_int = 283;
 const XDP_MMAP_OFFSETS: libc::c_int = 1;
+const XDP_RX_RING: libc::c_int = 2;
 const XDP_TX_RING: libc::c_int = 3;
 const XDP_UMEM_REG: libc::c_int = 4;
 const XDP_UMEM_FILL_RING: libc::c_int = 5;
@@ -22,7 +26,9 @@ const XDP_STATISTICS: libc::c_int = 7;
 const XDP_COPY: u16 = 1 << 1;
 const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_RING_NEED_WAKEUP: u32 = 1;
+const PGOFF_RX_RING: libc::off_t = 0;
 const PGOFF_TX_RING: libc::off_t = 0x8000_0000;
+const PGOFF_FILL_RING: libc::off_t = 0x1_0000_0000;
 const PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
 
 #[repr(C)]
@@ -161,8 +167,7 @@ pub struct XskTx {
     tx: Ring,
     cr: Ring,
     fd: OwnedFd,
-    umem: *mut u8,
-    umem_len: usize,
+    umem: Umem,
     frame_size: usize,
     frames: u32,
     /// Frames handed to the kernel and not yet completed.
@@ -187,127 +192,18 @@ impl XskTx {
         frames: u32,
         frame_size: usize,
     ) -> Result<XskTx, SysError> {
-        let frames = frames.max(64).next_power_of_two();
-        // SAFETY: plain socket(2); checked.
-        let raw = check("socket(AF_XDP)", unsafe {
-            libc::socket(AF_XDP, libc::SOCK_RAW, 0)
-        })?;
-        // SAFETY: a new descriptor owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let umem_len = frames as usize * frame_size;
-        // SAFETY: an anonymous private mapping; checked against MAP_FAILED.
-        let umem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                umem_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if umem == libc::MAP_FAILED {
-            return Err(SysError {
-                call: "mmap(UMEM)",
-                source: io::Error::last_os_error(),
-            });
-        }
-        let umem = umem as *mut u8;
-        let free_umem = |e: SysError| {
-            // SAFETY: the mapping made just above, not referenced elsewhere yet.
-            unsafe { libc::munmap(umem as *mut libc::c_void, umem_len) };
-            e
-        };
-        let reg = UmemReg {
-            addr: umem as u64,
-            len: umem_len as u64,
-            chunk_size: frame_size as u32,
-            headroom: 0,
-            flags: 0,
-        };
-        super::set_opt(&fd, SOL_XDP, XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")
-            .map_err(free_umem)?;
-        let n = frames;
-        super::set_opt(
-            &fd,
-            SOL_XDP,
-            XDP_UMEM_FILL_RING,
-            &n,
-            "setsockopt(XDP_UMEM_FILL_RING)",
-        )
-        .map_err(free_umem)?;
-        super::set_opt(
-            &fd,
-            SOL_XDP,
-            XDP_UMEM_COMPLETION_RING,
-            &n,
-            "setsockopt(XDP_UMEM_COMPLETION_RING)",
-        )
-        .map_err(free_umem)?;
-        super::set_opt(&fd, SOL_XDP, XDP_TX_RING, &n, "setsockopt(XDP_TX_RING)")
-            .map_err(free_umem)?;
-        let mut off = MmapOffsets::default();
-        let mut len = std::mem::size_of::<MmapOffsets>() as libc::socklen_t;
-        // SAFETY: `off` and `len` are valid for writes of the sizes given.
-        let ret = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                SOL_XDP,
-                XDP_MMAP_OFFSETS,
-                &mut off as *mut MmapOffsets as *mut libc::c_void,
-                &mut len,
-            )
-        };
-        check("getsockopt(XDP_MMAP_OFFSETS)", ret).map_err(free_umem)?;
-        let tx = Ring::map(&fd, &off.tx, n, 16, PGOFF_TX_RING, "mmap(XDP TX ring)")
-            .map_err(free_umem)?;
-        let cr = Ring::map(
-            &fd,
-            &off.cr,
-            n,
-            8,
-            PGOFF_COMPLETION_RING,
-            "mmap(XDP completion ring)",
-        )
-        .map_err(free_umem)?;
-        let sxdp = SockaddrXdp {
-            family: AF_XDP as u16,
-            flags: XDP_COPY | XDP_USE_NEED_WAKEUP,
-            ifindex,
-            queue_id: queue,
-            shared_umem_fd: 0,
-        };
-        // A queue released by a socket that just closed stays busy until the kernel's deferred
-        // teardown runs: retry EBUSY for up to a second.
-        let mut ret = -1;
-        for _ in 0..50 {
-            // SAFETY: `sxdp` is a valid sockaddr_xdp of the size passed.
-            ret = unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    &sxdp as *const SockaddrXdp as *const libc::sockaddr,
-                    std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
-                )
-            };
-            if ret == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EBUSY) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let x = XskTx {
-            tx,
-            cr,
-            fd,
-            umem,
-            umem_len,
+        let s = Socket::open(ifindex, queue, frames, frame_size, false)?;
+        Ok(XskTx {
+            tx: s.tx,
+            cr: s.cr,
+            fd: s.fd,
+            umem: s.umem,
             frame_size,
-            frames,
+            frames: s.frames,
             outstanding: 0,
             next: 0,
             completed: 0,
-        };
-        check("bind(AF_XDP)", ret)?;
-        Ok(x)
+        })
     }
 
     /// UMEM frames.
@@ -322,7 +218,7 @@ impl XskTx {
         // SAFETY: frame i lies inside the UMEM mapping; the caller contract (and `send`)
         // ensure the kernel is not reading it.
         unsafe {
-            std::slice::from_raw_parts_mut(self.umem.add(i * self.frame_size), self.frame_size)
+            std::slice::from_raw_parts_mut(self.umem.ptr.add(i * self.frame_size), self.frame_size)
         }
     }
 
@@ -390,64 +286,457 @@ impl XskTx {
     /// Wakes the kernel to transmit when it asks for it (need_wakeup). In copy mode each call
     /// sends a bounded batch; EAGAIN/EBUSY/ENOBUFS mean "more later" and are not errors.
     pub fn kick(&self) -> Result<(), SysError> {
-        if self.tx.flags().load(Ordering::Acquire) & XDP_RING_NEED_WAKEUP == 0 {
-            return Ok(());
-        }
-        // SAFETY: sendto with no buffer and no address: for AF_XDP it only triggers TX.
-        let ret = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
-        match check("sendto(AF_XDP)", ret as libc::c_int) {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.source.raw_os_error(),
-                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR)
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        kick_tx(&self.fd, &self.tx)
     }
 
     /// Descriptors the kernel refused as invalid (XDP_STATISTICS tx_invalid_descs).
     pub fn tx_invalid(&self) -> u64 {
-        let mut s = XdpStatistics::default();
-        let mut len = std::mem::size_of::<XdpStatistics>() as libc::socklen_t;
-        // SAFETY: `s` and `len` are valid for writes of the sizes given.
-        let ret = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                SOL_XDP,
-                XDP_STATISTICS,
-                &mut s as *mut XdpStatistics as *mut libc::c_void,
-                &mut len,
+        statistics(&self.fd).tx_invalid_descs
+    }
+}
+
+/// The UMEM: an anonymous mapping the kernel pins while a socket has it registered.
+#[derive(Debug)]
+struct Umem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Umem {
+    fn new(len: usize) -> Result<Umem, SysError> {
+        // SAFETY: an anonymous private mapping; checked against MAP_FAILED.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
             )
         };
-        if ret == 0 {
-            s.tx_invalid_descs
-        } else {
-            0
+        if ptr == libc::MAP_FAILED {
+            return Err(SysError {
+                call: "mmap(UMEM)",
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(Umem {
+            ptr: ptr as *mut u8,
+            len,
+        })
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // The kernel keeps its own reference to the pinned pages until the socket's UMEM is
+        // released, so this process's view may go first.
+        // SAFETY: exactly the mapping made in `new`, unmapped once.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
         }
     }
 }
 
-impl Drop for XskTx {
-    fn drop(&mut self) {
-        // The kernel pins the UMEM's pages when it is registered and keeps its own reference
-        // until the socket's UMEM is released, so unmapping this process's view before the
-        // descriptor closes (fields drop after this body) is sound.
-        // SAFETY: exactly the UMEM mapping made in `open`, unmapped once.
-        unsafe {
-            libc::munmap(self.umem as *mut libc::c_void, self.umem_len);
+/// What opening a socket makes: the descriptor, the UMEM and the mapped rings.
+struct Socket {
+    tx: Ring,
+    cr: Ring,
+    rx: Option<(Ring, Ring)>,
+    fd: OwnedFd,
+    umem: Umem,
+    frames: u32,
+}
+
+impl Socket {
+    /// An AF_XDP socket in copy mode with need_wakeup on `ifindex` queue `queue`: `frames`
+    /// (rounded up to a power of two, at least 64) UMEM frames of `frame_size` bytes, TX and
+    /// completion rings, and with `rx` also fill and RX rings; bound.
+    fn open(
+        ifindex: u32,
+        queue: u32,
+        frames: u32,
+        frame_size: usize,
+        rx: bool,
+    ) -> Result<Socket, SysError> {
+        let frames = frames.max(64).next_power_of_two();
+        // SAFETY: plain socket(2); checked.
+        let raw = check("socket(AF_XDP)", unsafe {
+            libc::socket(AF_XDP, libc::SOCK_RAW, 0)
+        })?;
+        // SAFETY: a new descriptor owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let umem = Umem::new(frames as usize * frame_size)?;
+        let reg = UmemReg {
+            addr: umem.ptr as u64,
+            len: umem.len as u64,
+            chunk_size: frame_size as u32,
+            headroom: 0,
+            flags: 0,
+        };
+        super::set_opt(&fd, SOL_XDP, XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")?;
+        let n = frames;
+        for (opt, call) in [
+            (XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
+            (
+                XDP_UMEM_COMPLETION_RING,
+                "setsockopt(XDP_UMEM_COMPLETION_RING)",
+            ),
+            (XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
+        ] {
+            super::set_opt(&fd, SOL_XDP, opt, &n, call)?;
         }
+        if rx {
+            super::set_opt(&fd, SOL_XDP, XDP_RX_RING, &n, "setsockopt(XDP_RX_RING)")?;
+        }
+        let mut off = MmapOffsets::default();
+        let mut len = std::mem::size_of::<MmapOffsets>() as libc::socklen_t;
+        // SAFETY: `off` and `len` are valid for writes of the sizes given.
+        let ret = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                SOL_XDP,
+                XDP_MMAP_OFFSETS,
+                &mut off as *mut MmapOffsets as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        check("getsockopt(XDP_MMAP_OFFSETS)", ret)?;
+        let tx = Ring::map(&fd, &off.tx, n, 16, PGOFF_TX_RING, "mmap(XDP TX ring)")?;
+        let cr = Ring::map(
+            &fd,
+            &off.cr,
+            n,
+            8,
+            PGOFF_COMPLETION_RING,
+            "mmap(XDP completion ring)",
+        )?;
+        let rx = if rx {
+            Some((
+                Ring::map(&fd, &off.rx, n, 16, PGOFF_RX_RING, "mmap(XDP RX ring)")?,
+                Ring::map(&fd, &off.fr, n, 8, PGOFF_FILL_RING, "mmap(XDP fill ring)")?,
+            ))
+        } else {
+            None
+        };
+        let sxdp = SockaddrXdp {
+            family: AF_XDP as u16,
+            flags: XDP_COPY | XDP_USE_NEED_WAKEUP,
+            ifindex,
+            queue_id: queue,
+            shared_umem_fd: 0,
+        };
+        // A queue released by a socket that just closed stays busy until the kernel's deferred
+        // teardown runs: retry EBUSY for up to a second.
+        let mut ret = -1;
+        for _ in 0..50 {
+            // SAFETY: `sxdp` is a valid sockaddr_xdp of the size passed.
+            ret = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sxdp as *const SockaddrXdp as *const libc::sockaddr,
+                    std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
+                )
+            };
+            if ret == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EBUSY) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        check("bind(AF_XDP)", ret)?;
+        Ok(Socket {
+            tx,
+            cr,
+            rx,
+            fd,
+            umem,
+            frames,
+        })
+    }
+}
+
+/// The socket's XDP_STATISTICS (zeros where the call fails).
+fn statistics(fd: &OwnedFd) -> XdpStatistics {
+    let mut s = XdpStatistics::default();
+    let mut len = std::mem::size_of::<XdpStatistics>() as libc::socklen_t;
+    // SAFETY: `s` and `len` are valid for writes of the sizes given.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            SOL_XDP,
+            XDP_STATISTICS,
+            &mut s as *mut XdpStatistics as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if ret == 0 {
+        s
+    } else {
+        XdpStatistics::default()
+    }
+}
+
+/// Wakes the kernel to transmit when the TX ring asks for it (need_wakeup). EAGAIN, EBUSY,
+/// ENOBUFS and EINTR mean "more later" and are not errors.
+fn kick_tx(fd: &OwnedFd, tx: &Ring) -> Result<(), SysError> {
+    if tx.flags().load(Ordering::Acquire) & XDP_RING_NEED_WAKEUP == 0 {
+        return Ok(());
+    }
+    // SAFETY: sendto with no buffer and no address: for AF_XDP it only triggers TX.
+    let ret = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0,
+        )
+    };
+    match check("sendto(AF_XDP)", ret as libc::c_int) {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.source.raw_os_error(),
+                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// An AF_XDP socket that receives — the frames an XDP program redirects to it through an
+/// XSKMAP — and can send a received frame back out from where it lies in the UMEM.
+///
+/// Every UMEM frame is always in exactly one place: the fill ring (free, for the kernel to
+/// fill), the RX ring (received, for us), the TX ring or in transmission (sent on), or the
+/// completion ring (sent, to go back to the fill ring). Nothing is allocated per packet.
+#[derive(Debug)]
+pub struct Xsk {
+    rx: Ring,
+    fr: Ring,
+    tx: Ring,
+    cr: Ring,
+    fd: OwnedFd,
+    umem: Umem,
+    frame_size: usize,
+    /// Frames sent on and not completed yet.
+    outstanding: u32,
+    /// The kernel's drop counters at the last `take_drops`.
+    drops_seen: std::cell::Cell<u64>,
+}
+
+// SAFETY: the mappings and descriptor are owned by this value; the kernel's concurrent access
+// goes through the rings' atomic producer/consumer indices.
+unsafe impl Send for Xsk {}
+
+impl Xsk {
+    /// Opens a receiving AF_XDP socket in copy mode on `ifindex` queue `queue`, with `frames`
+    /// UMEM frames of `frame_size` bytes (2048 or 4096), every one handed to the kernel to
+    /// fill. Frames reach it once an XDP program redirects them to it (an XSKMAP entry for
+    /// `queue` holding [`Xsk::raw_fd`]). Needs CAP_NET_RAW.
+    pub fn open(ifindex: u32, queue: u32, frames: u32, frame_size: usize) -> Result<Xsk, SysError> {
+        let s = Socket::open(ifindex, queue, frames, frame_size, true)?;
+        let (rx, fr) = s.rx.ok_or(SysError {
+            call: "mmap(XDP RX ring)",
+            source: io::Error::other("no RX ring"),
+        })?;
+        let x = Xsk {
+            rx,
+            fr,
+            tx: s.tx,
+            cr: s.cr,
+            fd: s.fd,
+            umem: s.umem,
+            frame_size,
+            outstanding: 0,
+            drops_seen: std::cell::Cell::new(0),
+        };
+        for i in 0..s.frames {
+            x.fill(i as u64 * frame_size as u64);
+        }
+        Ok(x)
+    }
+
+    /// The socket's descriptor, for the XSKMAP entry.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Hands the frame at `addr` to the kernel to fill. The fill ring has a slot for every
+    /// UMEM frame, so it is never full.
+    fn fill(&self, addr: u64) {
+        let prod = self.fr.producer().load(Ordering::Relaxed);
+        let slot = (prod & self.fr.mask) as usize;
+        // SAFETY: slot < ring size; each fill entry is a u64 inside the fill ring mapping,
+        // owned by the producer (us) until the index below is published.
+        unsafe { std::ptr::write_unaligned(self.fr.desc.add(slot * 8) as *mut u64, addr) };
+        self.fr
+            .producer()
+            .store(prod.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The next received descriptor (address, length), if one waits.
+    fn peek(&self) -> Option<(u64, usize)> {
+        let at = self.rx.consumer().load(Ordering::Relaxed);
+        if self.rx.producer().load(Ordering::Acquire).wrapping_sub(at) == 0 {
+            return None;
+        }
+        let slot = (at & self.rx.mask) as usize;
+        // SAFETY: slot < ring size; the kernel published this 16-byte descriptor (Acquire
+        // above) and does not touch it until the consumer index passes it.
+        let (addr, len) = unsafe {
+            let d = self.rx.desc.add(slot * 16);
+            (
+                std::ptr::read_unaligned(d as *const u64),
+                std::ptr::read_unaligned(d.add(8) as *const u32),
+            )
+        };
+        Some((addr, len as usize))
+    }
+
+    /// Where the frame at `addr`, `len` long, lies in the UMEM: (offset, length) — as far as
+    /// the UMEM reaches (the kernel's values are trusted no further).
+    fn span(&self, addr: u64, len: usize) -> (usize, usize) {
+        let start = (addr as usize).min(self.umem.len);
+        let end = start.saturating_add(len).min(self.umem.len);
+        (start, end - start)
+    }
+
+    /// Consumes the RX descriptor just peeked.
+    fn consume(&mut self) {
+        let cons = self.rx.consumer().load(Ordering::Relaxed);
+        self.rx
+            .consumer()
+            .store(cons.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Takes completed frames back into the fill ring.
+    fn recycle(&mut self) {
+        let prod = self.cr.producer().load(Ordering::Acquire);
+        let cons = self.cr.consumer().load(Ordering::Relaxed);
+        let n = prod.wrapping_sub(cons);
+        for k in 0..n {
+            let slot = (cons.wrapping_add(k) & self.cr.mask) as usize;
+            // SAFETY: slot < ring size; the kernel published these completion entries.
+            let addr =
+                unsafe { std::ptr::read_unaligned(self.cr.desc.add(slot * 8) as *const u64) };
+            self.fill(addr);
+        }
+        self.cr
+            .consumer()
+            .store(cons.wrapping_add(n), Ordering::Release);
+        self.outstanding -= n.min(self.outstanding);
+    }
+
+    /// Handles up to `max` received frames in place: `turn(frame)` may change the frame and
+    /// says whether to send it back out (`true`, from where it lies: no copy) or hand it back
+    /// to the kernel to fill again (`false`). Returns (handled, sent). Kick with
+    /// [`Xsk::kick`].
+    pub fn reflect(
+        &mut self,
+        max: usize,
+        mut turn: impl FnMut(&mut [u8]) -> bool,
+    ) -> (usize, usize) {
+        self.recycle();
+        let (mut n, mut sent) = (0, 0);
+        let tx_prod = self.tx.producer().load(Ordering::Relaxed);
+        while n < max {
+            let Some((addr, len)) = self.peek() else {
+                break;
+            };
+            let (start, len) = self.span(addr, len);
+            // SAFETY: [start, start + len) lies inside the UMEM mapping; the frame came off
+            // the RX ring and is in no ring until we put it in one below, so only this
+            // borrow (which ends with `turn`) touches it.
+            let frame = unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(start), len) };
+            let keep = turn(frame);
+            self.consume();
+            n += 1;
+            if keep {
+                let slot = (tx_prod.wrapping_add(sent as u32) & self.tx.mask) as usize;
+                // SAFETY: slot < ring size (the TX ring has a slot for every UMEM frame, so
+                // it cannot be full); the 16-byte descriptor is ours until the producer index
+                // below is published.
+                unsafe {
+                    let d = self.tx.desc.add(slot * 16);
+                    std::ptr::write_unaligned(d as *mut u64, addr);
+                    std::ptr::write_unaligned(d.add(8) as *mut u32, len as u32);
+                    std::ptr::write_unaligned(d.add(12) as *mut u32, 0);
+                }
+                sent += 1;
+            } else {
+                self.fill(addr);
+            }
+        }
+        if sent > 0 {
+            self.tx
+                .producer()
+                .store(tx_prod.wrapping_add(sent as u32), Ordering::Release);
+            self.outstanding += sent as u32;
+        }
+        (n, sent)
+    }
+
+    /// Wakes the kernel to transmit what was sent on, where it asks for it.
+    pub fn kick(&self) -> Result<(), SysError> {
+        kick_tx(&self.fd, &self.tx)
+    }
+
+    /// Frames sent on that the kernel has not completed yet.
+    pub fn in_flight(&mut self) -> usize {
+        self.recycle();
+        self.outstanding as usize
+    }
+
+    /// The next received frame, if one waits (the frame vocabulary's receive side; hand it
+    /// back with [`Xsk::release`]).
+    pub fn next_frame(&self) -> Option<super::packet::RxFrame<'_>> {
+        let (addr, len) = self.peek()?;
+        let (start, len) = self.span(addr, len);
+        // SAFETY: inside the UMEM mapping; the frame is ours until `release` (which takes
+        // `&mut self`, so this borrow has ended by then).
+        let data = unsafe { std::slice::from_raw_parts(self.umem.ptr.add(start), len) };
+        Some(super::packet::RxFrame {
+            wire_len: data.len(),
+            data,
+            status: 0,
+            vlan: None,
+        })
+    }
+
+    /// Hands the frame returned by [`Xsk::next_frame`] back to the kernel to fill.
+    pub fn release(&mut self) {
+        if let Some((addr, _)) = self.peek() {
+            self.consume();
+            self.fill(addr);
+        }
+    }
+
+    /// Waits up to `timeout_ms` for a received frame; whether one may be waiting.
+    pub fn wait(&self, timeout_ms: i32) -> Result<bool, SysError> {
+        super::poll_readable(self.fd.as_raw_fd(), timeout_ms)
+    }
+
+    /// Frames the kernel dropped for this socket since the last call: no room in the RX ring,
+    /// or no free frame in the fill ring (XDP_STATISTICS `rx_dropped` + `rx_ring_full` +
+    /// `rx_fill_ring_empty_descs`).
+    pub fn take_drops(&self) -> u64 {
+        let s = statistics(&self.fd);
+        let total = s.rx_dropped + s.rx_ring_full + s.rx_fill_ring_empty_descs;
+        total.saturating_sub(self.drops_seen.replace(total))
+    }
+
+    /// Descriptors the kernel refused as invalid (`tx_invalid_descs`).
+    pub fn tx_invalid(&self) -> u64 {
+        statistics(&self.fd).tx_invalid_descs
+    }
+
+    /// Bytes per UMEM frame.
+    pub fn frame_size(&self) -> usize {
+        self.frame_size
     }
 }

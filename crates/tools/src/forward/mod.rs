@@ -4,9 +4,10 @@
 //! dropped for a named reason.
 //!
 //! Backends: native XDP (a generated program swaps and returns `XDP_TX` in the driver — the
-//! CPU that received a frame sends it back, so RSS decides which core carries which flow) and
-//! AF_PACKET rings (one pinned worker per CPU, each with its own receive ring in a
-//! `PACKET_FANOUT_CPU` group and its own transmit ring).
+//! CPU that received a frame sends it back, so RSS decides which core carries which flow),
+//! AF_XDP (one pinned worker per receive queue, its socket's frames turned around where they
+//! lie in the UMEM) and AF_PACKET rings (one pinned worker per CPU, each with its own receive
+//! ring in a `PACKET_FANOUT_CPU` group and its own transmit ring).
 
 mod packet;
 mod report;
@@ -53,8 +54,9 @@ pub struct ForwardConfig {
     pub swap_ip: bool,
     /// Reflect: swap UDP/TCP ports too.
     pub swap_ports: bool,
-    /// Frames that are not IP (when addresses or ports are swapped).
-    pub not_ip: NotIp,
+    /// Frames that are not IP (when addresses or ports are swapped); `None`: what the backend
+    /// does anyway — native XDP and AF_PACKET pass them to the kernel, AF_XDP drops them.
+    pub not_ip: Option<NotIp>,
     /// AF_PACKET: one worker per CPU, pinned (the kernel hands each the frames it received on
     /// that CPU); `None`: every usable CPU. Native XDP runs where the driver receives, so
     /// CPUs cannot be given there.
@@ -84,6 +86,7 @@ pub enum ForwardEvent {
 /// What a backend's run needs, resolved from the configuration.
 pub(crate) struct Job<'a> {
     dev: &'a str,
+    ifindex: u32,
     backend: backend::BackendReport,
     swap: flowlane_wire::forward::Swap,
     cfg: &'a ForwardConfig,
@@ -118,20 +121,32 @@ pub fn run(
              --cpus (use --backend af-packet for pinned workers)",
         ));
     }
-    if cfg.backend == Backend::AfPacket && cfg.not_ip == NotIp::Drop {
+    if cfg.backend == Backend::AfPacket && cfg.not_ip == Some(NotIp::Drop) {
         return Err(ToolError::usage(
             "AF_PACKET receives a copy: the kernel gets every frame anyway, so frames that are \
              not IP cannot be dropped (use --backend xdp, or --not-ip pass)",
         ));
     }
-    if !matches!(cfg.backend, Backend::XdpNative | Backend::AfPacket) {
+    if cfg.backend == Backend::AfXdp && cfg.not_ip == Some(NotIp::Pass) {
+        return Err(ToolError::usage(
+            "AF_XDP takes every frame from the kernel, so frames that are not IP cannot be \
+             passed to it (use --backend xdp, or --not-ip drop)",
+        ));
+    }
+    if !matches!(
+        cfg.backend,
+        Backend::XdpNative | Backend::AfPacket | Backend::AfXdp
+    ) {
         return Err(ToolError::usage(format!(
-            "forward runs on native XDP or AF_PACKET, not {:?} (AF_XDP comes next)",
+            "forward runs on native XDP, AF_XDP or AF_PACKET, not {:?}",
             cfg.backend
         )));
     }
+    let ifindex =
+        flowlane_io::netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
     let job = Job {
         dev,
+        ifindex,
         backend: backend::choose(dev, cfg.backend)?,
         swap,
         cfg,
@@ -140,6 +155,7 @@ pub fn run(
     };
     match cfg.backend {
         Backend::XdpNative => xdp::run(&job, stop, on_event),
+        Backend::AfXdp => packet::run_xdp_sockets(&job, stop, on_event),
         _ => packet::run(&job, stop, on_event),
     }
 }

@@ -1,11 +1,11 @@
-//! The AF_PACKET reflector: one pinned worker per CPU, each with a receive ring in one fanout
-//! group (by CPU) and a transmit ring, in the runtime's budgeted poll loop.
+//! The reflectors with user-space workers, in the runtime's budgeted poll loop: AF_PACKET
+//! (one pinned worker per CPU) and AF_XDP (one per receive queue).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use flowlane_io::{frame, netdev, SysError};
-use flowlane_runtime::forward::{ForwardSnapshot, ReflectWorker};
+use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
+use flowlane_runtime::forward::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
@@ -26,27 +26,48 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
     }
 }
 
-pub(super) fn run(
-    job: &Job<'_>,
-    stop: &Arc<AtomicBool>,
-    on_event: &mut dyn FnMut(ForwardEvent),
-) -> Result<ForwardReport, ToolError> {
-    let (dev, swap, cfg) = (job.dev, job.swap, job.cfg);
+/// The CPUs the workers are pinned to: as configured, else every usable one.
+fn worker_cpus(job: &Job<'_>) -> Result<Vec<usize>, ToolError> {
     let set = flowlane_runtime::cpus::CpuSet::current();
-    let cpus = cfg.cpus.clone().unwrap_or_else(|| set.usable());
+    let cpus = job.cfg.cpus.clone().unwrap_or_else(|| set.usable());
     if cpus.is_empty() {
         return Err(ToolError::usage("no CPU for a forwarding worker"));
     }
     set.check(&cpus)
         .map_err(|e| ToolError::usage(e.to_string()))?;
-    let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    Ok(cpus)
+}
+
+/// Who can fix a worker that could not start.
+fn start_error(e: StartError<SysError>) -> ToolError {
+    match e {
+        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
+            ToolError::privilege(format!(
+                "{e}: the forwarder needs CAP_NET_RAW (run as root or grant the capability)"
+            ))
+        }
+        StartError::Pin { .. } => ToolError::usage(e.to_string()),
+        _ => ToolError::runtime(e.to_string()),
+    }
+}
+
+/// AF_PACKET: one worker per CPU, each with a receive ring in one fanout group (by CPU) and
+/// a transmit ring.
+pub(super) fn run(
+    job: &Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let (dev, swap) = (job.dev, job.swap);
+    let cpus = worker_cpus(job)?;
+    let ifindex = job.ifindex;
     // Room for a VLAN tag put back besides the Ethernet header.
     let max_frame = netdev::mtu(dev).unwrap_or(1500) + 18;
     // One fanout group per run: ids are per network namespace; the process id keeps two
     // forwarders on one host apart.
     let group = (std::process::id() & 0xffff) as u16;
     let before = dev_counters(dev);
-    let mut rt = Runtime::start(
+    let rt = Runtime::start(
         &Config {
             cpus: cpus.clone(),
             budget: 256,
@@ -59,15 +80,67 @@ pub(super) fn run(
             Ok::<_, SysError>(ReflectWorker::new(rx, tx, swap))
         },
     )
-    .map_err(|e| match e {
-        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
-            ToolError::privilege(format!(
-                "{e}: the forwarder needs CAP_NET_RAW (run as root or grant the capability)"
-            ))
-        }
-        StartError::Pin { .. } => ToolError::usage(e.to_string()),
-        _ => ToolError::runtime(e.to_string()),
+    .map_err(start_error)?;
+    session(job, rt, &cpus, before, stop, on_event)
+}
+
+/// AF_XDP: one worker per receive queue (pinned to the configured CPUs in turn), each with
+/// its queue's socket and UMEM; a generated XDP program redirects each queue's frames to its
+/// socket through an XSKMAP, attached once every socket is in the map.
+pub(super) fn run_xdp_sockets(
+    job: &Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let (dev, swap) = (job.dev, job.swap);
+    let cpus = worker_cpus(job)?;
+    let ifindex = job.ifindex;
+    let queues = job.backend.rx_queues.unwrap_or(1).max(1);
+    let bpf_err = |what: &str, e: String| ToolError::runtime(format!("{what}: {e}"));
+    let map = Arc::new(
+        bpf::XskMap::create("fl_xsks", queues)
+            .map_err(|e| bpf_err("cannot make the XSKMAP", e.to_string()))?,
+    );
+    let insns = ebpf::xsk_redirect_program(map.raw_fd())
+        .map_err(|e| ToolError::runtime(format!("the redirect does not assemble: {e:?}")))?;
+    let prog = bpf::prog_load(bpf::PROG_XDP, "fl_xsk_redir", &insns)
+        .map_err(|e| bpf_err("the kernel refused the redirect program", e.to_string()))?;
+    // Worker q serves queue q, on the configured CPUs in turn.
+    let worker_cpus: Vec<usize> = (0..queues as usize).map(|q| cpus[q % cpus.len()]).collect();
+    let before = dev_counters(dev);
+    let map2 = map.clone();
+    let rt = Runtime::start(
+        &Config {
+            cpus: worker_cpus.clone(),
+            budget: 256,
+            wait_ms: 50,
+        },
+        stop.clone(),
+        move |idx, _| {
+            let xsk = frame::Xsk::open(ifindex, idx as u32, 4096, 4096)?;
+            map2.set(idx as u32, &xsk)?;
+            Ok::<_, SysError>(XskReflectWorker::new(xsk, swap))
+        },
+    )
+    .map_err(start_error)?;
+    let _link = bpf::attach_xdp(&prog, ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
+        bpf_err(
+            &format!("cannot attach the redirect program to {dev} in native mode"),
+            e.to_string(),
+        )
     })?;
+    session(job, rt, &worker_cpus, before, stop, on_event)
+}
+
+/// Runs started workers to the end of the job and reports.
+fn session(
+    job: &Job<'_>,
+    mut rt: Runtime<ForwardStats>,
+    cpus: &[usize],
+    before: (Option<u64>, Option<u64>),
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
     on_event(ForwardEvent::Started(ForwardStart {
         backend: job.backend.clone(),
     }));

@@ -52,7 +52,7 @@ pub(super) fn run(
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
     let (dev, swap, cfg) = (job.dev, job.swap, job.cfg);
-    let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    let ifindex = job.ifindex;
     let cpus = possible_cpus();
     let bpf_err = |what: &str, e: String, denied: bool| {
         let msg = format!("{what}: {e}");
@@ -72,7 +72,7 @@ pub(super) fn run(
         stats_fd: stats.fd(),
         swap_ip: swap.ip,
         swap_ports: swap.ports,
-        pass_not_ip: cfg.not_ip == NotIp::Pass,
+        pass_not_ip: cfg.not_ip != Some(NotIp::Drop),
     })
     .map_err(|e| ToolError::runtime(format!("the reflector does not assemble: {e:?}")))?;
     let prog = bpf::prog_load(bpf::PROG_XDP, "fl_reflect", &insns).map_err(|e| {
