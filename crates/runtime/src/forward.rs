@@ -155,10 +155,10 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
     }
 
     fn finish(&mut self, _st: &ForwardStats) {
-        // Let what is queued leave before the ring is closed.
-        let _ = self.tx.kick();
-        for _ in 0..100 {
-            if self.tx.in_flight() == 0 {
+        // Let what is queued leave before the ring is closed (at most 2 s).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while self.tx.in_flight() > 0 && std::time::Instant::now() < deadline {
+            if self.tx.kick().is_err() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -231,13 +231,14 @@ impl Poll for XskReflectWorker {
     }
 
     fn finish(&mut self, _st: &ForwardStats) {
-        // Let what was sent on leave before the socket closes.
-        for _ in 0..100 {
-            let _ = self.xsk.kick();
-            if self.xsk.in_flight() == 0 {
+        // Let what was sent on leave before the socket closes: in copy mode each kick sends
+        // a bounded batch, so kick until the ring is drained (at most 2 s).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while self.xsk.in_flight() > 0 && std::time::Instant::now() < deadline {
+            if self.xsk.kick().is_err() {
                 break;
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            std::thread::yield_now();
         }
     }
 }

@@ -681,9 +681,22 @@ impl Xsk {
         (n, sent)
     }
 
-    /// Wakes the kernel to transmit what was sent on, where it asks for it.
+    /// Wakes the kernel to transmit what was sent on, where it asks for it. In copy mode one
+    /// wakeup transmits a bounded batch (32 by default): repeated while descriptors wait, a
+    /// few times at most.
     pub fn kick(&self) -> Result<(), SysError> {
-        kick_tx(&self.fd, &self.tx)
+        for _ in 0..8 {
+            let pending = self
+                .tx
+                .producer()
+                .load(Ordering::Relaxed)
+                .wrapping_sub(self.tx.consumer().load(Ordering::Acquire));
+            if pending == 0 {
+                break;
+            }
+            kick_tx(&self.fd, &self.tx)?;
+        }
+        Ok(())
     }
 
     /// Frames sent on that the kernel has not completed yet.
