@@ -38,6 +38,12 @@ const NDA_DST: u16 = 1;
 const NDA_LLADDR: u16 = 2;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RTA_MULTIPATH: u16 = 9;
+const RTA_TABLE: u16 = 15;
+const RTA_VIA: u16 = 18;
+/// `struct rtnexthop`: len, flags, hops, ifindex.
+const RTNH_LEN: usize = 8;
 /// `ndmsg` and `rtmsg` are 12 bytes; `ifinfomsg` 16.
 const NDMSG_LEN: usize = 12;
 const RTMSG_LEN: usize = 12;
@@ -338,16 +344,9 @@ fn ip_bytes(ip: IpAddr) -> Vec<u8> {
 /// The MAC of neighbour `ip` on interface `ifindex`, from one `RTM_NEWNEIGH` payload (`None`:
 /// another neighbour, or an entry without a usable address).
 fn neighbour_of(payload: &[u8], ifindex: u32, ip: IpAddr) -> Option<[u8; 6]> {
-    let index = u32_at(payload, 4)?;
-    let state = u16_at(payload, 8)?;
-    if index != ifindex || state & NUD_UNUSABLE != 0 {
-        return None;
-    }
-    let attrs = attributes(payload.get(NDMSG_LEN..)?);
-    let dst = attrs.iter().find(|a| a.0 == NDA_DST)?.1;
-    let mac = attrs.iter().find(|a| a.0 == NDA_LLADDR)?.1;
-    (dst == ip_bytes(ip).as_slice())
-        .then(|| mac.try_into().ok())
+    let n = neighbour_entry(payload)?;
+    (n.ifindex == ifindex && n.ip == ip)
+        .then_some(n.mac)
         .flatten()
 }
 
@@ -377,15 +376,181 @@ fn route_request(ip: IpAddr, seq: u32) -> Vec<u8> {
 /// The interface index a route to `ip` leaves by (`ip route get IP`), or `None` when the
 /// answer names none.
 pub fn route_oif(ip: IpAddr) -> Result<Option<u32>, SysError> {
+    Ok(route_get(ip)?.and_then(|r| r.oif))
+}
+
+/// What kind of route a dump entry is (`rtm_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// A route with a next hop (a gateway, or the link itself).
+    Unicast,
+    /// Dropped silently (`blackhole`).
+    Blackhole,
+    /// Refused: `unreachable` or `prohibit`.
+    Unreachable,
+    /// Anything else (local, broadcast, multicast, throw, nat): not a forwarding route.
+    Other(u8),
+}
+
+/// One route of the kernel's tables, as `ip route show` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelRoute {
+    /// The prefix's address (the unspecified address for a default route).
+    pub dst: IpAddr,
+    /// The prefix length.
+    pub len: u8,
+    /// Which kind of route.
+    pub kind: RouteKind,
+    /// The routing table (254 is `main`, 255 `local`).
+    pub table: u32,
+    /// The gateway, for a route `via` one (`None`: directly connected).
+    pub gateway: Option<IpAddr>,
+    /// The interface it leaves by.
+    pub oif: Option<u32>,
+    /// Next hops of a multipath (ECMP) route; the first is in `gateway` and `oif`.
+    pub paths: u32,
+}
+
+fn ip_from(family: u8, b: &[u8]) -> Option<IpAddr> {
+    match (family as i32, b.len()) {
+        (libc::AF_INET, 4) => Some(IpAddr::from(<[u8; 4]>::try_from(b).ok()?)),
+        (libc::AF_INET6, 16) => Some(IpAddr::from(<[u8; 16]>::try_from(b).ok()?)),
+        _ => None,
+    }
+}
+
+/// `RTA_VIA`: a family, then the address (an IPv4 route through an IPv6 gateway).
+fn via_of(b: &[u8]) -> Option<IpAddr> {
+    ip_from(u16_at(b, 0)? as u8, b.get(2..)?)
+}
+
+/// The route in one `RTM_NEWROUTE` payload (`None`: cut short or of another family).
+pub fn route_of(payload: &[u8]) -> Option<KernelRoute> {
+    let fam = *payload.first()?;
+    let len = *payload.get(1)?;
+    let kind = match *payload.get(7)? {
+        1 => RouteKind::Unicast,
+        6 => RouteKind::Blackhole,
+        7 | 8 => RouteKind::Unreachable,
+        k => RouteKind::Other(k),
+    };
+    let unspecified = ip_from(
+        fam,
+        &[0u8; 16][..if fam as i32 == libc::AF_INET { 4 } else { 16 }],
+    )?;
+    let mut r = KernelRoute {
+        dst: unspecified,
+        len,
+        kind,
+        table: u32::from(*payload.get(4)?),
+        gateway: None,
+        oif: None,
+        paths: 1,
+    };
+    if u32::from(len) > if r.dst.is_ipv4() { 32 } else { 128 } {
+        return None;
+    }
+    for (kind, a) in attributes(payload.get(RTMSG_LEN..)?) {
+        match kind {
+            RTA_DST => r.dst = ip_from(fam, a)?,
+            RTA_OIF => r.oif = u32_at(a, 0),
+            RTA_GATEWAY => r.gateway = ip_from(fam, a),
+            RTA_VIA => r.gateway = via_of(a),
+            RTA_TABLE => r.table = u32_at(a, 0)?,
+            RTA_MULTIPATH => {
+                // struct rtnexthop, its attributes, the next one; the first path is used.
+                let mut at = 0;
+                r.paths = 0;
+                while let Some(l) = u16_at(a, at) {
+                    let l = l as usize;
+                    if l < RTNH_LEN || at + l > a.len() {
+                        break;
+                    }
+                    if r.paths == 0 {
+                        r.oif = u32_at(a, at + 4);
+                        for (k, v) in attributes(&a[at + RTNH_LEN..at + l]) {
+                            match k {
+                                RTA_GATEWAY => r.gateway = ip_from(fam, v),
+                                RTA_VIA => r.gateway = via_of(v),
+                                _ => {}
+                            }
+                        }
+                    }
+                    r.paths += 1;
+                    at += l.next_multiple_of(4);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(r)
+}
+
+/// Every route of the kernel's tables in both families (`ip route show table all` and `ip -6
+/// …`), in the calling thread's namespace. Filter on [`KernelRoute::table`].
+pub fn routes() -> Result<Vec<KernelRoute>, SysError> {
+    let nl = Rtnl::open("netlink RTM_GETROUTE dump")?;
+    let mut out = Vec::new();
+    for (seq, fam) in [(1, libc::AF_INET), (2, libc::AF_INET6)] {
+        let mut body = vec![0u8; RTMSG_LEN];
+        body[0] = fam as u8;
+        let req = message(RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq, &body);
+        for p in nl.collect(&req, seq, RTM_NEWROUTE, true, usize::MAX)? {
+            out.extend(route_of(&p));
+        }
+    }
+    Ok(out)
+}
+
+/// One entry of the kernel's neighbour table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbour {
+    /// The interface.
+    pub ifindex: u32,
+    /// The neighbour's address.
+    pub ip: IpAddr,
+    /// Its link-layer address (`None`: incomplete or failed).
+    pub mac: Option<[u8; 6]>,
+}
+
+/// The neighbour in one `RTM_NEWNEIGH` payload.
+pub fn neighbour_entry(payload: &[u8]) -> Option<Neighbour> {
+    let fam = *payload.first()?;
+    let ifindex = u32_at(payload, 4)?;
+    let state = u16_at(payload, 8)?;
+    let attrs = attributes(payload.get(NDMSG_LEN..)?);
+    let ip = ip_from(fam, attrs.iter().find(|a| a.0 == NDA_DST)?.1)?;
+    let mac = attrs
+        .iter()
+        .find(|a| a.0 == NDA_LLADDR)
+        .and_then(|a| <[u8; 6]>::try_from(a.1).ok())
+        .filter(|_| state & NUD_UNUSABLE == 0);
+    Some(Neighbour { ifindex, ip, mac })
+}
+
+/// The whole neighbour table, both families (`ip neigh show`).
+pub fn neighbours() -> Result<Vec<Neighbour>, SysError> {
+    let nl = Rtnl::open("netlink RTM_GETNEIGH dump")?;
+    let req = message(
+        RTM_GETNEIGH,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        1,
+        &[0u8; NDMSG_LEN],
+    );
+    Ok(nl
+        .collect(&req, 1, RTM_NEWNEIGH, true, usize::MAX)?
+        .iter()
+        .filter_map(|p| neighbour_entry(p))
+        .collect())
+}
+
+/// What the kernel would do with a packet to `ip` (`ip route get IP`): the route's kind, the
+/// interface and the gateway. `None` when it answers nothing.
+pub fn route_get(ip: IpAddr) -> Result<Option<KernelRoute>, SysError> {
     let nl = Rtnl::open("netlink RTM_GETROUTE")?;
     let seq = 1;
     let routes = nl.collect(&route_request(ip, seq), seq, RTM_NEWROUTE, false, 1)?;
-    Ok(routes.first().and_then(|r| {
-        attributes(r.get(RTMSG_LEN..)?)
-            .iter()
-            .find(|a| a.0 == RTA_OIF)
-            .and_then(|a| u32_at(a.1, 0))
-    }))
+    Ok(routes.first().and_then(|r| route_of(r)))
 }
 
 /// A generic netlink request: the header, `genlmsghdr` {cmd, version 1}, then `attrs`.
@@ -519,6 +684,11 @@ mod tests {
     /// An RTM_NEWNEIGH payload as the kernel sends it for `ip neigh`.
     fn neigh(ifindex: u32, state: u16, ip: &[u8], mac: &[u8]) -> Vec<u8> {
         let mut p = vec![0u8; NDMSG_LEN];
+        p[0] = if ip.len() == 4 {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        } as u8;
         p[4..8].copy_from_slice(&ifindex.to_ne_bytes());
         p[8..10].copy_from_slice(&state.to_ne_bytes());
         push_attr(&mut p, NDA_DST, ip);
@@ -565,6 +735,74 @@ mod tests {
         assert_eq!(m[16], libc::AF_INET6 as u8);
         assert_eq!(m[17], 128);
         assert_eq!(u16v(&m, 28), 20, "RTA_DST with 16 bytes");
+    }
+
+    /// An RTM_NEWROUTE payload: rtmsg, then attributes.
+    fn route(fam: i32, len: u8, kind: u8, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut p = vec![fam as u8, len, 0, 0, 254, 3, 0, kind, 0, 0, 0, 0];
+        for (k, v) in attrs {
+            push_attr(&mut p, *k, v);
+        }
+        p
+    }
+
+    #[test]
+    fn a_route_entry_gives_prefix_gateway_and_interface() {
+        let p = route(
+            libc::AF_INET,
+            15,
+            1,
+            &[
+                (RTA_TABLE, 254u32.to_ne_bytes().to_vec()),
+                (RTA_DST, vec![198, 18, 0, 0]),
+                (RTA_GATEWAY, vec![198, 18, 0, 2]),
+                (RTA_OIF, 7u32.to_ne_bytes().to_vec()),
+            ],
+        );
+        let r = route_of(&p).expect("a route");
+        assert_eq!(r.dst, "198.18.0.0".parse::<IpAddr>().expect("ip"));
+        assert_eq!(
+            (r.len, r.kind, r.table, r.oif),
+            (15, RouteKind::Unicast, 254, Some(7))
+        );
+        assert_eq!(r.gateway, Some("198.18.0.2".parse().expect("ip")));
+        // A default route has no RTA_DST; a blackhole no gateway.
+        let d = route_of(&route(libc::AF_INET6, 0, 6, &[])).expect("a route");
+        assert_eq!(
+            (d.dst, d.len, d.kind),
+            ("::".parse().expect("ip"), 0, RouteKind::Blackhole)
+        );
+        // A multipath route: two rtnexthops, the first one's gateway and interface.
+        let mut mp = Vec::new();
+        for (oif, gw) in [(4u32, [198, 18, 1, 1]), (5, [198, 18, 2, 1])] {
+            let mut hop = vec![0u8; RTNH_LEN];
+            hop[4..8].copy_from_slice(&oif.to_ne_bytes());
+            push_attr(&mut hop, RTA_GATEWAY, &gw);
+            let l = hop.len() as u16;
+            hop[0..2].copy_from_slice(&l.to_ne_bytes());
+            mp.extend_from_slice(&hop);
+        }
+        let m = route_of(&route(libc::AF_INET, 24, 1, &[(RTA_MULTIPATH, mp)])).expect("a route");
+        assert_eq!((m.paths, m.oif), (2, Some(4)));
+        assert_eq!(m.gateway, Some("198.18.1.1".parse().expect("ip")));
+        // Lengths past the family, cut anywhere: absent or whole, never a panic.
+        assert_eq!(route_of(&route(libc::AF_INET, 33, 1, &[])), None);
+        for cut in 0..p.len() {
+            let _ = route_of(&p[..cut]);
+        }
+    }
+
+    /// Against the kernel itself: the dumps hold loopback's routes and `ip route get` agrees.
+    #[test]
+    fn the_kernel_dumps_its_tables() {
+        let all = routes().expect("RTM_GETROUTE dump");
+        assert!(
+            all.iter().any(|r| r.table == 255
+                && r.dst == "127.0.0.0".parse::<IpAddr>().expect("ip")
+                && r.len == 8),
+            "the local table holds 127.0.0.0/8: {all:?}"
+        );
+        neighbours().expect("RTM_GETNEIGH dump");
     }
 
     /// Against the kernel itself: loopback routes leave by `lo`, whose index is 1.

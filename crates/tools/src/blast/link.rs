@@ -52,18 +52,32 @@ pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
     })
 }
 
-/// The neighbour table's MAC for `dst` on `dev` (rtnetlink, as `ip neigh show` reads it).
+/// The neighbour table's MAC for `dst` on `dev` (rtnetlink, as `ip neigh show` reads it) or,
+/// for a destination behind a router, the MAC of the gateway the kernel's route to it names
+/// (as `ip route get` answers): frames then go to the router, as the kernel would send them.
 fn neighbour_mac(dst: SocketAddr, dev: &str) -> Result<[u8; 6], ToolError> {
     let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
-    netdev::neighbour_mac(ifindex, dst.ip())
-        .map_err(|e| ToolError::runtime(e.to_string()))?
-        .ok_or_else(|| {
-            ToolError::usage(format!(
-                "no neighbour entry for {} on {dev}: give the destination MAC, or let the \
-                 kernel resolve it first (e.g. ping it once)",
-                dst.ip()
-            ))
-        })
+    let lookup =
+        |ip| netdev::neighbour_mac(ifindex, ip).map_err(|e| ToolError::runtime(e.to_string()));
+    if let Some(mac) = lookup(dst.ip())? {
+        return Ok(mac);
+    }
+    let gateway = netdev::route_get(dst.ip())
+        .ok()
+        .flatten()
+        .filter(|r| r.oif == Some(ifindex))
+        .and_then(|r| r.gateway);
+    if let Some(gw) = gateway {
+        if let Some(mac) = lookup(gw)? {
+            return Ok(mac);
+        }
+    }
+    let via = gateway.map_or(String::new(), |g| format!(" (nor for its gateway {g})"));
+    Err(ToolError::usage(format!(
+        "no neighbour entry for {}{via} on {dev}: give the destination MAC, or let the kernel \
+         resolve it first (e.g. ping it once)",
+        dst.ip()
+    )))
 }
 
 /// Refuses a rate above what the egress link can carry, when the link reports a speed (veth
