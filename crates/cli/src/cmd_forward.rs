@@ -1,4 +1,4 @@
-//! `flowlane forward`: flowlane as the device under test (reflect now; bridge and route next).
+//! `flowlane forward`: flowlane as the device under test — a reflector and a router on our FIB.
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -7,14 +7,14 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use flowlane_tools::backend::Backend;
 use flowlane_tools::forward::{
-    self, ForwardConfig, ForwardEvent, ForwardMode, ForwardReport, NotIp,
+    self, ForwardConfig, ForwardEvent, ForwardMode, ForwardReport, NotIp, RouteSource,
 };
 
 use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, CpuList};
 use crate::live::{stop_on_signals, LiveArgs, Log};
 use crate::{CmdResult, Failure};
 
-/// Forward frames as a device under test: a reflector that sends every frame back.
+/// Forward frames as a device under test: a reflector, or an IPv4/IPv6 router on our FIB.
 ///
 /// `--mode reflect` turns each frame around on the interface it came in on: MACs swapped and,
 /// with `--swap ip,ports`, addresses and UDP/TCP ports too, so a `flowlane blast --echo` (or
@@ -35,14 +35,27 @@ use crate::{CmdResult, Failure};
 ///              frames the kernel received on its CPU) and a transmit ring. The kernel still
 ///              sees every frame: give the interface no address, or the host answers too.
 ///
-/// Every frame the forwarder looked at is counted as forwarded or dropped by reason (not IP
-/// when addresses or ports are swapped — passed to the kernel or dropped, --not-ip —,
-/// malformed, truncated, transmit ring full); the summary sets them beside the interface's
-/// own counters. Ctrl-C stops and prints the summary.
+/// `--mode route` routes between its interfaces (--dev, given once per port): each frame's
+/// destination is looked up in our FIB (longest-prefix match; loaded from the kernel's main
+/// table, or from a file that `flowlane route gen` or `ip route show` wrote), the next hop's
+/// MAC comes from the kernel's neighbour table (read again each second) or a next-hops file,
+/// the TTL / hop limit is decremented with an incremental checksum update, and the frame
+/// leaves by the route's interface. Frames for this host (multicast, broadcast, its own
+/// addresses) are left to the kernel. Routing runs on AF_PACKET for now (one worker per CPU,
+/// a receive and a transmit ring on every port): turn the kernel's own forwarding off
+/// (sysctl net.ipv4.ip_forward=0), or every frame is forwarded twice.
+///
+/// Every frame the forwarder looked at is counted as forwarded, left to the host, or dropped
+/// by reason (not IP, malformed, truncated, transmit ring full; route: no route, no
+/// neighbour, TTL exceeded, too big); the summary sets them beside the interfaces' own
+/// counters. Ctrl-C stops and prints the summary.
 ///
 /// Examples:
 ///   flowlane forward --mode reflect --dev veth1 --swap ip,ports
 ///   flowlane forward --mode reflect --dev veth1 --backend af-packet --cpus 0-1 --duration 10 --json
+///   flowlane forward --mode route --dev fldut --dev fldut1 --backend af-packet
+///   flowlane forward --mode route --dev eth1 --dev eth2 --backend af-packet \
+///       --routes table.txt --next-hops hops.txt
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct ForwardArgs {
@@ -50,9 +63,21 @@ pub struct ForwardArgs {
     #[arg(long, value_enum, default_value_t = ModeArg::Reflect)]
     mode: ModeArg,
 
-    /// Interface to forward on.
-    #[arg(long)]
-    dev: String,
+    /// Interface to forward on (route: once per port, e.g. --dev eth1 --dev eth2).
+    #[arg(long, required = true)]
+    dev: Vec<String>,
+
+    /// Route: where routes come from — `kernel` (this namespace's main table, the default)
+    /// or a table file: `PREFIX/LEN NEXTHOP` lines as `flowlane route gen` writes (then give
+    /// --next-hops) or `ip route show` output.
+    #[arg(long, value_name = "kernel|FILE")]
+    routes: Option<String>,
+
+    /// Route: what the numbered next hops of a table file are, one per line: `HOP DEV MAC`,
+    /// `HOP DEV GATEWAY-IP` (MAC from the kernel's neighbour table) or `HOP drop`; `*` for
+    /// every hop not listed.
+    #[arg(long, value_name = "FILE")]
+    next_hops: Option<std::path::PathBuf>,
 
     /// How frames reach the forwarder.
     #[arg(long, value_enum, default_value_t = BackendArg::Xdp)]
@@ -86,6 +111,8 @@ pub struct ForwardArgs {
 enum ModeArg {
     /// Send every frame back out of the interface it came in on.
     Reflect,
+    /// Route between the interfaces on our FIB (IPv4 and IPv6).
+    Route,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -118,8 +145,14 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     let cfg = ForwardConfig {
         mode: match a.mode {
             ModeArg::Reflect => ForwardMode::Reflect,
+            ModeArg::Route => ForwardMode::Route,
         },
-        devs: vec![a.dev.clone()],
+        devs: a.dev.clone(),
+        routes: a.routes.as_deref().map(|r| match r {
+            "kernel" => RouteSource::Kernel,
+            f => RouteSource::File(f.into()),
+        }),
+        next_hops: a.next_hops.clone(),
         backend: match a.backend {
             BackendArg::Xdp => Backend::XdpNative,
             BackendArg::AfXdp => Backend::AfXdp,
@@ -140,22 +173,41 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     let mut log = Log::new(a.live.json);
     let r = forward::run(&cfg, &stop, &mut |event| match event {
         ForwardEvent::Started(s) => {
-            log.line(&format!("flowlane forward: reflecting on {}", cfg.devs[0]));
+            let what = match cfg.mode {
+                ForwardMode::Reflect => "reflecting on",
+                ForwardMode::Route => "routing between",
+            };
+            log.line(&format!("flowlane forward: {what} {}", cfg.devs.join(", ")));
+            if let Some(r) = &s.routes {
+                log.line(&format!(
+                    "routes from {}: {} IPv4, {} IPv6, {} next hops{}",
+                    r.source,
+                    r.routes_v4,
+                    r.routes_v6,
+                    r.next_hops,
+                    if r.unresolved.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " ({} without a MAC yet: {})",
+                            r.unresolved.len(),
+                            r.unresolved.join(", ")
+                        )
+                    }
+                ));
+            }
             log.line(&backend_line(&s.backend));
         }
         ForwardEvent::Tick(t) if !a.live.quiet => {
             let secs = t.interval_s.max(1e-9);
             let d = &t.delta;
             log.line(&format!(
-                "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} (not IP {}, \
-                 malformed {}, tx full {}, ring {})",
+                "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} ({})  ring {}",
                 t.elapsed_s,
                 d.rx_packets as f64 / secs,
                 d.forwarded as f64 / secs,
                 d.dropped.total(),
-                d.dropped.not_ip,
-                d.dropped.malformed,
-                d.dropped.tx_full,
+                drop_words(&d.dropped),
                 d.ring_drops
             ));
         }
@@ -180,6 +232,29 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     })
 }
 
+/// The drop reasons, nonzero ones only (`none` when there are none).
+fn drop_words(d: &forward::Drops) -> String {
+    let v: Vec<String> = [
+        ("not IP", d.not_ip),
+        ("malformed", d.malformed),
+        ("truncated", d.truncated),
+        ("tx ring full", d.tx_full),
+        ("no route", d.no_route),
+        ("no neighbour", d.no_neighbour),
+        ("TTL exceeded", d.ttl_exceeded),
+        ("too big", d.too_big),
+    ]
+    .iter()
+    .filter(|x| x.1 > 0)
+    .map(|(n, c)| format!("{n} {c}"))
+    .collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
 fn print_summary(r: &ForwardReport) {
     let t = &r.total;
     println!();
@@ -191,10 +266,13 @@ fn print_summary(r: &ForwardReport) {
         r.forwarded_pps,
         t.dropped.total()
     );
-    println!(
-        "  dropped by reason: not IP {}, malformed {}, truncated {}, tx ring full {}",
-        t.dropped.not_ip, t.dropped.malformed, t.dropped.truncated, t.dropped.tx_full
-    );
+    println!("  dropped by reason: {}", drop_words(&t.dropped));
+    if t.to_host > 0 {
+        println!(
+            "  left to the host (multicast, broadcast, its own addresses): {}",
+            t.to_host
+        );
+    }
     if t.ring_drops > 0 {
         println!(
             "  never seen: {} frames the receive ring had no room for (the forwarder was the \
@@ -202,8 +280,23 @@ fn print_summary(r: &ForwardReport) {
             t.ring_drops
         );
     }
-    if let (Some(rx), Some(tx)) = (r.dev_rx_packets, r.dev_tx_packets) {
-        println!("  interface {}: received {rx}, sent {tx}", r.backend.dev);
+    for p in &r.ports {
+        if let (Some(rx), Some(tx)) = (p.rx_packets, p.tx_packets) {
+            println!("  interface {}: received {rx}, sent {tx}", p.dev);
+        }
+    }
+    if let Some(rt) = &r.routes {
+        println!(
+            "  routes from {}: {} IPv4, {} IPv6, {} next hops; {} out of other interfaces, {} \
+             discard, {} multipath (first path used)",
+            rt.source,
+            rt.routes_v4,
+            rt.routes_v6,
+            rt.next_hops,
+            rt.elsewhere,
+            rt.discard,
+            rt.multipath
+        );
     }
     for c in &r.cpus {
         println!(

@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
-use flowlane_lab::setup::{self, LabConfig, Steer, Up, DUT_IF, GEN_IF};
+use flowlane_lab::setup::{
+    self, KernelDut, LabConfig, Steer, Topology, Up, DUT_IF, DUT_OUT_IF, GEN_IF, SINK_IF,
+};
 use flowlane_rss::Key;
 use serde_json::json;
 
@@ -25,12 +27,20 @@ use crate::{CmdResult, Failure};
 ///   rps   the kernel's Receive Packet Steering over all CPUs (its own hash, not Toeplitz)
 ///   none  frames are processed where they arrive (on veth: the sender's CPU)
 ///
+/// `--topology line` adds a third namespace, NAME-sink, behind the DUT: the DUT's second
+/// interface `fldut1` (198.18.1.1/24, 2001:2:0:1::1/64) is joined to the sink's `flsink`
+/// (198.18.1.2/24, 2001:2:0:1::2/64) by a second multi-queue veth pair, and the generator and
+/// the sink route 198.18.0.0/15 and 2001:2::/48 through the DUT — so a forwarder runs
+/// between two interfaces (`flowlane forward --mode route --dev fldut --dev fldut1`). The
+/// DUT's kernel forwarding is off unless `--kernel route` makes the kernel the reference DUT.
+///
 /// Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN). `down` removes everything: namespaces,
 /// links, the XDP program and its maps. Without root, `flowlane bench --loopback` runs the
 /// experiment on 127.0.0.1 instead (not RSS-faithful).
 ///
 /// Examples:
 ///   flowlane lab up --queues 2
+///   flowlane lab up --name line --topology line --kernel route
 ///   flowlane lab status
 ///   flowlane lab exec dut -- ip -s link
 ///   flowlane lab down
@@ -101,6 +111,31 @@ pub struct UpArgs {
     #[arg(long, default_value_t = setup::MAX_CPU_QUEUE,
           value_parser = clap::value_parser!(u32).range(1..=setup::MAX_CPU_QUEUE as i64))]
     pub cpu_queue: u32,
+
+    /// How the hosts are joined: `pair` (generator — DUT) or `line` (generator — DUT — sink).
+    #[arg(long, value_enum, default_value_t = TopologyArg::Pair)]
+    pub topology: TopologyArg,
+
+    /// Line topology: `route` turns the DUT kernel's IPv4/IPv6 forwarding on (the reference
+    /// router); `off` leaves the forwarding to whatever runs in the DUT.
+    #[arg(long, value_enum, default_value_t = KernelArg::Off)]
+    pub kernel: KernelArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopologyArg {
+    /// Generator — DUT.
+    Pair,
+    /// Generator — DUT — sink.
+    Line,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KernelArg {
+    /// The DUT's kernel does not forward.
+    Off,
+    /// The DUT's kernel routes IPv4 and IPv6.
+    Route,
 }
 
 #[derive(Debug, Args)]
@@ -118,8 +153,8 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub name: NameArg,
 
-    /// Which end: gen or dut.
-    #[arg(value_parser = ["gen", "dut"])]
+    /// Which host: gen, dut or (line topology) sink.
+    #[arg(value_parser = ["gen", "dut", "sink"])]
     pub end: String,
 
     /// The command and its arguments (after --).
@@ -164,16 +199,39 @@ pub fn run(c: LabCommand) -> CmdResult {
             need_root("flowlane lab up")?;
             let mut cfg = config(&a.name.name, a.queues, a.steer.into(), &a.key, a.two_tuple);
             cfg.cpu_queue = a.cpu_queue;
+            cfg.topology = match a.topology {
+                TopologyArg::Pair => Topology::Pair,
+                TopologyArg::Line => Topology::Line,
+            };
+            cfg.kernel = match a.kernel {
+                KernelArg::Off => KernelDut::Off,
+                KernelArg::Route => KernelDut::Route,
+            };
+            if cfg.kernel != KernelDut::Off && cfg.topology != Topology::Line {
+                return Err(Failure::usage(anyhow!(
+                    "--kernel route needs --topology line (the DUT forwards between two links)"
+                )));
+            }
             let r = setup::up(&cfg).map_err(|e| Failure::runtime(anyhow!(e)))?;
+            let n = &cfg.name;
+            let tail = match cfg.topology {
+                Topology::Pair => String::new(),
+                Topology::Line => format!(
+                    " ({DUT_OUT_IF}) <-> {n}-sink ({SINK_IF}); kernel forwarding {}",
+                    if cfg.kernel == KernelDut::Route {
+                        "on"
+                    } else {
+                        "off"
+                    }
+                ),
+            };
             println!(
-                "lab {} {}: {}-gen ({GEN_IF}) <-> {}-dut ({DUT_IF}), {} queues, steering {}",
-                cfg.name,
+                "lab {n} {}: {n}-gen ({GEN_IF}) <-> {n}-dut ({DUT_IF}){tail}, {} queues, \
+                 steering {}",
                 match r {
                     Up::Created => "is up",
                     Up::AlreadyUp => "was already up",
                 },
-                cfg.name,
-                cfg.name,
                 cfg.queues,
                 cfg.steer.name()
             );

@@ -6,7 +6,8 @@
 //! the reason — before it opens anything.
 
 pub use crate::sys::packet::{
-    RxFrame, RxRing, TxRing, TP_STATUS_CSUMNOTREADY, TP_STATUS_CSUM_VALID, TP_STATUS_VLAN_VALID,
+    RxFrame, RxRing, TxRing, PACKET_OUTGOING, TP_STATUS_CSUMNOTREADY, TP_STATUS_CSUM_VALID,
+    TP_STATUS_VLAN_VALID,
 };
 pub use crate::sys::xsk::{Xsk, XskTx};
 
@@ -92,6 +93,8 @@ pub trait FrameRx: Send + std::fmt::Debug + 'static {
     fn wait(&self, timeout_ms: i32) -> Result<bool, SysError>;
     /// Frames the kernel dropped because the ring was full, since the last call.
     fn take_drops(&self) -> Result<u64, SysError>;
+    /// The socket, to wait on several rings at once ([`crate::socket::poll_any_readable`]).
+    fn raw_fd(&self) -> std::os::fd::RawFd;
 }
 
 impl FrameRx for RxRing {
@@ -107,6 +110,9 @@ impl FrameRx for RxRing {
     fn take_drops(&self) -> Result<u64, SysError> {
         RxRing::take_drops(self)
     }
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        RxRing::raw_fd(self)
+    }
 }
 
 impl FrameRx for Xsk {
@@ -121,6 +127,9 @@ impl FrameRx for Xsk {
     }
     fn take_drops(&self) -> Result<u64, SysError> {
         Ok(Xsk::take_drops(self))
+    }
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        Xsk::raw_fd(self)
     }
 }
 

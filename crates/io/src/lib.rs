@@ -51,8 +51,9 @@ pub mod huge {
 /// socket's drop counter.
 pub mod socket {
     pub use crate::sys::{
-        encode_sockaddr, get_int, poll_readable, set_int, socket_drops, wait_readable, Epoll,
-        MmsgBatch, RecvMeta, SendBatch, SendOutcome, GSO_MAX_SEGMENT, MAX_DATAGRAM,
+        encode_sockaddr, get_int, poll_any_readable, poll_readable, set_int, socket_drops,
+        wait_readable, Epoll, MmsgBatch, RecvMeta, SendBatch, SendOutcome, GSO_MAX_SEGMENT,
+        MAX_DATAGRAM,
     };
 }
 

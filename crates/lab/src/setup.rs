@@ -32,6 +32,44 @@ pub const LAB_GEN_V6: &str = "2001:2::1";
 pub const LAB_DUT_V6: &str = "2001:2::2";
 const GEN_MAC: &str = "02:f1:0e:00:01:01";
 const DUT_MAC: &str = "02:f1:0e:00:01:02";
+/// Line topology: the DUT's second interface (towards the sink, in `NAME-dut`).
+pub const DUT_OUT_IF: &str = "fldut1";
+/// Line topology: the sink's interface (in `NAME-sink`).
+pub const SINK_IF: &str = "flsink";
+/// Line topology: the DUT's address towards the sink (198.18.1.0/24, 2001:2:0:1::/64).
+pub const LAB_DUT_OUT_V4: &str = "198.18.1.1";
+/// The sink's IPv4 address.
+pub const LAB_SINK_V4: &str = "198.18.1.2";
+/// The DUT's IPv6 address towards the sink.
+pub const LAB_DUT_OUT_V6: &str = "2001:2:0:1::1";
+/// The sink's IPv6 address.
+pub const LAB_SINK_V6: &str = "2001:2:0:1::2";
+const DUT_OUT_MAC: &str = "02:f1:0e:00:02:01";
+const SINK_MAC: &str = "02:f1:0e:00:02:02";
+
+/// How the lab's hosts are joined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// Generator — DUT: one veth pair.
+    #[default]
+    Pair,
+    /// Generator — DUT — sink: two veth pairs, so the DUT forwards between two interfaces
+    /// (198.18.0.0/24 on the generator's side, 198.18.1.0/24 on the sink's; each end routes
+    /// 198.18.0.0/15 and 2001:2::/48 through the DUT).
+    Line,
+}
+
+/// What forwards in the DUT of a line lab, besides whatever the user starts there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelDut {
+    /// Nothing: the kernel's forwarding is off (for `flowlane forward`, or any forwarder).
+    #[default]
+    Off,
+    /// The kernel's IPv4 and IPv6 forwarding (the reference router).
+    Route,
+}
 
 /// How the DUT spreads received frames over CPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +115,12 @@ pub struct LabConfig {
     /// from before this setting: the largest).
     #[serde(default = "default_cpu_queue")]
     pub cpu_queue: u32,
+    /// How the hosts are joined.
+    #[serde(default)]
+    pub topology: Topology,
+    /// Line topology: whether the DUT's kernel forwards.
+    #[serde(default)]
+    pub kernel: KernelDut,
 }
 
 /// The largest cpumap queue the kernel takes (16385 fails with EOVERFLOW).
@@ -103,7 +147,23 @@ impl LabConfig {
             queue_cpus: (0..q).map(|b| b % ncpus.max(1)).collect(),
             ports: true,
             cpu_queue: MAX_CPU_QUEUE,
+            topology: Topology::Pair,
+            kernel: KernelDut::Off,
         }
+    }
+
+    /// The sink's namespace (line topology).
+    pub fn sink_ns(&self) -> String {
+        format!("{}-sink", self.name)
+    }
+
+    /// Every namespace the lab is made of.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut v = vec![self.gen_ns(), self.dut_ns()];
+        if self.topology == Topology::Line {
+            v.push(self.sink_ns());
+        }
+        v
     }
 
     /// The generator's namespace.
@@ -171,18 +231,20 @@ pub enum Up {
 pub fn up(cfg: &LabConfig) -> Result<Up, LabError> {
     check_name(&cfg.name)?;
     if let Some(old) = saved(&cfg.name) {
-        if netns_exists(&cfg.gen_ns()) && netns_exists(&cfg.dut_ns()) {
+        if old.namespaces().iter().all(|n| netns_exists(n)) {
             if old == *cfg {
                 return Ok(Up::AlreadyUp);
             }
             return Err(LabError {
                 what: format!("lab up {}", cfg.name),
                 detail: format!(
-                    "lab {} is up with other settings ({} queues, steer {}): run `flowlane lab \
-                     down --name {}` first",
+                    "lab {} is up with other settings ({} queues, steer {}, topology {:?}, \
+                     kernel {:?}): run `flowlane lab down --name {}` first",
                     cfg.name,
                     old.queues,
                     old.steer.name(),
+                    old.topology,
+                    old.kernel,
                     cfg.name
                 ),
             });
@@ -206,46 +268,82 @@ fn build(cfg: &LabConfig) -> Result<(), LabError> {
         (&dut, DUT_IF, Some(DUT_MAC)),
         cfg.queues,
     )?;
-    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for (ns, ifname, v4, v6, peer4, peer6, peer_mac) in [
-        (
-            &gen, GEN_IF, LAB_GEN_V4, LAB_GEN_V6, LAB_DUT_V4, LAB_DUT_V6, DUT_MAC,
-        ),
-        (
-            &dut, DUT_IF, LAB_DUT_V4, LAB_DUT_V6, LAB_GEN_V4, LAB_GEN_V6, GEN_MAC,
-        ),
-    ] {
-        // No router solicitations or address autoconfiguration chatter on the link.
-        for (k, v) in [("accept_ra", "0"), ("router_solicitations", "0")] {
-            ns.write_file(&format!("/proc/sys/net/ipv6/conf/{ifname}/{k}"), v)?;
-        }
-        ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", ifname])?;
-        ns.ip(&["addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"])?;
-        for peer in [peer4, peer6] {
-            ns.permanent_neighbour(ifname, peer, peer_mac)?;
-        }
-        ns.ip(&["link", "set", ifname, "up"])?;
-        // NAPI with GRO on both ends: per-queue receive processing. Checksums computed by the
-        // sender, not left to "offload": a frame that XDP redirects (software RSS) loses the
-        // skb's note that its checksum is still partial, and the receiver would drop it.
-        ns.set_offload(ifname, Offload::Gro, true)?;
-        ns.set_offload(ifname, Offload::TxChecksum, false)?;
-        // XPS: a thread on CPU i sends on TX queue i.
-        for tx in 0..cfg.queues as usize {
-            let mask = if tx < ncpus {
-                format!("{:x}", 1u64 << (tx % 64))
-            } else {
-                "0".into()
-            };
-            ns.write_sys(
-                &format!("/sys/class/net/{ifname}/queues/tx-{tx}/xps_cpus"),
-                &mask,
+    let sink = match cfg.topology {
+        Topology::Pair => None,
+        Topology::Line => {
+            let sink = Netns::persistent(&cfg.sink_ns())?;
+            add_veth(
+                (&dut, DUT_OUT_IF, Some(DUT_OUT_MAC)),
+                (&sink, SINK_IF, Some(SINK_MAC)),
+                cfg.queues,
             )?;
+            Some(sink)
         }
+    };
+    let mut ends = vec![
+        End {
+            ns: &gen,
+            ifname: GEN_IF,
+            v4: LAB_GEN_V4,
+            v6: LAB_GEN_V6,
+            peer4: LAB_DUT_V4,
+            peer6: LAB_DUT_V6,
+            peer_mac: DUT_MAC,
+        },
+        End {
+            ns: &dut,
+            ifname: DUT_IF,
+            v4: LAB_DUT_V4,
+            v6: LAB_DUT_V6,
+            peer4: LAB_GEN_V4,
+            peer6: LAB_GEN_V6,
+            peer_mac: GEN_MAC,
+        },
+    ];
+    if let Some(sink) = &sink {
+        ends.push(End {
+            ns: &dut,
+            ifname: DUT_OUT_IF,
+            v4: LAB_DUT_OUT_V4,
+            v6: LAB_DUT_OUT_V6,
+            peer4: LAB_SINK_V4,
+            peer6: LAB_SINK_V6,
+            peer_mac: SINK_MAC,
+        });
+        ends.push(End {
+            ns: sink,
+            ifname: SINK_IF,
+            v4: LAB_SINK_V4,
+            v6: LAB_SINK_V6,
+            peer4: LAB_DUT_OUT_V4,
+            peer6: LAB_DUT_OUT_V6,
+            peer_mac: DUT_OUT_MAC,
+        });
+    }
+    for e in &ends {
+        set_up_end(e, cfg.queues)?;
+    }
+    if let Some(sink) = &sink {
+        // The far ends reach the whole benchmarking range through the DUT.
+        for (ns, gw4, gw6) in [
+            (&gen, LAB_DUT_V4, LAB_DUT_V6),
+            (sink, LAB_DUT_OUT_V4, LAB_DUT_OUT_V6),
+        ] {
+            ns.ip(&["route", "add", "198.18.0.0/15", "via", gw4])?;
+            ns.ip(&["-6", "route", "add", "2001:2::/48", "via", gw6])?;
+        }
+        let on = if cfg.kernel == KernelDut::Route {
+            "1"
+        } else {
+            "0"
+        };
+        dut.write_file("/proc/sys/net/ipv4/ip_forward", on)?;
+        dut.write_file("/proc/sys/net/ipv6/conf/all/forwarding", on)?;
     }
     match cfg.steer {
         Steer::Rss => attach_rss(cfg, &dut)?,
         Steer::Rps => {
+            let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             let all = format!("{:x}", (1u128 << ncpus.min(64)) - 1);
             for rx in 0..cfg.queues {
                 dut.write_sys(
@@ -274,6 +372,60 @@ fn build(cfg: &LabConfig) -> Result<(), LabError> {
     // The namespaces stay: they are the lab.
     gen.keep();
     dut.keep();
+    if let Some(sink) = sink {
+        sink.keep();
+    }
+    Ok(())
+}
+
+/// One end of a veth pair: its namespace, interface, addresses and its peer's.
+struct End<'a> {
+    ns: &'a Netns,
+    ifname: &'a str,
+    v4: &'a str,
+    v6: &'a str,
+    peer4: &'a str,
+    peer6: &'a str,
+    peer_mac: &'a str,
+}
+
+fn set_up_end(e: &End<'_>, queues: u32) -> Result<(), LabError> {
+    let (ns, ifname) = (e.ns, e.ifname);
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // No router solicitations or address autoconfiguration chatter on the link.
+    for (k, v) in [("accept_ra", "0"), ("router_solicitations", "0")] {
+        ns.write_file(&format!("/proc/sys/net/ipv6/conf/{ifname}/{k}"), v)?;
+    }
+    ns.ip(&["addr", "add", &format!("{}/24", e.v4), "dev", ifname])?;
+    ns.ip(&[
+        "addr",
+        "add",
+        &format!("{}/64", e.v6),
+        "dev",
+        ifname,
+        "nodad",
+    ])?;
+    for peer in [e.peer4, e.peer6] {
+        ns.permanent_neighbour(ifname, peer, e.peer_mac)?;
+    }
+    ns.ip(&["link", "set", ifname, "up"])?;
+    // NAPI with GRO on both ends: per-queue receive processing. Checksums computed by the
+    // sender, not left to "offload": a frame that XDP redirects (software RSS) loses the
+    // skb's note that its checksum is still partial, and the receiver would drop it.
+    ns.set_offload(ifname, Offload::Gro, true)?;
+    ns.set_offload(ifname, Offload::TxChecksum, false)?;
+    // XPS: a thread on CPU i sends on TX queue i.
+    for tx in 0..queues as usize {
+        let mask = if tx < ncpus {
+            format!("{:x}", 1u64 << (tx % 64))
+        } else {
+            "0".into()
+        };
+        ns.write_sys(
+            &format!("/sys/class/net/{ifname}/queues/tx-{tx}/xps_cpus"),
+            &mask,
+        )?;
+    }
     Ok(())
 }
 
@@ -466,7 +618,11 @@ fn steer_counts_of(prog: Option<u32>) -> Result<Option<Vec<SteerCount>>, LabErro
 pub fn down(name: &str) -> Result<bool, LabError> {
     check_name(name)?;
     let mut any = false;
-    for ns in [format!("{name}-gen"), format!("{name}-dut")] {
+    for ns in [
+        format!("{name}-gen"),
+        format!("{name}-dut"),
+        format!("{name}-sink"),
+    ] {
         if netns_exists(&ns) {
             ip(&["netns", "del", &ns])?;
             any = true;
@@ -509,10 +665,21 @@ pub struct LabStatus {
 pub fn status(name: &str) -> Result<LabStatus, LabError> {
     check_name(name)?;
     let config = saved(name);
-    let (g, d) = (format!("{name}-gen"), format!("{name}-dut"));
+    let (g, d, k) = (
+        format!("{name}-gen"),
+        format!("{name}-dut"),
+        format!("{name}-sink"),
+    );
+    let line = config.as_ref().map(|c| c.topology) == Some(Topology::Line) || netns_exists(&k);
+    let mut namespaces = vec![(g.clone(), netns_exists(&g)), (d.clone(), netns_exists(&d))];
+    let mut ends = vec![(&g, GEN_IF), (&d, DUT_IF)];
+    if line {
+        namespaces.push((k.clone(), netns_exists(&k)));
+        ends.extend([(&d, DUT_OUT_IF), (&k, SINK_IF)]);
+    }
     let mut st = LabStatus {
         config,
-        namespaces: vec![(g.clone(), netns_exists(&g)), (d.clone(), netns_exists(&d))],
+        namespaces,
         dut_rx_queues: None,
         steering: None,
         addresses: Vec::new(),
@@ -520,7 +687,7 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         steer_counts: None,
         steer_counts_error: None,
     };
-    for (ns_name, ifname) in [(&g, GEN_IF), (&d, DUT_IF)] {
+    for (ns_name, ifname) in ends {
         if !netns_exists(ns_name) {
             continue;
         }

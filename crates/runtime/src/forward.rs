@@ -9,7 +9,7 @@
 //!   socket, turned around where they lie in the UMEM and sent — no copy, and the kernel's
 //!   stack never sees them.
 
-use flowlane_io::frame::{FrameRx, FrameTx, Xsk, TP_STATUS_CSUMNOTREADY};
+use flowlane_io::frame::{FrameRx, FrameTx, Xsk, PACKET_OUTGOING, TP_STATUS_CSUMNOTREADY};
 use flowlane_wire::forward::{fill_checksum, reflect, Reason, Swap, L3};
 
 use crate::{bump, counters, Poll};
@@ -31,6 +31,18 @@ counters! {
         tx_full,
         /// Frames the kernel dropped because the receive ring was full (`tp_drops`).
         ring_drops,
+        /// Route: multicast, broadcast, to this host's own addresses or to another MAC (the
+        /// kernel's).
+        to_host,
+        /// Route: no route (or one leaving by an interface that is not the forwarder's, or a
+        /// blackhole).
+        no_route,
+        /// Route: a route, but no MAC for its next hop.
+        no_neighbour,
+        /// Route: TTL or hop limit 1 or 0.
+        ttl_exceeded,
+        /// Route: larger than the outgoing interface's MTU.
+        too_big,
     }
 }
 
@@ -84,6 +96,12 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
         let (mut n, mut fwd, mut not_ip, mut malformed, mut trunc, mut full) = (0, 0, 0, 0, 0, 0);
         while n < budget {
             let Some(f) = self.rx.next() else { break };
+            if f.pkt_type == PACKET_OUTGOING {
+                // Sent by this host: not received (a kernel before 6.9 hands these to a
+                // fanout group); turning it around would send the host's own frame back.
+                self.rx.release();
+                continue;
+            }
             n += 1;
             let out_len = f.data.len() + if f.vlan.is_some() { 4 } else { 0 };
             let refused = if f.truncated() || out_len > self.tx_room {

@@ -18,6 +18,7 @@ pub mod cpus;
 pub mod flowbook;
 pub mod forward;
 pub mod pace;
+pub mod route;
 pub mod serve;
 pub mod session;
 pub mod sink;

@@ -190,6 +190,26 @@ pub fn attach_reuseport_cbpf(fd: &impl AsRawFd, prog: &[BpfInsn]) -> Result<(), 
     check("setsockopt(SO_ATTACH_REUSEPORT_CBPF)", ret).map(drop)
 }
 
+/// Waits up to `timeout_ms` until any of `fds` is readable; whether one is (an interrupted
+/// wait is `false`).
+pub fn poll_any_readable(fds: &[RawFd], timeout_ms: i32) -> Result<bool, SysError> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `p` holds `p.len()` valid pollfds for the call's duration.
+    let ret = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    match check("poll", ret) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.source.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Waits up to `timeout_ms` for `fd` to become readable; true if it is.
 pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> Result<bool, SysError> {
     let mut p = libc::pollfd {

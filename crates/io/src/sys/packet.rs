@@ -53,6 +53,14 @@ const SNAPLEN_OFF: usize = 8;
 const MAC_OFF: usize = 12;
 /// tpacket2_hdr.tp_vlan_tci (u16).
 const VLAN_TCI_OFF: usize = 24;
+/// The `sockaddr_ll` after the header (at TPACKET_ALIGN(32)), its `sll_pkttype` (u8, the low
+/// byte of a little-endian u16 read; `sll_halen` is the high one).
+const PKTTYPE_OFF: usize = 32 + 10;
+/// `PACKET_OUTGOING`: a frame this host sent.
+pub const PACKET_OUTGOING: u8 = 4;
+/// `PACKET_FANOUT_FLAG_IGNORE_OUTGOING` (Linux 6.9+): a fanout group's sockets do not see
+/// what the host sends (`PACKET_IGNORE_OUTGOING` on a socket does not reach its group).
+const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: u32 = 0x4000;
 
 #[repr(C)]
 struct TpacketReq {
@@ -374,6 +382,10 @@ pub struct RxFrame<'a> {
     pub status: u32,
     /// The VLAN id the kernel took off the frame, if any.
     pub vlan: Option<u16>,
+    /// `sll_pkttype`: to this host, broadcast, multicast, to another host, or
+    /// [`PACKET_OUTGOING`] (sent by this host; a ring that cannot have the kernel leave those
+    /// out hands them over, and its reader skips them).
+    pub pkt_type: u8,
 }
 
 impl RxFrame<'_> {
@@ -432,13 +444,21 @@ impl RxRing {
         group: u16,
     ) -> Result<RxRing, SysError> {
         let r = RxRing::open(ifindex, frames, max_frame)?;
-        super::set_int(
-            &r.ring.fd,
-            SOL_PACKET,
-            PACKET_FANOUT,
-            (u32::from(group) | (PACKET_FANOUT_CPU << 16)) as i32,
-            "setsockopt(PACKET_FANOUT)",
-        )?;
+        let arg = u32::from(group) | (PACKET_FANOUT_CPU << 16);
+        let fanout = |flags: u32| {
+            super::set_int(
+                &r.ring.fd,
+                SOL_PACKET,
+                PACKET_FANOUT,
+                (arg | flags << 16) as i32,
+                "setsockopt(PACKET_FANOUT)",
+            )
+        };
+        // The group's own hook decides what its sockets see: without the flag (before Linux
+        // 6.9: EINVAL) it hands over what the host sends too, marked PACKET_OUTGOING.
+        if fanout(PACKET_FANOUT_FLAG_IGNORE_OUTGOING).is_err() {
+            fanout(0)?;
+        }
         Ok(r)
     }
 
@@ -468,11 +488,13 @@ impl RxRing {
         };
         let vlan = (st & TP_STATUS_VLAN_VALID != 0)
             .then(|| self.ring.header_u16(i, VLAN_TCI_OFF) & 0x0fff);
+        let pkt_type = (self.ring.header_u16(i, PKTTYPE_OFF) & 0xff) as u8;
         Some(RxFrame {
             data,
             wire_len,
             status: st,
             vlan,
+            pkt_type,
         })
     }
 

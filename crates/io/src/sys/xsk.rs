@@ -718,6 +718,8 @@ impl Xsk {
             data,
             status: 0,
             vlan: None,
+            // Received (an XDP program redirected it here).
+            pkt_type: 0,
         })
     }
 

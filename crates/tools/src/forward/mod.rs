@@ -11,6 +11,7 @@
 
 mod packet;
 mod report;
+pub mod routes;
 mod xdp;
 
 use std::sync::atomic::AtomicBool;
@@ -18,7 +19,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use report::{Drops, ForwardCounts, ForwardReport, ForwardTick};
+pub use report::{Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts};
+pub use routes::{NextHopFile, RouteSource, RouteSummary};
 
 use crate::backend::{self, Backend};
 use crate::ToolError;
@@ -29,6 +31,9 @@ use crate::ToolError;
 pub enum ForwardMode {
     /// Back out of the interface it came in on, MACs (and as asked addresses, ports) swapped.
     Reflect,
+    /// IPv4 and IPv6 routing on our FIB between the interfaces: next hop by longest-prefix
+    /// match, MACs rewritten, TTL decremented.
+    Route,
 }
 
 /// Where frames that are not IP go, when the reflector swaps addresses or ports.
@@ -46,8 +51,14 @@ pub enum NotIp {
 pub struct ForwardConfig {
     /// What to do with frames.
     pub mode: ForwardMode,
-    /// The interface (reflect: exactly one).
+    /// The interfaces (reflect: exactly one; route: its ports).
     pub devs: Vec<String>,
+    /// Route: where routes come from.
+    #[serde(default)]
+    pub routes: Option<RouteSource>,
+    /// Route: next hops of a table file with numbered next hops.
+    #[serde(default)]
+    pub next_hops: Option<std::path::PathBuf>,
     /// How frames reach the forwarder: `XdpNative` or `AfPacket`.
     pub backend: Backend,
     /// Reflect: swap IP addresses too.
@@ -72,6 +83,8 @@ pub struct ForwardConfig {
 pub struct ForwardStart {
     /// The backend, as asked of the kernel.
     pub backend: backend::BackendReport,
+    /// Route: what the tables hold.
+    pub routes: Option<RouteSummary>,
 }
 
 /// Status from a running forwarder.
@@ -87,6 +100,10 @@ pub enum ForwardEvent {
 pub(crate) struct Job<'a> {
     dev: &'a str,
     ifindex: u32,
+    /// Every interface (name, index); the first is `dev`.
+    ports: Vec<(String, u32)>,
+    /// Route: what the tables hold.
+    routes: Option<RouteSummary>,
     backend: backend::BackendReport,
     swap: flowlane_wire::forward::Swap,
     cfg: &'a ForwardConfig,
@@ -100,12 +117,26 @@ pub fn run(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let [dev] = cfg.devs.as_slice() else {
+    let Some(dev) = cfg.devs.first() else {
+        return Err(ToolError::usage("no interface given (--dev)"));
+    };
+    if cfg.mode == ForwardMode::Reflect && cfg.devs.len() != 1 {
         return Err(ToolError::usage(format!(
             "reflect runs on exactly one interface, not {}",
             cfg.devs.len()
         )));
-    };
+    }
+    if cfg.mode == ForwardMode::Route && cfg.backend != Backend::AfPacket {
+        return Err(ToolError::usage(
+            "route runs on AF_PACKET rings for now (--backend af-packet); AF_XDP and native \
+             XDP routing are not built yet",
+        ));
+    }
+    if cfg.mode != ForwardMode::Route && (cfg.routes.is_some() || cfg.next_hops.is_some()) {
+        return Err(ToolError::usage(
+            "--routes and --next-hops are for --mode route",
+        ));
+    }
     let duration = cfg
         .duration_s
         .map(|d| crate::seconds("duration", d))
@@ -142,17 +173,30 @@ pub fn run(
             cfg.backend
         )));
     }
-    let ifindex =
-        flowlane_io::netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    let mut ports = Vec::new();
+    for d in &cfg.devs {
+        let i =
+            flowlane_io::netdev::ifindex(d).map_err(|e| ToolError::usage(format!("{d}: {e}")))?;
+        if ports.iter().any(|p: &(String, u32)| p.1 == i) {
+            return Err(ToolError::usage(format!("{d} is given twice")));
+        }
+        ports.push((d.clone(), i));
+    }
+    let ifindex = ports[0].1;
     let job = Job {
         dev,
         ifindex,
+        ports,
+        routes: None,
         backend: backend::choose(dev, cfg.backend)?,
         swap,
         cfg,
         duration,
         interval,
     };
+    if cfg.mode == ForwardMode::Route {
+        return packet::run_route(job, stop, on_event);
+    }
     match cfg.backend {
         Backend::XdpNative => xdp::run(&job, stop, on_event),
         Backend::AfXdp => packet::run_xdp_sockets(&job, stop, on_event),

@@ -4,11 +4,15 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
+use flowlane_lpm::FibWriter;
 use flowlane_runtime::forward::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
+use flowlane_runtime::route::{PortInfo, RouteWorker, Tables};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
+use super::routes::{self, NextHopFile, RouteSource};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job};
 use crate::ToolError;
 
@@ -16,11 +20,16 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
     ForwardCounts {
         rx_packets: s.rx_packets,
         forwarded: s.forwarded,
+        to_host: s.to_host,
         dropped: Drops {
             not_ip: s.not_ip,
             malformed: s.malformed,
             truncated: s.truncated,
             tx_full: s.tx_full,
+            no_route: s.no_route,
+            no_neighbour: s.no_neighbour,
+            ttl_exceeded: s.ttl_exceeded,
+            too_big: s.too_big,
         },
         ring_drops: s.ring_drops,
     }
@@ -66,7 +75,7 @@ pub(super) fn run(
     // One fanout group per run: ids are per network namespace; the process id keeps two
     // forwarders on one host apart.
     let group = (std::process::id() & 0xffff) as u16;
-    let before = dev_counters(dev);
+    let before = vec![dev_counters(dev)];
     let rt = Runtime::start(
         &Config {
             cpus: cpus.clone(),
@@ -81,7 +90,7 @@ pub(super) fn run(
         },
     )
     .map_err(start_error)?;
-    session(job, rt, &cpus, before, stop, on_event)
+    session(job, rt, &cpus, &before, stop, &mut |_| {}, on_event)
 }
 
 /// AF_XDP: one worker per receive queue (pinned to the configured CPUs in turn), each with
@@ -107,7 +116,7 @@ pub(super) fn run_xdp_sockets(
         .map_err(|e| bpf_err("the kernel refused the redirect program", e.to_string()))?;
     // Worker q serves queue q, on the configured CPUs in turn.
     let worker_cpus: Vec<usize> = (0..queues as usize).map(|q| cpus[q % cpus.len()]).collect();
-    let before = dev_counters(dev);
+    let before = vec![dev_counters(dev)];
     let map2 = map.clone();
     let rt = Runtime::start(
         &Config {
@@ -129,31 +138,111 @@ pub(super) fn run_xdp_sockets(
             e.to_string(),
         )
     })?;
-    session(job, rt, &worker_cpus, before, stop, on_event)
+    session(job, rt, &worker_cpus, &before, stop, &mut |_| {}, on_event)
+}
+
+/// Route over AF_PACKET: the tables loaded once (in this thread's namespace), then one worker
+/// per CPU with a receive ring on every port (one fanout group per port, by CPU) and a
+/// transmit ring on every port. Each second the neighbour table is read again, so a gateway
+/// resolved later starts forwarding.
+pub(super) fn run_route(
+    mut job: Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let source = job.cfg.routes.clone().unwrap_or(RouteSource::Kernel);
+    let file = match &job.cfg.next_hops {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| ToolError::usage(format!("{}: {e}", p.display())))?;
+            Some(NextHopFile::parse(&text).map_err(ToolError::usage)?)
+        }
+        None => None,
+    };
+    let loaded = routes::load(&source, file.as_ref(), &job.ports)?;
+    job.routes = Some(loaded.summary.clone());
+    let w4 = FibWriter::new(loaded.v4.clone());
+    let w6 = FibWriter::new(loaded.v6.clone());
+    let tables = Tables {
+        v4: w4.reader(),
+        v6: w6.reader(),
+        hops: Arc::new(ArcSwap::from_pointee(loaded.hops.clone())),
+    };
+    let cpus = worker_cpus(&job)?;
+    let mut ports = Vec::new();
+    for (dev, ifindex) in &job.ports {
+        let info = PortInfo {
+            mac: netdev::mac(dev)
+                .ok_or_else(|| ToolError::usage(format!("{dev} has no MAC address")))?,
+            mtu: netdev::mtu(dev).unwrap_or(1500),
+        };
+        ports.push((*ifindex, info));
+    }
+    // One fanout group per port and run (ids are per namespace).
+    let base = (std::process::id() & 0xffff) as u16;
+    let max_frame = ports.iter().map(|p| p.1.mtu).max().unwrap_or(1500) + 18;
+    let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
+    let (ports2, tables2) = (ports.clone(), tables.clone());
+    let rt = Runtime::start(
+        &Config {
+            cpus: cpus.clone(),
+            budget: 256,
+            wait_ms: 50,
+        },
+        stop.clone(),
+        move |_, _| {
+            let mut rings = Vec::new();
+            for (i, (ifindex, info)) in ports2.iter().enumerate() {
+                let group = base.wrapping_add(i as u16);
+                let rx = frame::RxRing::open_fanout(*ifindex, 4096, max_frame, group)?;
+                let tx = frame::TxRing::open(*ifindex, 4096, max_frame + 32, true)?;
+                rings.push((rx, tx, *info));
+            }
+            Ok::<_, SysError>(RouteWorker::new(rings, tables2.clone()))
+        },
+    )
+    .map_err(start_error)?;
+    let hops = tables.hops.clone();
+    let port_list = job.ports.clone();
+    let mut refresh = move |_: &ForwardTick| {
+        if let Ok(h) = routes::refresh_neighbours(&loaded, &port_list) {
+            if **hops.load() != h {
+                hops.store(Arc::new(h));
+            }
+        }
+    };
+    let r = session(&job, rt, &cpus, &before, stop, &mut refresh, on_event);
+    drop((w4, w6));
+    r
 }
 
 /// Runs started workers to the end of the job and reports.
+/// `each_tick` runs on the control thread after each interval (table upkeep).
 fn session(
     job: &Job<'_>,
     mut rt: Runtime<ForwardStats>,
     cpus: &[usize],
-    before: (Option<u64>, Option<u64>),
+    before: &[(Option<u64>, Option<u64>)],
     stop: &Arc<AtomicBool>,
+    each_tick: &mut dyn FnMut(&ForwardTick),
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
     on_event(ForwardEvent::Started(ForwardStart {
         backend: job.backend.clone(),
+        routes: job.routes.clone(),
     }));
     let rule = StopRule {
         external: stop.clone(),
         deadline: job.duration,
     };
     let end = rt.session(Some(job.interval), &rule, &mut |t| {
-        on_event(ForwardEvent::Tick(ForwardTick {
+        let tick = ForwardTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
             delta: counts(&t.delta().role),
-        }))
+        };
+        each_tick(&tick);
+        on_event(ForwardEvent::Tick(tick))
     });
     let cpus = cpus
         .iter()

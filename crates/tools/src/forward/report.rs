@@ -5,11 +5,28 @@ use serde::{Deserialize, Serialize};
 use super::{ForwardMode, Job};
 use crate::backend::BackendReport;
 
+/// Field-wise `plus` and `since` for a struct of `u64` counts.
+macro_rules! fieldwise {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl $t {
+            /// Field-wise sum.
+            pub fn plus(&self, o: &$t) -> $t {
+                $t { $($f: self.$f.wrapping_add(o.$f),)* }
+            }
+
+            /// Field-wise `self - earlier` (saturating).
+            pub fn since(&self, e: &$t) -> $t {
+                $t { $($f: self.$f.saturating_sub(e.$f),)* }
+            }
+        }
+    };
+}
+
 /// Frames not forwarded, by reason (`flowlane_wire::forward::Reason`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Drops {
-    /// Not IPv4/IPv6 (when addresses or ports are swapped); passed to the kernel or dropped
-    /// as asked.
+    /// Not IPv4/IPv6 (reflect: when addresses or ports are swapped; passed to the kernel or
+    /// dropped as asked. Route: left to the kernel).
     pub not_ip: u64,
     /// Headers cut short or inconsistent.
     pub malformed: u64,
@@ -17,32 +34,57 @@ pub struct Drops {
     pub truncated: u64,
     /// Received but not sent: the transmit ring was full (AF_PACKET).
     pub tx_full: u64,
+    /// Route: no route, a blackhole, or a route out of an interface that is not the
+    /// forwarder's.
+    #[serde(default)]
+    pub no_route: u64,
+    /// Route: a route whose next hop has no known MAC.
+    #[serde(default)]
+    pub no_neighbour: u64,
+    /// Route: TTL or hop limit would reach 0.
+    #[serde(default)]
+    pub ttl_exceeded: u64,
+    /// Route: larger than the outgoing interface's MTU.
+    #[serde(default)]
+    pub too_big: u64,
 }
+
+fieldwise!(Drops {
+    not_ip,
+    malformed,
+    truncated,
+    tx_full,
+    no_route,
+    no_neighbour,
+    ttl_exceeded,
+    too_big
+});
 
 impl Drops {
     /// All of them.
     pub fn total(&self) -> u64 {
-        self.not_ip + self.malformed + self.truncated + self.tx_full
-    }
-
-    /// Field-wise sum.
-    pub fn plus(&self, o: &Drops) -> Drops {
-        Drops {
-            not_ip: self.not_ip + o.not_ip,
-            malformed: self.malformed + o.malformed,
-            truncated: self.truncated + o.truncated,
-            tx_full: self.tx_full + o.tx_full,
-        }
+        self.not_ip
+            + self.malformed
+            + self.truncated
+            + self.tx_full
+            + self.no_route
+            + self.no_neighbour
+            + self.ttl_exceeded
+            + self.too_big
     }
 }
 
 /// One CPU's (or the whole run's) counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwardCounts {
-    /// Frames the forwarder looked at: forwarded + dropped.
+    /// Frames the forwarder looked at: forwarded + to_host + dropped.
     pub rx_packets: u64,
     /// Frames sent on.
     pub forwarded: u64,
+    /// Route: frames for this host (multicast, broadcast, its own addresses), left to the
+    /// kernel.
+    #[serde(default)]
+    pub to_host: u64,
     /// Frames not sent on, by reason.
     pub dropped: Drops,
     /// Frames the forwarder never saw (not in `rx_packets`): the interface received them but
@@ -56,6 +98,7 @@ impl ForwardCounts {
         ForwardCounts {
             rx_packets: self.rx_packets + o.rx_packets,
             forwarded: self.forwarded + o.forwarded,
+            to_host: self.to_host + o.to_host,
             dropped: self.dropped.plus(&o.dropped),
             ring_drops: self.ring_drops + o.ring_drops,
         }
@@ -67,15 +110,22 @@ impl ForwardCounts {
         ForwardCounts {
             rx_packets: d(self.rx_packets, e.rx_packets),
             forwarded: d(self.forwarded, e.forwarded),
-            dropped: Drops {
-                not_ip: d(self.dropped.not_ip, e.dropped.not_ip),
-                malformed: d(self.dropped.malformed, e.dropped.malformed),
-                truncated: d(self.dropped.truncated, e.dropped.truncated),
-                tx_full: d(self.dropped.tx_full, e.dropped.tx_full),
-            },
+            to_host: d(self.to_host, e.to_host),
+            dropped: self.dropped.since(&e.dropped),
             ring_drops: d(self.ring_drops, e.ring_drops),
         }
     }
+}
+
+/// One interface's own counters over the run (sysfs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortCounts {
+    /// The interface.
+    pub dev: String,
+    /// Frames it received.
+    pub rx_packets: Option<u64>,
+    /// Frames it sent.
+    pub tx_packets: Option<u64>,
 }
 
 /// One CPU's part.
@@ -116,11 +166,17 @@ pub struct ForwardReport {
     pub cpus: Vec<CpuCounts>,
     /// Frames forwarded per second over the run.
     pub forwarded_pps: f64,
-    /// The interface's own receive counter over the run (sysfs): `rx_packets` + `ring_drops`
-    /// when nothing else arrived.
+    /// Each interface's own counters over the run (reflect: the one).
+    #[serde(default)]
+    pub ports: Vec<PortCounts>,
+    /// Route: where the tables came from and what they hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<super::routes::RouteSummary>,
+    /// The interfaces' own receive counters over the run, summed (sysfs): `rx_packets` +
+    /// `ring_drops` when nothing else arrived.
     pub dev_rx_packets: Option<u64>,
-    /// Its transmit counter over the run: frames that left (with reflect, the forwarded ones
-    /// and anything the host sent).
+    /// Their transmit counters over the run, summed: frames that left (the forwarded ones and
+    /// anything the host sent).
     pub dev_tx_packets: Option<u64>,
     /// Forwarded frames that did not leave the interface (forwarded − the interface's sent
     /// count, at least): the device refused them — on veth, a peer that runs no NAPI.
@@ -161,23 +217,40 @@ pub(super) fn judge(dev: &str, forwarded: u64, dev_tx: Option<u64>) -> (Option<u
     (refused, problems)
 }
 
-/// The report from the per-CPU counts at the end, and the interface's counters before the run
-/// (`rx`, `tx`): totals, rates, the cross-check against the interface and its verdict.
+/// The report from the per-CPU counts at the end, and the interfaces' counters before the
+/// run: totals, rates, the cross-check against the interfaces and its verdict.
 pub(super) fn assemble(
     job: &Job<'_>,
     elapsed_s: f64,
     cpus: Vec<CpuCounts>,
-    before: (Option<u64>, Option<u64>),
+    before: &[(Option<u64>, Option<u64>)],
     errors: Vec<String>,
 ) -> ForwardReport {
     let total = cpus
         .iter()
         .fold(ForwardCounts::default(), |t, c| t.plus(&c.counts));
-    let (rx1, tx1) = super::dev_counters(job.dev);
     let delta =
         |now: Option<u64>, then: Option<u64>| now.zip(then).map(|(a, b)| a.saturating_sub(b));
-    let dev_tx_packets = delta(tx1, before.1);
-    let (device_refused, problems) = judge(job.dev, total.forwarded, dev_tx_packets);
+    let ports: Vec<PortCounts> = job
+        .ports
+        .iter()
+        .zip(before)
+        .map(|((dev, _), b)| {
+            let (rx1, tx1) = super::dev_counters(dev);
+            PortCounts {
+                dev: dev.clone(),
+                rx_packets: delta(rx1, b.0),
+                tx_packets: delta(tx1, b.1),
+            }
+        })
+        .collect();
+    let sum = |f: fn(&PortCounts) -> Option<u64>| {
+        ports.iter().try_fold(0u64, |acc, p| f(p).map(|v| acc + v))
+    };
+    let dev_tx_packets = sum(|p| p.tx_packets);
+    let dev_rx_packets = sum(|p| p.rx_packets);
+    let names: Vec<&str> = job.ports.iter().map(|p| p.0.as_str()).collect();
+    let (device_refused, problems) = judge(&names.join("+"), total.forwarded, dev_tx_packets);
     ForwardReport {
         mode: job.cfg.mode,
         backend: job.backend.clone(),
@@ -186,7 +259,9 @@ pub(super) fn assemble(
         total,
         cpus,
         forwarded_pps: (total.forwarded as f64 / elapsed_s.max(1e-9)).round(),
-        dev_rx_packets: delta(rx1, before.0),
+        ports,
+        routes: job.routes.clone(),
+        dev_rx_packets,
         dev_tx_packets,
         device_refused,
         problems,

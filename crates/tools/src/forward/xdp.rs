@@ -36,7 +36,7 @@ fn read(stats: &MappedArray, cpus: usize) -> Vec<ForwardCounts> {
                 rx_packets: forwarded + dropped.total(),
                 forwarded,
                 dropped,
-                ring_drops: 0,
+                ..ForwardCounts::default()
             }
         })
         .collect()
@@ -92,6 +92,7 @@ pub(super) fn run(
     })?;
     on_event(ForwardEvent::Started(ForwardStart {
         backend: job.backend.clone(),
+        routes: None,
     }));
     let start = Instant::now();
     let deadline = job.duration.and_then(|d| start.checked_add(d));
@@ -120,7 +121,7 @@ pub(super) fn run(
         job,
         start.elapsed().as_secs_f64(),
         cpus,
-        before,
+        &[before],
         Vec::new(),
     ))
 }

@@ -1,0 +1,545 @@
+//! The router behind `flowlane forward --mode route`: what it knows ([`Tables`]: the FIB
+//! snapshots and the next hops) and how it decides ([`Tables::decide`]), apart from the
+//! workers that move frames ([`RouteWorker`] over AF_PACKET rings), so the same decision is
+//! checked against the kernel's without a packet sent.
+//!
+//! A decision is: the frame is for this host (multicast or broadcast, or to one of its own
+//! addresses: left to the kernel), or it leaves by port P to MAC M, or it is dropped for a
+//! named [`Reason`]. Next hops are indices the FIB returns into a [`NextHops`] table, which
+//! is swapped whole (neighbours change) while the FIB's own snapshots are published by its
+//! writer (routes change): a worker loads both once per poll round and never waits.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use flowlane_io::frame::{FrameRx, FrameTx, PACKET_OUTGOING, TP_STATUS_CSUMNOTREADY};
+use flowlane_lpm::{Fib, FibReader};
+use flowlane_wire::forward::{decrement_ttl, fill_checksum, Reason, L3};
+
+use crate::forward::ForwardStats;
+use crate::{bump, Poll};
+
+/// Where a next hop sends frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hop {
+    /// Through a gateway on port `port`, whose MAC is `mac` (`None`: not resolved).
+    Via {
+        /// The forwarder's port (index into its interfaces).
+        port: u16,
+        /// The gateway's MAC.
+        mac: Option<[u8; 6]>,
+    },
+    /// To the destination itself, on the link of port `port` (a connected route): its MAC
+    /// comes from [`NextHops::hosts`].
+    Connected {
+        /// The forwarder's port.
+        port: u16,
+    },
+    /// Nowhere the forwarder can send: a blackhole or unreachable route, or one leaving by an
+    /// interface that is not the forwarder's (counted as no route).
+    Nowhere,
+}
+
+/// An address of either family as one key: IPv4 as `::ffff:a.b.c.d`.
+pub fn host_key_v4(a: u32) -> u128 {
+    0xffff_0000_0000 | u128::from(a)
+}
+
+/// The next-hop table a FIB's results index, with the neighbours of connected routes and the
+/// host's own addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NextHops {
+    /// Next hop `i` of the FIB.
+    pub hops: Vec<Hop>,
+    /// MACs of hosts on connected links: (port, address key) → MAC.
+    pub hosts: HashMap<(u16, u128), [u8; 6]>,
+    /// This host's own addresses (keys): frames to them are the kernel's.
+    pub local: HashSet<u128>,
+}
+
+/// What the router does with one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Send it out of `port` to `mac`.
+    Forward {
+        /// The port.
+        port: u16,
+        /// The destination MAC.
+        mac: [u8; 6],
+    },
+    /// Multicast, broadcast or to this host: the kernel's.
+    ToHost,
+    /// Dropped, and why.
+    Drop(Reason),
+}
+
+/// Everything a worker reads: the two FIBs' snapshots and the next hops, each swapped whole.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    /// IPv4 routes.
+    pub v4: FibReader<u32>,
+    /// IPv6 routes.
+    pub v6: FibReader<u128>,
+    /// The next hops and neighbours.
+    pub hops: Arc<ArcSwap<NextHops>>,
+}
+
+/// One round's view of [`Tables`]: snapshots held for a batch of decisions.
+#[allow(missing_debug_implementations)]
+pub struct View {
+    v4: arc_swap::Guard<Arc<Fib<u32>>>,
+    v6: arc_swap::Guard<Arc<Fib<u128>>>,
+    hops: arc_swap::Guard<Arc<NextHops>>,
+}
+
+impl Tables {
+    /// The current snapshots (a worker takes one per poll round).
+    pub fn view(&self) -> View {
+        View {
+            v4: self.v4.load(),
+            v6: self.v6.load(),
+            hops: self.hops.load(),
+        }
+    }
+}
+
+impl View {
+    /// The decision for `frame` (whose IP header `l3` describes). The TTL and the outgoing
+    /// MTU are the caller's to check.
+    pub fn decide(&self, frame: &[u8], l3: &L3) -> Decision {
+        // Multicast and broadcast destinations (the group bit) are the host's: neighbour
+        // discovery, routing protocols.
+        if frame.first().is_some_and(|b| b & 1 != 0) {
+            return Decision::ToHost;
+        }
+        let (hop, key) = if l3.v6 {
+            let Some(d) = l3.dst_v6(frame) else {
+                return Decision::Drop(Reason::Malformed);
+            };
+            (self.v6.lookup(d), d)
+        } else {
+            let Some(d) = l3.dst_v4(frame) else {
+                return Decision::Drop(Reason::Malformed);
+            };
+            (self.v4.lookup(d), host_key_v4(d))
+        };
+        let hops = &self.hops;
+        if !hops.local.is_empty() && hops.local.contains(&key) {
+            return Decision::ToHost;
+        }
+        let Some(hop) = hop.and_then(|h| hops.hops.get(h as usize)) else {
+            return Decision::Drop(Reason::NoRoute);
+        };
+        match *hop {
+            Hop::Via {
+                port,
+                mac: Some(mac),
+            } => Decision::Forward { port, mac },
+            Hop::Via { mac: None, .. } => Decision::Drop(Reason::NoNeighbour),
+            Hop::Connected { port } => match hops.hosts.get(&(port, key)) {
+                Some(&mac) => Decision::Forward { port, mac },
+                None => Decision::Drop(Reason::NoNeighbour),
+            },
+            Hop::Nowhere => Decision::Drop(Reason::NoRoute),
+        }
+    }
+}
+
+/// Whether a frame's TTL (hop limit) lets it be forwarded.
+fn ttl_ok(frame: &[u8], l3: &L3) -> bool {
+    let at = l3.at + if l3.v6 { 7 } else { 8 };
+    frame.get(at).is_some_and(|&t| t > 1)
+}
+
+/// A port's fixed facts: its MAC and the largest IP packet it sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortInfo {
+    /// The interface's MAC (the source of what leaves by it).
+    pub mac: [u8; 6],
+    /// Its MTU.
+    pub mtu: usize,
+}
+
+/// One worker: a receive and a transmit ring on every port, pinned to one CPU (each receive
+/// ring in its port's fanout group, so the kernel hands it the frames received on its CPU).
+#[derive(Debug)]
+pub struct RouteWorker<R, T> {
+    rxs: Vec<R>,
+    txs: Vec<T>,
+    info: Vec<PortInfo>,
+    tables: Tables,
+    tx_room: Vec<usize>,
+    queued: Vec<bool>,
+    next_port: usize,
+}
+
+impl<R: FrameRx, T: FrameTx> RouteWorker<R, T> {
+    /// A worker over its rings (`ports[i]` = port i's receive and transmit rings and facts).
+    pub fn new(ports: Vec<(R, T, PortInfo)>, tables: Tables) -> RouteWorker<R, T> {
+        let mut w = RouteWorker {
+            rxs: Vec::new(),
+            txs: Vec::new(),
+            info: Vec::new(),
+            tables,
+            tx_room: Vec::new(),
+            queued: Vec::new(),
+            next_port: 0,
+        };
+        for (rx, mut tx, info) in ports {
+            w.tx_room.push(tx.slot_buf(0).map_or(0, |b| b.len()));
+            w.rxs.push(rx);
+            w.txs.push(tx);
+            w.info.push(info);
+            w.queued.push(false);
+        }
+        w
+    }
+}
+
+/// A worker's tallies for one round, added to its counters once.
+#[derive(Default)]
+struct Tally {
+    rx: u64,
+    fwd: u64,
+    to_host: u64,
+    not_ip: u64,
+    malformed: u64,
+    truncated: u64,
+    tx_full: u64,
+    no_route: u64,
+    no_neighbour: u64,
+    ttl: u64,
+    too_big: u64,
+}
+
+impl Tally {
+    fn drop(&mut self, r: Reason) {
+        match r {
+            Reason::NotIp => self.not_ip += 1,
+            Reason::Malformed => self.malformed += 1,
+            Reason::TtlExceeded => self.ttl += 1,
+            Reason::NoRoute => self.no_route += 1,
+            Reason::NoNeighbour => self.no_neighbour += 1,
+            Reason::TooBig => self.too_big += 1,
+        }
+    }
+
+    fn add_to(&self, st: &ForwardStats) {
+        bump(&st.rx_packets, self.rx);
+        bump(&st.forwarded, self.fwd);
+        bump(&st.to_host, self.to_host);
+        bump(&st.not_ip, self.not_ip);
+        bump(&st.malformed, self.malformed);
+        bump(&st.truncated, self.truncated);
+        bump(&st.tx_full, self.tx_full);
+        bump(&st.no_route, self.no_route);
+        bump(&st.no_neighbour, self.no_neighbour);
+        bump(&st.ttl_exceeded, self.ttl);
+        bump(&st.too_big, self.too_big);
+    }
+}
+
+/// The routing decision and its checks for one received frame: the port and MAC it leaves
+/// by, or what was counted instead.
+fn route_one(
+    view: &View,
+    data: &[u8],
+    port_mac: [u8; 6],
+    info: &[PortInfo],
+    t: &mut Tally,
+) -> Option<(u16, [u8; 6])> {
+    // A unicast frame to another MAC is not the router's (a promiscuous port): the kernel's.
+    if data.len() >= 6 && data[0] & 1 == 0 && data[..6] != port_mac {
+        t.to_host += 1;
+        return None;
+    }
+    let l3 = match L3::parse(data) {
+        Ok(l3) => l3,
+        Err(r) => {
+            t.drop(r);
+            return None;
+        }
+    };
+    match view.decide(data, &l3) {
+        Decision::ToHost => {
+            t.to_host += 1;
+            None
+        }
+        Decision::Drop(r) => {
+            t.drop(r);
+            None
+        }
+        Decision::Forward { port, mac } => {
+            if !ttl_ok(data, &l3) {
+                t.drop(Reason::TtlExceeded);
+                return None;
+            }
+            let mtu = info.get(port as usize).map_or(0, |p| p.mtu);
+            if data.len() - l3.at > mtu {
+                t.drop(Reason::TooBig);
+                return None;
+            }
+            Some((port, mac))
+        }
+    }
+}
+
+/// Writes a routed frame: `data` with the next hop's MAC, the port's own, the TTL one less.
+fn write_routed(data: &[u8], partial: bool, dst: [u8; 6], src: [u8; 6], buf: &mut [u8]) -> usize {
+    let len = data.len();
+    let Some(out) = buf.get_mut(..len) else {
+        return 0;
+    };
+    out.copy_from_slice(data);
+    out[..6].copy_from_slice(&dst);
+    out[6..12].copy_from_slice(&src);
+    if let Ok(l3) = L3::parse(out) {
+        if partial {
+            let _ = fill_checksum(out, &l3);
+        }
+        // Checked by the decision: the TTL is above 1.
+        let _ = decrement_ttl(out, &l3);
+    }
+    len
+}
+
+impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
+    type Stats = ForwardStats;
+
+    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+        let view = self.tables.view();
+        let mut t = Tally::default();
+        let ports = self.rxs.len();
+        let share = (budget / ports.max(1)).max(1);
+        for k in 0..ports {
+            let p = (self.next_port + k) % ports;
+            let mut n = 0;
+            while n < share {
+                let Some(f) = self.rxs[p].next() else { break };
+                if f.pkt_type == PACKET_OUTGOING {
+                    // Sent by this host: not received (a kernel before 6.9 hands these to a
+                    // fanout group).
+                    self.rxs[p].release();
+                    continue;
+                }
+                n += 1;
+                if f.truncated() {
+                    t.truncated += 1;
+                } else if let Some((out, mac)) =
+                    route_one(&view, f.data, self.info[p].mac, &self.info, &mut t)
+                {
+                    let o = out as usize;
+                    if f.data.len() > self.tx_room[o] {
+                        t.truncated += 1;
+                    } else {
+                        let (data, src) = (f.data, self.info[o].mac);
+                        // Sent from this host with checksum offload: only the pseudo-header
+                        // sum is there; the frame leaves with its checksum computed.
+                        let partial = f.status & TP_STATUS_CSUMNOTREADY != 0;
+                        let q = self.txs[o]
+                            .queue(1, &mut |_, buf| write_routed(data, partial, mac, src, buf));
+                        if q == 1 {
+                            t.fwd += 1;
+                            self.queued[o] = true;
+                        } else {
+                            t.tx_full += 1;
+                        }
+                    }
+                }
+                self.rxs[p].release();
+            }
+            t.rx += n as u64;
+        }
+        self.next_port = (self.next_port + 1) % ports.max(1);
+        for (tx, q) in self.txs.iter_mut().zip(self.queued.iter_mut()) {
+            if std::mem::take(q) {
+                tx.kick().map_err(|e| e.to_string())?;
+            }
+        }
+        t.add_to(st);
+        Ok(t.rx as usize)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        let fds: Vec<_> = self.rxs.iter().map(|r| r.raw_fd()).collect();
+        flowlane_io::socket::poll_any_readable(&fds, timeout_ms)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn idle(&mut self, st: &ForwardStats) {
+        for rx in &self.rxs {
+            if let Ok(d) = rx.take_drops() {
+                bump(&st.ring_drops, d);
+            }
+        }
+    }
+
+    fn finish(&mut self, _st: &ForwardStats) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        for tx in &mut self.txs {
+            while tx.in_flight() > 0 && std::time::Instant::now() < deadline {
+                if tx.kick().is_err() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_lpm::{FibWriter, Prefix, Rib};
+
+    fn frame_v4(dst: [u8; 4], ttl: u8, dst_mac: [u8; 6]) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[..6].copy_from_slice(&dst_mac);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&46u16.to_be_bytes());
+        ip[8] = ttl;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
+        ip[16..20].copy_from_slice(&dst);
+        let c = flowlane_wire::checksum::checksum(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        f
+    }
+
+    fn tables(routes: &[(&str, u32)], hops: NextHops) -> (Tables, FibWriter<u32>, FibWriter<u128>) {
+        let rib = Rib::from_routes(
+            routes
+                .iter()
+                .map(|(p, h)| (p.parse::<Prefix<u32>>().expect("prefix"), *h)),
+        )
+        .expect("routes");
+        let w4 = FibWriter::new(rib);
+        let w6 = FibWriter::new(Rib::new());
+        let t = Tables {
+            v4: w4.reader(),
+            v6: w6.reader(),
+            hops: Arc::new(ArcSwap::from_pointee(hops)),
+        };
+        (t, w4, w6)
+    }
+
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const GW: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    #[test]
+    fn each_reason_is_decided_where_it_arises() {
+        let mut hops = NextHops {
+            hops: vec![
+                Hop::Via {
+                    port: 1,
+                    mac: Some(GW),
+                },
+                Hop::Via { port: 1, mac: None },
+                Hop::Connected { port: 0 },
+                Hop::Nowhere,
+            ],
+            ..NextHops::default()
+        };
+        hops.hosts
+            .insert((0, host_key_v4(0xc612_0105)), [2, 0, 0, 0, 0, 5]);
+        hops.local.insert(host_key_v4(0xc612_0001));
+        let (t, ..) = tables(
+            &[
+                ("198.18.0.0/15", 0),
+                ("198.19.0.0/16", 1),
+                ("198.18.1.0/24", 2),
+                ("198.18.2.0/24", 3),
+            ],
+            hops,
+        );
+        let v = t.view();
+        let d = |dst: [u8; 4], ttl: u8, mac: [u8; 6]| {
+            let f = frame_v4(dst, ttl, mac);
+            let mut tally = Tally::default();
+            let info = [PortInfo {
+                mac: MAC,
+                mtu: 1500,
+            }; 2];
+            (
+                route_one(&v, &f, MAC, &info, &mut tally),
+                v.decide(&f, &L3::parse(&f).expect("ip")),
+            )
+        };
+        assert_eq!(d([198, 18, 9, 9], 64, MAC).0, Some((1, GW)));
+        assert_eq!(
+            d([198, 19, 0, 1], 64, MAC).1,
+            Decision::Drop(Reason::NoNeighbour)
+        );
+        assert_eq!(d([198, 18, 1, 5], 64, MAC).0, Some((0, [2, 0, 0, 0, 0, 5])));
+        assert_eq!(
+            d([198, 18, 1, 6], 64, MAC).1,
+            Decision::Drop(Reason::NoNeighbour)
+        );
+        assert_eq!(
+            d([198, 18, 2, 1], 64, MAC).1,
+            Decision::Drop(Reason::NoRoute)
+        );
+        assert_eq!(d([10, 0, 0, 1], 64, MAC).1, Decision::Drop(Reason::NoRoute));
+        assert_eq!(d([198, 18, 0, 1], 64, MAC).1, Decision::ToHost);
+        assert_eq!(d([198, 18, 9, 9], 64, [0xff; 6]).1, Decision::ToHost);
+        // TTL 1 is decided a forward, then refused by the check before sending.
+        assert_eq!(d([198, 18, 9, 9], 1, MAC).0, None);
+        // Unicast to another MAC is not routed.
+        assert_eq!(d([198, 18, 9, 9], 64, GW).0, None);
+    }
+
+    #[test]
+    fn a_routed_frame_has_new_macs_one_ttl_less_and_a_valid_checksum() {
+        let f = frame_v4([198, 18, 9, 9], 64, MAC);
+        let mut buf = [0u8; 128];
+        let len = write_routed(&f, false, GW, MAC, &mut buf);
+        let out = &buf[..len];
+        assert_eq!(&out[..6], &GW);
+        assert_eq!(&out[6..12], &MAC);
+        assert_eq!(out[22], 63);
+        assert_eq!(
+            flowlane_wire::checksum::checksum(&out[14..34]),
+            0,
+            "valid header sum"
+        );
+        assert_eq!(&out[34..], &f[34..], "the rest untouched");
+    }
+
+    #[test]
+    fn an_update_published_is_seen_by_the_next_view() {
+        let hops = NextHops {
+            hops: vec![
+                Hop::Via {
+                    port: 0,
+                    mac: Some(GW),
+                },
+                Hop::Via {
+                    port: 1,
+                    mac: Some(MAC),
+                },
+            ],
+            ..NextHops::default()
+        };
+        let (t, mut w4, _w6) = tables(&[("198.18.0.0/15", 0)], hops);
+        let f = frame_v4([198, 18, 7, 7], 64, MAC);
+        let l3 = L3::parse(&f).expect("ip");
+        let before = t.view();
+        w4.insert("198.18.7.0/24".parse().expect("prefix"), 1)
+            .expect("insert");
+        w4.publish();
+        assert_eq!(
+            before.decide(&f, &l3),
+            Decision::Forward { port: 0, mac: GW },
+            "a held view stays"
+        );
+        assert_eq!(
+            t.view().decide(&f, &l3),
+            Decision::Forward { port: 1, mac: MAC }
+        );
+    }
+}
