@@ -80,6 +80,11 @@ pub struct BlastArgs {
     #[arg(long, value_parser = clap::value_parser!(u16).range(0..=4094))]
     vlan: Option<u16>,
 
+    /// IPv4 TTL / IPv6 hop limit of the frames (raw, xdp and xdp-live modes; default 64):
+    /// `--ttl 1` checks that a router drops what it must not forward.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=255))]
+    ttl: Option<u8>,
+
     /// Destination IP:PORT ([V6]:PORT). Traffic goes only here.
     #[arg(long, value_parser = parse_endpoint_with_port)]
     to: Endpoint,
@@ -266,6 +271,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         dev: a.dev.clone(),
         dst_mac: a.dst_mac,
         vlan: a.vlan,
+        ttl: a.ttl,
         to: SocketAddr::new(a.to.addr, port),
         from: a.from,
         sport: a.sport,

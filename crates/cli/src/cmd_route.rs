@@ -65,8 +65,10 @@ enum FormatArg {
 #[derive(Debug, Args)]
 struct TableArgs {
     /// Routing table file: `PREFIX/LEN NEXTHOP` lines (as `route gen` writes) or the output
-    /// of `ip route show` / `ip -6 route show` (next hops become numbered, with a legend).
-    #[arg(long, value_name = "FILE")]
+    /// of `ip route show` / `ip -6 route show` (next hops become numbered, with a legend);
+    /// `kernel`: this namespace's main table, read by rtnetlink (both families, next hops
+    /// named `via GW dev IF`, `dev IF` or `nowhere`) — what `forward --mode route` loads.
+    #[arg(long, value_name = "FILE|kernel")]
     table: PathBuf,
     /// Table format.
     #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
@@ -75,6 +77,9 @@ struct TableArgs {
 
 impl TableArgs {
     fn load(&self) -> Result<Table, Failure> {
+        if self.table.as_os_str() == "kernel" {
+            return flowlane_tools::forward::routes::kernel_table().map_err(Failure::from_tool);
+        }
         let text = std::fs::read_to_string(&self.table).map_err(|e| {
             Failure::usage(anyhow::anyhow!(
                 "cannot read table {}: {e}",
@@ -96,12 +101,14 @@ impl TableArgs {
 /// Examples:
 ///   flowlane route lookup --table table.txt 198.18.0.1 2001:2::1
 ///   ip route show > rt.txt; flowlane route lookup --table rt.txt 198.18.7.7
+///   flowlane route lookup --table kernel 198.18.7.7
+///   flowlane route lookup --table kernel --json - < addresses.txt
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct LookupArgs {
     #[command(flatten)]
     table: TableArgs,
-    /// Addresses (IPv4 or IPv6).
+    /// Addresses (IPv4 or IPv6); `-` reads them from standard input, one per line.
     #[arg(required = true, value_name = "ADDR")]
     addrs: Vec<String>,
     /// Print JSON.
@@ -175,7 +182,17 @@ fn run_lookup(a: LookupArgs) -> CmdResult {
     let rib6 = Rib::from_routes(t.v6.iter().copied()).map_err(Failure::usage)?;
     let (fib4, fib6) = (Fib::build(&rib4), Fib::build(&rib6));
     let mut rows = Vec::new();
+    let mut addrs = Vec::new();
     for s in &a.addrs {
+        if s == "-" {
+            let text = std::io::read_to_string(std::io::stdin())
+                .map_err(|e| Failure::usage(anyhow::anyhow!("reading addresses: {e}")))?;
+            addrs.extend(text.split_whitespace().map(str::to_string));
+        } else {
+            addrs.push(s.clone());
+        }
+    }
+    for s in &addrs {
         let (prefix, hop) = if let Ok(v4) = s.parse::<std::net::Ipv4Addr>() {
             explain(&rib4, &fib4, v4.into())?
         } else if let Ok(v6) = s.parse::<std::net::Ipv6Addr>() {

@@ -3,10 +3,9 @@
 //! DUT's interface received = frames the reflector looked at = forwarded + dropped by reason,
 //! and the generator's interface got every forwarded frame back. Namespace tests need root.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+mod common;
 
-use flowlane_io::os::Signal;
+use common::Forwarder;
 use flowlane_lab::{Offload, Pair, DUT_ADDR};
 use serde_json::Value;
 
@@ -46,56 +45,12 @@ fn xdp_pass_on_generator(p: &Pair) -> std::os::fd::OwnedFd {
         .expect("in the generator namespace")
 }
 
-/// A running forwarder, banner seen; stopped with SIGINT by [`Forwarder::finish`] (killed if
-/// the test fails first).
-struct Forwarder {
-    child: Child,
-    rest: Option<std::thread::JoinHandle<String>>,
-}
-
-impl Forwarder {
-    fn start(p: &Pair, args: &[&str]) -> Forwarder {
-        let mut child = p
-            .dut
-            .command(BIN)
-            .args(["forward", "--mode", "reflect", "--dev", &p.dut_if])
-            .args(args)
-            .args(["--json", "--duration", "120"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("forward starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let banner = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(banner.starts_with("flowlane forward:"), "{banner}");
-        let rest =
-            std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
-        Forwarder {
-            child,
-            rest: Some(rest),
-        }
-    }
-
-    /// SIGINT, then the exit code and the JSON summary.
-    fn finish(mut self) -> (Option<i32>, Value) {
-        flowlane_io::os::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
-        let mut out = String::new();
-        if let Some(mut so) = self.child.stdout.take() {
-            std::io::Read::read_to_string(&mut so, &mut out).expect("stdout");
-        }
-        let code = self.child.wait().expect("exits").code();
-        let err = self.rest.take().map(|h| h.join().unwrap_or_default());
-        let j = serde_json::from_str(&out)
-            .unwrap_or_else(|e| panic!("forward's JSON summary ({e}): {err:?}"));
-        (code, j)
-    }
-}
-
-impl Drop for Forwarder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The reflector on the DUT's end, with `args`.
+fn reflector(p: &Pair, args: &[&str]) -> Forwarder {
+    let mut cmd = p.dut.command(BIN);
+    cmd.args(["forward", "--mode", "reflect", "--dev", &p.dut_if])
+        .args(args);
+    Forwarder::start(cmd)
 }
 
 fn iface(p: &Pair, gen: bool) -> flowlane_lab::counters::IfCounters {
@@ -109,7 +64,7 @@ fn iface(p: &Pair, gen: bool) -> flowlane_lab::counters::IfCounters {
 
 /// 20 000 echoed datagrams in 4 flows through the reflector; the summaries of both sides.
 fn reflect_run(p: &Pair, fwd_args: &[&str]) -> (Value, Value) {
-    let fwd = Forwarder::start(p, fwd_args);
+    let fwd = reflector(p, fwd_args);
     let (g0, d0) = (iface(p, true), iface(p, false));
     let to = format!("{DUT_ADDR}:9000");
     let out = p
@@ -241,7 +196,7 @@ fn a_peer_without_xdp_shows_as_refused_frames_and_exit_1() {
     p.gen
         .set_offload(&p.gen_if, Offload::Gro, true)
         .expect("GRO on");
-    let fwd = Forwarder::start(&p, &["--swap", "ip,ports"]);
+    let fwd = reflector(&p, &["--swap", "ip,ports"]);
     let out = p
         .gen
         .command(BIN)

@@ -72,6 +72,38 @@ impl Snmp {
     }
 }
 
+/// `/proc/net/snmp6`: one `Name value` pair per line (`Ip6OutRequests 16`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snmp6 {
+    values: BTreeMap<String, i64>,
+}
+
+impl Snmp6 {
+    /// Parses the file's text.
+    pub fn parse(text: &str) -> Result<Snmp6, LabError> {
+        let mut values = BTreeMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let mut w = line.split_whitespace();
+            let (Some(name), Some(v), None) = (w.next(), w.next(), w.next()) else {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                return Err(bad("snmp6", i + 1, "expected `Name value`"));
+            };
+            let v: i64 = v
+                .parse()
+                .map_err(|_| bad("snmp6", i + 1, &format!("`{v}` is not a number")))?;
+            values.insert(name.to_string(), v);
+        }
+        Ok(Snmp6 { values })
+    }
+
+    /// A counter, e.g. `get("Ip6OutRequests")`.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.values.get(name).copied()
+    }
+}
+
 /// One interface's line of `/proc/net/dev`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IfCounters {

@@ -325,6 +325,11 @@ impl Netns {
         self.run(|| counters::read_proc("snmp").and_then(|t| Snmp::parse(&t)))?
     }
 
+    /// `/proc/net/snmp6` of the namespace.
+    pub fn snmp6(&self) -> Result<counters::Snmp6, LabError> {
+        self.run(|| counters::read_proc("snmp6").and_then(|t| counters::Snmp6::parse(&t)))?
+    }
+
     /// `/proc/net/dev` of the namespace.
     pub fn dev(&self) -> Result<DevCounters, LabError> {
         self.run(|| counters::read_proc("dev").and_then(|t| DevCounters::parse(&t)))?

@@ -189,6 +189,22 @@ impl Template {
         })
     }
 
+    /// Sets the IPv4 TTL (the header checksum updated by RFC 1624) or the IPv6 hop limit.
+    /// The UDP checksum does not cover it.
+    pub fn set_ttl(&mut self, ttl: u8) {
+        let l3 = self.l3;
+        if self.v6 {
+            self.bytes[l3 + 7] = ttl;
+            return;
+        }
+        let ip = &mut self.bytes[l3..l3 + IPV4_LEN];
+        let old = [ip[8], ip[9]];
+        ip[8] = ttl;
+        let check = u16::from_be_bytes([ip[10], ip[11]]);
+        let new = checksum::update(check, &old, &[ip[8], ip[9]]);
+        ip[10..12].copy_from_slice(&new.to_be_bytes());
+    }
+
     /// Payload bytes per frame.
     pub fn payload_len(&self) -> usize {
         self.bytes.len() - self.payload
@@ -360,6 +376,27 @@ mod tests {
             src: src.parse().expect("addr"),
             dst: dst.parse().expect("addr"),
             frame_len: len,
+        }
+    }
+
+    #[test]
+    fn a_ttl_set_keeps_every_checksum_valid() {
+        for ttl in [1u8, 2, 63, 255] {
+            let mut t = Template::build(&spec("198.18.0.1:1000", "198.18.1.2:9000", 60, None))
+                .expect("builds");
+            t.set_ttl(ttl);
+            assert_eq!(t.bytes[t.l3 + 8], ttl);
+            assert_eq!(
+                checksum::checksum(&t.bytes[t.l3..t.l4]),
+                0,
+                "IPv4 header sum"
+            );
+            assert!(checksum_ok(&t.bytes));
+            let mut t6 = Template::build(&spec("[2001:2::1]:1", "[2001:2::2]:2", 80, Some(3)))
+                .expect("builds");
+            t6.set_ttl(ttl);
+            assert_eq!(t6.bytes[t6.l3 + 7], ttl);
+            assert!(checksum_ok(&t6.bytes));
         }
     }
 

@@ -22,6 +22,8 @@ pub struct RawLink {
     pub dst_mac: [u8; 6],
     /// 802.1Q tag, if any.
     pub vlan: Option<u16>,
+    /// IPv4 TTL / IPv6 hop limit, where not the default 64.
+    pub ttl: Option<u8>,
     /// The largest frame sent (FCS excluded): ring slots hold it.
     pub max_frame: usize,
     /// Skip the qdisc layer.
@@ -73,7 +75,7 @@ impl<T: FrameTx> RawBlaster<T> {
         let mut templates = Vec::with_capacity(job.flows.len() * job.payloads.len());
         for f in &job.flows {
             for &p in &job.payloads {
-                let t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
+                let mut t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
                     src_mac: link.src_mac,
                     dst_mac: link.dst_mac,
                     vlan: link.vlan,
@@ -82,6 +84,9 @@ impl<T: FrameTx> RawBlaster<T> {
                     frame_len: p + job.overhead,
                 })
                 .map_err(|e| BlastError::Job(format!("flow {}: {e}", f.id)))?;
+                if let Some(ttl) = link.ttl {
+                    t.set_ttl(ttl);
+                }
                 templates.push(t);
             }
         }

@@ -76,7 +76,7 @@ impl LiveBlaster {
         let mut frame = Vec::new();
         let mut layout = (0, 0, 0);
         for (k, f) in job.flows.iter().enumerate() {
-            let t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
+            let mut t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
                 src_mac: link.src_mac,
                 dst_mac: link.dst_mac,
                 vlan: link.vlan,
@@ -85,6 +85,9 @@ impl LiveBlaster {
                 frame_len: payload + job.overhead,
             })
             .map_err(|e| BlastError::Job(format!("flow {}: {e}", f.id)))?;
+            if let Some(ttl) = link.ttl {
+                t.set_ttl(ttl);
+            }
             let hdr_len = t.payload + HEADER_LEN;
             if t.payload_len() < HEADER_LEN || hdr_len > live_flow::HDR_MAX {
                 return Err(BlastError::Job(format!(

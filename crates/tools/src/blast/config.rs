@@ -136,6 +136,9 @@ pub struct BlastConfig {
     pub dst_mac: Option<[u8; 6]>,
     /// 802.1Q tag for raw frames.
     pub vlan: Option<u16>,
+    /// Frame modes: the IPv4 TTL / IPv6 hop limit (default 64).
+    #[serde(default)]
+    pub ttl: Option<u8>,
     /// Where traffic goes (a port other than 0).
     pub to: SocketAddr,
     /// Source address range (default: the address the route to `to` uses).
@@ -184,6 +187,7 @@ impl BlastConfig {
             dev: None,
             dst_mac: None,
             vlan: None,
+            ttl: None,
             to,
             from: None,
             sport: None,

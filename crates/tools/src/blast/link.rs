@@ -47,6 +47,7 @@ pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
         src_mac,
         dst_mac,
         vlan: a.vlan,
+        ttl: a.ttl,
         max_frame: frame,
         qdisc_bypass: true,
     })

@@ -106,6 +106,16 @@ pub fn run(
     let v6 = dst.is_ipv6();
     let framed = a.mode.frames();
     let hdrs = headers_len(v6, framed && a.vlan.is_some());
+    if !framed && a.ttl.is_some() {
+        return Err(ToolError::usage(
+            "--ttl is for the frame modes (raw, xdp, xdp-live), which build their own headers",
+        ));
+    }
+    if a.ttl == Some(0) {
+        return Err(ToolError::usage(
+            "--ttl must be 1-255 (0 is dropped by the first hop)",
+        ));
+    }
     if a.mode == BlastMode::XdpLive && a.rate.is_some() {
         return Err(ToolError::usage(
             "--mode xdp-live cannot pace: each kernel run of the program costs ~20 ms to set \

@@ -366,6 +366,30 @@ pub fn load(
     }
 }
 
+/// The kernel's main table (this thread's namespace) as a [`flowlane_lpm::Table`] whose
+/// legend names each next hop as [`load`] resolves it, every interface a route leaves by
+/// taken as a port: what `flowlane route lookup --table kernel` answers from.
+pub fn kernel_table() -> Result<flowlane_lpm::Table, ToolError> {
+    let routes = netdev::routes().map_err(|e| ToolError::runtime(e.to_string()))?;
+    let mut ports: Vec<(String, u32)> = Vec::new();
+    for oif in routes
+        .iter()
+        .filter(|r| r.table == MAIN_TABLE)
+        .filter_map(|r| r.oif)
+    {
+        if !ports.iter().any(|p| p.1 == oif) {
+            let name = netdev::ifname(oif).unwrap_or_else(|_| format!("if{oif}"));
+            ports.push((name, oif));
+        }
+    }
+    let l = load(&RouteSource::Kernel, None, &ports)?;
+    Ok(flowlane_lpm::Table {
+        v4: l.v4.iter().collect(),
+        v6: l.v6.iter().collect(),
+        legend: l.names,
+    })
+}
+
 /// A numbered next hop through the next-hops file.
 fn file_hop(t: &mut HopTable<'_>, file: Option<&NextHopFile>, h: u32) -> Result<u32, ToolError> {
     let Some(file) = file else {

@@ -1,0 +1,490 @@
+//! `flowlane forward --mode route` in a line lab (generator — DUT — sink), against the kernel:
+//! its decisions on a 200 000-route table equal `ip route get`'s, and a run's counts add up
+//! against the interfaces' and the kernel's own counters — every frame the DUT's interfaces
+//! received was forwarded, left to the host or dropped for a named reason, every forwarded
+//! frame left by an interface, and the sink got every routed datagram once, in order. Namespace
+//! tests need root.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::Forwarder;
+use flowlane_lab::Netns;
+use flowlane_lpm::gen::{self, Traffic};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+/// One namespace test at a time: they count frames exactly and share two CPUs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A line lab for one test, taken down however the test ends.
+struct Line {
+    name: String,
+    gen: Netns,
+    dut: Netns,
+    sink: Netns,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Line {
+    fn up(tag: &str) -> Option<Line> {
+        if !flowlane_lab::can_create_namespaces() {
+            eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
+            return None;
+        }
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let name = format!("flr{}{tag}", std::process::id() % 100_000);
+        let out = Command::new(BIN)
+            .args([
+                "lab",
+                "up",
+                "--name",
+                &name,
+                "--topology",
+                "line",
+                "--queues",
+                "2",
+            ])
+            .args(["--steer", "none"])
+            .output()
+            .expect("runs");
+        let line = Line {
+            gen: Netns::existing(&format!("{name}-gen")),
+            dut: Netns::existing(&format!("{name}-dut")),
+            sink: Netns::existing(&format!("{name}-sink")),
+            name,
+            _guard: guard,
+        };
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(line)
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        let _ = flowlane_lab::setup::down(&self.name);
+    }
+}
+
+fn ok(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `cmd` with `input` on its standard input.
+fn with_stdin(mut cmd: Command, input: &str) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let text = input.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().expect("runs");
+    let _ = writer.join();
+    out
+}
+
+/// `via GW dev IF` or `dev IF` from one answer of `ip route get`.
+fn kernel_hop(answer: &str) -> String {
+    let w: Vec<&str> = answer.split_whitespace().collect();
+    let after = |k: &str| w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1));
+    match (after("via"), after("dev")) {
+        (Some(gw), Some(dev)) => format!("via {gw} dev {dev}"),
+        (None, Some(dev)) => format!("dev {dev}"),
+        _ => format!("? {answer}"),
+    }
+}
+
+/// Whether an address is one a generated route may not cover here (the lab's own ranges,
+/// loopback, multicast, reserved, link-local).
+fn special(a: std::net::IpAddr) -> bool {
+    match a {
+        std::net::IpAddr::V4(v) => {
+            let o = v.octets();
+            o[0] == 0 || o[0] == 127 || o[0] >= 224 || (o[0] == 198 && (o[1] & 0xfe) == 18)
+        }
+        std::net::IpAddr::V6(v) => {
+            let s = v.segments();
+            (s[0] == 0x2001 && s[1] == 2 && s[2] == 0)
+                || s[0] & 0xffc0 == 0xfe80
+                || s[0] >> 8 == 0xff
+        }
+    }
+}
+
+#[test]
+fn route_decisions_equal_the_kernels_on_a_200k_route_table() {
+    let Some(lab) = Line::up("d") else { return };
+    // 200 000 IPv4 and 20 000 IPv6 routes shaped like the public tables, through four next
+    // hops on both ports: two gateways, a connected link and a gateway with no neighbour
+    // entry; and default routes, so every address has an answer.
+    let v4 = gen::ipv4(200_000, 7, 4);
+    let v6 = gen::ipv6(20_000, 7, 4);
+    let hops4 = [
+        "via 198.18.1.2",
+        "via 198.18.0.1",
+        "dev fldut1",
+        "via 198.18.1.3",
+    ];
+    let hops6 = [
+        "via 2001:2:0:1::2",
+        "via 2001:2::1",
+        "dev fldut1",
+        "via 2001:2:0:1::3",
+    ];
+    let mut batch =
+        String::from("route add default via 198.18.0.1\nroute add default via 2001:2::1\n");
+    let covers_special4 = |p: &flowlane_lpm::Prefix<u32>| {
+        let first = std::net::Ipv4Addr::from(p.addr());
+        let last = std::net::Ipv4Addr::from(
+            p.addr() | (u32::MAX.checked_shr(u32::from(p.len())).unwrap_or(0)),
+        );
+        special(first.into()) || special(last.into()) || p.len() < 8
+    };
+    let covers_special6 = |p: &flowlane_lpm::Prefix<u128>| {
+        let first = std::net::Ipv6Addr::from(p.addr());
+        let last = std::net::Ipv6Addr::from(
+            p.addr() | (u128::MAX.checked_shr(u32::from(p.len())).unwrap_or(0)),
+        );
+        special(first.into()) || special(last.into()) || p.len() < 16
+    };
+    let mut kept4 = Vec::new();
+    for (p, h) in &v4 {
+        if !covers_special4(p) {
+            batch += &format!("route add {p} {}\n", hops4[*h as usize % 4]);
+            kept4.push((*p, *h));
+        }
+    }
+    let mut kept6 = Vec::new();
+    for (p, h) in &v6 {
+        if !covers_special6(p) {
+            batch += &format!("route add {p} {}\n", hops6[*h as usize % 4]);
+            kept6.push((*p, *h));
+        }
+    }
+    assert!(
+        kept4.len() > 190_000 && kept6.len() > 18_000,
+        "{} {}",
+        kept4.len(),
+        kept6.len()
+    );
+    let mut add = lab.dut.command("ip");
+    add.args(["-batch", "-"]);
+    ok(&with_stdin(add, &batch));
+    // 4000 IPv4 and 1000 IPv6 addresses: inside routed prefixes and uniform.
+    let mut addrs: Vec<std::net::IpAddr> = Vec::new();
+    for a in gen::traffic_v4(Traffic::Inside, &kept4, 3000, 11)
+        .into_iter()
+        .chain(gen::traffic_v4(Traffic::Uniform, &kept4, 1000, 12))
+    {
+        addrs.push(std::net::Ipv4Addr::from(a).into());
+    }
+    for a in gen::traffic_v6(Traffic::Inside, &kept6, 700, 13)
+        .into_iter()
+        .chain(gen::traffic_v6(Traffic::Uniform, &kept6, 300, 14))
+    {
+        addrs.push(std::net::Ipv6Addr::from(a).into());
+    }
+    addrs.retain(|a| !special(*a));
+    assert!(addrs.len() > 4500, "{}", addrs.len());
+    let list: String = addrs.iter().map(|a| format!("{a}\n")).collect();
+    // Ours: the FIB loaded from the kernel by rtnetlink, as `forward --mode route` loads it.
+    let mut cmd = lab.dut.command(BIN);
+    cmd.args(["route", "lookup", "--table", "kernel", "--json", "-"]);
+    let ours: Value = serde_json::from_str(&ok(&with_stdin(cmd, &list))).expect("JSON");
+    let ours: HashMap<String, String> = ours["lookups"]
+        .as_array()
+        .expect("lookups")
+        .iter()
+        .map(|l| {
+            (
+                l["address"].as_str().expect("address").to_string(),
+                l["next_hop_name"]
+                    .as_str()
+                    .unwrap_or("no route")
+                    .to_string(),
+            )
+        })
+        .collect();
+    // The kernel's: `ip route get` for each, in one batch.
+    let gets: String = addrs.iter().map(|a| format!("route get {a}\n")).collect();
+    let mut cmd = lab.dut.command("ip");
+    cmd.args(["-batch", "-"]);
+    let text = ok(&with_stdin(cmd, &gets));
+    let answers: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace) && !l.is_empty())
+        .collect();
+    assert_eq!(answers.len(), addrs.len(), "one answer per address");
+    let mut differ = Vec::new();
+    let mut seen = HashMap::new();
+    for (a, answer) in addrs.iter().zip(&answers) {
+        let key = a.to_string();
+        assert!(answer.starts_with(&key), "{answer} answers {key}");
+        let kernel = kernel_hop(answer);
+        *seen.entry(kernel.clone()).or_insert(0) += 1;
+        if ours.get(&key) != Some(&kernel) {
+            differ.push(format!("{key}: ours {:?}, kernel {kernel}", ours.get(&key)));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {} differ: {:?}",
+        differ.len(),
+        addrs.len(),
+        &differ[..differ.len().min(10)]
+    );
+    // Every kind of next hop was asked about (the check is not about one route).
+    assert!(seen.len() >= 7, "{seen:?}");
+}
+
+/// `flowlane blast --mode raw` from the generator with `args`; its summary.
+fn blast(lab: &Line, args: &[&str]) -> Value {
+    let out = lab
+        .gen
+        .command(BIN)
+        .args([
+            "blast", "--mode", "raw", "--dev", "flgen", "--json", "--quiet",
+        ])
+        .args(args)
+        .output()
+        .expect("blast runs");
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("blast JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    common::blast_judged_ok(out.status.code(), j)
+}
+
+/// Locally sent IP packets (IPv4 OutRequests + IPv6 Ip6OutRequests) in a namespace.
+fn sent_by_host(ns: &Netns) -> u64 {
+    let v4 = ns
+        .snmp()
+        .expect("snmp")
+        .get("Ip", "OutRequests")
+        .unwrap_or(0);
+    let v6 = ns
+        .snmp6()
+        .expect("snmp6")
+        .get("Ip6OutRequests")
+        .unwrap_or(0);
+    (v4 + v6) as u64
+}
+
+/// A sink on the sink's end that stops after `count` flowlane frames (or 60 s).
+fn sink_start(lab: &Line, count: u64) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let c = count.to_string();
+    let mut child = lab
+        .sink
+        .command(BIN)
+        .args(["sink", "--dev", "flsink", "--port", "9000", "--count", &c])
+        .args(["--duration", "60", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sink starts");
+    // Its banner: the ring is open.
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(banner.starts_with("flowlane sink"), "{banner}");
+    std::thread::spawn(move || lines.map_while(Result::ok).count());
+    child
+}
+
+/// The sink got `count` datagrams, every one once and in order per flow.
+fn sink_check(sink: std::process::Child, count: u64) {
+    let out = sink.wait_with_output().expect("sink ends");
+    let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
+    assert_eq!(s["flowlane_packets"].as_u64(), Some(count), "{s}");
+    for k in [
+        "lost",
+        "duplicates",
+        "reordered",
+        "malformed",
+        "bad_checksum",
+        "ring_drops",
+    ] {
+        assert_eq!(s[k].as_u64(), Some(0), "{k}: {s}");
+    }
+}
+
+/// Waits until the lab's hosts stop talking on their own (IPv6 announces itself for a few
+/// seconds after a link comes up or changes its MTU): every end's sent frames unchanged for
+/// 1.5 s, within 15 s.
+fn quiet(lab: &Line) {
+    let sent = || {
+        [&lab.gen, &lab.dut, &lab.sink]
+            .iter()
+            .map(|ns| {
+                ns.dev()
+                    .expect("counters")
+                    .ifaces
+                    .values()
+                    .map(|c| c.tx_packets)
+                    .sum::<u64>()
+            })
+            .sum::<u64>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (mut last, mut since) = (sent(), std::time::Instant::now());
+    while since.elapsed() < std::time::Duration::from_millis(1500) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lab kept sending on its own"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = sent();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        }
+    }
+}
+
+#[test]
+fn routed_frames_add_up_and_every_drop_has_its_reason() {
+    let Some(lab) = Line::up("a") else { return };
+    // A route whose gateway has no neighbour entry; a smaller MTU towards the sink (1280, the
+    // least IPv6 keeps its addresses with).
+    ok(&lab
+        .dut
+        .command("ip")
+        .args(["route", "add", "198.19.7.0/24", "via", "198.18.1.3"])
+        .output()
+        .expect("ip"));
+    ok(&lab
+        .dut
+        .command("ip")
+        .args(["link", "set", "fldut1", "mtu", "1280"])
+        .output()
+        .expect("ip"));
+    quiet(&lab);
+    let mut cmd = lab.dut.command(BIN);
+    cmd.args([
+        "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
+    ])
+    .args(["--backend", "af-packet"]);
+    let fwd = Forwarder::start(cmd);
+    let (host0, sink0) = (sent_by_host(&lab.dut), sent_by_host(&lab.sink));
+    let sent = |j: &Value| j["tx_packets"].as_u64().expect("tx_packets");
+    // Routed: IPv4 and IPv6, four flows each, each run into its own sink (flow ids are per
+    // run).
+    let mut good = 0;
+    for (to, count) in [
+        ("198.18.1.2:9000", 20_000),
+        ("[2001:2:0:1::2]:9000", 10_000),
+    ] {
+        let sink = sink_start(&lab, count);
+        let c = count.to_string();
+        let b = blast(
+            &lab,
+            &[
+                "--to",
+                to,
+                "--count",
+                &c,
+                "--rate",
+                "20k",
+                "--flows",
+                "4",
+                "--sport",
+                "1000-1003",
+            ],
+        );
+        assert_eq!(sent(&b), count);
+        sink_check(sink, count);
+        good += count;
+    }
+    // Dropped, each for its reason.
+    let no_route = sent(&blast(
+        &lab,
+        &["--to", "198.19.9.9:9000", "--count", "1000"],
+    ));
+    let no_neigh = sent(&blast(&lab, &["--to", "198.19.7.7:9000", "--count", "500"]));
+    let too_big = sent(&blast(
+        &lab,
+        &[
+            "--to",
+            "198.18.1.2:9000",
+            "--count",
+            "300",
+            "--size",
+            "1400",
+        ],
+    )) + sent(&blast(
+        &lab,
+        &[
+            "--to",
+            "[2001:2:0:1::2]:9000",
+            "--count",
+            "100",
+            "--size",
+            "1400",
+        ],
+    ));
+    let ttl = sent(&blast(
+        &lab,
+        &["--to", "198.18.1.2:9000", "--count", "200", "--ttl", "1"],
+    )) + sent(&blast(
+        &lab,
+        &[
+            "--to",
+            "[2001:2:0:1::2]:9000",
+            "--count",
+            "100",
+            "--ttl",
+            "1",
+        ],
+    ));
+    // The last ICMP errors the sink's kernel answers with have come back through.
+    quiet(&lab);
+    let (code, r) = fwd.finish();
+    let host = sent_by_host(&lab.dut) - host0;
+    let from_sink = sent_by_host(&lab.sink) - sink0;
+    assert_eq!(code, Some(0), "{r}");
+    let t = &r["total"];
+    let d = &t["dropped"];
+    let n = |v: &Value| v.as_u64().expect("a count");
+    assert_eq!(n(&d["no_route"]), no_route, "{r}");
+    assert_eq!(n(&d["no_neighbour"]), no_neigh, "{r}");
+    assert_eq!(n(&d["too_big"]), too_big, "{r}");
+    assert_eq!(n(&d["ttl_exceeded"]), ttl, "{r}");
+    for k in ["not_ip", "malformed", "truncated", "tx_full"] {
+        assert_eq!(n(&d[k]), 0, "{k}: {r}");
+    }
+    assert_eq!(n(&t["ring_drops"]), 0, "{r}");
+    // Looked at = forwarded + left to the host + dropped; = what the ports received.
+    let dropped: u64 = d.as_object().expect("drops").values().map(n).sum();
+    assert_eq!(
+        n(&t["rx_packets"]),
+        n(&t["forwarded"]) + n(&t["to_host"]) + dropped,
+        "{r}"
+    );
+    let ports = r["ports"].as_array().expect("ports");
+    let port_sum = |k: &str| ports.iter().map(|p| n(&p[k])).sum::<u64>();
+    assert_eq!(n(&t["rx_packets"]), port_sum("rx_packets"), "{r}");
+    // What left = forwarded + what the DUT's own kernel sent (ICMP errors it answers with,
+    // e.g. IPv6 unreachables for the unrouted ones; its forwarding is off).
+    assert_eq!(port_sum("tx_packets"), n(&t["forwarded"]) + host, "{r}");
+    // What came in from the sink's side is what the sink's kernel sent (its ICMP port
+    // unreachables, rate-limited), all routed back: forwarded = routed datagrams + those.
+    assert_eq!(n(&ports[1]["rx_packets"]), from_sink, "{r}");
+    assert_eq!(n(&t["forwarded"]), good + from_sink, "{r}");
+}
