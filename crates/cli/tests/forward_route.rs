@@ -488,3 +488,114 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
     assert_eq!(n(&ports[1]["rx_packets"]), from_sink, "{r}");
     assert_eq!(n(&t["forwarded"]), good + from_sink, "{r}");
 }
+
+#[test]
+fn routes_change_while_forwarding_and_no_frame_is_lost() {
+    let Some(lab) = Line::up("c") else { return };
+    quiet(&lab);
+    let mut cmd = lab.dut.command(BIN);
+    cmd.args([
+        "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
+    ])
+    .args(["--backend", "af-packet", "--interval", "0.2"]);
+    let fwd = Forwarder::start(cmd);
+    // 60 000 datagrams at 20 000/s through the router while 50 000 routes are added, the
+    // destination's own route is overridden by a more specific one (a gateway where it was a
+    // connected link), and 20 000 routes are removed.
+    let sink = sink_start(&lab, 60_000);
+    let gen_ns = Netns::existing(lab.gen.name());
+    let sender = std::thread::spawn(move || {
+        gen_ns
+            .command(BIN)
+            .args([
+                "blast",
+                "--mode",
+                "raw",
+                "--dev",
+                "flgen",
+                "--to",
+                "198.18.1.2:9000",
+            ])
+            .args([
+                "--count",
+                "60000",
+                "--rate",
+                "20k",
+                "--flows",
+                "4",
+                "--sport",
+                "1000-1003",
+            ])
+            .args(["--json", "--quiet"])
+            .output()
+            .expect("blast runs")
+    });
+    let routes: Vec<_> = gen::ipv4(80_000, 21, 1)
+        .into_iter()
+        .filter(|(p, _)| p.len() >= 8 && !special(std::net::Ipv4Addr::from(p.addr()).into()))
+        .take(50_000)
+        .collect();
+    assert_eq!(routes.len(), 50_000);
+    let add: String = routes
+        .iter()
+        .map(|(p, _)| format!("route add {p} via 198.18.1.2\n"))
+        .collect();
+    let del: String = routes[..20_000]
+        .iter()
+        .map(|(p, _)| format!("route del {p}\n"))
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for batch in [add, "route add 198.18.1.0/25 via 198.18.1.2\n".into(), del] {
+        let mut cmd = lab.dut.command("ip");
+        cmd.args(["-batch", "-"]);
+        ok(&with_stdin(cmd, &batch));
+    }
+    let out = sender.join().expect("sender");
+    let b = common::blast_judged_ok(
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).expect("JSON"),
+    );
+    assert_eq!(b["tx_packets"].as_u64(), Some(60_000));
+    sink_check(sink, 60_000);
+    // A change that matters: the upper half of the sink's link becomes a blackhole, and once
+    // the router has applied it (it does each interval, 0.2 s here) frames there are dropped.
+    ok(&lab
+        .dut
+        .command("ip")
+        .args(["route", "add", "blackhole", "198.18.1.128/25"])
+        .output()
+        .expect("ip"));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let out = lab
+        .gen
+        .command(BIN)
+        .args([
+            "blast",
+            "--mode",
+            "raw",
+            "--dev",
+            "flgen",
+            "--to",
+            "198.18.1.200:9000",
+        ])
+        .args(["--count", "100", "--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    common::blast_judged_ok(
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).expect("JSON"),
+    );
+    quiet(&lab);
+    let (code, r) = fwd.finish();
+    assert_eq!(code, Some(0), "{r}");
+    let t = &r["total"];
+    assert_eq!(t["dropped"]["no_route"].as_u64(), Some(100), "{r}");
+    let rt = &r["routes"];
+    // Two connected routes + 50 000 − 20 000 + the /25 + the blackhole, each change applied.
+    assert_eq!(rt["routes_v4"].as_u64(), Some(30_004), "{rt}");
+    assert!(
+        rt["changes_applied"].as_u64().expect("changes") >= 70_002,
+        "{rt}"
+    );
+    assert_eq!(rt["discard"].as_u64(), Some(1), "{rt}");
+}

@@ -65,8 +65,8 @@ pub mod netdev {
     pub use crate::sys::netdev::{offload, set_offload, Offload};
     pub use crate::sys::netlink::{
         attach_xdp_to_link, ifname, neighbour_entry, neighbour_mac, neighbours, parse_ack,
-        route_get, route_of, route_oif, routes, xdp_features, xdp_features_of, KernelRoute,
-        Neighbour, RouteKind, XDP_FLAGS_DRV_MODE,
+        route_changes, route_get, route_of, route_oif, routes, xdp_features, xdp_features_of,
+        KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor, XDP_FLAGS_DRV_MODE,
     };
     pub use crate::sys::packet::ifindex;
 }

@@ -25,6 +25,10 @@ const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
 const RTM_SETLINK: u16 = 19;
 const RTM_NEWROUTE: u16 = 24;
+const RTM_DELROUTE: u16 = 25;
+/// Multicast groups (as `nl_groups` bits): IPv4 and IPv6 route changes.
+const RTMGRP_IPV4_ROUTE: u32 = 0x40;
+const RTMGRP_IPV6_ROUTE: u32 = 0x400;
 const RTM_GETROUTE: u16 = 26;
 const RTM_NEWNEIGH: u16 = 28;
 const RTM_GETNEIGH: u16 = 30;
@@ -182,6 +186,7 @@ pub fn parse_ack(reply: &[u8], seq: u32) -> Option<Result<(), (i32, Option<Strin
 }
 
 /// An rtnetlink socket in the calling thread's namespace.
+#[derive(Debug)]
 struct Rtnl {
     sock: OwnedFd,
     call: &'static str,
@@ -500,6 +505,97 @@ pub fn routes() -> Result<Vec<KernelRoute>, SysError> {
         }
     }
     Ok(out)
+}
+
+/// A change to the kernel's routes, as a [`RouteMonitor`] hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteChange {
+    /// Added or replaced.
+    Added(KernelRoute),
+    /// Removed.
+    Removed(KernelRoute),
+    /// Changes were lost (the socket's buffer overflowed): read the whole table again.
+    Overrun,
+}
+
+/// The route changes in one datagram of the route groups.
+pub fn route_changes(buf: &[u8]) -> Vec<RouteChange> {
+    messages(buf)
+        .into_iter()
+        .filter_map(|(t, _, _, p)| match t {
+            RTM_NEWROUTE => route_of(p).map(RouteChange::Added),
+            RTM_DELROUTE => route_of(p).map(RouteChange::Removed),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Listens to the kernel's route changes (both families), as `ip monitor route` does, in the
+/// calling thread's namespace. Never blocks: [`RouteMonitor::drain`] takes what has come.
+#[derive(Debug)]
+pub struct RouteMonitor {
+    nl: Rtnl,
+    buf: Vec<u8>,
+}
+
+impl RouteMonitor {
+    /// Joins the IPv4 and IPv6 route groups.
+    pub fn open() -> Result<RouteMonitor, SysError> {
+        let nl = Rtnl::open("netlink route monitor")?;
+        // SAFETY: a zeroed sockaddr_nl with the family and groups set is a valid address.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        addr.nl_groups = RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
+        // SAFETY: `addr` is valid for its size for the call's duration.
+        let r = unsafe {
+            libc::bind(
+                nl.sock.as_raw_fd(),
+                (&addr as *const libc::sockaddr_nl).cast(),
+                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        check("bind(netlink route groups)", r)?;
+        // A burst of changes (a table loaded at once) fits; past that, Overrun says so.
+        let _ = super::set_int(
+            &nl.sock,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            8 << 20,
+            "SO_RCVBUF",
+        );
+        Ok(RouteMonitor {
+            nl,
+            buf: vec![0u8; 64 * 1024],
+        })
+    }
+
+    /// Every change that has come since the last call (at most `limit` datagrams' worth).
+    pub fn drain(&mut self, limit: usize) -> Result<Vec<RouteChange>, SysError> {
+        let mut out = Vec::new();
+        for _ in 0..limit {
+            // SAFETY: `buf` is valid for writes of its length.
+            let n = unsafe {
+                libc::recv(
+                    self.nl.sock.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => break,
+                    Some(libc::ENOBUFS) => out.push(RouteChange::Overrun),
+                    Some(libc::EINTR) => {}
+                    _ => return Err(self.nl.err(e)),
+                }
+                continue;
+            }
+            out.extend(route_changes(&self.buf[..n as usize]));
+        }
+        Ok(out)
+    }
 }
 
 /// One entry of the kernel's neighbour table.

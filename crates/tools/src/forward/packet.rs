@@ -4,15 +4,13 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
-use flowlane_lpm::FibWriter;
 use flowlane_runtime::forward::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
-use flowlane_runtime::route::{PortInfo, RouteWorker, Tables};
+use flowlane_runtime::route::{PortInfo, RouteWorker};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
-use super::routes::{self, NextHopFile, RouteSource};
+use super::routes::{self, LiveTables, NextHopFile, RouteSource};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job};
 use crate::ToolError;
 
@@ -159,15 +157,18 @@ pub(super) fn run_route(
         }
         None => None,
     };
+    // Kernel routes are followed: the monitor is open before the table is read, so no change
+    // falls between the two.
+    let monitor = match source {
+        RouteSource::Kernel => Some(netdev::RouteMonitor::open().map_err(|e| {
+            ToolError::runtime(format!("cannot follow the kernel's route changes: {e}"))
+        })?),
+        RouteSource::File(_) => None,
+    };
     let loaded = routes::load(&source, file.as_ref(), &job.ports)?;
     job.routes = Some(loaded.summary.clone());
-    let w4 = FibWriter::new(loaded.v4.clone());
-    let w6 = FibWriter::new(loaded.v6.clone());
-    let tables = Tables {
-        v4: w4.reader(),
-        v6: w6.reader(),
-        hops: Arc::new(ArcSwap::from_pointee(loaded.hops.clone())),
-    };
+    let mut live = LiveTables::new(loaded, monitor);
+    let tables = live.tables();
     let cpus = worker_cpus(&job)?;
     let mut ports = Vec::new();
     for (dev, ifindex) in &job.ports {
@@ -202,18 +203,19 @@ pub(super) fn run_route(
         },
     )
     .map_err(start_error)?;
-    let hops = tables.hops.clone();
-    let port_list = job.ports.clone();
-    let mut refresh = move |_: &ForwardTick| {
-        if let Ok(h) = routes::refresh_neighbours(&loaded, &port_list) {
-            if **hops.load() != h {
-                hops.store(Arc::new(h));
-            }
+    let mut upkeep_error = None;
+    let mut upkeep = |_: &ForwardTick| {
+        if let Err(e) = live.upkeep() {
+            upkeep_error.get_or_insert(e.to_string());
         }
     };
-    let r = session(&job, rt, &cpus, &before, stop, &mut refresh, on_event);
-    drop((w4, w6));
-    r
+    let mut r = session(&job, rt, &cpus, &before, stop, &mut upkeep, on_event)?;
+    r.routes = Some(live.summary());
+    if let Some(e) = upkeep_error {
+        r.problems
+            .push(format!("the tables could not be kept up to date: {e}"));
+    }
+    Ok(r)
 }
 
 /// Runs started workers to the end of the job and reports.

@@ -5,14 +5,19 @@
 //!
 //! Next hops are keyed by what they are — the port and the gateway, the port alone for a
 //! connected route, or nowhere — so 200 000 routes through one gateway share one next hop.
+//! While a router runs, [`LiveTables`] applies the kernel's route changes (an rtnetlink
+//! monitor) through the FIB writers and reads the neighbour table again, each second.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use flowlane_io::netdev::{self, KernelRoute, Neighbour, RouteKind};
-use flowlane_lpm::{Prefix, Rib};
-use flowlane_runtime::route::{host_key_v4, Hop, NextHops};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use flowlane_io::netdev::{self, KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor};
+use flowlane_lpm::{FibWriter, Prefix, Rib};
+use flowlane_runtime::route::{host_key_v4, Hop, NextHops, Tables};
 use serde::{Deserialize, Serialize};
 
 use crate::ToolError;
@@ -97,14 +102,14 @@ impl NextHopFile {
 pub struct RouteSummary {
     /// `kernel` or the file's path.
     pub source: String,
-    /// IPv4 routes in the FIB.
+    /// IPv4 routes in the FIB (at the end of a run).
     pub routes_v4: usize,
     /// IPv6 routes in the FIB.
     pub routes_v6: usize,
     /// Distinct next hops.
     pub next_hops: usize,
-    /// Next hops through a gateway whose MAC is not known (their routes drop as no
-    /// neighbour until it is).
+    /// Next hops through a gateway whose MAC was not known at the start (their routes drop
+    /// as no neighbour until it is).
     pub unresolved: Vec<String>,
     /// Routes leaving by an interface the forwarder does not own (counted as no route).
     pub elsewhere: usize,
@@ -112,21 +117,12 @@ pub struct RouteSummary {
     pub discard: usize,
     /// Multipath routes, of which only the first path is used.
     pub multipath: usize,
-}
-
-/// Loaded tables, ready for the FIB writers.
-#[derive(Debug, Clone, Default)]
-pub struct Loaded {
-    /// IPv4 routes.
-    pub v4: Rib<u32>,
-    /// IPv6 routes.
-    pub v6: Rib<u128>,
-    /// Next hops, neighbours, local addresses.
-    pub hops: NextHops,
-    /// Each next hop in words (`via 198.18.1.2 dev fldut1`, `dev fldut1`, `nowhere`).
-    pub names: Vec<String>,
-    /// The summary.
-    pub summary: RouteSummary,
+    /// Kernel source: route changes applied while forwarding (added, replaced or removed).
+    #[serde(default)]
+    pub changes_applied: u64,
+    /// Kernel source: times the change stream overflowed and the whole table was read again.
+    #[serde(default)]
+    pub reloads: u64,
 }
 
 /// A next hop's identity, so equal ones share an index.
@@ -138,28 +134,23 @@ enum HopKey {
     Nowhere,
 }
 
-/// Builds next hops as routes name them, resolving MACs from the neighbours given.
-struct HopTable<'a> {
-    ports: &'a [(String, u32)],
-    neigh: &'a [Neighbour],
+/// The next hops as routes name them, each once, with MACs from the neighbours given.
+#[derive(Debug, Clone, Default)]
+pub struct Hops {
+    ports: Vec<(String, u32)>,
     index: HashMap<HopKey, u32>,
-    out: Loaded,
+    keys: Vec<HopKey>,
+    /// What the workers read.
+    pub table: NextHops,
+    /// Each next hop in words (`via 198.18.1.2 dev fldut1`, `dev fldut1`, `nowhere`).
+    pub names: Vec<String>,
 }
 
-impl<'a> HopTable<'a> {
-    fn new(ports: &'a [(String, u32)], neigh: &'a [Neighbour], source: String) -> Self {
-        let mut out = Loaded::default();
-        out.summary.source = source;
-        for n in neigh {
-            if let (Some(p), Some(mac)) = (ports.iter().position(|x| x.1 == n.ifindex), n.mac) {
-                out.hops.hosts.insert((p as u16, key_of(n.ip)), mac);
-            }
-        }
-        HopTable {
-            ports,
-            neigh,
-            index: HashMap::new(),
-            out,
+impl Hops {
+    fn new(ports: &[(String, u32)]) -> Hops {
+        Hops {
+            ports: ports.to_vec(),
+            ..Hops::default()
         }
     }
 
@@ -182,22 +173,27 @@ impl<'a> HopTable<'a> {
             })
     }
 
-    fn hop(&mut self, key: HopKey) -> u32 {
+    fn gateway_mac(&self, port: u16, gw: IpAddr, neigh: &[Neighbour]) -> Option<[u8; 6]> {
+        let ifindex = self.ports.get(port as usize)?.1;
+        neigh
+            .iter()
+            .find(|n| n.ifindex == ifindex && n.ip == gw)
+            .and_then(|n| n.mac)
+    }
+
+    /// The index of next hop `key`, added (resolved against `neigh`) if new.
+    fn hop(&mut self, key: HopKey, neigh: &[Neighbour], summary: &mut RouteSummary) -> u32 {
         if let Some(&i) = self.index.get(&key) {
             return i;
         }
-        let i = self.out.hops.hops.len() as u32;
+        let i = self.table.hops.len() as u32;
+        let dev = |p: u16| self.ports[p as usize].0.clone();
         let (hop, name) = match &key {
             HopKey::Via(port, gw) => {
-                let ifindex = self.ports[*port as usize].1;
-                let mac = self
-                    .neigh
-                    .iter()
-                    .find(|n| n.ifindex == ifindex && n.ip == *gw)
-                    .and_then(|n| n.mac);
-                let name = format!("via {gw} dev {}", self.ports[*port as usize].0);
+                let mac = self.gateway_mac(*port, *gw, neigh);
+                let name = format!("via {gw} dev {}", dev(*port));
                 if mac.is_none() {
-                    self.out.summary.unresolved.push(name.clone());
+                    summary.unresolved.push(name.clone());
                 }
                 (Hop::Via { port: *port, mac }, name)
             }
@@ -206,42 +202,78 @@ impl<'a> HopTable<'a> {
                     port: *port,
                     mac: Some(*mac),
                 },
-                format!("to {} dev {}", fmt_mac(mac), self.ports[*port as usize].0),
+                format!("to {} dev {}", fmt_mac(mac), dev(*port)),
             ),
             HopKey::Connected(port) => (
                 Hop::Connected { port: *port },
-                format!("dev {}", self.ports[*port as usize].0),
+                format!("dev {}", dev(*port)),
             ),
             HopKey::Nowhere => (Hop::Nowhere, "nowhere".to_string()),
         };
-        self.out.hops.hops.push(hop);
-        self.out.names.push(name);
+        self.table.hops.push(hop);
+        self.names.push(name);
+        self.keys.push(key.clone());
         self.index.insert(key, i);
+        summary.next_hops = self.table.hops.len();
         i
     }
 
-    fn insert(&mut self, dst: IpAddr, len: u8, hop: u32) -> Result<(), ToolError> {
-        let bad =
-            |e: flowlane_lpm::PrefixError| ToolError::usage(format!("route {dst}/{len}: {e}"));
-        match dst {
-            IpAddr::V4(a) => {
-                let p = Prefix::new(u32::from(a), len).map_err(bad)?;
-                self.out.v4.insert(p, hop).map_err(bad)?;
-            }
-            IpAddr::V6(a) => {
-                let p = Prefix::new(u128::from(a), len).map_err(bad)?;
-                self.out.v6.insert(p, hop).map_err(bad)?;
+    /// Takes the neighbour table as it is now: hosts on connected links and gateways' MACs
+    /// (hop identities and indices unchanged). Whether anything changed.
+    fn resolve(&mut self, neigh: &[Neighbour]) -> bool {
+        let mut hosts = HashMap::new();
+        for n in neigh {
+            if let (Some(p), Some(mac)) = (self.port_of_ifindex(n.ifindex), n.mac) {
+                hosts.insert((p, key_of(n.ip)), mac);
             }
         }
-        Ok(())
+        let mut changed = hosts != self.table.hosts;
+        self.table.hosts = hosts;
+        for i in 0..self.keys.len() {
+            if let HopKey::Via(port, gw) = self.keys[i] {
+                let mac = self.gateway_mac(port, gw, neigh);
+                if self.table.hops[i] != (Hop::Via { port, mac }) {
+                    self.table.hops[i] = Hop::Via { port, mac };
+                    changed = true;
+                }
+            }
+        }
+        changed
     }
+}
 
-    fn finish(mut self) -> Loaded {
-        self.out.summary.routes_v4 = self.out.v4.len();
-        self.out.summary.routes_v6 = self.out.v6.len();
-        self.out.summary.next_hops = self.out.hops.hops.len();
-        self.out
+/// Loaded tables, ready for the FIB writers.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    /// IPv4 routes.
+    pub v4: Rib<u32>,
+    /// IPv6 routes.
+    pub v6: Rib<u128>,
+    /// Next hops, neighbours, local addresses.
+    pub hops: Hops,
+    /// The summary.
+    pub summary: RouteSummary,
+}
+
+fn insert(
+    v4: &mut Rib<u32>,
+    v6: &mut Rib<u128>,
+    dst: IpAddr,
+    len: u8,
+    hop: u32,
+) -> Result<(), ToolError> {
+    let bad = |e: flowlane_lpm::PrefixError| ToolError::usage(format!("route {dst}/{len}: {e}"));
+    match dst {
+        IpAddr::V4(a) => {
+            v4.insert(Prefix::new(u32::from(a), len).map_err(bad)?, hop)
+                .map_err(bad)?;
+        }
+        IpAddr::V6(a) => {
+            v6.insert(Prefix::new(u128::from(a), len).map_err(bad)?, hop)
+                .map_err(bad)?;
+        }
     }
+    Ok(())
 }
 
 /// An address of either family as the runtime's host key.
@@ -259,14 +291,6 @@ fn fmt_mac(m: &[u8; 6]) -> String {
         .join(":")
 }
 
-/// The main table's routes (254), the neighbours and the local addresses, as the kernel of the
-/// calling thread's namespace has them.
-fn kernel_state() -> Result<(Vec<KernelRoute>, Vec<Neighbour>), ToolError> {
-    let routes = netdev::routes().map_err(|e| ToolError::runtime(e.to_string()))?;
-    let neigh = netdev::neighbours().map_err(|e| ToolError::runtime(e.to_string()))?;
-    Ok((routes, neigh))
-}
-
 /// Table 254, `main`.
 pub const MAIN_TABLE: u32 = 254;
 /// Table 255, `local`.
@@ -274,29 +298,39 @@ const LOCAL_TABLE: u32 = 255;
 /// `RTN_LOCAL`: an address of this host.
 const RTN_LOCAL: u8 = 2;
 
-/// The next hop a kernel route names, for ports `ports`.
-fn kernel_hop(t: &mut HopTable<'_>, r: &KernelRoute) -> u32 {
+/// Whether a kernel route is one the router takes: the main table's unicast, blackhole and
+/// unreachable routes.
+fn wanted(r: &KernelRoute) -> bool {
+    r.table == MAIN_TABLE && !matches!(r.kind, RouteKind::Other(_))
+}
+
+/// The next hop a kernel route names.
+fn kernel_hop(h: &mut Hops, r: &KernelRoute, neigh: &[Neighbour], s: &mut RouteSummary) -> u32 {
     match r.kind {
         RouteKind::Unicast => {
             if r.paths > 1 {
-                t.out.summary.multipath += 1;
+                s.multipath += 1;
             }
-            match r.oif.and_then(|i| t.port_of_ifindex(i)) {
+            match r.oif.and_then(|i| h.port_of_ifindex(i)) {
                 None => {
-                    t.out.summary.elsewhere += 1;
-                    t.hop(HopKey::Nowhere)
+                    s.elsewhere += 1;
+                    h.hop(HopKey::Nowhere, neigh, s)
                 }
                 Some(port) => match r.gateway {
-                    Some(gw) => t.hop(HopKey::Via(port, gw)),
-                    None => t.hop(HopKey::Connected(port)),
+                    Some(gw) => h.hop(HopKey::Via(port, gw), neigh, s),
+                    None => h.hop(HopKey::Connected(port), neigh, s),
                 },
             }
         }
         _ => {
-            t.out.summary.discard += 1;
-            t.hop(HopKey::Nowhere)
+            s.discard += 1;
+            h.hop(HopKey::Nowhere, neigh, s)
         }
     }
+}
+
+fn sys(e: flowlane_io::SysError) -> ToolError {
+    ToolError::runtime(e.to_string())
 }
 
 /// Loads the tables for a forwarder on `ports` (name, ifindex), in the calling thread's
@@ -306,71 +340,73 @@ pub fn load(
     next_hops: Option<&NextHopFile>,
     ports: &[(String, u32)],
 ) -> Result<Loaded, ToolError> {
-    let (kroutes, neigh) = kernel_state()?;
-    let local = kroutes
+    let kroutes = netdev::routes().map_err(sys)?;
+    let neigh = netdev::neighbours().map_err(sys)?;
+    let mut l = Loaded {
+        hops: Hops::new(ports),
+        ..Loaded::default()
+    };
+    l.hops.table.local = kroutes
         .iter()
         .filter(|r| r.table == LOCAL_TABLE && r.kind == RouteKind::Other(RTN_LOCAL))
-        .map(|r| key_of(r.dst));
+        .map(|r| key_of(r.dst))
+        .collect();
+    l.hops.resolve(&neigh);
     match source {
         RouteSource::Kernel => {
-            let mut t = HopTable::new(ports, &neigh, "kernel".into());
-            t.out.hops.local.extend(local);
-            for r in kroutes.iter().filter(|r| r.table == MAIN_TABLE) {
-                if matches!(r.kind, RouteKind::Other(_)) {
-                    continue;
-                }
-                let hop = kernel_hop(&mut t, r);
-                t.insert(r.dst, r.len, hop)?;
+            l.summary.source = "kernel".into();
+            for r in kroutes.iter().filter(|r| wanted(r)) {
+                let hop = kernel_hop(&mut l.hops, r, &neigh, &mut l.summary);
+                insert(&mut l.v4, &mut l.v6, r.dst, r.len, hop)?;
             }
-            Ok(t.finish())
         }
         RouteSource::File(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ToolError::usage(format!("{}: {e}", path.display())))?;
             let table = flowlane_lpm::load::parse(&text, flowlane_lpm::load::Format::Auto)
                 .map_err(|e| ToolError::usage(format!("{}: {e}", path.display())))?;
-            let mut t = HopTable::new(ports, &neigh, path.display().to_string());
-            t.out.hops.local.extend(local);
+            l.summary.source = path.display().to_string();
             // File hop → our hop, resolved once per file hop.
             let mut map: HashMap<u32, u32> = HashMap::new();
-            let mut resolve = |t: &mut HopTable<'_>, h: u32| -> Result<u32, ToolError> {
+            let mut resolve = |l: &mut Loaded, h: u32| -> Result<u32, ToolError> {
                 if let Some(&i) = map.get(&h) {
                     return Ok(i);
                 }
                 let i = if table.legend.is_empty() {
-                    file_hop(t, next_hops, h)?
+                    file_hop(l, next_hops, h, &neigh)?
                 } else {
-                    legend_hop(t, table.legend.get(h as usize).map_or("", String::as_str))
+                    legend_hop(
+                        l,
+                        table.legend.get(h as usize).map_or("", String::as_str),
+                        &neigh,
+                    )
                 };
                 map.insert(h, i);
                 Ok(i)
             };
             for (p, h) in &table.v4 {
-                let hop = resolve(&mut t, *h)?;
-                t.insert(
-                    IpAddr::from(std::net::Ipv4Addr::from(p.addr())),
-                    p.len(),
-                    hop,
-                )?;
+                let hop = resolve(&mut l, *h)?;
+                l.v4.insert(*p, hop)
+                    .map_err(|e| ToolError::usage(format!("route {p}: {e}")))?;
             }
             for (p, h) in &table.v6 {
-                let hop = resolve(&mut t, *h)?;
-                t.insert(
-                    IpAddr::from(std::net::Ipv6Addr::from(p.addr())),
-                    p.len(),
-                    hop,
-                )?;
+                let hop = resolve(&mut l, *h)?;
+                l.v6.insert(*p, hop)
+                    .map_err(|e| ToolError::usage(format!("route {p}: {e}")))?;
             }
-            Ok(t.finish())
         }
     }
+    l.summary.routes_v4 = l.v4.len();
+    l.summary.routes_v6 = l.v6.len();
+    l.summary.next_hops = l.hops.table.hops.len();
+    Ok(l)
 }
 
 /// The kernel's main table (this thread's namespace) as a [`flowlane_lpm::Table`] whose
 /// legend names each next hop as [`load`] resolves it, every interface a route leaves by
 /// taken as a port: what `flowlane route lookup --table kernel` answers from.
 pub fn kernel_table() -> Result<flowlane_lpm::Table, ToolError> {
-    let routes = netdev::routes().map_err(|e| ToolError::runtime(e.to_string()))?;
+    let routes = netdev::routes().map_err(sys)?;
     let mut ports: Vec<(String, u32)> = Vec::new();
     for oif in routes
         .iter()
@@ -386,12 +422,17 @@ pub fn kernel_table() -> Result<flowlane_lpm::Table, ToolError> {
     Ok(flowlane_lpm::Table {
         v4: l.v4.iter().collect(),
         v6: l.v6.iter().collect(),
-        legend: l.names,
+        legend: l.hops.names,
     })
 }
 
 /// A numbered next hop through the next-hops file.
-fn file_hop(t: &mut HopTable<'_>, file: Option<&NextHopFile>, h: u32) -> Result<u32, ToolError> {
+fn file_hop(
+    l: &mut Loaded,
+    file: Option<&NextHopFile>,
+    h: u32,
+    neigh: &[Neighbour],
+) -> Result<u32, ToolError> {
     let Some(file) = file else {
         return Err(ToolError::usage(
             "a table with numbered next hops needs --next-hops FILE (lines `HOP DEV MAC`, `HOP \
@@ -403,21 +444,16 @@ fn file_hop(t: &mut HopTable<'_>, file: Option<&NextHopFile>, h: u32) -> Result<
             "next hop {h} is not in the next-hops file (add a line for it, or a `*` line)"
         )));
     };
-    Ok(match line {
-        NextHopLine::Drop => t.hop(HopKey::Nowhere),
-        NextHopLine::Mac(dev, mac) => {
-            let port = t.port_of_dev(dev)?;
-            t.hop(HopKey::Mac(port, *mac))
-        }
-        NextHopLine::Gateway(dev, gw) => {
-            let port = t.port_of_dev(dev)?;
-            t.hop(HopKey::Via(port, *gw))
-        }
-    })
+    let key = match line {
+        NextHopLine::Drop => HopKey::Nowhere,
+        NextHopLine::Mac(dev, mac) => HopKey::Mac(l.hops.port_of_dev(dev)?, *mac),
+        NextHopLine::Gateway(dev, gw) => HopKey::Via(l.hops.port_of_dev(dev)?, *gw),
+    };
+    Ok(l.hops.hop(key, neigh, &mut l.summary))
 }
 
 /// A next hop of `ip route show` text (`via GW dev DEV`, `dev DEV`, `blackhole`, …).
-fn legend_hop(t: &mut HopTable<'_>, legend: &str) -> u32 {
+fn legend_hop(l: &mut Loaded, legend: &str, neigh: &[Neighbour]) -> u32 {
     let words: Vec<&str> = legend.split_whitespace().collect();
     let after = |w: &str| {
         words
@@ -426,51 +462,163 @@ fn legend_hop(t: &mut HopTable<'_>, legend: &str) -> u32 {
             .and_then(|i| words.get(i + 1))
             .copied()
     };
-    let port = after("dev").and_then(|d| t.ports.iter().position(|p| p.0 == d));
+    let port = after("dev").and_then(|d| l.hops.port_of_dev(d).ok());
     let gw = after("via").and_then(|g| g.parse::<IpAddr>().ok());
-    match (port, gw) {
-        (Some(p), Some(gw)) => t.hop(HopKey::Via(p as u16, gw)),
-        (Some(p), None) => t.hop(HopKey::Connected(p as u16)),
+    let key = match (port, gw) {
+        (Some(p), Some(gw)) => HopKey::Via(p, gw),
+        (Some(p), None) => HopKey::Connected(p),
         (None, _) => {
             if after("dev").is_some() {
-                t.out.summary.elsewhere += 1;
+                l.summary.elsewhere += 1;
             } else {
-                t.out.summary.discard += 1;
+                l.summary.discard += 1;
             }
-            t.hop(HopKey::Nowhere)
+            HopKey::Nowhere
         }
-    }
+    };
+    l.hops.hop(key, neigh, &mut l.summary)
 }
 
-/// The next hops again, with the neighbour table as it is now (hop identities and indices
-/// unchanged): what a running router swaps in each second so a gateway resolved later starts
-/// forwarding.
-pub fn refresh_neighbours(loaded: &Loaded, ports: &[(String, u32)]) -> Result<NextHops, ToolError> {
-    let neigh = netdev::neighbours().map_err(|e| ToolError::runtime(e.to_string()))?;
-    let mut hops = loaded.hops.clone();
-    hops.hosts.clear();
-    for n in &neigh {
-        if let (Some(p), Some(mac)) = (ports.iter().position(|x| x.1 == n.ifindex), n.mac) {
-            hops.hosts.insert((p as u16, key_of(n.ip)), mac);
+/// The tables while a router runs: the FIB writers (whose snapshots the workers read), the
+/// next hops (swapped whole), and — for kernel routes — the kernel's route changes, applied
+/// as they come so the FIB follows `ip route add/del/replace` without stopping a worker.
+#[derive(Debug)]
+pub struct LiveTables {
+    hops: Hops,
+    summary: RouteSummary,
+    w4: FibWriter<u32>,
+    w6: FibWriter<u128>,
+    shared: Arc<ArcSwap<NextHops>>,
+    monitor: Option<RouteMonitor>,
+}
+
+impl LiveTables {
+    /// Builds the FIBs; `monitor` (opened before the tables were read, so no change falls
+    /// between) makes them follow the kernel.
+    pub fn new(l: Loaded, monitor: Option<RouteMonitor>) -> LiveTables {
+        LiveTables {
+            w4: FibWriter::new(l.v4),
+            w6: FibWriter::new(l.v6),
+            shared: Arc::new(ArcSwap::from_pointee(l.hops.table.clone())),
+            hops: l.hops,
+            summary: l.summary,
+            monitor,
         }
     }
-    for (hop, name) in hops.hops.iter_mut().zip(&loaded.names) {
-        if let Hop::Via { port, mac } = hop {
-            // A gateway by address (not a MAC from the file): look it up again.
-            if let Some(gw) = name
-                .strip_prefix("via ")
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|g| g.parse::<IpAddr>().ok())
-            {
-                let ifindex = ports.get(*port as usize).map_or(0, |p| p.1);
-                *mac = neigh
-                    .iter()
-                    .find(|n| n.ifindex == ifindex && n.ip == gw)
-                    .and_then(|n| n.mac);
+
+    /// What workers read.
+    pub fn tables(&self) -> Tables {
+        Tables {
+            v4: self.w4.reader(),
+            v6: self.w6.reader(),
+            hops: self.shared.clone(),
+        }
+    }
+
+    /// The summary, with the current route counts.
+    pub fn summary(&self) -> RouteSummary {
+        let mut s = self.summary.clone();
+        s.routes_v4 = self.w4.rib().len();
+        s.routes_v6 = self.w6.rib().len();
+        s
+    }
+
+    /// Applies the kernel's route changes since the last call and the neighbour table as it
+    /// is now; publishes what changed (next hops first, so a route's new next hop exists
+    /// before the route does).
+    pub fn upkeep(&mut self) -> Result<(), ToolError> {
+        let neigh = netdev::neighbours().map_err(sys)?;
+        let mut hops_changed = self.hops.resolve(&neigh);
+        let mut c4: Vec<(Prefix<u32>, Option<u32>)> = Vec::new();
+        let mut c6: Vec<(Prefix<u128>, Option<u32>)> = Vec::new();
+        let changes = match self.monitor.as_mut() {
+            // Until nothing waits: a burst of 100 000 changes is drained in one go.
+            Some(m) => m.drain(usize::MAX).map_err(sys)?,
+            None => Vec::new(),
+        };
+        let before = self.hops.table.hops.len();
+        let mut reload = false;
+        for ch in &changes {
+            let (r, add) = match ch {
+                RouteChange::Added(r) => (r, true),
+                RouteChange::Removed(r) => (r, false),
+                RouteChange::Overrun => {
+                    reload = true;
+                    continue;
+                }
+            };
+            if !wanted(r) {
+                continue;
+            }
+            let hop = add.then(|| kernel_hop(&mut self.hops, r, &neigh, &mut self.summary));
+            let bad = |e| ToolError::runtime(format!("route {}/{}: {e}", r.dst, r.len));
+            match r.dst {
+                IpAddr::V4(a) => c4.push((Prefix::new(u32::from(a), r.len).map_err(bad)?, hop)),
+                IpAddr::V6(a) => c6.push((Prefix::new(u128::from(a), r.len).map_err(bad)?, hop)),
             }
         }
+        if reload {
+            self.summary.reloads += 1;
+            self.reload(&neigh, &mut c4, &mut c6)?;
+        }
+        hops_changed |= self.hops.table.hops.len() != before;
+        if hops_changed {
+            self.shared.store(Arc::new(self.hops.table.clone()));
+        }
+        let bad = |e: flowlane_lpm::PrefixError| ToolError::runtime(e.to_string());
+        if !c4.is_empty() {
+            self.summary.changes_applied += c4.len() as u64;
+            self.w4.apply_batch(&mut c4).map_err(bad)?;
+            self.w4.publish();
+        }
+        if !c6.is_empty() {
+            self.summary.changes_applied += c6.len() as u64;
+            self.w6.apply_batch(&mut c6).map_err(bad)?;
+            self.w6.publish();
+        }
+        Ok(())
     }
-    Ok(hops)
+
+    /// Changes lost: the whole main table again, as changes against what the FIBs hold.
+    fn reload(
+        &mut self,
+        neigh: &[Neighbour],
+        c4: &mut Vec<(Prefix<u32>, Option<u32>)>,
+        c6: &mut Vec<(Prefix<u128>, Option<u32>)>,
+    ) -> Result<(), ToolError> {
+        let (mut v4, mut v6) = (Rib::new(), Rib::new());
+        for r in netdev::routes().map_err(sys)?.iter().filter(|r| wanted(r)) {
+            let hop = kernel_hop(&mut self.hops, r, neigh, &mut self.summary);
+            insert(&mut v4, &mut v6, r.dst, r.len, hop)?;
+        }
+        c4.clear();
+        c6.clear();
+        c4.extend(
+            self.w4
+                .rib()
+                .iter()
+                .filter(|(p, _)| v4.get(*p).is_none())
+                .map(|(p, _)| (p, None)),
+        );
+        c4.extend(
+            v4.iter()
+                .filter(|(p, h)| self.w4.rib().get(*p) != Some(*h))
+                .map(|(p, h)| (p, Some(h))),
+        );
+        c6.extend(
+            self.w6
+                .rib()
+                .iter()
+                .filter(|(p, _)| v6.get(*p).is_none())
+                .map(|(p, _)| (p, None)),
+        );
+        c6.extend(
+            v6.iter()
+                .filter(|(p, h)| self.w6.rib().get(*p) != Some(*h))
+                .map(|(p, h)| (p, Some(h))),
+        );
+        Ok(())
+    }
 }
 
 #[cfg(test)]
