@@ -599,3 +599,82 @@ fn routes_change_while_forwarding_and_no_frame_is_lost() {
     );
     assert_eq!(rt["discard"].as_u64(), Some(1), "{rt}");
 }
+
+#[test]
+fn a_generated_table_with_a_next_hops_file_routes_as_written() {
+    let Some(lab) = Line::up("f") else { return };
+    quiet(&lab);
+    // `route gen` writes 10 000 routes over next hops 0-3; the sink's link is hop 0, through
+    // the sink as gateway; hop 1 goes to the sink by MAC; hop 3, the generator's link,
+    // through the generator (for the sink's ICMP answers); everything else is dropped.
+    let dir = std::env::temp_dir().join(format!("flr-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let table = dir.join("table.txt");
+    let out = Command::new(BIN)
+        .args([
+            "route",
+            "gen",
+            "--v4",
+            "10000",
+            "--seed",
+            "3",
+            "--next-hops",
+            "4",
+        ])
+        .output()
+        .expect("route gen");
+    let mut text = ok(&out);
+    text += "198.18.1.0/25 0\n198.18.1.128/26 1\n198.18.1.192/26 2\n198.18.0.0/24 3\n";
+    std::fs::write(&table, text).expect("write table");
+    let hops = dir.join("hops.txt");
+    std::fs::write(
+        &hops,
+        "0 fldut1 198.18.1.2\n1 fldut1 02:f1:0e:00:02:02\n3 fldut 198.18.0.1\n* drop\n",
+    )
+    .expect("write hops");
+    let mut cmd = lab.dut.command(BIN);
+    cmd.args([
+        "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
+    ])
+    .args(["--backend", "af-packet", "--routes"])
+    .arg(&table)
+    .arg("--next-hops")
+    .arg(&hops);
+    let fwd = Forwarder::start(cmd);
+    let sink = sink_start(&lab, 3000);
+    for to in ["198.18.1.2:9000", "198.18.1.130:9000", "198.18.1.200:9000"] {
+        let out = lab
+            .gen
+            .command(BIN)
+            .args(["blast", "--mode", "raw", "--dev", "flgen", "--to", to])
+            .args(["--count", "1500", "--rate", "20k", "--json", "--quiet"])
+            .output()
+            .expect("blast runs");
+        common::blast_judged_ok(
+            out.status.code(),
+            serde_json::from_slice(&out.stdout).expect("JSON"),
+        );
+    }
+    let (code, r) = fwd.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(0), "{r}");
+    // Hop 0 and hop 1 reach the sink (1500 each: its sink stops at 3000); hop 2 is dropped.
+    let out = sink.wait_with_output().expect("sink ends");
+    let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
+    assert_eq!(s["flowlane_packets"].as_u64(), Some(3000), "{s}");
+    assert_eq!(
+        r["total"]["dropped"]["no_route"].as_u64(),
+        Some(1500),
+        "{r}"
+    );
+    let rt = &r["routes"];
+    assert_eq!(rt["routes_v4"].as_u64(), Some(10_004), "{rt}");
+    assert_eq!(rt["next_hops"].as_u64(), Some(4), "{rt}");
+    // Whatever came from the sink's side went back to the generator.
+    let t = &r["total"];
+    assert_eq!(
+        t["forwarded"].as_u64(),
+        r["ports"][1]["rx_packets"].as_u64().map(|n| n + 3000),
+        "{r}"
+    );
+}
