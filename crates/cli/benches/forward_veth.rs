@@ -11,28 +11,10 @@
 //!
 //! Run (root): `cargo bench -p flowlane --bench forward_veth` (FLOWLANE_BENCH_SECS, default 3).
 
-use std::io::{BufRead, BufReader};
-use std::os::fd::OwnedFd;
-use std::process::Stdio;
+mod common;
 
-use flowlane_io::ebpf::{Asm, R0};
-use flowlane_io::{bpf, netdev::ifindex};
-use flowlane_lab::{Netns, Pair, DUT_ADDR};
-
-const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
-
-/// Attaches a one-verdict XDP program to `dev` in `ns` while the returned link lives.
-fn verdict(ns: &Netns, dev: &str, verdict: i32) -> OwnedFd {
-    let dev = dev.to_string();
-    ns.run(move || {
-        let mut a = Asm::new();
-        a.mov_imm(R0, verdict).exit();
-        let prog =
-            bpf::prog_load(bpf::PROG_XDP, "fl_b_verdict", &a.finish().expect("asm")).expect("load");
-        bpf::attach_xdp(&prog, ifindex(&dev).expect("ifindex"), 0).expect("attach")
-    })
-    .expect("in the namespace")
-}
+use common::{blast_live, verdict, with_forwarder, BIN};
+use flowlane_lab::{Pair, DUT_ADDR};
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -42,34 +24,12 @@ fn main() {
         eprintln!("forward_veth: needs root for network namespaces; skipped");
         return;
     }
-    let secs: f64 = std::env::var("FLOWLANE_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    let secs = common::secs();
     let p = Pair::create("flb-fwd", 1).expect("namespaces");
     let _gen_drop = verdict(&p.gen, &p.gen_if, 1);
     let to = format!("{DUT_ADDR}:9000");
-    let d = secs.to_string();
-    let rx = |ns: &Netns, dev: &str| ns.dev().expect("counters").ifaces[dev].rx_packets;
-    // Frames/s the generator offered (blast's own count) and that `ns`/`dev` received.
-    let blast = |ns: &Netns, dev: &str| {
-        let before = rx(ns, dev);
-        let out = p
-            .gen
-            .command(BIN)
-            .args([
-                "blast", "--mode", "xdp-live", "--dev", &p.gen_if, "--to", &to,
-            ])
-            .args(["--cpus", "0", "--duration", &d, "--json", "--quiet"])
-            .output()
-            .expect("blast runs");
-        let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("blast JSON ({e}): {}", String::from_utf8_lossy(&out.stderr))
-        });
-        let got = rx(ns, dev) - before;
-        let window = b["duration_s"].as_f64().unwrap_or(secs).max(1e-9);
-        (b["tx_pps"].as_f64().unwrap_or(0.0), got as f64 / window)
-    };
+    let blast =
+        |ns: &flowlane_lab::Netns, dev: &str| blast_live(&p.gen, &p.gen_if, &to, secs, ns, dev);
     println!(
         "forward --mode reflect over veth: blast xdp-live on CPU 0, 60-byte frames, {secs} s per row"
     );
@@ -101,32 +61,11 @@ fn main() {
         }
         let mut fwd = p.dut.command(BIN);
         fwd.args(["forward", "--mode", "reflect", "--dev", &p.dut_if])
-            .args([
-                "--backend",
-                backend,
-                "--swap",
-                "ip,ports",
-                "--duration",
-                "120",
-            ])
-            .args(["--json", "--quiet"]);
+            .args(["--backend", backend, "--swap", "ip,ports"]);
         if backend != "xdp" {
             fwd.args(["--cpus", "1"]);
         }
-        let mut child = fwd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("forward runs");
-        let mut err = BufReader::new(child.stderr.take().expect("stderr"));
-        let mut banner = String::new();
-        err.read_line(&mut banner).expect("banner");
-        assert!(banner.starts_with("flowlane forward:"), "{banner}");
-        let (offered, got) = blast(&p.gen, &p.gen_if);
-        flowlane_io::os::signal_process(child.id(), flowlane_io::os::Signal::Interrupt)
-            .expect("SIGINT");
-        let out = child.wait_with_output().expect("forward ends");
-        let f: serde_json::Value = serde_json::from_slice(&out.stdout).expect("forward JSON");
+        let ((offered, got), f) = with_forwarder(fwd, || blast(&p.gen, &p.gen_if));
         println!(
             "{:<14} {:>14.0} {:>14.0} {:>10.3}   (forwarded {}, ring drops {}, refused {})",
             backend,

@@ -414,8 +414,8 @@ fn set_up_end(e: &End<'_>, queues: u32) -> Result<(), LabError> {
     // skb's note that its checksum is still partial, and the receiver would drop it.
     ns.set_offload(ifname, Offload::Gro, true)?;
     ns.set_offload(ifname, Offload::TxChecksum, false)?;
-    // XPS: a thread on CPU i sends on TX queue i.
-    for tx in 0..queues as usize {
+    // XPS: a thread on CPU i sends on TX queue i (a single-queue device has no XPS).
+    for tx in 0..queues as usize * usize::from(queues > 1) {
         let mask = if tx < ncpus {
             format!("{:x}", 1u64 << (tx % 64))
         } else {

@@ -1,0 +1,137 @@
+//! `flowlane forward --mode route` in a line lab (generator — DUT — sink, veth pairs with one
+//! queue), against references measured in the same run, with the same table loaded in the
+//! kernel and in ours (FLOWLANE_BENCH_ROUTES IPv4 routes shaped like the public table, via the
+//! sink; default 950 000). The generator is `blast --mode xdp-live` on CPU 0 (60-byte frames
+//! to the sink's address); the sink's end drops with XDP, and frames are counted at its
+//! interface. Rows:
+//!   drop ceiling    an XDP_DROP program on the DUT's receiving end: what any DUT is offered;
+//!   kernel          the DUT kernel's own IPv4 forwarding (its FIB with the same routes);
+//!   af-packet       flowlane's router, one worker pinned to CPU 1.
+//! On veth the DUT's receive path (NAPI, so the kernel's forwarding) runs on the sender's CPU
+//! (0), the user-space worker on CPU 1.
+//!
+//! Run (root): `cargo bench -p flowlane --bench route_veth` (FLOWLANE_BENCH_SECS, default 3).
+
+mod common;
+
+use common::{blast_live, verdict, with_forwarder, BIN};
+use flowlane_lab::setup::{self, KernelDut, LabConfig, Steer, Topology};
+use flowlane_lab::Netns;
+
+struct Down(String);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = setup::down(&self.0);
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("route_veth: needs root for network namespaces; skipped");
+        return;
+    }
+    let secs = common::secs();
+    let routes: usize = std::env::var("FLOWLANE_BENCH_ROUTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(950_000);
+    let name = format!("flbr{}", std::process::id() % 100_000);
+    let mut cfg = LabConfig::new(&name, 1, Steer::None, &flowlane_rss::Key::MICROSOFT, 2);
+    cfg.topology = Topology::Line;
+    cfg.kernel = KernelDut::Off;
+    setup::up(&cfg).expect("line lab");
+    let _down = Down(name.clone());
+    let (gen, dut, sink) = (
+        Netns::existing(&cfg.gen_ns()),
+        Netns::existing(&cfg.dut_ns()),
+        Netns::existing(&cfg.sink_ns()),
+    );
+    // The table, in the kernel (our router reads it from there).
+    let mut batch = String::with_capacity(routes * 40);
+    for (p, _) in flowlane_lpm::gen::ipv4(routes, 1, 1) {
+        let first = p.addr() >> 24;
+        // Not over the lab's own 198.18.0.0/15, loopback, multicast or reserved space.
+        let lab = p.contains(0xc612_0000) || p.addr() & 0xfffe_0000 == 0xc612_0000;
+        if first == 0 || first == 127 || first >= 224 || lab || p.len() < 8 {
+            continue;
+        }
+        batch += &format!("route add {p} via 198.18.1.2\n");
+    }
+    let t0 = std::time::Instant::now();
+    let mut child = dut
+        .command("ip")
+        .args(["-batch", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("ip -batch");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), batch.as_bytes())
+        .expect("routes");
+    assert!(child.wait().expect("ip").success(), "ip -batch failed");
+    let loaded = batch.lines().count();
+    let _sink_drop = verdict(&sink, setup::SINK_IF, 1);
+    let to = format!("{}:9000", setup::LAB_SINK_V4);
+    let blast = |ns: &Netns, dev: &str| blast_live(&gen, setup::GEN_IF, &to, secs, ns, dev);
+    println!(
+        "forward --mode route over veth: {loaded} IPv4 routes in the kernel's FIB and ours \
+         (loaded in {:.1} s), blast xdp-live on CPU 0, 60-byte frames, {secs} s per row",
+        t0.elapsed().as_secs_f64()
+    );
+    println!(
+        "{:<14} {:>14} {:>14} {:>10} {:>10}",
+        "row", "offered pps", "received pps", "/ceiling", "/kernel"
+    );
+    let ceiling = {
+        let _drop = verdict(&dut, setup::DUT_IF, 1);
+        let (offered, got) = blast(&dut, setup::DUT_IF);
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10} {:>10}",
+            "drop ceiling", offered, got, "1.000", ""
+        );
+        got
+    };
+    let kernel = {
+        dut.write_file("/proc/sys/net/ipv4/ip_forward", "1")
+            .expect("sysctl");
+        let (offered, got) = blast(&sink, setup::SINK_IF);
+        dut.write_file("/proc/sys/net/ipv4/ip_forward", "0")
+            .expect("sysctl");
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10}",
+            "kernel",
+            offered,
+            got,
+            got / ceiling.max(1.0),
+            "1.000"
+        );
+        got
+    };
+    for backend in ["af-packet"] {
+        let mut fwd = dut.command(BIN);
+        fwd.args([
+            "forward",
+            "--mode",
+            "route",
+            "--dev",
+            setup::DUT_IF,
+            "--dev",
+            setup::DUT_OUT_IF,
+        ])
+        .args(["--backend", backend, "--cpus", "1"]);
+        let ((offered, got), f) = with_forwarder(fwd, || blast(&sink, setup::SINK_IF));
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, ring drops {}, routes {})",
+            backend,
+            offered,
+            got,
+            got / ceiling.max(1.0),
+            got / kernel.max(1.0),
+            f["total"]["forwarded"],
+            f["total"]["ring_drops"],
+            f["routes"]["routes_v4"]
+        );
+    }
+}
