@@ -7,6 +7,10 @@
 //!   drop ceiling    an XDP_DROP program on the DUT's receiving end: what any DUT is offered;
 //!   kernel          the DUT kernel's own IPv4 forwarding (its FIB with the same routes);
 //!   af-packet       flowlane's router, one worker pinned to CPU 1.
+//! Then the bridge, in a switched line lab (one subnet across the DUT): the drop ceiling, the
+//! kernel's bridge, and `flowlane forward --mode bridge` (AF_PACKET, CPU 1). The sink's MAC is
+//! never learnt there (its end drops everything, so it never answers): every frame is
+//! flooded — to one port, with two.
 //! On veth the DUT's receive path (NAPI, so the kernel's forwarding) runs on the sender's CPU
 //! (0), the user-space worker on CPU 1.
 //!
@@ -109,29 +113,106 @@ fn main() {
         );
         got
     };
-    for backend in ["af-packet"] {
-        let mut fwd = dut.command(BIN);
-        fwd.args([
-            "forward",
-            "--mode",
-            "route",
-            "--dev",
-            setup::DUT_IF,
-            "--dev",
-            setup::DUT_OUT_IF,
-        ])
-        .args(["--backend", backend, "--cpus", "1"]);
-        let ((offered, got), f) = with_forwarder(fwd, || blast(&sink, setup::SINK_IF));
+    let backend = "af-packet";
+    let mut fwd = dut.command(BIN);
+    fwd.args([
+        "forward",
+        "--mode",
+        "route",
+        "--dev",
+        setup::DUT_IF,
+        "--dev",
+        setup::DUT_OUT_IF,
+    ])
+    .args(["--backend", backend, "--cpus", "1"]);
+    let ((offered, got), f) = with_forwarder(fwd, || blast(&sink, setup::SINK_IF));
+    println!(
+        "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, ring drops {}, routes {})",
+        backend,
+        offered,
+        got,
+        got / ceiling.max(1.0),
+        got / kernel.max(1.0),
+        f["total"]["forwarded"],
+        f["total"]["ring_drops"],
+        f["routes"]["routes_v4"]
+    );
+    drop(_down);
+    bridge(secs);
+}
+
+/// The bridge rows, in a switched line lab: the drop ceiling, the kernel's bridge, ours.
+fn bridge(secs: f64) {
+    let name = format!("flbb{}", std::process::id() % 100_000);
+    let mut cfg = LabConfig::new(&name, 1, Steer::None, &flowlane_rss::Key::MICROSOFT, 2);
+    cfg.topology = Topology::Line;
+    cfg.segment = setup::Segment::Switched;
+    setup::up(&cfg).expect("switched line lab");
+    let _down = Down(name.clone());
+    let (gen, dut, sink) = (
+        Netns::existing(&cfg.gen_ns()),
+        Netns::existing(&cfg.dut_ns()),
+        Netns::existing(&cfg.sink_ns()),
+    );
+    let _sink_drop = verdict(&sink, setup::SINK_IF, 1);
+    let to = format!("{}:9000", setup::LAB_SINK_L2_V4);
+    let blast = |ns: &Netns, dev: &str| blast_live(&gen, setup::GEN_IF, &to, secs, ns, dev);
+    println!();
+    println!("forward --mode bridge over veth: blast xdp-live on CPU 0, 60-byte frames, {secs} s per row");
+    println!(
+        "{:<14} {:>14} {:>14} {:>10} {:>10}",
+        "row", "offered pps", "received pps", "/ceiling", "/kernel"
+    );
+    let ceiling = {
+        let _drop = verdict(&dut, setup::DUT_IF, 1);
+        let (offered, got) = blast(&dut, setup::DUT_IF);
         println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, ring drops {}, routes {})",
-            backend,
+            "{:<14} {:>14.0} {:>14.0} {:>10} {:>10}",
+            "drop ceiling", offered, got, "1.000", ""
+        );
+        got
+    };
+    let kernel = {
+        let br = setup::KERNEL_BRIDGE;
+        dut.ip(&["link", "add", br, "type", "bridge"])
+            .expect("bridge");
+        for port in [setup::DUT_IF, setup::DUT_OUT_IF] {
+            dut.ip(&["link", "set", port, "master", br]).expect("port");
+        }
+        dut.ip(&["link", "set", br, "up"]).expect("up");
+        let (offered, got) = blast(&sink, setup::SINK_IF);
+        dut.ip(&["link", "del", br]).expect("bridge gone");
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10}",
+            "kernel bridge",
             offered,
             got,
             got / ceiling.max(1.0),
-            got / kernel.max(1.0),
-            f["total"]["forwarded"],
-            f["total"]["ring_drops"],
-            f["routes"]["routes_v4"]
+            "1.000"
         );
-    }
+        got
+    };
+    let mut fwd = dut.command(BIN);
+    fwd.args([
+        "forward",
+        "--mode",
+        "bridge",
+        "--dev",
+        setup::DUT_IF,
+        "--dev",
+        setup::DUT_OUT_IF,
+    ])
+    .args(["--backend", "af-packet", "--cpus", "1"]);
+    let ((offered, got), f) = with_forwarder(fwd, || blast(&sink, setup::SINK_IF));
+    println!(
+        "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, flooded {}, ring drops {})",
+        "af-packet",
+        offered,
+        got,
+        got / ceiling.max(1.0),
+        got / kernel.max(1.0),
+        f["total"]["forwarded"],
+        f["total"]["flooded"],
+        f["total"]["ring_drops"]
+    );
 }

@@ -45,15 +45,23 @@ use crate::{CmdResult, Failure};
 /// a receive and a transmit ring on every port): turn the kernel's own forwarding off
 /// (sysctl net.ipv4.ip_forward=0), or every frame is forwarded twice.
 ///
+/// `--mode bridge` is a learning bridge between its interfaces (--dev, twice or more): the
+/// source MAC of every frame is learnt into one table all workers share (entries unseen for
+/// --ageing seconds are forgotten); a frame to a known MAC leaves by that port, one to the
+/// port it came in by is filtered, and broadcast, multicast and unknown unicast are flooded
+/// out of every other port. Ports are put in promiscuous mode while it runs. Give the ports
+/// no addresses (the kernel receives a copy of every frame with AF_PACKET).
+///
 /// Every frame the forwarder looked at is counted as forwarded, left to the host, or dropped
 /// by reason (not IP, malformed, truncated, transmit ring full; route: no route, no
-/// neighbour, TTL exceeded, too big); the summary sets them beside the interfaces' own
-/// counters. Ctrl-C stops and prints the summary.
+/// neighbour, TTL exceeded, too big; bridge: filtered); the summary sets them beside the
+/// interfaces' own counters. Ctrl-C stops and prints the summary.
 ///
 /// Examples:
 ///   flowlane forward --mode reflect --dev veth1 --swap ip,ports
 ///   flowlane forward --mode reflect --dev veth1 --backend af-packet --cpus 0-1 --duration 10 --json
 ///   flowlane forward --mode route --dev fldut --dev fldut1 --backend af-packet
+///   flowlane forward --mode bridge --dev fldut --dev fldut1 --backend af-packet
 ///   flowlane forward --mode route --dev eth1 --dev eth2 --backend af-packet \
 ///       --routes table.txt --next-hops hops.txt
 #[derive(Debug, Args)]
@@ -72,6 +80,10 @@ pub struct ForwardArgs {
     /// --next-hops) or `ip route show` output.
     #[arg(long, value_name = "kernel|FILE")]
     routes: Option<String>,
+
+    /// Bridge: seconds a MAC not seen is kept in the table (default 300, as the Linux bridge).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
+    ageing: Option<u32>,
 
     /// Route: what the numbered next hops of a table file are, one per line: `HOP DEV MAC`,
     /// `HOP DEV GATEWAY-IP` (MAC from the kernel's neighbour table) or `HOP drop`; `*` for
@@ -113,6 +125,8 @@ enum ModeArg {
     Reflect,
     /// Route between the interfaces on our FIB (IPv4 and IPv6).
     Route,
+    /// Bridge the interfaces: learn MACs, flood the unknown.
+    Bridge,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -146,7 +160,9 @@ pub fn run(a: ForwardArgs) -> CmdResult {
         mode: match a.mode {
             ModeArg::Reflect => ForwardMode::Reflect,
             ModeArg::Route => ForwardMode::Route,
+            ModeArg::Bridge => ForwardMode::Bridge,
         },
+        ageing_s: a.ageing,
         devs: a.dev.clone(),
         routes: a.routes.as_deref().map(|r| match r {
             "kernel" => RouteSource::Kernel,
@@ -176,6 +192,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             let what = match cfg.mode {
                 ForwardMode::Reflect => "reflecting on",
                 ForwardMode::Route => "routing between",
+                ForwardMode::Bridge => "bridging",
             };
             log.line(&format!("flowlane forward: {what} {}", cfg.devs.join(", ")));
             if let Some(r) = &s.routes {
@@ -243,6 +260,7 @@ fn drop_words(d: &forward::Drops) -> String {
         ("no neighbour", d.no_neighbour),
         ("TTL exceeded", d.ttl_exceeded),
         ("too big", d.too_big),
+        ("filtered", d.filtered),
     ]
     .iter()
     .filter(|x| x.1 > 0)
@@ -280,9 +298,30 @@ fn print_summary(r: &ForwardReport) {
             t.ring_drops
         );
     }
+    if t.flooded > 0 {
+        println!(
+            "  flooded {} of the forwarded frames ({} copies beyond one each)",
+            t.flooded, t.flood_copies
+        );
+    }
     for p in &r.ports {
         if let (Some(rx), Some(tx)) = (p.rx_packets, p.tx_packets) {
-            println!("  interface {}: received {rx}, sent {tx}", p.dev);
+            let own = match (p.looked_at, p.queued) {
+                (Some(l), Some(q)) => format!(" (the bridge looked at {l}, queued {q})"),
+                _ => String::new(),
+            };
+            println!("  interface {}: received {rx}, sent {tx}{own}", p.dev);
+        }
+    }
+    if let Some(b) = &r.bridge {
+        println!(
+            "  MAC table: {} entries (ageing {} s, {} aged out)",
+            b.macs.len(),
+            b.ageing_s,
+            b.aged_out
+        );
+        for (mac, port) in b.macs.iter().take(16) {
+            println!("    {mac}  {port}");
         }
     }
     if let Some(rt) = &r.routes {

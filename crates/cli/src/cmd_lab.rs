@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use flowlane_lab::setup::{
-    self, KernelDut, LabConfig, Steer, Topology, Up, DUT_IF, DUT_OUT_IF, GEN_IF, SINK_IF,
+    self, KernelDut, LabConfig, Segment, Steer, Topology, Up, DUT_IF, DUT_OUT_IF, GEN_IF, SINK_IF,
 };
 use flowlane_rss::Key;
 use serde_json::json;
@@ -33,6 +33,9 @@ use crate::{CmdResult, Failure};
 /// the sink route 198.18.0.0/15 and 2001:2::/48 through the DUT — so a forwarder runs
 /// between two interfaces (`flowlane forward --mode route --dev fldut --dev fldut1`). The
 /// DUT's kernel forwarding is off unless `--kernel route` makes the kernel the reference DUT.
+/// `--segment switched` makes it one subnet instead (generator 198.18.0.1, sink 198.18.0.3;
+/// 2001:2::1, 2001:2::3), the DUT's ports without addresses, for a bridge
+/// (`flowlane forward --mode bridge`, or the kernel's with `--kernel bridge`).
 ///
 /// Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN). `down` removes everything: namespaces,
 /// links, the XDP program and its maps. Without root, `flowlane bench --loopback` runs the
@@ -41,6 +44,7 @@ use crate::{CmdResult, Failure};
 /// Examples:
 ///   flowlane lab up --queues 2
 ///   flowlane lab up --name line --topology line --kernel route
+///   flowlane lab up --name sw --topology line --segment switched --kernel bridge
 ///   flowlane lab status
 ///   flowlane lab exec dut -- ip -s link
 ///   flowlane lab down
@@ -116,10 +120,25 @@ pub struct UpArgs {
     #[arg(long, value_enum, default_value_t = TopologyArg::Pair)]
     pub topology: TopologyArg,
 
+    /// Line topology: `routed` (two subnets, the DUT routes) or `switched` (one subnet, the
+    /// DUT bridges; its ports carry no address).
+    #[arg(long, value_enum, default_value_t = SegmentArg::Routed)]
+    pub segment: SegmentArg,
+
     /// Line topology: `route` turns the DUT kernel's IPv4/IPv6 forwarding on (the reference
-    /// router); `off` leaves the forwarding to whatever runs in the DUT.
+    /// router, routed segment); `bridge` joins the DUT's ports in a kernel bridge (the
+    /// reference bridge, switched segment); `off` leaves the forwarding to whatever runs in
+    /// the DUT.
     #[arg(long, value_enum, default_value_t = KernelArg::Off)]
     pub kernel: KernelArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SegmentArg {
+    /// Two subnets.
+    Routed,
+    /// One subnet across the DUT.
+    Switched,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -136,6 +155,8 @@ pub enum KernelArg {
     Off,
     /// The DUT's kernel routes IPv4 and IPv6.
     Route,
+    /// The DUT's kernel bridges its ports.
+    Bridge,
 }
 
 #[derive(Debug, Args)]
@@ -206,22 +227,42 @@ pub fn run(c: LabCommand) -> CmdResult {
             cfg.kernel = match a.kernel {
                 KernelArg::Off => KernelDut::Off,
                 KernelArg::Route => KernelDut::Route,
+                KernelArg::Bridge => KernelDut::Bridge,
             };
-            if cfg.kernel != KernelDut::Off && cfg.topology != Topology::Line {
-                return Err(Failure::usage(anyhow!(
-                    "--kernel route needs --topology line (the DUT forwards between two links)"
-                )));
+            cfg.segment = match a.segment {
+                SegmentArg::Routed => Segment::Routed,
+                SegmentArg::Switched => Segment::Switched,
+            };
+            let line = cfg.topology == Topology::Line;
+            let bad = match (cfg.kernel, cfg.segment) {
+                _ if !line && (cfg.kernel != KernelDut::Off || cfg.segment != Segment::Routed) => {
+                    Some("--kernel and --segment need --topology line (the DUT between two links)")
+                }
+                (KernelDut::Route, Segment::Switched) => {
+                    Some("--kernel route needs --segment routed (two subnets to route between)")
+                }
+                (KernelDut::Bridge, Segment::Routed) => {
+                    Some("--kernel bridge needs --segment switched (one subnet across the DUT)")
+                }
+                _ => None,
+            };
+            if let Some(why) = bad {
+                return Err(Failure::usage(anyhow!(why)));
             }
             let r = setup::up(&cfg).map_err(|e| Failure::runtime(anyhow!(e)))?;
             let n = &cfg.name;
             let tail = match cfg.topology {
                 Topology::Pair => String::new(),
                 Topology::Line => format!(
-                    " ({DUT_OUT_IF}) <-> {n}-sink ({SINK_IF}); kernel forwarding {}",
-                    if cfg.kernel == KernelDut::Route {
-                        "on"
-                    } else {
-                        "off"
+                    " ({DUT_OUT_IF}) <-> {n}-sink ({SINK_IF}), {}; the DUT's kernel {}",
+                    match cfg.segment {
+                        Segment::Routed => "routed",
+                        Segment::Switched => "switched",
+                    },
+                    match cfg.kernel {
+                        KernelDut::Off => "does not forward",
+                        KernelDut::Route => "routes",
+                        KernelDut::Bridge => "bridges",
                     }
                 ),
             };

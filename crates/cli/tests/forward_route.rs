@@ -8,100 +8,15 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
 
-use common::Forwarder;
+use std::process::Command;
+
+use common::{ok, quiet, sink_check, sink_start, with_stdin, Forwarder, Line};
 use flowlane_lab::Netns;
 use flowlane_lpm::gen::{self, Traffic};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
-
-/// One namespace test at a time: they count frames exactly and share two CPUs.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// A line lab for one test, taken down however the test ends.
-struct Line {
-    name: String,
-    gen: Netns,
-    dut: Netns,
-    sink: Netns,
-    _guard: std::sync::MutexGuard<'static, ()>,
-}
-
-impl Line {
-    fn up(tag: &str) -> Option<Line> {
-        if !flowlane_lab::can_create_namespaces() {
-            eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
-            return None;
-        }
-        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let name = format!("flr{}{tag}", std::process::id() % 100_000);
-        let out = Command::new(BIN)
-            .args([
-                "lab",
-                "up",
-                "--name",
-                &name,
-                "--topology",
-                "line",
-                "--queues",
-                "2",
-            ])
-            .args(["--steer", "none"])
-            .output()
-            .expect("runs");
-        let line = Line {
-            gen: Netns::existing(&format!("{name}-gen")),
-            dut: Netns::existing(&format!("{name}-dut")),
-            sink: Netns::existing(&format!("{name}-sink")),
-            name,
-            _guard: guard,
-        };
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(line)
-    }
-}
-
-impl Drop for Line {
-    fn drop(&mut self) {
-        let _ = flowlane_lab::setup::down(&self.name);
-    }
-}
-
-fn ok(out: &Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs `cmd` with `input` on its standard input.
-fn with_stdin(mut cmd: Command, input: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let text = input.to_string();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(text.as_bytes());
-    });
-    let out = child.wait_with_output().expect("runs");
-    let _ = writer.join();
-    out
-}
 
 /// `via GW dev IF` or `dev IF` from one answer of `ip route get`.
 fn kernel_hop(answer: &str) -> String {
@@ -133,7 +48,9 @@ fn special(a: std::net::IpAddr) -> bool {
 
 #[test]
 fn route_decisions_equal_the_kernels_on_a_200k_route_table() {
-    let Some(lab) = Line::up("d") else { return };
+    let Some(lab) = Line::up("d", &[]) else {
+        return;
+    };
     // 200 000 IPv4 and 20 000 IPv6 routes shaped like the public tables, through four next
     // hops on both ports: two gateways, a connected link and a gateway with no neighbour
     // entry; and default routes, so every address has an answer.
@@ -288,79 +205,11 @@ fn sent_by_host(ns: &Netns) -> u64 {
     (v4 + v6) as u64
 }
 
-/// A sink on the sink's end that stops after `count` flowlane frames (or 60 s).
-fn sink_start(lab: &Line, count: u64) -> std::process::Child {
-    use std::io::{BufRead, BufReader};
-    let c = count.to_string();
-    let mut child = lab
-        .sink
-        .command(BIN)
-        .args(["sink", "--dev", "flsink", "--port", "9000", "--count", &c])
-        .args(["--duration", "60", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sink starts");
-    // Its banner: the ring is open.
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert!(banner.starts_with("flowlane sink"), "{banner}");
-    std::thread::spawn(move || lines.map_while(Result::ok).count());
-    child
-}
-
-/// The sink got `count` datagrams, every one once and in order per flow.
-fn sink_check(sink: std::process::Child, count: u64) {
-    let out = sink.wait_with_output().expect("sink ends");
-    let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
-    assert_eq!(s["flowlane_packets"].as_u64(), Some(count), "{s}");
-    for k in [
-        "lost",
-        "duplicates",
-        "reordered",
-        "malformed",
-        "bad_checksum",
-        "ring_drops",
-    ] {
-        assert_eq!(s[k].as_u64(), Some(0), "{k}: {s}");
-    }
-}
-
-/// Waits until the lab's hosts stop talking on their own (IPv6 announces itself for a few
-/// seconds after a link comes up or changes its MTU): every end's sent frames unchanged for
-/// 1.5 s, within 15 s.
-fn quiet(lab: &Line) {
-    let sent = || {
-        [&lab.gen, &lab.dut, &lab.sink]
-            .iter()
-            .map(|ns| {
-                ns.dev()
-                    .expect("counters")
-                    .ifaces
-                    .values()
-                    .map(|c| c.tx_packets)
-                    .sum::<u64>()
-            })
-            .sum::<u64>()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    let (mut last, mut since) = (sent(), std::time::Instant::now());
-    while since.elapsed() < std::time::Duration::from_millis(1500) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the lab kept sending on its own"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let now = sent();
-        if now != last {
-            (last, since) = (now, std::time::Instant::now());
-        }
-    }
-}
-
 #[test]
 fn routed_frames_add_up_and_every_drop_has_its_reason() {
-    let Some(lab) = Line::up("a") else { return };
+    let Some(lab) = Line::up("a", &[]) else {
+        return;
+    };
     // A route whose gateway has no neighbour entry; a smaller MTU towards the sink (1280, the
     // least IPv6 keeps its addresses with).
     ok(&lab
@@ -491,7 +340,9 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
 
 #[test]
 fn routes_change_while_forwarding_and_no_frame_is_lost() {
-    let Some(lab) = Line::up("c") else { return };
+    let Some(lab) = Line::up("c", &[]) else {
+        return;
+    };
     quiet(&lab);
     let mut cmd = lab.dut.command(BIN);
     cmd.args([
@@ -602,7 +453,9 @@ fn routes_change_while_forwarding_and_no_frame_is_lost() {
 
 #[test]
 fn a_generated_table_with_a_next_hops_file_routes_as_written() {
-    let Some(lab) = Line::up("f") else { return };
+    let Some(lab) = Line::up("f", &[]) else {
+        return;
+    };
     quiet(&lab);
     // `route gen` writes 10 000 routes over next hops 0-3; the sink's link is hop 0, through
     // the sink as gateway; hop 1 goes to the sink by MAC; hop 3, the generator's link,

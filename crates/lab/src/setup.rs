@@ -44,6 +44,10 @@ pub const LAB_SINK_V4: &str = "198.18.1.2";
 pub const LAB_DUT_OUT_V6: &str = "2001:2:0:1::1";
 /// The sink's IPv6 address.
 pub const LAB_SINK_V6: &str = "2001:2:0:1::2";
+/// Switched line: the sink's addresses on the generator's segment.
+pub const LAB_SINK_L2_V4: &str = "198.18.0.3";
+/// Switched line: the sink's IPv6 address.
+pub const LAB_SINK_L2_V6: &str = "2001:2::3";
 const DUT_OUT_MAC: &str = "02:f1:0e:00:02:01";
 const SINK_MAC: &str = "02:f1:0e:00:02:02";
 
@@ -60,6 +64,18 @@ pub enum Topology {
     Line,
 }
 
+/// How a line lab's two links are joined at the DUT.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Segment {
+    /// Two subnets, the DUT routes between them (198.18.0.0/24 and 198.18.1.0/24).
+    #[default]
+    Routed,
+    /// One subnet across the DUT, which bridges: the generator 198.18.0.1, the sink
+    /// 198.18.0.3 (2001:2::1, 2001:2::3); the DUT's ports have no addresses and no IPv6.
+    Switched,
+}
+
 /// What forwards in the DUT of a line lab, besides whatever the user starts there.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -67,8 +83,11 @@ pub enum KernelDut {
     /// Nothing: the kernel's forwarding is off (for `flowlane forward`, or any forwarder).
     #[default]
     Off,
-    /// The kernel's IPv4 and IPv6 forwarding (the reference router).
+    /// The kernel's IPv4 and IPv6 forwarding (the reference router; routed segment).
     Route,
+    /// The kernel's bridge, `flbr0`, over the DUT's ports (the reference bridge; switched
+    /// segment).
+    Bridge,
 }
 
 /// How the DUT spreads received frames over CPUs.
@@ -121,6 +140,9 @@ pub struct LabConfig {
     /// Line topology: whether the DUT's kernel forwards.
     #[serde(default)]
     pub kernel: KernelDut,
+    /// Line topology: routed or switched.
+    #[serde(default)]
+    pub segment: Segment,
 }
 
 /// The largest cpumap queue the kernel takes (16385 fails with EOVERFLOW).
@@ -149,6 +171,7 @@ impl LabConfig {
             cpu_queue: MAX_CPU_QUEUE,
             topology: Topology::Pair,
             kernel: KernelDut::Off,
+            segment: Segment::Routed,
         }
     }
 
@@ -280,65 +303,9 @@ fn build(cfg: &LabConfig) -> Result<(), LabError> {
             Some(sink)
         }
     };
-    let mut ends = vec![
-        End {
-            ns: &gen,
-            ifname: GEN_IF,
-            v4: LAB_GEN_V4,
-            v6: LAB_GEN_V6,
-            peer4: LAB_DUT_V4,
-            peer6: LAB_DUT_V6,
-            peer_mac: DUT_MAC,
-        },
-        End {
-            ns: &dut,
-            ifname: DUT_IF,
-            v4: LAB_DUT_V4,
-            v6: LAB_DUT_V6,
-            peer4: LAB_GEN_V4,
-            peer6: LAB_GEN_V6,
-            peer_mac: GEN_MAC,
-        },
-    ];
-    if let Some(sink) = &sink {
-        ends.push(End {
-            ns: &dut,
-            ifname: DUT_OUT_IF,
-            v4: LAB_DUT_OUT_V4,
-            v6: LAB_DUT_OUT_V6,
-            peer4: LAB_SINK_V4,
-            peer6: LAB_SINK_V6,
-            peer_mac: SINK_MAC,
-        });
-        ends.push(End {
-            ns: sink,
-            ifname: SINK_IF,
-            v4: LAB_SINK_V4,
-            v6: LAB_SINK_V6,
-            peer4: LAB_DUT_OUT_V4,
-            peer6: LAB_DUT_OUT_V6,
-            peer_mac: DUT_OUT_MAC,
-        });
-    }
-    for e in &ends {
-        set_up_end(e, cfg.queues)?;
-    }
-    if let Some(sink) = &sink {
-        // The far ends reach the whole benchmarking range through the DUT.
-        for (ns, gw4, gw6) in [
-            (&gen, LAB_DUT_V4, LAB_DUT_V6),
-            (sink, LAB_DUT_OUT_V4, LAB_DUT_OUT_V6),
-        ] {
-            ns.ip(&["route", "add", "198.18.0.0/15", "via", gw4])?;
-            ns.ip(&["-6", "route", "add", "2001:2::/48", "via", gw6])?;
-        }
-        let on = if cfg.kernel == KernelDut::Route {
-            "1"
-        } else {
-            "0"
-        };
-        dut.write_file("/proc/sys/net/ipv4/ip_forward", on)?;
-        dut.write_file("/proc/sys/net/ipv6/conf/all/forwarding", on)?;
+    match (&sink, cfg.segment) {
+        (Some(sink), Segment::Switched) => build_switched(cfg, &gen, &dut, sink)?,
+        _ => build_routed(cfg, &gen, &dut, sink.as_ref())?,
     }
     match cfg.steer {
         Steer::Rss => attach_rss(cfg, &dut)?,
@@ -378,6 +345,124 @@ fn build(cfg: &LabConfig) -> Result<(), LabError> {
     Ok(())
 }
 
+/// Addresses on every end; a line's far ends route the benchmarking ranges through the DUT,
+/// whose kernel forwards or not as configured.
+fn build_routed(
+    cfg: &LabConfig,
+    gen: &Netns,
+    dut: &Netns,
+    sink: Option<&Netns>,
+) -> Result<(), LabError> {
+    let mut ends = vec![
+        End {
+            ns: gen,
+            ifname: GEN_IF,
+            v4: LAB_GEN_V4,
+            v6: LAB_GEN_V6,
+            peer4: LAB_DUT_V4,
+            peer6: LAB_DUT_V6,
+            peer_mac: DUT_MAC,
+        },
+        End {
+            ns: dut,
+            ifname: DUT_IF,
+            v4: LAB_DUT_V4,
+            v6: LAB_DUT_V6,
+            peer4: LAB_GEN_V4,
+            peer6: LAB_GEN_V6,
+            peer_mac: GEN_MAC,
+        },
+    ];
+    if let Some(sink) = sink {
+        ends.push(End {
+            ns: dut,
+            ifname: DUT_OUT_IF,
+            v4: LAB_DUT_OUT_V4,
+            v6: LAB_DUT_OUT_V6,
+            peer4: LAB_SINK_V4,
+            peer6: LAB_SINK_V6,
+            peer_mac: SINK_MAC,
+        });
+        ends.push(End {
+            ns: sink,
+            ifname: SINK_IF,
+            v4: LAB_SINK_V4,
+            v6: LAB_SINK_V6,
+            peer4: LAB_DUT_OUT_V4,
+            peer6: LAB_DUT_OUT_V6,
+            peer_mac: DUT_OUT_MAC,
+        });
+    }
+    for e in &ends {
+        set_up_end(e, cfg.queues)?;
+    }
+    if let Some(sink) = sink {
+        // The far ends reach the whole benchmarking range through the DUT.
+        for (ns, gw4, gw6) in [
+            (gen, LAB_DUT_V4, LAB_DUT_V6),
+            (sink, LAB_DUT_OUT_V4, LAB_DUT_OUT_V6),
+        ] {
+            ns.ip(&["route", "add", "198.18.0.0/15", "via", gw4])?;
+            ns.ip(&["-6", "route", "add", "2001:2::/48", "via", gw6])?;
+        }
+        let on = if cfg.kernel == KernelDut::Route {
+            "1"
+        } else {
+            "0"
+        };
+        dut.write_file("/proc/sys/net/ipv4/ip_forward", on)?;
+        dut.write_file("/proc/sys/net/ipv6/conf/all/forwarding", on)?;
+    }
+    Ok(())
+}
+
+/// The kernel bridge's name in a switched line's DUT.
+pub const KERNEL_BRIDGE: &str = "flbr0";
+
+/// One subnet across the DUT: the far ends address each other directly; the DUT's ports carry
+/// no address and no IPv6 (an L2 device), joined by the kernel's bridge where asked.
+fn build_switched(cfg: &LabConfig, gen: &Netns, dut: &Netns, sink: &Netns) -> Result<(), LabError> {
+    for e in [
+        End {
+            ns: gen,
+            ifname: GEN_IF,
+            v4: LAB_GEN_V4,
+            v6: LAB_GEN_V6,
+            peer4: LAB_SINK_L2_V4,
+            peer6: LAB_SINK_L2_V6,
+            peer_mac: SINK_MAC,
+        },
+        End {
+            ns: sink,
+            ifname: SINK_IF,
+            v4: LAB_SINK_L2_V4,
+            v6: LAB_SINK_L2_V6,
+            peer4: LAB_GEN_V4,
+            peer6: LAB_GEN_V6,
+            peer_mac: GEN_MAC,
+        },
+    ] {
+        set_up_end(&e, cfg.queues)?;
+    }
+    for port in [DUT_IF, DUT_OUT_IF] {
+        dut.write_file(&format!("/proc/sys/net/ipv6/conf/{port}/disable_ipv6"), "1")?;
+        set_up_link(dut, port, cfg.queues)?;
+    }
+    dut.write_file("/proc/sys/net/ipv4/ip_forward", "0")?;
+    if cfg.kernel == KernelDut::Bridge {
+        dut.ip(&["link", "add", KERNEL_BRIDGE, "type", "bridge"])?;
+        dut.write_file(
+            &format!("/proc/sys/net/ipv6/conf/{KERNEL_BRIDGE}/disable_ipv6"),
+            "1",
+        )?;
+        for port in [DUT_IF, DUT_OUT_IF] {
+            dut.ip(&["link", "set", port, "master", KERNEL_BRIDGE])?;
+        }
+        dut.ip(&["link", "set", KERNEL_BRIDGE, "up"])?;
+    }
+    Ok(())
+}
+
 /// One end of a veth pair: its namespace, interface, addresses and its peer's.
 struct End<'a> {
     ns: &'a Netns,
@@ -391,7 +476,6 @@ struct End<'a> {
 
 fn set_up_end(e: &End<'_>, queues: u32) -> Result<(), LabError> {
     let (ns, ifname) = (e.ns, e.ifname);
-    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     // No router solicitations or address autoconfiguration chatter on the link.
     for (k, v) in [("accept_ra", "0"), ("router_solicitations", "0")] {
         ns.write_file(&format!("/proc/sys/net/ipv6/conf/{ifname}/{k}"), v)?;
@@ -408,6 +492,12 @@ fn set_up_end(e: &End<'_>, queues: u32) -> Result<(), LabError> {
     for peer in [e.peer4, e.peer6] {
         ns.permanent_neighbour(ifname, peer, e.peer_mac)?;
     }
+    set_up_link(ns, ifname, queues)
+}
+
+/// Brings a lab interface up with its offloads and XPS.
+fn set_up_link(ns: &Netns, ifname: &str, queues: u32) -> Result<(), LabError> {
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     ns.ip(&["link", "set", ifname, "up"])?;
     // NAPI with GRO on both ends: per-queue receive processing. Checksums computed by the
     // sender, not left to "offload": a frame that XDP redirects (software RSS) loses the

@@ -43,6 +43,14 @@ counters! {
         ttl_exceeded,
         /// Route: larger than the outgoing interface's MTU.
         too_big,
+        /// Bridge: of the forwarded frames, those sent out of every other port (broadcast,
+        /// multicast, unknown destination).
+        flooded,
+        /// Bridge: copies flooding made beyond one per frame (frames queued = forwarded +
+        /// flood_copies).
+        flood_copies,
+        /// Bridge: not sent, the destination being on the port the frame came in by.
+        filtered,
     }
 }
 

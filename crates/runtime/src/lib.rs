@@ -13,11 +13,13 @@
 #![forbid(unsafe_code)]
 
 pub mod blast;
+pub mod bridge;
 pub mod counters;
 pub mod cpus;
 pub mod flowbook;
 pub mod forward;
 pub mod pace;
+pub mod ports;
 pub mod route;
 pub mod serve;
 pub mod session;

@@ -13,11 +13,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use flowlane_io::frame::{FrameRx, FrameTx, PACKET_OUTGOING, TP_STATUS_CSUMNOTREADY};
+use flowlane_io::frame::{FrameRx, FrameTx, TP_STATUS_CSUMNOTREADY};
 use flowlane_lpm::{Fib, FibReader};
 use flowlane_wire::forward::{decrement_ttl, fill_checksum, Reason, L3};
 
 use crate::forward::ForwardStats;
+pub use crate::ports::PortInfo;
+use crate::ports::{Ports, SendError};
 use crate::{bump, Poll};
 
 /// Where a next hop sends frames.
@@ -152,48 +154,21 @@ fn ttl_ok(frame: &[u8], l3: &L3) -> bool {
     frame.get(at).is_some_and(|&t| t > 1)
 }
 
-/// A port's fixed facts: its MAC and the largest IP packet it sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortInfo {
-    /// The interface's MAC (the source of what leaves by it).
-    pub mac: [u8; 6],
-    /// Its MTU.
-    pub mtu: usize,
-}
-
 /// One worker: a receive and a transmit ring on every port, pinned to one CPU (each receive
 /// ring in its port's fanout group, so the kernel hands it the frames received on its CPU).
 #[derive(Debug)]
 pub struct RouteWorker<R, T> {
-    rxs: Vec<R>,
-    txs: Vec<T>,
-    info: Vec<PortInfo>,
+    ports: Ports<R, T>,
     tables: Tables,
-    tx_room: Vec<usize>,
-    queued: Vec<bool>,
-    next_port: usize,
 }
 
 impl<R: FrameRx, T: FrameTx> RouteWorker<R, T> {
     /// A worker over its rings (`ports[i]` = port i's receive and transmit rings and facts).
     pub fn new(ports: Vec<(R, T, PortInfo)>, tables: Tables) -> RouteWorker<R, T> {
-        let mut w = RouteWorker {
-            rxs: Vec::new(),
-            txs: Vec::new(),
-            info: Vec::new(),
+        RouteWorker {
+            ports: Ports::new(ports),
             tables,
-            tx_room: Vec::new(),
-            queued: Vec::new(),
-            next_port: 0,
-        };
-        for (rx, mut tx, info) in ports {
-            w.tx_room.push(tx.slot_buf(0).map_or(0, |b| b.len()));
-            w.rxs.push(rx);
-            w.txs.push(tx);
-            w.info.push(info);
-            w.queued.push(false);
         }
-        w
     }
 }
 
@@ -310,82 +285,42 @@ impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let view = self.tables.view();
         let mut t = Tally::default();
-        let ports = self.rxs.len();
-        let share = (budget / ports.max(1)).max(1);
-        for k in 0..ports {
-            let p = (self.next_port + k) % ports;
-            let mut n = 0;
-            while n < share {
-                let Some(f) = self.rxs[p].next() else { break };
-                if f.pkt_type == PACKET_OUTGOING {
-                    // Sent by this host: not received (a kernel before 6.9 hands these to a
-                    // fanout group).
-                    self.rxs[p].release();
-                    continue;
-                }
-                n += 1;
-                if f.truncated() {
-                    t.truncated += 1;
-                } else if let Some((out, mac)) =
-                    route_one(&view, f.data, self.info[p].mac, &self.info, &mut t)
-                {
-                    let o = out as usize;
-                    if f.data.len() > self.tx_room[o] {
-                        t.truncated += 1;
-                    } else {
-                        let (data, src) = (f.data, self.info[o].mac);
-                        // Sent from this host with checksum offload: only the pseudo-header
-                        // sum is there; the frame leaves with its checksum computed.
-                        let partial = f.status & TP_STATUS_CSUMNOTREADY != 0;
-                        let q = self.txs[o]
-                            .queue(1, &mut |_, buf| write_routed(data, partial, mac, src, buf));
-                        if q == 1 {
-                            t.fwd += 1;
-                            self.queued[o] = true;
-                        } else {
-                            t.tx_full += 1;
-                        }
-                    }
-                }
-                self.rxs[p].release();
+        let n = self.ports.poll(budget, |p, f, tx| {
+            if f.truncated() {
+                t.truncated += 1;
+                return;
             }
-            t.rx += n as u64;
-        }
-        self.next_port = (self.next_port + 1) % ports.max(1);
-        for (tx, q) in self.txs.iter_mut().zip(self.queued.iter_mut()) {
-            if std::mem::take(q) {
-                tx.kick().map_err(|e| e.to_string())?;
+            let info = tx.info;
+            let Some((out, mac)) = route_one(&view, f.data, info[p].mac, info, &mut t) else {
+                return;
+            };
+            let (data, src) = (f.data, info[out as usize].mac);
+            // Sent from this host with checksum offload: only the pseudo-header sum is
+            // there; the frame leaves with its checksum computed.
+            let partial = f.status & TP_STATUS_CSUMNOTREADY != 0;
+            match tx.send(out as usize, data.len(), &mut |buf| {
+                write_routed(data, partial, mac, src, buf)
+            }) {
+                Ok(()) => t.fwd += 1,
+                Err(SendError::TooLong) => t.truncated += 1,
+                Err(SendError::Full) => t.tx_full += 1,
             }
-        }
+        })?;
+        t.rx = n as u64;
         t.add_to(st);
-        Ok(t.rx as usize)
+        Ok(n)
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        let fds: Vec<_> = self.rxs.iter().map(|r| r.raw_fd()).collect();
-        flowlane_io::socket::poll_any_readable(&fds, timeout_ms)
-            .map(drop)
-            .map_err(|e| e.to_string())
+        self.ports.wait(timeout_ms)
     }
 
     fn idle(&mut self, st: &ForwardStats) {
-        for rx in &self.rxs {
-            if let Ok(d) = rx.take_drops() {
-                bump(&st.ring_drops, d);
-            }
-        }
+        self.ports.count_drops(st);
     }
 
     fn finish(&mut self, _st: &ForwardStats) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        for tx in &mut self.txs {
-            while tx.in_flight() > 0 && std::time::Instant::now() < deadline {
-                if tx.kick().is_err() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
+        self.ports.drain();
     }
 }
 

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+use std::process::{Command, Output, Stdio};
+
+use flowlane_lab::Netns;
 use serde_json::Value;
 
 /// Whether `program` (needed by the calling test only, not by flowlane) can run. Where it
@@ -95,5 +98,165 @@ impl Drop for Forwarder {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// One namespace test at a time: they count frames exactly and share two CPUs.
+pub static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+/// A line lab for one test, taken down however the test ends.
+pub struct Line {
+    pub name: String,
+    pub gen: Netns,
+    pub dut: Netns,
+    pub sink: Netns,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Line {
+    /// A line lab (`lab up --topology line`, two queues, no steering) with `extra` options.
+    pub fn up(tag: &str, extra: &[&str]) -> Option<Line> {
+        if !flowlane_lab::can_create_namespaces() {
+            eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
+            return None;
+        }
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let name = format!("flr{}{tag}", std::process::id() % 100_000);
+        let _ = flowlane_lab::setup::down(&name);
+        let out = Command::new(BIN)
+            .args([
+                "lab",
+                "up",
+                "--name",
+                &name,
+                "--topology",
+                "line",
+                "--queues",
+                "2",
+            ])
+            .args(["--steer", "none"])
+            .args(extra)
+            .output()
+            .expect("runs");
+        let line = Line {
+            gen: Netns::existing(&format!("{name}-gen")),
+            dut: Netns::existing(&format!("{name}-dut")),
+            sink: Netns::existing(&format!("{name}-sink")),
+            name,
+            _guard: guard,
+        };
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(line)
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        let _ = flowlane_lab::setup::down(&self.name);
+    }
+}
+
+pub fn ok(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `cmd` with `input` on its standard input.
+pub fn with_stdin(mut cmd: Command, input: &str) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let text = input.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = std::io::Write::write_all(&mut stdin, text.as_bytes());
+    });
+    let out = child.wait_with_output().expect("runs");
+    let _ = writer.join();
+    out
+}
+
+/// A sink on the sink's end that stops after `count` flowlane frames (or 60 s).
+pub fn sink_start(lab: &Line, count: u64) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let c = count.to_string();
+    let mut child = lab
+        .sink
+        .command(BIN)
+        .args(["sink", "--dev", "flsink", "--port", "9000", "--count", &c])
+        .args(["--duration", "60", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sink starts");
+    // Its banner: the ring is open.
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(banner.starts_with("flowlane sink"), "{banner}");
+    std::thread::spawn(move || lines.map_while(Result::ok).count());
+    child
+}
+
+/// The sink got `count` datagrams, every one once and in order per flow.
+pub fn sink_check(sink: std::process::Child, count: u64) {
+    let out = sink.wait_with_output().expect("sink ends");
+    let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
+    assert_eq!(s["flowlane_packets"].as_u64(), Some(count), "{s}");
+    for k in [
+        "lost",
+        "duplicates",
+        "reordered",
+        "malformed",
+        "bad_checksum",
+        "ring_drops",
+    ] {
+        assert_eq!(s[k].as_u64(), Some(0), "{k}: {s}");
+    }
+}
+
+/// Waits until the lab's hosts stop talking on their own (IPv6 announces itself for a few
+/// seconds after a link comes up or changes its MTU): every end's sent frames unchanged for
+/// 1.5 s, within 15 s.
+pub fn quiet(lab: &Line) {
+    let sent = || {
+        [&lab.gen, &lab.dut, &lab.sink]
+            .iter()
+            .map(|ns| {
+                ns.dev()
+                    .expect("counters")
+                    .ifaces
+                    .values()
+                    .map(|c| c.tx_packets)
+                    .sum::<u64>()
+            })
+            .sum::<u64>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (mut last, mut since) = (sent(), std::time::Instant::now());
+    while since.elapsed() < std::time::Duration::from_millis(1500) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lab kept sending on its own"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = sent();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        }
     }
 }

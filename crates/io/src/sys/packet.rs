@@ -21,6 +21,8 @@ const PACKET_TX_RING: libc::c_int = 13;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+const PACKET_MR_PROMISC: u16 = 1;
 /// Fanout by the CPU that received the frame.
 const PACKET_FANOUT_CPU: u32 = 2;
 const TPACKET_V2: libc::c_int = 1;
@@ -460,6 +462,29 @@ impl RxRing {
             fanout(0)?;
         }
         Ok(r)
+    }
+
+    /// Puts the interface in promiscuous mode for as long as this socket is open (a
+    /// `PACKET_MR_PROMISC` membership: the kernel counts holders and undoes it at close), so
+    /// frames to other MACs are received — what a bridge port needs on a real NIC.
+    pub fn set_promiscuous(&self, ifindex: u32) -> Result<(), SysError> {
+        let mreq = libc::packet_mreq {
+            mr_ifindex: ifindex as i32,
+            mr_type: PACKET_MR_PROMISC,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        // SAFETY: `mreq` is a valid packet_mreq for the call's duration.
+        let r = unsafe {
+            libc::setsockopt(
+                self.ring.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_ADD_MEMBERSHIP,
+                (&mreq as *const libc::packet_mreq).cast(),
+                std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
+            )
+        };
+        super::check("setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)", r).map(drop)
     }
 
     /// The descriptor, to wait on for POLLIN.

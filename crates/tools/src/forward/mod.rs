@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use report::{Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts};
+pub use report::{BridgeSummary, Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts};
 pub use routes::{NextHopFile, RouteSource, RouteSummary};
 
 use crate::backend::{self, Backend};
@@ -34,6 +34,9 @@ pub enum ForwardMode {
     /// IPv4 and IPv6 routing on our FIB between the interfaces: next hop by longest-prefix
     /// match, MACs rewritten, TTL decremented.
     Route,
+    /// A learning bridge between the interfaces: MAC table with ageing, unknown unicast,
+    /// broadcast and multicast flooded.
+    Bridge,
 }
 
 /// Where frames that are not IP go, when the reflector swaps addresses or ports.
@@ -59,6 +62,9 @@ pub struct ForwardConfig {
     /// Route: next hops of a table file with numbered next hops.
     #[serde(default)]
     pub next_hops: Option<std::path::PathBuf>,
+    /// Bridge: seconds an unseen MAC is kept (default 300, as the Linux bridge).
+    #[serde(default)]
+    pub ageing_s: Option<u32>,
     /// How frames reach the forwarder: `XdpNative` or `AfPacket`.
     pub backend: Backend,
     /// Reflect: swap IP addresses too.
@@ -126,11 +132,21 @@ pub fn run(
             cfg.devs.len()
         )));
     }
-    if cfg.mode == ForwardMode::Route && cfg.backend != Backend::AfPacket {
+    if matches!(cfg.mode, ForwardMode::Route | ForwardMode::Bridge)
+        && cfg.backend != Backend::AfPacket
+    {
         return Err(ToolError::usage(
-            "route runs on AF_PACKET rings for now (--backend af-packet); AF_XDP and native \
-             XDP routing are not built yet",
+            "route and bridge run on AF_PACKET rings for now (--backend af-packet); AF_XDP and \
+             native XDP are not built for them yet",
         ));
+    }
+    if cfg.mode == ForwardMode::Bridge && cfg.devs.len() < 2 {
+        return Err(ToolError::usage(
+            "a bridge needs two or more interfaces (--dev A --dev B)",
+        ));
+    }
+    if cfg.mode != ForwardMode::Bridge && cfg.ageing_s.is_some() {
+        return Err(ToolError::usage("--ageing is for --mode bridge"));
     }
     if cfg.mode != ForwardMode::Route && (cfg.routes.is_some() || cfg.next_hops.is_some()) {
         return Err(ToolError::usage(
@@ -194,8 +210,10 @@ pub fn run(
         duration,
         interval,
     };
-    if cfg.mode == ForwardMode::Route {
-        return packet::run_route(job, stop, on_event);
+    match cfg.mode {
+        ForwardMode::Route => return packet::run_route(job, stop, on_event),
+        ForwardMode::Bridge => return packet::run_bridge(job, stop, on_event),
+        ForwardMode::Reflect => {}
     }
     match cfg.backend {
         Backend::XdpNative => xdp::run(&job, stop, on_event),

@@ -5,11 +5,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
+use flowlane_runtime::bridge::{BridgeWorker, MacTable, PortCounters};
 use flowlane_runtime::forward::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
 use flowlane_runtime::route::{PortInfo, RouteWorker};
+use flowlane_runtime::Poll;
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
-use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
+use super::report::{BridgeSummary, CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
 use super::routes::{self, LiveTables, NextHopFile, RouteSource};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job};
 use crate::ToolError;
@@ -19,6 +21,8 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
         rx_packets: s.rx_packets,
         forwarded: s.forwarded,
         to_host: s.to_host,
+        flooded: s.flooded,
+        flood_copies: s.flood_copies,
         dropped: Drops {
             not_ip: s.not_ip,
             malformed: s.malformed,
@@ -28,6 +32,7 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
             no_neighbour: s.no_neighbour,
             ttl_exceeded: s.ttl_exceeded,
             too_big: s.too_big,
+            filtered: s.filtered,
         },
         ring_drops: s.ring_drops,
     }
@@ -170,39 +175,10 @@ pub(super) fn run_route(
     let mut live = LiveTables::new(loaded, monitor);
     let tables = live.tables();
     let cpus = worker_cpus(&job)?;
-    let mut ports = Vec::new();
-    for (dev, ifindex) in &job.ports {
-        let info = PortInfo {
-            mac: netdev::mac(dev)
-                .ok_or_else(|| ToolError::usage(format!("{dev} has no MAC address")))?,
-            mtu: netdev::mtu(dev).unwrap_or(1500),
-        };
-        ports.push((*ifindex, info));
-    }
-    // One fanout group per port and run (ids are per namespace).
-    let base = (std::process::id() & 0xffff) as u16;
-    let max_frame = ports.iter().map(|p| p.1.mtu).max().unwrap_or(1500) + 18;
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
-    let (ports2, tables2) = (ports.clone(), tables.clone());
-    let rt = Runtime::start(
-        &Config {
-            cpus: cpus.clone(),
-            budget: 256,
-            wait_ms: 50,
-        },
-        stop.clone(),
-        move |_, _| {
-            let mut rings = Vec::new();
-            for (i, (ifindex, info)) in ports2.iter().enumerate() {
-                let group = base.wrapping_add(i as u16);
-                let rx = frame::RxRing::open_fanout(*ifindex, 4096, max_frame, group)?;
-                let tx = frame::TxRing::open(*ifindex, 4096, max_frame + 32, true)?;
-                rings.push((rx, tx, *info));
-            }
-            Ok::<_, SysError>(RouteWorker::new(rings, tables2.clone()))
-        },
-    )
-    .map_err(start_error)?;
+    let rt = start_ports(&job, &cpus, stop, false, move |rings| {
+        RouteWorker::new(rings, tables.clone())
+    })?;
     let mut upkeep_error = None;
     let mut upkeep = |_: &ForwardTick| {
         if let Err(e) = live.upkeep() {
@@ -215,6 +191,115 @@ pub(super) fn run_route(
         r.problems
             .push(format!("the tables could not be kept up to date: {e}"));
     }
+    Ok(r)
+}
+
+/// Each port's facts, from the interface.
+fn port_infos(job: &Job<'_>) -> Result<Vec<(u32, PortInfo)>, ToolError> {
+    job.ports
+        .iter()
+        .map(|(dev, ifindex)| {
+            let mac = netdev::mac(dev)
+                .ok_or_else(|| ToolError::usage(format!("{dev} has no MAC address")))?;
+            Ok((
+                *ifindex,
+                PortInfo {
+                    mac,
+                    mtu: netdev::mtu(dev).unwrap_or(1500),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Starts one multi-port worker per CPU: each with a receive ring on every port (one fanout
+/// group per port, by CPU; promiscuous where asked, for a bridge) and a transmit ring on
+/// every port, handed to `make`.
+fn start_ports<W: Poll<Stats = ForwardStats>>(
+    job: &Job<'_>,
+    cpus: &[usize],
+    stop: &Arc<AtomicBool>,
+    promiscuous: bool,
+    make: impl Fn(Vec<(frame::RxRing, frame::TxRing, PortInfo)>) -> W + Send + Sync + 'static,
+) -> Result<Runtime<ForwardStats>, ToolError> {
+    let ports = port_infos(job)?;
+    // One fanout group per port and run (ids are per namespace).
+    let base = (std::process::id() & 0xffff) as u16;
+    // Room for a VLAN tag besides the Ethernet header.
+    let max_frame = ports.iter().map(|p| p.1.mtu).max().unwrap_or(1500) + 18;
+    Runtime::start(
+        &Config {
+            cpus: cpus.to_vec(),
+            budget: 256,
+            wait_ms: 50,
+        },
+        stop.clone(),
+        move |_, _| {
+            let mut rings = Vec::new();
+            for (i, (ifindex, info)) in ports.iter().enumerate() {
+                let group = base.wrapping_add(i as u16);
+                let rx = frame::RxRing::open_fanout(*ifindex, 4096, max_frame, group)?;
+                if promiscuous {
+                    rx.set_promiscuous(*ifindex)?;
+                }
+                let tx = frame::TxRing::open(*ifindex, 4096, max_frame + 32, true)?;
+                rings.push((rx, tx, *info));
+            }
+            Ok::<_, SysError>(make(rings))
+        },
+    )
+    .map_err(start_error)
+}
+
+/// Bridge over AF_PACKET: one worker per CPU over every port (promiscuous), one MAC table
+/// shared by all, aged each interval.
+pub(super) fn run_bridge(
+    job: Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let ageing = job.cfg.ageing_s.unwrap_or(300);
+    let table = Arc::new(MacTable::new(64 * 1024));
+    let counts: Arc<[PortCounters]> = job.ports.iter().map(|_| PortCounters::default()).collect();
+    let cpus = worker_cpus(&job)?;
+    let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
+    let (t2, c2) = (table.clone(), counts.clone());
+    let rt = start_ports(&job, &cpus, stop, true, move |rings| {
+        BridgeWorker::new(rings, t2.clone(), c2.clone())
+    })?;
+    let start = std::time::Instant::now();
+    let mut aged = 0;
+    let mut upkeep = |_: &ForwardTick| {
+        aged += table.age(start.elapsed().as_secs() as u32 + 1, ageing);
+    };
+    let mut r = session(&job, rt, &cpus, &before, stop, &mut upkeep, on_event)?;
+    for (p, c) in r.ports.iter_mut().zip(counts.iter()) {
+        p.looked_at = Some(c.rx.load(std::sync::atomic::Ordering::Relaxed));
+        p.queued = Some(c.tx.load(std::sync::atomic::Ordering::Relaxed));
+    }
+    let mut macs: Vec<(String, String)> = table
+        .entries()
+        .into_iter()
+        .map(|(m, port)| {
+            let mac = m
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":");
+            (
+                mac,
+                job.ports
+                    .get(port as usize)
+                    .map_or_else(|| port.to_string(), |p| p.0.clone()),
+            )
+        })
+        .collect();
+    macs.sort();
+    r.bridge = Some(BridgeSummary {
+        ageing_s: ageing,
+        macs,
+        aged_out: aged as u64,
+    });
     Ok(r)
 }
 

@@ -47,6 +47,9 @@ pub struct Drops {
     /// Route: larger than the outgoing interface's MTU.
     #[serde(default)]
     pub too_big: u64,
+    /// Bridge: the destination is on the port the frame came in by (not sent back).
+    #[serde(default)]
+    pub filtered: u64,
 }
 
 fieldwise!(Drops {
@@ -57,7 +60,8 @@ fieldwise!(Drops {
     no_route,
     no_neighbour,
     ttl_exceeded,
-    too_big
+    too_big,
+    filtered
 });
 
 impl Drops {
@@ -71,6 +75,7 @@ impl Drops {
             + self.no_neighbour
             + self.ttl_exceeded
             + self.too_big
+            + self.filtered
     }
 }
 
@@ -85,6 +90,14 @@ pub struct ForwardCounts {
     /// kernel.
     #[serde(default)]
     pub to_host: u64,
+    /// Bridge: of the forwarded frames, those flooded (broadcast, multicast, unknown
+    /// destination: out of every other port).
+    #[serde(default)]
+    pub flooded: u64,
+    /// Bridge: copies flooding queued beyond one per frame (frames queued on the ports =
+    /// forwarded + flood_copies).
+    #[serde(default)]
+    pub flood_copies: u64,
     /// Frames not sent on, by reason.
     pub dropped: Drops,
     /// Frames the forwarder never saw (not in `rx_packets`): the interface received them but
@@ -99,6 +112,8 @@ impl ForwardCounts {
             rx_packets: self.rx_packets + o.rx_packets,
             forwarded: self.forwarded + o.forwarded,
             to_host: self.to_host + o.to_host,
+            flooded: self.flooded + o.flooded,
+            flood_copies: self.flood_copies + o.flood_copies,
             dropped: self.dropped.plus(&o.dropped),
             ring_drops: self.ring_drops + o.ring_drops,
         }
@@ -111,6 +126,8 @@ impl ForwardCounts {
             rx_packets: d(self.rx_packets, e.rx_packets),
             forwarded: d(self.forwarded, e.forwarded),
             to_host: d(self.to_host, e.to_host),
+            flooded: d(self.flooded, e.flooded),
+            flood_copies: d(self.flood_copies, e.flood_copies),
             dropped: self.dropped.since(&e.dropped),
             ring_drops: d(self.ring_drops, e.ring_drops),
         }
@@ -126,6 +143,23 @@ pub struct PortCounts {
     pub rx_packets: Option<u64>,
     /// Frames it sent.
     pub tx_packets: Option<u64>,
+    /// Bridge: frames the forwarder looked at from this port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub looked_at: Option<u64>,
+    /// Bridge: frames the forwarder queued on this port (unicast and flooded copies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<u64>,
+}
+
+/// What the bridge learnt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeSummary {
+    /// Seconds an unseen MAC is kept.
+    pub ageing_s: u32,
+    /// The MAC table at the end: (MAC, port).
+    pub macs: Vec<(String, String)>,
+    /// MACs forgotten by ageing during the run.
+    pub aged_out: u64,
 }
 
 /// One CPU's part.
@@ -172,6 +206,9 @@ pub struct ForwardReport {
     /// Route: where the tables came from and what they hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes: Option<super::routes::RouteSummary>,
+    /// Bridge: what it learnt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<BridgeSummary>,
     /// The interfaces' own receive counters over the run, summed (sysfs): `rx_packets` +
     /// `ring_drops` when nothing else arrived.
     pub dev_rx_packets: Option<u64>,
@@ -241,6 +278,8 @@ pub(super) fn assemble(
                 dev: dev.clone(),
                 rx_packets: delta(rx1, b.0),
                 tx_packets: delta(tx1, b.1),
+                looked_at: None,
+                queued: None,
             }
         })
         .collect();
@@ -250,7 +289,8 @@ pub(super) fn assemble(
     let dev_tx_packets = sum(|p| p.tx_packets);
     let dev_rx_packets = sum(|p| p.rx_packets);
     let names: Vec<&str> = job.ports.iter().map(|p| p.0.as_str()).collect();
-    let (device_refused, problems) = judge(&names.join("+"), total.forwarded, dev_tx_packets);
+    let queued = total.forwarded + total.flood_copies;
+    let (device_refused, problems) = judge(&names.join("+"), queued, dev_tx_packets);
     ForwardReport {
         mode: job.cfg.mode,
         backend: job.backend.clone(),
@@ -261,6 +301,7 @@ pub(super) fn assemble(
         forwarded_pps: (total.forwarded as f64 / elapsed_s.max(1e-9)).round(),
         ports,
         routes: job.routes.clone(),
+        bridge: None,
         dev_rx_packets,
         dev_tx_packets,
         device_refused,
