@@ -6,9 +6,11 @@
 //! interface. Rows:
 //!   drop ceiling    an XDP_DROP program on the DUT's receiving end: what any DUT is offered;
 //!   kernel          the DUT kernel's own IPv4 forwarding (its FIB with the same routes);
-//!   af-packet       flowlane's router, one worker pinned to CPU 1.
+//!   af-xdp          flowlane's router over AF_XDP (one UMEM across both ports), one worker
+//!                   pinned to CPU 1;
+//!   af-packet       the same over AF_PACKET rings.
 //! Then the bridge, in a switched line lab (one subnet across the DUT): the drop ceiling, the
-//! kernel's bridge, and `flowlane forward --mode bridge` (AF_PACKET, CPU 1). The sink's MAC is
+//! kernel's bridge, and `flowlane forward --mode bridge` (AF_XDP, then AF_PACKET; CPU 1). The sink's MAC is
 //! never learnt there (its end drops everything, so it never answers): every frame is
 //! flooded — to one port, with two.
 //! On veth the DUT's receive path (NAPI, so the kernel's forwarding) runs on the sender's CPU
@@ -113,30 +115,11 @@ fn main() {
         );
         got
     };
-    let backend = "af-packet";
-    let mut fwd = dut.command(BIN);
-    fwd.args([
-        "forward",
-        "--mode",
-        "route",
-        "--dev",
-        setup::DUT_IF,
-        "--dev",
-        setup::DUT_OUT_IF,
-    ])
-    .args(["--backend", backend, "--cpus", "1"]);
-    let ((offered, got), f) = with_forwarder(fwd, || blast(&sink, setup::SINK_IF));
-    println!(
-        "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, ring drops {}, routes {})",
-        backend,
-        offered,
-        got,
-        got / ceiling.max(1.0),
-        got / kernel.max(1.0),
-        f["total"]["forwarded"],
-        f["total"]["ring_drops"],
-        f["routes"]["routes_v4"]
-    );
+    for backend in ["af-xdp", "af-packet"] {
+        forwarder_row(&dut, "route", backend, ceiling, kernel, &|| {
+            blast(&sink, setup::SINK_IF)
+        });
+    }
     drop(_down);
     bridge(secs);
 }
@@ -192,21 +175,38 @@ fn bridge(secs: f64) {
         );
         got
     };
+    for backend in ["af-xdp", "af-packet"] {
+        forwarder_row(&dut, "bridge", backend, ceiling, kernel, &|| {
+            blast(&sink, setup::SINK_IF)
+        });
+    }
+}
+
+/// One row: `flowlane forward --mode MODE` with `backend` on CPU 1 in `dut` while `measure`
+/// runs; its rate against the ceiling and the kernel's.
+fn forwarder_row(
+    dut: &Netns,
+    mode: &str,
+    backend: &str,
+    ceiling: f64,
+    kernel: f64,
+    measure: &dyn Fn() -> (f64, f64),
+) {
     let mut fwd = dut.command(BIN);
     fwd.args([
         "forward",
         "--mode",
-        "bridge",
+        mode,
         "--dev",
         setup::DUT_IF,
         "--dev",
         setup::DUT_OUT_IF,
     ])
-    .args(["--backend", "af-packet", "--cpus", "1"]);
-    let ((offered, got), f) = with_forwarder(fwd, || blast(&sink, setup::SINK_IF));
+    .args(["--backend", backend, "--cpus", "1"]);
+    let ((offered, got), f) = with_forwarder(fwd, measure);
     println!(
         "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, flooded {}, ring drops {})",
-        "af-packet",
+        backend,
         offered,
         got,
         got / ceiling.max(1.0),

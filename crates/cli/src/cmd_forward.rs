@@ -41,16 +41,21 @@ use crate::{CmdResult, Failure};
 /// MAC comes from the kernel's neighbour table (read again each second) or a next-hops file,
 /// the TTL / hop limit is decremented with an incremental checksum update, and the frame
 /// leaves by the route's interface. Frames for this host (multicast, broadcast, its own
-/// addresses) are left to the kernel. Routing runs on AF_PACKET for now (one worker per CPU,
-/// a receive and a transmit ring on every port): turn the kernel's own forwarding off
-/// (sysctl net.ipv4.ip_forward=0), or every frame is forwarded twice.
+/// addresses) are left to the kernel. Route and bridge run on AF_XDP (one worker per receive
+/// queue, with a socket on every port over one UMEM: a frame received on one port leaves by
+/// another from where it lies, never copied; for the router, an XDP program hands only
+/// unicast IP to the sockets and passes the rest — ARP, neighbour discovery — to the kernel,
+/// counted) or on AF_PACKET (one worker per CPU, a receive and a transmit ring on every port;
+/// the kernel gets a copy of every frame: turn its own forwarding off, sysctl
+/// net.ipv4.ip_forward=0, or every frame is forwarded twice).
 ///
 /// `--mode bridge` is a learning bridge between its interfaces (--dev, twice or more): the
 /// source MAC of every frame is learnt into one table all workers share (entries unseen for
 /// --ageing seconds are forgotten); a frame to a known MAC leaves by that port, one to the
 /// port it came in by is filtered, and broadcast, multicast and unknown unicast are flooded
-/// out of every other port. Ports are put in promiscuous mode while it runs. Give the ports
-/// no addresses (the kernel receives a copy of every frame with AF_PACKET).
+/// out of every other port (with AF_XDP, the copies go into free frames of the shared UMEM).
+/// With AF_PACKET, ports are put in promiscuous mode while it runs; give them no addresses
+/// (the kernel receives a copy of every frame).
 ///
 /// Every frame the forwarder looked at is counted as forwarded, left to the host, or dropped
 /// by reason (not IP, malformed, truncated, transmit ring full; route: no route, no
@@ -61,7 +66,7 @@ use crate::{CmdResult, Failure};
 ///   flowlane forward --mode reflect --dev veth1 --swap ip,ports
 ///   flowlane forward --mode reflect --dev veth1 --backend af-packet --cpus 0-1 --duration 10 --json
 ///   flowlane forward --mode route --dev fldut --dev fldut1 --backend af-packet
-///   flowlane forward --mode bridge --dev fldut --dev fldut1 --backend af-packet
+///   flowlane forward --mode bridge --dev fldut --dev fldut1 --backend af-xdp
 ///   flowlane forward --mode route --dev eth1 --dev eth2 --backend af-packet \
 ///       --routes table.txt --next-hops hops.txt
 #[derive(Debug, Args)]

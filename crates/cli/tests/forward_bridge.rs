@@ -42,25 +42,25 @@ fn the_bridge_learns_floods_filters_ages_and_adds_up() {
     let Some(lab) = Line::up("b", &["--segment", "switched"]) else {
         return;
     };
-    quiet(&lab);
+    for backend in ["af-packet", "af-xdp"] {
+        bridge_run(&lab, backend);
+    }
+}
+
+/// One bridge run with `backend`.
+fn bridge_run(lab: &Line, backend: &str) {
+    quiet(lab);
     let mut cmd = lab.dut.command(BIN);
     cmd.args([
         "forward", "--mode", "bridge", "--dev", "fldut", "--dev", "fldut1",
     ])
-    .args([
-        "--backend",
-        "af-packet",
-        "--ageing",
-        "3",
-        "--interval",
-        "0.5",
-    ]);
+    .args(["--backend", backend, "--ageing", "3", "--interval", "0.5"]);
     let fwd = Forwarder::start(cmd);
     // Unicast to the sink, four flows: the sink's MAC is learnt from its first answer (an ICMP
     // port unreachable); until then those frames are flooded.
-    let sink = sink_start(&lab, 20_000);
+    let sink = sink_start(lab, 20_000);
     let unicast = blast(
-        &lab,
+        lab,
         &[
             "--count",
             "20000",
@@ -77,12 +77,12 @@ fn the_bridge_learns_floods_filters_ages_and_adds_up() {
     // its interface) still gets them.
     let mut flooded = 0;
     for mac in ["ff:ff:ff:ff:ff:ff", "02:00:00:00:99:99"] {
-        let sink = sink_start(&lab, 500);
-        flooded += blast(&lab, &["--count", "500", "--dst-mac", mac]);
+        let sink = sink_start(lab, 500);
+        flooded += blast(lab, &["--count", "500", "--dst-mac", mac]);
         sink_check(sink, 500);
     }
     // To the generator's own MAC, learnt on the port these frames come in by: filtered.
-    let filtered = blast(&lab, &["--count", "300", "--dst-mac", GEN_MAC]);
+    let filtered = blast(lab, &["--count", "300", "--dst-mac", GEN_MAC]);
     // Then silence longer than the ageing time: both stations are forgotten.
     std::thread::sleep(std::time::Duration::from_secs(5));
     let (code, r) = fwd.finish();

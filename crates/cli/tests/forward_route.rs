@@ -224,12 +224,19 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
         .args(["link", "set", "fldut1", "mtu", "1280"])
         .output()
         .expect("ip"));
-    quiet(&lab);
+    for backend in ["af-packet", "af-xdp"] {
+        routed_run(&lab, backend);
+    }
+}
+
+/// One router run with `backend`: traffic routed, and dropped for every reason.
+fn routed_run(lab: &Line, backend: &str) {
+    quiet(lab);
     let mut cmd = lab.dut.command(BIN);
     cmd.args([
         "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
     ])
-    .args(["--backend", "af-packet"]);
+    .args(["--backend", backend]);
     let fwd = Forwarder::start(cmd);
     let (host0, sink0) = (sent_by_host(&lab.dut), sent_by_host(&lab.sink));
     let sent = |j: &Value| j["tx_packets"].as_u64().expect("tx_packets");
@@ -240,10 +247,10 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
         ("198.18.1.2:9000", 20_000),
         ("[2001:2:0:1::2]:9000", 10_000),
     ] {
-        let sink = sink_start(&lab, count);
+        let sink = sink_start(lab, count);
         let c = count.to_string();
         let b = blast(
-            &lab,
+            lab,
             &[
                 "--to",
                 to,
@@ -262,13 +269,10 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
         good += count;
     }
     // Dropped, each for its reason.
-    let no_route = sent(&blast(
-        &lab,
-        &["--to", "198.19.9.9:9000", "--count", "1000"],
-    ));
-    let no_neigh = sent(&blast(&lab, &["--to", "198.19.7.7:9000", "--count", "500"]));
+    let no_route = sent(&blast(lab, &["--to", "198.19.9.9:9000", "--count", "1000"]));
+    let no_neigh = sent(&blast(lab, &["--to", "198.19.7.7:9000", "--count", "500"]));
     let too_big = sent(&blast(
-        &lab,
+        lab,
         &[
             "--to",
             "198.18.1.2:9000",
@@ -278,7 +282,7 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
             "1400",
         ],
     )) + sent(&blast(
-        &lab,
+        lab,
         &[
             "--to",
             "[2001:2:0:1::2]:9000",
@@ -289,10 +293,10 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
         ],
     ));
     let ttl = sent(&blast(
-        &lab,
+        lab,
         &["--to", "198.18.1.2:9000", "--count", "200", "--ttl", "1"],
     )) + sent(&blast(
-        &lab,
+        lab,
         &[
             "--to",
             "[2001:2:0:1::2]:9000",
@@ -303,7 +307,7 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
         ],
     ));
     // The last ICMP errors the sink's kernel answers with have come back through.
-    quiet(&lab);
+    quiet(lab);
     let (code, r) = fwd.finish();
     let host = sent_by_host(&lab.dut) - host0;
     let from_sink = sent_by_host(&lab.sink) - sink0;

@@ -10,6 +10,7 @@ pub use crate::sys::packet::{
     TP_STATUS_VLAN_VALID,
 };
 pub use crate::sys::xsk::{Xsk, XskTx};
+pub use crate::sys::xsk_group::{XskAction, XskGroup, XskPolled};
 
 use crate::ebpf::{Asm, R0};
 use crate::SysError;

@@ -126,6 +126,12 @@ impl XskMap {
 
     /// Sends queue `queue`'s frames to socket `xsk`.
     pub fn set(&self, queue: u32, xsk: &crate::frame::Xsk) -> Result<(), SysError> {
+        self.set_raw(queue, xsk.raw_fd())
+    }
+
+    /// Sends queue `queue`'s frames to the AF_XDP socket `fd` (one of an
+    /// [`XskGroup`](crate::frame::XskGroup)'s).
+    pub fn set_raw(&self, queue: u32, fd: RawFd) -> Result<(), SysError> {
         const CALL: &str = "bpf(BPF_MAP_UPDATE_ELEM)";
         if queue >= self.queues {
             return Err(invalid(
@@ -133,8 +139,7 @@ impl XskMap {
                 format!("queue {queue} of a {}-queue map", self.queues),
             ));
         }
-        let fd = xsk.raw_fd().to_ne_bytes();
-        bpf::map_update(&self.fd, &queue.to_ne_bytes(), &fd, 4, 4)
+        bpf::map_update(&self.fd, &queue.to_ne_bytes(), &fd.to_ne_bytes(), 4, 4)
     }
 
     /// The descriptor programs refer to the map by.

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use flowlane_io::frame::{FrameRx, FrameTx};
+use flowlane_io::frame::{FrameRx, FrameTx, XskAction, XskGroup};
 
 use crate::forward::ForwardStats;
 use crate::ports::{PortInfo, Ports, SendError};
@@ -259,6 +259,117 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
 
     fn finish(&mut self, _st: &ForwardStats) {
         self.ports.drain();
+    }
+}
+
+/// One AF_XDP bridge worker: a socket on every port over one UMEM (its queue's); a frame
+/// leaves by its port from where it lies, flooded copies go into free frames.
+#[derive(Debug)]
+pub struct XskBridgeWorker {
+    group: XskGroup,
+    table: Arc<MacTable>,
+    counts: Arc<[PortCounters]>,
+    next: usize,
+    /// Each port's queued count at the last round.
+    queued: Vec<u64>,
+}
+
+impl XskBridgeWorker {
+    /// A worker over its group.
+    pub fn new(group: XskGroup, table: Arc<MacTable>, counts: Arc<[PortCounters]>) -> Self {
+        let queued = vec![0; group.ports()];
+        XskBridgeWorker {
+            group,
+            table,
+            counts,
+            next: 0,
+            queued,
+        }
+    }
+}
+
+impl Poll for XskBridgeWorker {
+    type Stats = ForwardStats;
+
+    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+        let ports = self.group.ports();
+        let share = (budget / ports.max(1)).max(1);
+        let (mut n, mut fwd, mut flooded, mut copies, mut filtered, mut malformed, mut full) =
+            (0, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let table = &self.table;
+        for k in 0..ports {
+            let p = (self.next + k) % ports;
+            let mut flood_now = 0u64;
+            let done = self.group.poll(p, share, |data| {
+                if data.len() < 14 {
+                    malformed += 1;
+                    return XskAction::Drop;
+                }
+                if data[6] & 1 == 0 {
+                    table.learn(&data[6..12], p as u16);
+                }
+                let known = if data[0] & 1 == 0 {
+                    table.lookup(&data[..6])
+                } else {
+                    None
+                };
+                match known {
+                    Some(q) if q as usize == p => {
+                        filtered += 1;
+                        XskAction::Drop
+                    }
+                    Some(q) => {
+                        fwd += 1;
+                        XskAction::Send(q as usize)
+                    }
+                    None => {
+                        fwd += 1;
+                        flood_now += 1;
+                        XskAction::Flood(p)
+                    }
+                }
+            });
+            // Copies that found no free frame were not sent.
+            full += done.no_frame as u64;
+            flooded += flood_now;
+            copies += (flood_now * (ports as u64 - 2)).saturating_sub(done.no_frame as u64);
+            n += done.received;
+            bump(&self.counts[p].rx, done.received as u64);
+        }
+        for (q, last) in self.queued.iter_mut().enumerate() {
+            let now = self.group.queued(q);
+            bump(&self.counts[q].tx, now - *last);
+            *last = now;
+        }
+        self.next = (self.next + 1) % ports.max(1);
+        if fwd > 0 {
+            self.group.kick().map_err(|e| e.to_string())?;
+        }
+        bump(&st.rx_packets, n as u64);
+        bump(&st.forwarded, fwd);
+        bump(&st.flooded, flooded);
+        bump(&st.flood_copies, copies);
+        bump(&st.filtered, filtered);
+        bump(&st.malformed, malformed);
+        bump(&st.tx_full, full);
+        Ok(n)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        self.group
+            .wait(timeout_ms)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn idle(&mut self, st: &ForwardStats) {
+        for p in 0..self.group.ports() {
+            bump(&st.ring_drops, self.group.take_drops(p));
+        }
+    }
+
+    fn finish(&mut self, _st: &ForwardStats) {
+        crate::route::drain_group(&mut self.group);
     }
 }
 

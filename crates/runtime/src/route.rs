@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use flowlane_io::frame::{FrameRx, FrameTx, TP_STATUS_CSUMNOTREADY};
+use flowlane_io::frame::{FrameRx, FrameTx, XskAction, XskGroup, TP_STATUS_CSUMNOTREADY};
 use flowlane_lpm::{Fib, FibReader};
 use flowlane_wire::forward::{decrement_ttl, fill_checksum, Reason, L3};
 
@@ -267,16 +267,109 @@ fn write_routed(data: &[u8], partial: bool, dst: [u8; 6], src: [u8; 6], buf: &mu
         return 0;
     };
     out.copy_from_slice(data);
-    out[..6].copy_from_slice(&dst);
-    out[6..12].copy_from_slice(&src);
-    if let Ok(l3) = L3::parse(out) {
+    rewrite(out, partial, dst, src);
+    len
+}
+
+/// Makes `frame` the routed one where it lies: the next hop's MAC, the port's own, the TTL
+/// one less (its checksum completed first where the sender left it partial).
+fn rewrite(frame: &mut [u8], partial: bool, dst: [u8; 6], src: [u8; 6]) {
+    if frame.len() < 14 {
+        return;
+    }
+    frame[..6].copy_from_slice(&dst);
+    frame[6..12].copy_from_slice(&src);
+    if let Ok(l3) = L3::parse(frame) {
         if partial {
-            let _ = fill_checksum(out, &l3);
+            let _ = fill_checksum(frame, &l3);
         }
         // Checked by the decision: the TTL is above 1.
-        let _ = decrement_ttl(out, &l3);
+        let _ = decrement_ttl(frame, &l3);
     }
-    len
+}
+
+/// One AF_XDP worker: a socket on every port over one UMEM (its queue's), frames routed where
+/// they lie and sent out of their port with no copy.
+#[derive(Debug)]
+pub struct XskRouteWorker {
+    group: XskGroup,
+    info: Vec<PortInfo>,
+    tables: Tables,
+    next: usize,
+}
+
+impl XskRouteWorker {
+    /// A worker over its group (`info[i]` = port i's facts).
+    pub fn new(group: XskGroup, info: Vec<PortInfo>, tables: Tables) -> XskRouteWorker {
+        XskRouteWorker {
+            group,
+            info,
+            tables,
+            next: 0,
+        }
+    }
+}
+
+impl Poll for XskRouteWorker {
+    type Stats = ForwardStats;
+
+    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+        let view = self.tables.view();
+        let mut t = Tally::default();
+        let ports = self.group.ports();
+        let share = (budget / ports.max(1)).max(1);
+        let mut n = 0;
+        for k in 0..ports {
+            let p = (self.next + k) % ports;
+            let info = &self.info;
+            let done = self.group.poll(p, share, |frame| {
+                match route_one(&view, frame, info[p].mac, info, &mut t) {
+                    Some((out, mac)) => {
+                        rewrite(frame, false, mac, info[out as usize].mac);
+                        XskAction::Send(out as usize)
+                    }
+                    None => XskAction::Drop,
+                }
+            });
+            t.fwd += done.queued as u64;
+            n += done.received;
+        }
+        self.next = (self.next + 1) % ports.max(1);
+        if t.fwd > 0 {
+            self.group.kick().map_err(|e| e.to_string())?;
+        }
+        t.rx = n as u64;
+        t.add_to(st);
+        Ok(n)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        self.group
+            .wait(timeout_ms)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn idle(&mut self, st: &ForwardStats) {
+        for p in 0..self.group.ports() {
+            bump(&st.ring_drops, self.group.take_drops(p));
+        }
+    }
+
+    fn finish(&mut self, _st: &ForwardStats) {
+        drain_group(&mut self.group);
+    }
+}
+
+/// Lets what a group queued leave before its sockets close (at most 2 s).
+pub(crate) fn drain_group(group: &mut XskGroup) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while group.in_flight() > 0 && std::time::Instant::now() < deadline {
+        if group.kick().is_err() {
+            break;
+        }
+        std::thread::yield_now();
+    }
 }
 
 impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {

@@ -323,7 +323,25 @@ pub use reflect::{reflect_program, reflect_stats, Reflect};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };
-pub use xsk_redirect::xsk_redirect_program;
+pub use xsk_redirect::{xsk_redirect_program, xsk_redirect_unicast_ip_program};
+
+/// Adds 1 to counter `which` of the running CPU's slot in the u64 array map `stats_fd`, `slot`
+/// counters per CPU, the CPU's at `slot * cpu` (clobbers R0–R5).
+pub(crate) fn count_per_cpu(a: &mut Asm, stats_fd: i32, slot: usize, which: usize) {
+    let skip = a.label();
+    a.call(Helper::GetSmpProcessorId)
+        .alu_imm(Alu::Mul, R0, slot as i32)
+        .alu_imm(Alu::Add, R0, which as i32)
+        .store(Size::W, R10, -4, R0)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -4)
+        .load_map_fd(R1, stats_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, skip)
+        .mov_imm(R1, 1)
+        .atomic_add(Size::Dw, R0, 0, R1)
+        .bind(skip);
+}
 
 #[cfg(test)]
 mod tests {

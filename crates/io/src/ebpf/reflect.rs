@@ -34,19 +34,7 @@ pub struct Reflect {
 
 /// Adds 1 to counter `which` of the running CPU's slot (clobbers R0–R5).
 fn count(a: &mut Asm, stats_fd: i32, which: usize) {
-    let skip = a.label();
-    a.call(Helper::GetSmpProcessorId)
-        .alu_imm(Alu::Mul, R0, reflect_stats::SLOT as i32)
-        .alu_imm(Alu::Add, R0, which as i32)
-        .store(Size::W, R10, -4, R0)
-        .mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -4)
-        .load_map_fd(R1, stats_fd)
-        .call(Helper::MapLookupElem)
-        .jump_imm(Cond::Eq, R0, 0, skip)
-        .mov_imm(R1, 1)
-        .atomic_add(Size::Dw, R0, 0, R1)
-        .bind(skip);
+    count_per_cpu(a, stats_fd, reflect_stats::SLOT, which);
 }
 
 /// Swaps the `width`-byte fields at `x` and `y` of the packet pointed to by `base` (clobbers

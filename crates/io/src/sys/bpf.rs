@@ -176,6 +176,11 @@ impl MappedArray {
         self.fd.as_raw_fd()
     }
 
+    /// How many values.
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
     /// Value `i` (0 when out of range).
     pub fn get(&self, i: usize) -> u64 {
         if i >= self.entries {

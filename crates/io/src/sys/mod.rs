@@ -13,6 +13,7 @@ pub mod netdev;
 pub mod netlink;
 pub mod packet;
 pub mod xsk;
+pub mod xsk_group;
 
 /// A failed system call.
 #[derive(Debug)]

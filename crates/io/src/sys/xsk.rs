@@ -14,17 +14,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{check, SysError};
 
-const AF_XDP: libc::c_int = 44;
-const SOL_XDP: libc::c_int = 283;
+pub(super) const AF_XDP: libc::c_int = 44;
+pub(super) const SOL_XDP: libc::c_int = 283;
 const XDP_MMAP_OFFSETS: libc::c_int = 1;
 const XDP_RX_RING: libc::c_int = 2;
 const XDP_TX_RING: libc::c_int = 3;
-const XDP_UMEM_REG: libc::c_int = 4;
+pub(super) const XDP_UMEM_REG: libc::c_int = 4;
 const XDP_UMEM_FILL_RING: libc::c_int = 5;
 const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
 const XDP_STATISTICS: libc::c_int = 7;
-const XDP_COPY: u16 = 1 << 1;
-const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
+pub(super) const XDP_COPY: u16 = 1 << 1;
+pub(super) const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_RING_NEED_WAKEUP: u32 = 1;
 const PGOFF_RX_RING: libc::off_t = 0;
 const PGOFF_TX_RING: libc::off_t = 0x8000_0000;
@@ -50,23 +50,23 @@ struct MmapOffsets {
 }
 
 #[repr(C)]
-struct UmemReg {
-    addr: u64,
-    len: u64,
-    chunk_size: u32,
-    headroom: u32,
-    flags: u32,
+pub(super) struct UmemReg {
+    pub(super) addr: u64,
+    pub(super) len: u64,
+    pub(super) chunk_size: u32,
+    pub(super) headroom: u32,
+    pub(super) flags: u32,
 }
 
 #[repr(C)]
 #[derive(Default)]
-struct XdpStatistics {
-    rx_dropped: u64,
-    rx_invalid_descs: u64,
-    tx_invalid_descs: u64,
-    rx_ring_full: u64,
-    rx_fill_ring_empty_descs: u64,
-    tx_ring_empty_descs: u64,
+pub(super) struct XdpStatistics {
+    pub(super) rx_dropped: u64,
+    pub(super) rx_invalid_descs: u64,
+    pub(super) tx_invalid_descs: u64,
+    pub(super) rx_ring_full: u64,
+    pub(super) rx_fill_ring_empty_descs: u64,
+    pub(super) tx_ring_empty_descs: u64,
 }
 
 #[repr(C)]
@@ -80,14 +80,14 @@ struct SockaddrXdp {
 
 /// One mapped ring: producer and consumer indices and `size` entries of `T`.
 #[derive(Debug)]
-struct Ring {
-    map: *mut u8,
-    len: usize,
-    producer: *const AtomicU32,
-    consumer: *const AtomicU32,
-    flags: *const AtomicU32,
-    desc: *mut u8,
-    mask: u32,
+pub(super) struct Ring {
+    pub(super) map: *mut u8,
+    pub(super) len: usize,
+    pub(super) producer: *const AtomicU32,
+    pub(super) consumer: *const AtomicU32,
+    pub(super) flags: *const AtomicU32,
+    pub(super) desc: *mut u8,
+    pub(super) mask: u32,
 }
 
 impl Ring {
@@ -134,12 +134,12 @@ impl Ring {
         }
     }
 
-    fn producer(&self) -> &AtomicU32 {
+    pub(super) fn producer(&self) -> &AtomicU32 {
         // SAFETY: points into the live mapping (see `map`).
         unsafe { &*self.producer }
     }
 
-    fn consumer(&self) -> &AtomicU32 {
+    pub(super) fn consumer(&self) -> &AtomicU32 {
         // SAFETY: as above.
         unsafe { &*self.consumer }
     }
@@ -297,13 +297,13 @@ impl XskTx {
 
 /// The UMEM: an anonymous mapping the kernel pins while a socket has it registered.
 #[derive(Debug)]
-struct Umem {
-    ptr: *mut u8,
-    len: usize,
+pub(super) struct Umem {
+    pub(super) ptr: *mut u8,
+    pub(super) len: usize,
 }
 
 impl Umem {
-    fn new(len: usize) -> Result<Umem, SysError> {
+    pub(super) fn new(len: usize) -> Result<Umem, SysError> {
         // SAFETY: an anonymous private mapping; checked against MAP_FAILED.
         let ptr = unsafe {
             libc::mmap(
@@ -376,75 +376,8 @@ impl Socket {
             flags: 0,
         };
         super::set_opt(&fd, SOL_XDP, XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")?;
-        let n = frames;
-        for (opt, call) in [
-            (XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
-            (
-                XDP_UMEM_COMPLETION_RING,
-                "setsockopt(XDP_UMEM_COMPLETION_RING)",
-            ),
-            (XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
-        ] {
-            super::set_opt(&fd, SOL_XDP, opt, &n, call)?;
-        }
-        if rx {
-            super::set_opt(&fd, SOL_XDP, XDP_RX_RING, &n, "setsockopt(XDP_RX_RING)")?;
-        }
-        let mut off = MmapOffsets::default();
-        let mut len = std::mem::size_of::<MmapOffsets>() as libc::socklen_t;
-        // SAFETY: `off` and `len` are valid for writes of the sizes given.
-        let ret = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                SOL_XDP,
-                XDP_MMAP_OFFSETS,
-                &mut off as *mut MmapOffsets as *mut libc::c_void,
-                &mut len,
-            )
-        };
-        check("getsockopt(XDP_MMAP_OFFSETS)", ret)?;
-        let tx = Ring::map(&fd, &off.tx, n, 16, PGOFF_TX_RING, "mmap(XDP TX ring)")?;
-        let cr = Ring::map(
-            &fd,
-            &off.cr,
-            n,
-            8,
-            PGOFF_COMPLETION_RING,
-            "mmap(XDP completion ring)",
-        )?;
-        let rx = if rx {
-            Some((
-                Ring::map(&fd, &off.rx, n, 16, PGOFF_RX_RING, "mmap(XDP RX ring)")?,
-                Ring::map(&fd, &off.fr, n, 8, PGOFF_FILL_RING, "mmap(XDP fill ring)")?,
-            ))
-        } else {
-            None
-        };
-        let sxdp = SockaddrXdp {
-            family: AF_XDP as u16,
-            flags: XDP_COPY | XDP_USE_NEED_WAKEUP,
-            ifindex,
-            queue_id: queue,
-            shared_umem_fd: 0,
-        };
-        // A queue released by a socket that just closed stays busy until the kernel's deferred
-        // teardown runs: retry EBUSY for up to a second.
-        let mut ret = -1;
-        for _ in 0..50 {
-            // SAFETY: `sxdp` is a valid sockaddr_xdp of the size passed.
-            ret = unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    &sxdp as *const SockaddrXdp as *const libc::sockaddr,
-                    std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
-                )
-            };
-            if ret == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EBUSY) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        check("bind(AF_XDP)", ret)?;
+        let flags = XDP_COPY | XDP_USE_NEED_WAKEUP;
+        let (tx, cr, rx) = rings_and_bind(&fd, ifindex, queue, frames, rx, flags, 0)?;
         Ok(Socket {
             tx,
             cr,
@@ -456,8 +389,92 @@ impl Socket {
     }
 }
 
+/// Sizes and maps a socket's rings — TX, completion and, with `rx`, RX and fill, `n` entries
+/// each — and binds it to `ifindex` queue `queue` with `flags` (sharing `shared_fd`'s UMEM
+/// when `flags` says `XDP_SHARED_UMEM`).
+#[allow(clippy::type_complexity)]
+pub(super) fn rings_and_bind(
+    fd: &OwnedFd,
+    ifindex: u32,
+    queue: u32,
+    n: u32,
+    rx: bool,
+    flags: u16,
+    shared_fd: u32,
+) -> Result<(Ring, Ring, Option<(Ring, Ring)>), SysError> {
+    for (opt, call) in [
+        (XDP_UMEM_FILL_RING, "setsockopt(XDP_UMEM_FILL_RING)"),
+        (
+            XDP_UMEM_COMPLETION_RING,
+            "setsockopt(XDP_UMEM_COMPLETION_RING)",
+        ),
+        (XDP_TX_RING, "setsockopt(XDP_TX_RING)"),
+    ] {
+        super::set_opt(fd, SOL_XDP, opt, &n, call)?;
+    }
+    if rx {
+        super::set_opt(fd, SOL_XDP, XDP_RX_RING, &n, "setsockopt(XDP_RX_RING)")?;
+    }
+    let mut off = MmapOffsets::default();
+    let mut len = std::mem::size_of::<MmapOffsets>() as libc::socklen_t;
+    // SAFETY: `off` and `len` are valid for writes of the sizes given.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            SOL_XDP,
+            XDP_MMAP_OFFSETS,
+            &mut off as *mut MmapOffsets as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    check("getsockopt(XDP_MMAP_OFFSETS)", ret)?;
+    let tx = Ring::map(fd, &off.tx, n, 16, PGOFF_TX_RING, "mmap(XDP TX ring)")?;
+    let cr = Ring::map(
+        fd,
+        &off.cr,
+        n,
+        8,
+        PGOFF_COMPLETION_RING,
+        "mmap(XDP completion ring)",
+    )?;
+    let rx = if rx {
+        Some((
+            Ring::map(fd, &off.rx, n, 16, PGOFF_RX_RING, "mmap(XDP RX ring)")?,
+            Ring::map(fd, &off.fr, n, 8, PGOFF_FILL_RING, "mmap(XDP fill ring)")?,
+        ))
+    } else {
+        None
+    };
+    let sxdp = SockaddrXdp {
+        family: AF_XDP as u16,
+        flags,
+        ifindex,
+        queue_id: queue,
+        shared_umem_fd: shared_fd,
+    };
+    // A queue released by a socket that just closed stays busy until the kernel's deferred
+    // teardown runs: retry EBUSY for up to a second.
+    let mut ret = -1;
+    for _ in 0..50 {
+        // SAFETY: `sxdp` is a valid sockaddr_xdp of the size passed.
+        ret = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sxdp as *const SockaddrXdp as *const libc::sockaddr,
+                std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
+            )
+        };
+        if ret == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EBUSY) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    check("bind(AF_XDP)", ret)?;
+    Ok((tx, cr, rx))
+}
+
 /// The socket's XDP_STATISTICS (zeros where the call fails).
-fn statistics(fd: &OwnedFd) -> XdpStatistics {
+pub(super) fn statistics(fd: &OwnedFd) -> XdpStatistics {
     let mut s = XdpStatistics::default();
     let mut len = std::mem::size_of::<XdpStatistics>() as libc::socklen_t;
     // SAFETY: `s` and `len` are valid for writes of the sizes given.
@@ -479,7 +496,7 @@ fn statistics(fd: &OwnedFd) -> XdpStatistics {
 
 /// Wakes the kernel to transmit when the TX ring asks for it (need_wakeup). EAGAIN, EBUSY,
 /// ENOBUFS and EINTR mean "more later" and are not errors.
-fn kick_tx(fd: &OwnedFd, tx: &Ring) -> Result<(), SysError> {
+pub(super) fn kick_tx(fd: &OwnedFd, tx: &Ring) -> Result<(), SysError> {
     if tx.flags().load(Ordering::Acquire) & XDP_RING_NEED_WAKEUP == 0 {
         return Ok(());
     }

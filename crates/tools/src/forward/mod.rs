@@ -133,11 +133,11 @@ pub fn run(
         )));
     }
     if matches!(cfg.mode, ForwardMode::Route | ForwardMode::Bridge)
-        && cfg.backend != Backend::AfPacket
+        && !matches!(cfg.backend, Backend::AfPacket | Backend::AfXdp)
     {
         return Err(ToolError::usage(
-            "route and bridge run on AF_PACKET rings for now (--backend af-packet); AF_XDP and \
-             native XDP are not built for them yet",
+            "route and bridge run on AF_XDP sockets or AF_PACKET rings (--backend af-xdp or \
+             af-packet); native XDP is not built for them yet",
         ));
     }
     if cfg.mode == ForwardMode::Bridge && cfg.devs.len() < 2 {

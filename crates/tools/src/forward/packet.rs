@@ -5,15 +5,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
-use flowlane_runtime::bridge::{BridgeWorker, MacTable, PortCounters};
+use flowlane_runtime::bridge::{BridgeWorker, MacTable, PortCounters, XskBridgeWorker};
 use flowlane_runtime::forward::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
-use flowlane_runtime::route::{PortInfo, RouteWorker};
+use flowlane_runtime::route::{PortInfo, RouteWorker, XskRouteWorker};
 use flowlane_runtime::Poll;
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
 use super::report::{BridgeSummary, CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
 use super::routes::{self, LiveTables, NextHopFile, RouteSource};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job};
+use crate::backend::Backend;
 use crate::ToolError;
 
 fn counts(s: &ForwardSnapshot) -> ForwardCounts {
@@ -174,11 +175,18 @@ pub(super) fn run_route(
     job.routes = Some(loaded.summary.clone());
     let mut live = LiveTables::new(loaded, monitor);
     let tables = live.tables();
-    let cpus = worker_cpus(&job)?;
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
-    let rt = start_ports(&job, &cpus, stop, false, move |rings| {
-        RouteWorker::new(rings, tables.clone())
-    })?;
+    let (rt, attached, cpus) = if job.cfg.backend == Backend::AfXdp {
+        start_xsk_groups(&job, stop, move |group, info| {
+            XskRouteWorker::new(group, info, tables.clone())
+        })?
+    } else {
+        let cpus = worker_cpus(&job)?;
+        let rt = start_ports(&job, &cpus, stop, false, move |rings| {
+            RouteWorker::new(rings, tables.clone())
+        })?;
+        (rt, Attached::default(), cpus)
+    };
     let mut upkeep_error = None;
     let mut upkeep = |_: &ForwardTick| {
         if let Err(e) = live.upkeep() {
@@ -187,6 +195,11 @@ pub(super) fn run_route(
     };
     let mut r = session(&job, rt, &cpus, &before, stop, &mut upkeep, on_event)?;
     r.routes = Some(live.summary());
+    // AF_XDP: what the program left to the kernel (ARP, neighbour discovery, multicast) was
+    // looked at there, never by a worker.
+    let passed = attached.passed();
+    r.total.rx_packets += passed;
+    r.total.to_host += passed;
     if let Some(e) = upkeep_error {
         r.problems
             .push(format!("the tables could not be kept up to date: {e}"));
@@ -251,6 +264,142 @@ fn start_ports<W: Poll<Stats = ForwardStats>>(
     .map_err(start_error)
 }
 
+/// Per port, an XSKMAP of one entry per queue and the program redirecting each queue's frames
+/// to its entry's socket; attached (native mode) once every socket is in its map.
+struct Redirects {
+    maps: Vec<Arc<bpf::XskMap>>,
+    progs: Vec<std::os::fd::OwnedFd>,
+    /// Route: frames the programs passed to the kernel, per CPU.
+    passed: Option<bpf::MappedArray>,
+}
+
+/// The redirect programs: for a router, unicast IP only (the rest, passed to the kernel, is
+/// counted); for a bridge, everything.
+fn redirects(job: &Job<'_>, queues: u32) -> Result<Redirects, ToolError> {
+    let bpf_err = |what: &str, e: String| ToolError::runtime(format!("{what}: {e}"));
+    let passed = match job.cfg.mode {
+        super::ForwardMode::Route => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+            Some(
+                bpf::MappedArray::new("fl_passed", cpus.max(64))
+                    .map_err(|e| bpf_err("cannot make the counter map", e.to_string()))?,
+            )
+        }
+        _ => None,
+    };
+    let mut r = Redirects {
+        maps: Vec::new(),
+        progs: Vec::new(),
+        passed,
+    };
+    for _ in &job.ports {
+        let map = bpf::XskMap::create("fl_xsks", queues)
+            .map_err(|e| bpf_err("cannot make the XSKMAP", e.to_string()))?;
+        let insns = match &r.passed {
+            Some(p) => ebpf::xsk_redirect_unicast_ip_program(map.raw_fd(), p.fd()),
+            None => ebpf::xsk_redirect_program(map.raw_fd()),
+        }
+        .map_err(|e| ToolError::runtime(format!("the redirect does not assemble: {e:?}")))?;
+        let prog = bpf::prog_load(bpf::PROG_XDP, "fl_xsk_redir", &insns)
+            .map_err(|e| bpf_err("the kernel refused the redirect program", e.to_string()))?;
+        r.maps.push(Arc::new(map));
+        r.progs.push(prog);
+    }
+    Ok(r)
+}
+
+impl Redirects {
+    /// Attaches each port's program in native mode; the links detach when dropped.
+    fn attach(&self, job: &Job<'_>) -> Result<Vec<std::os::fd::OwnedFd>, ToolError> {
+        job.ports
+            .iter()
+            .zip(&self.progs)
+            .map(|((dev, ifindex), prog)| {
+                bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
+                    ToolError::runtime(format!(
+                        "cannot attach the redirect program to {dev} in native mode: {e}"
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+/// The receive queues every port has (the fewest of them).
+fn common_queues(job: &Job<'_>) -> u32 {
+    job.ports
+        .iter()
+        .filter_map(|(dev, _)| flowlane_io::frame::Capabilities::probe(dev).ok()?.queues)
+        .map(|q| q.0)
+        .min()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Starts one AF_XDP worker per receive queue (on the configured CPUs in turn), each with a
+/// socket on every port over one UMEM, handed to `make`; then attaches the redirects. The
+/// runtime, the links (keep them while it runs) and each worker's CPU.
+#[allow(clippy::type_complexity)]
+fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
+    job: &Job<'_>,
+    stop: &Arc<AtomicBool>,
+    make: impl Fn(frame::XskGroup, Vec<PortInfo>) -> W + Send + Sync + 'static,
+) -> Result<(Runtime<ForwardStats>, Attached, Vec<usize>), ToolError> {
+    let cpus = worker_cpus(job)?;
+    let queues = common_queues(job);
+    let red = redirects(job, queues)?;
+    let infos: Vec<PortInfo> = port_infos(job)?.into_iter().map(|p| p.1).collect();
+    let ifindexes: Vec<u32> = job.ports.iter().map(|p| p.1).collect();
+    let worker_cpus: Vec<usize> = (0..queues as usize).map(|q| cpus[q % cpus.len()]).collect();
+    let maps = red.maps.clone();
+    let rt = Runtime::start(
+        &Config {
+            cpus: worker_cpus.clone(),
+            budget: 256,
+            wait_ms: 50,
+        },
+        stop.clone(),
+        move |idx, _| {
+            let q = idx as u32;
+            let at: Vec<(u32, u32)> = ifindexes.iter().map(|&i| (i, q)).collect();
+            // Frames for every port's share: 4096 per port.
+            let group = frame::XskGroup::open(&at, 4096 * at.len() as u32, 2048)?;
+            for (i, map) in maps.iter().enumerate() {
+                if let Some(fd) = group.raw_fd(i) {
+                    map.set_raw(q, fd)?;
+                }
+            }
+            Ok::<_, SysError>(make(group, infos.clone()))
+        },
+    )
+    .map_err(start_error)?;
+    let links = red.attach(job)?;
+    Ok((
+        rt,
+        Attached {
+            _links: links,
+            passed: red.passed,
+        },
+        worker_cpus,
+    ))
+}
+
+/// The redirect programs while attached, and what they passed to the kernel.
+#[derive(Default)]
+struct Attached {
+    _links: Vec<std::os::fd::OwnedFd>,
+    passed: Option<bpf::MappedArray>,
+}
+
+impl Attached {
+    /// Frames the programs passed to the kernel.
+    fn passed(&self) -> u64 {
+        self.passed
+            .as_ref()
+            .map_or(0, |m| (0..m.entries()).map(|i| m.get(i)).sum())
+    }
+}
+
 /// Bridge over AF_PACKET: one worker per CPU over every port (promiscuous), one MAC table
 /// shared by all, aged each interval.
 pub(super) fn run_bridge(
@@ -261,12 +410,19 @@ pub(super) fn run_bridge(
     let ageing = job.cfg.ageing_s.unwrap_or(300);
     let table = Arc::new(MacTable::new(64 * 1024));
     let counts: Arc<[PortCounters]> = job.ports.iter().map(|_| PortCounters::default()).collect();
-    let cpus = worker_cpus(&job)?;
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
     let (t2, c2) = (table.clone(), counts.clone());
-    let rt = start_ports(&job, &cpus, stop, true, move |rings| {
-        BridgeWorker::new(rings, t2.clone(), c2.clone())
-    })?;
+    let (rt, _attached, cpus) = if job.cfg.backend == Backend::AfXdp {
+        start_xsk_groups(&job, stop, move |group, _| {
+            XskBridgeWorker::new(group, t2.clone(), c2.clone())
+        })?
+    } else {
+        let cpus = worker_cpus(&job)?;
+        let rt = start_ports(&job, &cpus, stop, true, move |rings| {
+            BridgeWorker::new(rings, t2.clone(), c2.clone())
+        })?;
+        (rt, Attached::default(), cpus)
+    };
     let start = std::time::Instant::now();
     let mut aged = 0;
     let mut upkeep = |_: &ForwardTick| {
