@@ -8,9 +8,12 @@
 //!   kernel          the DUT kernel's own IPv4 forwarding (its FIB with the same routes);
 //!   af-xdp          flowlane's router over AF_XDP (one UMEM across both ports), one worker
 //!                   pinned to CPU 1;
-//!   af-packet       the same over AF_PACKET rings.
+//!   af-packet       the same over AF_PACKET rings;
+//!   testpmd …       DPDK's testpmd (dpdk-dev) forwarding with MAC rewrite (`mac`) over its
+//!                   AF_XDP and AF_PACKET PMDs, forwarding core on CPU 1.
 //! Then the bridge, in a switched line lab (one subnet across the DUT): the drop ceiling, the
-//! kernel's bridge, and `flowlane forward --mode bridge` (AF_XDP, then AF_PACKET; CPU 1). The sink's MAC is
+//! kernel's bridge, `flowlane forward --mode bridge` (AF_XDP, then AF_PACKET; CPU 1) and
+//! testpmd's `io` forwarding (AF_XDP, AF_PACKET). The sink's MAC is
 //! never learnt there (its end drops everything, so it never answers): every frame is
 //! flooded — to one port, with two.
 //! On veth the DUT's receive path (NAPI, so the kernel's forwarding) runs on the sender's CPU
@@ -120,6 +123,11 @@ fn main() {
             blast(&sink, setup::SINK_IF)
         });
     }
+    // testpmd's MAC forwarding (the peers' MACs written in, no lookup, no TTL).
+    let peers = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
+    testpmd_rows(&dut, "mac", &peers, ceiling, kernel, &|| {
+        blast(&sink, setup::SINK_IF)
+    });
     drop(_down);
     bridge(secs);
 }
@@ -179,6 +187,34 @@ fn bridge(secs: f64) {
         forwarder_row(&dut, "bridge", backend, ceiling, kernel, &|| {
             blast(&sink, setup::SINK_IF)
         });
+    }
+    testpmd_rows(&dut, "io", &[], ceiling, kernel, &|| {
+        blast(&sink, setup::SINK_IF)
+    });
+}
+
+/// testpmd in `mode` over AF_XDP, then AF_PACKET, between the DUT's two ports (forwarding
+/// lcore on CPU 1, as ours).
+fn testpmd_rows(
+    dut: &Netns,
+    mode: &str,
+    peers: &[&str],
+    ceiling: f64,
+    kernel: f64,
+    measure: &dyn Fn() -> (f64, f64),
+) {
+    for pmd in ["af_xdp", "af_packet"] {
+        let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
+        if let Some((offered, got)) = common::with_testpmd(dut, &ports, pmd, mode, peers, measure) {
+            println!(
+                "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (testpmd {mode} over {pmd})",
+                format!("testpmd {}", pmd.replace('_', "-")),
+                offered,
+                got,
+                got / ceiling.max(1.0),
+                got / kernel.max(1.0)
+            );
+        }
     }
 }
 

@@ -84,3 +84,89 @@ pub fn with_forwarder<T>(mut cmd: Command, measure: impl FnOnce() -> T) -> (T, s
     let f: serde_json::Value = serde_json::from_slice(&out.stdout).expect("forward JSON");
     (t, f)
 }
+
+/// DPDK's testpmd forwarding between `ports` of `ns` on CPU 1 (its main lcore on CPU 0) in
+/// `mode` (`io`, `mac` with the peers' MACs, …) over `pmd` (`af_xdp` or `af_packet`), while
+/// `measure` runs; `None` (and a hint) where testpmd is not installed.
+pub fn with_testpmd<T>(
+    ns: &Netns,
+    ports: &[&str],
+    pmd: &str,
+    mode: &str,
+    peers: &[&str],
+    measure: impl FnOnce() -> T,
+) -> Option<T> {
+    if !flowlane_lab::have_program("dpdk-testpmd") {
+        eprintln!(
+            "(no testpmd row: {})",
+            flowlane_lab::missing_hint("dpdk-testpmd")
+                .replace("install dpdk-testpmd", "install dpdk-dev")
+        );
+        return None;
+    }
+    let mut cmd = ns.command("dpdk-testpmd");
+    cmd.args([
+        "-l",
+        "0,1",
+        "--no-pci",
+        "--no-huge",
+        "-m",
+        "1024",
+        "--file-prefix",
+    ])
+    .arg(format!("flb{}", std::process::id()));
+    for (i, p) in ports.iter().enumerate() {
+        let vdev = match pmd {
+            "af_packet" => format!(
+                "net_af_packet{i},iface={p},blocksz=4096,framesz=2048,framecnt=4096,qpairs=1"
+            ),
+            _ => format!("net_af_xdp{i},iface={p}"),
+        };
+        cmd.args(["--vdev", &vdev]);
+    }
+    cmd.args([
+        "--",
+        "--auto-start",
+        "--nb-cores",
+        "1",
+        "--stats-period",
+        "1",
+    ])
+    .arg(format!("--forward-mode={mode}"));
+    for (i, m) in peers.iter().enumerate() {
+        cmd.arg(format!("--eth-peer={i},{m}"));
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("testpmd runs");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let mut ready = false;
+    for _ in 0..500 {
+        line.clear();
+        if out.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if line.contains("packets/burst") {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "testpmd did not start forwarding");
+    // Keep its output flowing while it runs.
+    let drain = std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    let t = measure();
+    flowlane_io::os::signal_process(child.id(), flowlane_io::os::Signal::Interrupt)
+        .expect("SIGINT");
+    let _ = child.wait();
+    let _ = drain.join();
+    Some(t)
+}

@@ -23,6 +23,8 @@ pub(super) const XDP_UMEM_REG: libc::c_int = 4;
 const XDP_UMEM_FILL_RING: libc::c_int = 5;
 const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
 const XDP_STATISTICS: libc::c_int = 7;
+/// Linux 6.17+: descriptors one send call takes in copy mode (default 32).
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 pub(super) const XDP_COPY: u16 = 1 << 1;
 pub(super) const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_RING_NEED_WAKEUP: u32 = 1;
@@ -470,6 +472,16 @@ pub(super) fn rings_and_bind(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     check("bind(AF_XDP)", ret)?;
+    // In copy mode one wakeup sends 32 frames unless told more: the whole ring per call where
+    // the kernel takes the option (a socket that shares a UMEM in zero-copy mode ignores it;
+    // older kernels refuse it, and keep 32).
+    let _ = super::set_opt(
+        fd,
+        SOL_XDP,
+        XDP_MAX_TX_SKB_BUDGET,
+        &n,
+        "setsockopt(XDP_MAX_TX_SKB_BUDGET)",
+    );
     Ok((tx, cr, rx))
 }
 
