@@ -11,11 +11,13 @@
 //!   af-packet       the same over AF_PACKET rings;
 //!   testpmd …       DPDK's testpmd (dpdk-dev) forwarding with MAC rewrite (`mac`) over its
 //!                   AF_XDP and AF_PACKET PMDs, forwarding core on CPU 1.
+//!
 //! Then the bridge, in a switched line lab (one subnet across the DUT): the drop ceiling, the
-//! kernel's bridge, `flowlane forward --mode bridge` (AF_XDP, then AF_PACKET; CPU 1) and
-//! testpmd's `io` forwarding (AF_XDP, AF_PACKET). The sink's MAC is
-//! never learnt there (its end drops everything, so it never answers): every frame is
-//! flooded — to one port, with two.
+//! kernel's bridge, a one-line XDP program redirecting every frame to the other port (the
+//! redirect ceiling), `flowlane forward --mode bridge` (native XDP; AF_XDP and AF_PACKET on
+//! CPU 1) and testpmd's `io` forwarding (AF_XDP, AF_PACKET). Before each row the sink sends three
+//! datagrams to the generator, so learning bridges know where it is.
+//!
 //! On veth the DUT's receive path (NAPI, so the kernel's forwarding) runs on the sender's CPU
 //! (0), the user-space worker on CPU 1.
 //!
@@ -147,7 +149,25 @@ fn bridge(secs: f64) {
     );
     let _sink_drop = verdict(&sink, setup::SINK_IF, 1);
     let to = format!("{}:9000", setup::LAB_SINK_L2_V4);
-    let blast = |ns: &Netns, dev: &str| blast_live(&gen, setup::GEN_IF, &to, secs, ns, dev);
+    // The sink says where it is first (three datagrams to the generator through the bridge),
+    // so a learning bridge forwards to its port alone instead of flooding.
+    let announce = || {
+        let back = format!("{}:9", setup::LAB_GEN_V4);
+        let out = sink
+            .command(BIN)
+            .args(["blast", "--to", &back, "--count", "3", "--quiet"])
+            .output()
+            .expect("blast runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let blast = |ns: &Netns, dev: &str| {
+        announce();
+        blast_live(&gen, setup::GEN_IF, &to, secs, ns, dev)
+    };
     println!();
     println!("forward --mode bridge over veth: blast xdp-live on CPU 0, 60-byte frames, {secs} s per row");
     println!(
@@ -183,10 +203,32 @@ fn bridge(secs: f64) {
         );
         got
     };
-    for backend in ["af-xdp", "af-packet"] {
-        forwarder_row(&dut, "bridge", backend, ceiling, kernel, &|| {
+    // The redirect ceiling: every frame redirected to the other port by a one-line program.
+    let redirect = {
+        let _r = redirect_all(&dut, setup::DUT_IF, setup::DUT_OUT_IF);
+        let (offered, got) = blast(&sink, setup::SINK_IF);
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}",
+            "redirect ceil",
+            offered,
+            got,
+            got / ceiling.max(1.0),
+            got / kernel.max(1.0)
+        );
+        got
+    };
+    for backend in ["xdp", "af-xdp", "af-packet"] {
+        let got = forwarder_row(&dut, "bridge", backend, ceiling, kernel, &|| {
             blast(&sink, setup::SINK_IF)
         });
+        if backend == "xdp" {
+            println!(
+                "{:<14} {:>14} {:>14.3}",
+                "",
+                "/redirect ceil",
+                got / redirect.max(1.0)
+            );
+        }
     }
     testpmd_rows(&dut, "io", &[], ceiling, kernel, &|| {
         blast(&sink, setup::SINK_IF)
@@ -218,6 +260,34 @@ fn testpmd_rows(
     }
 }
 
+/// A program on `from` redirecting every frame to `to` (a device map), attached while the
+/// returned link lives: the most an XDP-native forwarder between the two can carry.
+fn redirect_all(ns: &Netns, from: &str, to: &str) -> std::os::fd::OwnedFd {
+    use flowlane_io::ebpf::{Asm, Helper, R1, R2, R3};
+    let (from, to) = (from.to_string(), to.to_string());
+    ns.run(move || {
+        let to = flowlane_io::netdev::ifindex(&to).expect("ifindex");
+        let maps = flowlane_io::bpf::BridgeMaps::create(1).expect("maps");
+        maps.add_port(to).expect("port");
+        let mut a = Asm::new();
+        a.load_map_fd(R1, maps.fds().1)
+            .mov_imm(R2, to as i32)
+            .mov_imm(R3, 0)
+            .call(Helper::RedirectMap)
+            .exit();
+        let prog = flowlane_io::bpf::prog_load(
+            flowlane_io::bpf::PROG_XDP,
+            "fl_b_redirect",
+            &a.finish().expect("asm"),
+        )
+        .expect("load");
+        let ifindex = flowlane_io::netdev::ifindex(&from).expect("ifindex");
+        flowlane_io::bpf::attach_xdp(&prog, ifindex, flowlane_io::netdev::XDP_FLAGS_DRV_MODE)
+            .expect("attach")
+    })
+    .expect("in the namespace")
+}
+
 /// One row: `flowlane forward --mode MODE` with `backend` on CPU 1 in `dut` while `measure`
 /// runs; its rate against the ceiling and the kernel's.
 fn forwarder_row(
@@ -227,7 +297,7 @@ fn forwarder_row(
     ceiling: f64,
     kernel: f64,
     measure: &dyn Fn() -> (f64, f64),
-) {
+) -> f64 {
     let mut fwd = dut.command(BIN);
     fwd.args([
         "forward",
@@ -238,7 +308,10 @@ fn forwarder_row(
         "--dev",
         setup::DUT_OUT_IF,
     ])
-    .args(["--backend", backend, "--cpus", "1"]);
+    .args(["--backend", backend]);
+    if backend != "xdp" {
+        fwd.args(["--cpus", "1"]);
+    }
     let ((offered, got), f) = with_forwarder(fwd, measure);
     println!(
         "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, flooded {}, ring drops {})",
@@ -251,4 +324,5 @@ fn forwarder_row(
         f["total"]["flooded"],
         f["total"]["ring_drops"]
     );
+    got
 }

@@ -54,6 +54,10 @@ use crate::{CmdResult, Failure};
 /// --ageing seconds are forgotten); a frame to a known MAC leaves by that port, one to the
 /// port it came in by is filtered, and broadcast, multicast and unknown unicast are flooded
 /// out of every other port (with AF_XDP, the copies go into free frames of the shared UMEM).
+/// With --backend xdp no user space is on the path: a generated program on every port learns
+/// into a BPF hash map and redirects through a device map (flooding with the kernel's
+/// broadcast redirect); the table is aged from user space. On veth, the far ends must run an
+/// XDP program to take redirected frames.
 /// With AF_PACKET, ports are put in promiscuous mode while it runs; give them no addresses
 /// (the kernel receives a copy of every frame).
 ///
@@ -136,7 +140,7 @@ enum ModeArg {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum BackendArg {
-    /// A generated XDP program in the driver (XDP_TX).
+    /// A generated XDP program in the driver (reflect: XDP_TX; bridge: redirects).
     Xdp,
     /// AF_XDP sockets, one worker per receive queue; frames turned around in the UMEM.
     AfXdp,

@@ -31,18 +31,7 @@ fn pair(tx_csum_offload: bool) -> Option<(std::sync::MutexGuard<'static, ()>, Pa
 /// An XDP program that passes every frame, on the generator's end while the returned link
 /// lives: veth then takes frames redirected or sent back by XDP on the DUT's end.
 fn xdp_pass_on_generator(p: &Pair) -> std::os::fd::OwnedFd {
-    use flowlane_io::ebpf::{Asm, R0};
-    use flowlane_io::{bpf, netdev::ifindex};
-    let gen_if = p.gen_if.clone();
-    p.gen
-        .run(move || {
-            let mut a = Asm::new();
-            a.mov_imm(R0, 2).exit(); // XDP_PASS
-            let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_pass", &a.finish().expect("asm"))
-                .expect("load");
-            bpf::attach_xdp(&prog, ifindex(&gen_if).expect("ifindex"), 0).expect("attach")
-        })
-        .expect("in the generator namespace")
+    common::xdp_pass(&p.gen, &p.gen_if)
 }
 
 /// The reflector on the DUT's end, with `args`.

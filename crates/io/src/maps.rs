@@ -148,6 +148,76 @@ impl XskMap {
     }
 }
 
+/// The XDP bridge's maps: its forwarding table (MAC → interface, last seen) and its ports
+/// (a device map keyed by ifindex).
+#[derive(Debug)]
+pub struct BridgeMaps {
+    fdb: OwnedFd,
+    ports: OwnedFd,
+}
+
+/// One learnt station.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdbEntry {
+    /// Its MAC.
+    pub mac: [u8; 6],
+    /// The interface it was last seen on.
+    pub ifindex: u32,
+    /// When, in the program's time units (CLOCK_MONOTONIC ns >> `BRIDGE_TIME_SHIFT`).
+    pub seen: u64,
+}
+
+impl BridgeMaps {
+    /// A table for up to `entries` stations and the device map.
+    pub fn create(entries: u32) -> Result<BridgeMaps, SysError> {
+        Ok(BridgeMaps {
+            fdb: bpf::create_map(bpf::MAP_HASH, 8, 16, entries.max(1), 0, "fl_br_fdb")?,
+            ports: bpf::create_map(bpf::MAP_DEVMAP_HASH, 4, 4, 64, 0, "fl_br_ports")?,
+        })
+    }
+
+    /// Makes interface `ifindex` a port (a redirect and flood target).
+    pub fn add_port(&self, ifindex: u32) -> Result<(), SysError> {
+        let k = ifindex.to_ne_bytes();
+        bpf::map_update(&self.ports, &k, &k, 4, 4)
+    }
+
+    /// The table's descriptor and the device map's, for the program.
+    pub fn fds(&self) -> (RawFd, RawFd) {
+        (self.fdb.as_raw_fd(), self.ports.as_raw_fd())
+    }
+
+    /// Every learnt station.
+    pub fn entries(&self) -> Result<Vec<FdbEntry>, SysError> {
+        let mut out = Vec::new();
+        for k in bpf::map_keys(&self.fdb, 8, 1 << 20)? {
+            if let Some(v) = bpf::map_lookup(&self.fdb, &k, 16)? {
+                let mut mac = [0u8; 6];
+                mac.copy_from_slice(&k[..6]);
+                out.push(FdbEntry {
+                    mac,
+                    ifindex: u32::from_ne_bytes([v[0], v[1], v[2], v[3]]),
+                    seen: u64::from_ne_bytes(v[8..16].try_into().unwrap_or_default()),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forgets stations last seen more than `ageing` time units before `now`; how many.
+    pub fn age(&self, now: u64, ageing: u64) -> Result<usize, SysError> {
+        let mut n = 0;
+        for e in self.entries()? {
+            if now.saturating_sub(e.seen) > ageing {
+                let mut k = [0u8; 8];
+                k[..6].copy_from_slice(&e.mac);
+                n += usize::from(bpf::map_delete(&self.fdb, &k)?);
+            }
+        }
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

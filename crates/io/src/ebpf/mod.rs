@@ -139,6 +139,8 @@ pub enum Cond {
 pub enum Helper {
     /// `void *bpf_map_lookup_elem(map, key)`
     MapLookupElem = 1,
+    /// `long bpf_map_update_elem(map, key, value, flags)`
+    MapUpdateElem = 2,
     /// `u64 bpf_ktime_get_ns(void)`: CLOCK_MONOTONIC, ns.
     KtimeGetNs = 5,
     /// `u32 bpf_get_smp_processor_id(void)`
@@ -311,12 +313,14 @@ impl Asm {
     }
 }
 
+mod bridge;
 mod live_tx;
 mod missteer;
 mod reflect;
 mod rss_steer;
 mod xsk_redirect;
 
+pub use bridge::{bridge_program, bridge_stats, XdpBridge, BRIDGE_TIME_SHIFT};
 pub use live_tx::{live_flow, live_tx_program, LiveTx};
 pub use missteer::{missteer_filter, sk_buff};
 pub use reflect::{reflect_program, reflect_stats, Reflect};

@@ -9,6 +9,8 @@ pub mod xdp_md {
     pub const DATA: i16 = 0;
     /// `data_end`: one past its end.
     pub const DATA_END: i16 = 4;
+    /// `ingress_ifindex`: the interface the frame came in by.
+    pub const INGRESS_IFINDEX: i16 = 12;
 }
 
 /// XDP verdicts.

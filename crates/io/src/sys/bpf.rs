@@ -17,6 +17,8 @@ use crate::ebpf::Insn;
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
@@ -33,8 +35,13 @@ pub const ATTACH_XDP_CPUMAP: u32 = 35;
 /// `BPF_F_TEST_XDP_LIVE_FRAMES`: frames the program redirects or transmits really leave.
 const F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 
+/// `BPF_MAP_TYPE_HASH`.
+pub const MAP_HASH: u32 = 1;
 /// `BPF_MAP_TYPE_ARRAY`.
 pub const MAP_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_DEVMAP_HASH`: redirect targets that are interfaces, keyed as the user likes
+/// (here by ifindex; Linux 5.4+).
+pub const MAP_DEVMAP_HASH: u32 = 25;
 /// `BPF_MAP_TYPE_CPUMAP`: redirect targets that are CPUs (a kernel thread per entry runs the
 /// stack for the frames redirected to it).
 pub const MAP_CPUMAP: u32 = 16;
@@ -464,6 +471,67 @@ pub fn map_update(
     // SAFETY: the pointers reference `key` and `value`, which hold the map's key and value
     // sizes (checked above) and outlive the call; the kernel only reads through them.
     unsafe { bpf_call(BPF_MAP_UPDATE_ELEM, &mut attr, "bpf(BPF_MAP_UPDATE_ELEM)") }.map(drop)
+}
+
+/// `map[key]` (`None`: no such key), its value `value_size` bytes.
+pub fn map_lookup(
+    map: &OwnedFd,
+    key: &[u8],
+    value_size: usize,
+) -> Result<Option<Vec<u8>>, SysError> {
+    let mut value = vec![0u8; value_size];
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        value: value.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: `key` holds the map's key (the caller's map, made with that key size) and
+    // `value` `value_size` bytes, the map's value size; both outlive the call.
+    match unsafe { bpf_call(BPF_MAP_LOOKUP_ELEM, &mut attr, "bpf(BPF_MAP_LOOKUP_ELEM)") } {
+        Ok(_) => Ok(Some(value)),
+        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes `map[key]`; whether it was there.
+pub fn map_delete(map: &OwnedFd, key: &[u8]) -> Result<bool, SysError> {
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: `key` holds the map's key and outlives the call; the kernel only reads it.
+    match unsafe { bpf_call(BPF_MAP_DELETE_ELEM, &mut attr, "bpf(BPF_MAP_DELETE_ELEM)") } {
+        Ok(_) => Ok(true),
+        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every key of a hash map (`key_size` bytes each), as `BPF_MAP_GET_NEXT_KEY` walks them
+/// (at most `limit`).
+pub fn map_keys(map: &OwnedFd, key_size: usize, limit: usize) -> Result<Vec<Vec<u8>>, SysError> {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    while keys.len() < limit {
+        let mut next = vec![0u8; key_size];
+        let mut attr = MapElemAttr {
+            map_fd: map.as_raw_fd() as u32,
+            // No key: the first one.
+            key: keys.last().map_or(0, |k| k.as_ptr() as u64),
+            value: next.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: the previous key (if any) and `next` hold `key_size` bytes, the map's key
+        // size, and outlive the call.
+        match unsafe { bpf_call(BPF_MAP_GET_NEXT_KEY, &mut attr, "bpf(BPF_MAP_GET_NEXT_KEY)") } {
+            Ok(_) => keys.push(next),
+            Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(keys)
 }
 
 /// The part of `union bpf_attr` used by `BPF_OBJ_PIN`.

@@ -132,12 +132,17 @@ pub fn run(
             cfg.devs.len()
         )));
     }
-    if matches!(cfg.mode, ForwardMode::Route | ForwardMode::Bridge)
-        && !matches!(cfg.backend, Backend::AfPacket | Backend::AfXdp)
+    if cfg.mode == ForwardMode::Route && !matches!(cfg.backend, Backend::AfPacket | Backend::AfXdp)
     {
         return Err(ToolError::usage(
-            "route and bridge run on AF_XDP sockets or AF_PACKET rings (--backend af-xdp or \
-             af-packet); native XDP is not built for them yet",
+            "route runs on AF_XDP sockets or AF_PACKET rings (--backend af-xdp or af-packet); \
+             native XDP routing is not built yet",
+        ));
+    }
+    if cfg.mode == ForwardMode::Bridge && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
+        return Err(ToolError::usage(
+            "the native XDP bridge runs on the CPU that received each frame: CPUs are chosen \
+             by RSS, not --cpus",
         ));
     }
     if cfg.mode == ForwardMode::Bridge && cfg.devs.len() < 2 {
@@ -212,6 +217,9 @@ pub fn run(
     };
     match cfg.mode {
         ForwardMode::Route => return packet::run_route(job, stop, on_event),
+        ForwardMode::Bridge if cfg.backend == Backend::XdpNative => {
+            return xdp::run_bridge(&job, stop, on_event)
+        }
         ForwardMode::Bridge => return packet::run_bridge(job, stop, on_event),
         ForwardMode::Reflect => {}
     }

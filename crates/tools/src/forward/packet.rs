@@ -459,6 +459,14 @@ pub(super) fn run_bridge(
     Ok(r)
 }
 
+/// `02:f1:0e:00:01:01`.
+pub(super) fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 /// Runs started workers to the end of the job and reports.
 /// `each_tick` runs on the control thread after each interval (table upkeep).
 fn session(

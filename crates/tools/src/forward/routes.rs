@@ -202,7 +202,7 @@ impl Hops {
                     port: *port,
                     mac: Some(*mac),
                 },
-                format!("to {} dev {}", fmt_mac(mac), dev(*port)),
+                format!("to {} dev {}", super::packet::fmt_mac(mac), dev(*port)),
             ),
             HopKey::Connected(port) => (
                 Hop::Connected { port: *port },
@@ -282,13 +282,6 @@ pub fn key_of(ip: IpAddr) -> u128 {
         IpAddr::V4(a) => host_key_v4(u32::from(a)),
         IpAddr::V6(a) => u128::from(a),
     }
-}
-
-fn fmt_mac(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 /// Table 254, `main`.

@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_io::bpf::{self, MappedArray};
-use flowlane_io::ebpf::{reflect_program, reflect_stats, Reflect};
+use flowlane_io::bpf::{self, BridgeMaps, MappedArray};
+use flowlane_io::ebpf::{
+    bridge_program, bridge_stats, reflect_program, reflect_stats, Reflect, XdpBridge,
+    BRIDGE_TIME_SHIFT,
+};
 use flowlane_io::netdev;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
@@ -20,6 +23,39 @@ fn possible_cpus() -> usize {
         .and_then(|s| flowlane_runtime::cpus::parse_cpu_list(s.trim()).ok())
         .and_then(|v| v.into_iter().max())
         .map_or(1024, |m| m + 1)
+}
+
+/// Says the program runs, then reports its counters (`total()`) each interval until the
+/// deadline or `stop`, running `upkeep` after each tick; when it started.
+fn tick_loop(
+    job: &Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+    total: &dyn Fn() -> ForwardCounts,
+    upkeep: &mut dyn FnMut(),
+) -> Instant {
+    on_event(ForwardEvent::Started(ForwardStart {
+        backend: job.backend.clone(),
+        routes: None,
+    }));
+    let start = Instant::now();
+    let deadline = job.duration.and_then(|d| start.checked_add(d));
+    let (mut prev, mut prev_t, mut next) = (ForwardCounts::default(), start, start + job.interval);
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        if now >= next {
+            let cur = total();
+            on_event(ForwardEvent::Tick(ForwardTick {
+                elapsed_s: now.duration_since(start).as_secs_f64(),
+                interval_s: now.duration_since(prev_t).as_secs_f64(),
+                delta: cur.since(&prev),
+            }));
+            upkeep();
+            (prev, prev_t, next) = (cur, now, next + job.interval);
+        }
+    }
+    start
 }
 
 fn read(stats: &MappedArray, cpus: usize) -> Vec<ForwardCounts> {
@@ -90,26 +126,13 @@ pub(super) fn run(
             denied(&e),
         )
     })?;
-    on_event(ForwardEvent::Started(ForwardStart {
-        backend: job.backend.clone(),
-        routes: None,
-    }));
-    let start = Instant::now();
-    let deadline = job.duration.and_then(|d| start.checked_add(d));
-    let (mut prev, mut prev_t, mut next) = (ForwardCounts::default(), start, start + job.interval);
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(10));
-        let now = Instant::now();
-        if now >= next {
-            let cur = sum(&read(&stats, cpus));
-            on_event(ForwardEvent::Tick(ForwardTick {
-                elapsed_s: now.duration_since(start).as_secs_f64(),
-                interval_s: now.duration_since(prev_t).as_secs_f64(),
-                delta: cur.since(&prev),
-            }));
-            (prev, prev_t, next) = (cur, now, next + job.interval);
-        }
-    }
+    let start = tick_loop(
+        job,
+        stop,
+        on_event,
+        &|| sum(&read(&stats, cpus)),
+        &mut || {},
+    );
     drop(link);
     let cpus = read(&stats, cpus)
         .into_iter()
@@ -124,6 +147,139 @@ pub(super) fn run(
         &[before],
         Vec::new(),
     ))
+}
+
+/// The bridge's counters per CPU.
+fn read_bridge(stats: &MappedArray, cpus: usize, ports: usize) -> Vec<ForwardCounts> {
+    (0..cpus)
+        .map(|c| {
+            let at = |i: usize| stats.get(c * bridge_stats::SLOT + i);
+            let dropped = Drops {
+                filtered: at(bridge_stats::FILTERED),
+                malformed: at(bridge_stats::MALFORMED),
+                ..Drops::default()
+            };
+            let flooded = at(bridge_stats::FLOODED);
+            let forwarded = at(bridge_stats::FORWARDED) + flooded;
+            ForwardCounts {
+                rx_packets: forwarded + dropped.total(),
+                forwarded,
+                flooded,
+                // The kernel sends a flooded frame to every port but the ingress one.
+                flood_copies: flooded * (ports.saturating_sub(2) as u64),
+                dropped,
+                ..ForwardCounts::default()
+            }
+        })
+        .collect()
+}
+
+/// The native-XDP bridge: one program on every port (BPF links, native mode), the table
+/// aged from here each interval.
+pub(super) fn run_bridge(
+    job: &Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let cpus = possible_cpus();
+    let denied =
+        |e: &flowlane_io::SysError| e.source.kind() == std::io::ErrorKind::PermissionDenied;
+    let bpf_err = |what: &str, e: &flowlane_io::SysError| {
+        let msg = format!("{what}: {e}");
+        if denied(e) {
+            ToolError::privilege(format!(
+                "{msg} (needs CAP_BPF and CAP_NET_ADMIN: run as root)"
+            ))
+        } else {
+            ToolError::runtime(msg)
+        }
+    };
+    let maps =
+        BridgeMaps::create(64 * 1024).map_err(|e| bpf_err("cannot make the bridge's maps", &e))?;
+    for (dev, ifindex) in &job.ports {
+        maps.add_port(*ifindex)
+            .map_err(|e| bpf_err(&format!("cannot make {dev} a port"), &e))?;
+    }
+    let stats = MappedArray::new("fl_bridge", (cpus * bridge_stats::SLOT) as u32)
+        .map_err(|e| bpf_err("cannot make the counters map", &e))?;
+    let (fdb_fd, ports_fd) = maps.fds();
+    let insns = bridge_program(&XdpBridge {
+        fdb_fd,
+        ports_fd,
+        stats_fd: stats.fd(),
+    })
+    .map_err(|e| ToolError::runtime(format!("the bridge does not assemble: {e:?}")))?;
+    let prog = bpf::prog_load(bpf::PROG_XDP, "fl_bridge", &insns)
+        .map_err(|e| bpf_err("the kernel refused the bridge", &e.error))?;
+    let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
+    let mut links = Vec::new();
+    for (dev, ifindex) in &job.ports {
+        links.push(
+            bpf::attach_xdp(&prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
+                bpf_err(
+                    &format!("cannot attach the bridge to {dev} in native mode"),
+                    &e,
+                )
+            })?,
+        );
+    }
+    let ageing_s = job.cfg.ageing_s.unwrap_or(300);
+    // Seconds into the program's time units (2^30 ns).
+    let ageing_units = (u64::from(ageing_s) * 1_000_000_000) >> BRIDGE_TIME_SHIFT;
+    let ports = job.ports.len();
+    let mut aged = 0u64;
+    let mut age_error = None;
+    let start = tick_loop(
+        job,
+        stop,
+        on_event,
+        &|| sum(&read_bridge(&stats, cpus, ports)),
+        &mut || {
+            let now = flowlane_io::os::monotonic_ns() >> BRIDGE_TIME_SHIFT;
+            match maps.age(now, ageing_units) {
+                Ok(n) => aged += n as u64,
+                Err(e) => {
+                    age_error.get_or_insert(e.to_string());
+                }
+            }
+        },
+    );
+    drop(links);
+    let cpus = read_bridge(&stats, cpus, ports)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, c)| c.rx_packets > 0)
+        .map(|(cpu, counts)| CpuCounts { cpu, counts })
+        .collect();
+    let mut r = super::report::assemble(
+        job,
+        start.elapsed().as_secs_f64(),
+        cpus,
+        &before,
+        Vec::new(),
+    );
+    let name = |i: u32| {
+        job.ports
+            .iter()
+            .find(|p| p.1 == i)
+            .map_or_else(|| i.to_string(), |p| p.0.clone())
+    };
+    let mut macs: Vec<(String, String)> = maps
+        .entries()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (super::packet::fmt_mac(&e.mac), name(e.ifindex)))
+        .collect();
+    macs.sort();
+    r.bridge = Some(super::report::BridgeSummary {
+        ageing_s,
+        macs,
+        aged_out: aged,
+    });
+    if let Some(e) = age_error {
+        r.problems.push(format!("the table could not be aged: {e}"));
+    }
+    Ok(r)
 }
 
 #[cfg(test)]
