@@ -267,11 +267,11 @@ fn redirect_all(ns: &Netns, from: &str, to: &str) -> std::os::fd::OwnedFd {
     let (from, to) = (from.to_string(), to.to_string());
     ns.run(move || {
         let to = flowlane_io::netdev::ifindex(&to).expect("ifindex");
-        let maps = flowlane_io::bpf::BridgeMaps::create(1).expect("maps");
-        maps.add_port(to).expect("port");
+        let maps = flowlane_io::bpf::BridgeMaps::create().expect("maps");
+        maps.set_port(0, to).expect("port");
         let mut a = Asm::new();
         a.load_map_fd(R1, maps.fds().1)
-            .mov_imm(R2, to as i32)
+            .mov_imm(R2, 0)
             .mov_imm(R3, 0)
             .call(Helper::RedirectMap)
             .exit();

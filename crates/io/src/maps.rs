@@ -148,38 +148,78 @@ impl XskMap {
     }
 }
 
-/// The XDP bridge's maps: its forwarding table (MAC → interface, last seen) and its ports
-/// (a device map keyed by ifindex).
+/// Counters a program keeps per CPU without atomics (`BPF_MAP_TYPE_PERCPU_ARRAY` of u64:
+/// each CPU adds to its own copy), read from here by summing or per CPU.
+#[derive(Debug)]
+pub struct PerCpuCounters {
+    fd: OwnedFd,
+    entries: u32,
+    cpus: usize,
+}
+
+impl PerCpuCounters {
+    /// `entries` counters, zero.
+    pub fn create(name: &str, entries: u32) -> Result<PerCpuCounters, SysError> {
+        Ok(PerCpuCounters {
+            fd: bpf::create_map(bpf::MAP_PERCPU_ARRAY, 4, 8, entries.max(1), 0, name)?,
+            entries: entries.max(1),
+            cpus: crate::sys::possible_cpus(),
+        })
+    }
+
+    /// The descriptor programs refer to the map by.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Counter `i` of every possible CPU (zeros where it cannot be read).
+    pub fn per_cpu(&self, i: u32) -> Vec<u64> {
+        if i >= self.entries {
+            return vec![0; self.cpus];
+        }
+        match bpf::map_lookup(&self.fd, &i.to_ne_bytes(), 8 * self.cpus) {
+            Ok(Some(v)) => v
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+                .collect(),
+            _ => vec![0; self.cpus],
+        }
+    }
+}
+
+/// The XDP bridge's maps: its forwarding table (an array of one-word slots, laid out as
+/// `ebpf::fdb`) and its ports (a device map: port index → ifindex).
 #[derive(Debug)]
 pub struct BridgeMaps {
     fdb: OwnedFd,
     ports: OwnedFd,
 }
 
-/// One learnt station.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FdbEntry {
-    /// Its MAC.
-    pub mac: [u8; 6],
-    /// The interface it was last seen on.
-    pub ifindex: u32,
-    /// When, in the program's time units (CLOCK_MONOTONIC ns >> `BRIDGE_TIME_SHIFT`).
-    pub seen: u64,
-}
-
 impl BridgeMaps {
-    /// A table for up to `entries` stations and the device map.
-    pub fn create(entries: u32) -> Result<BridgeMaps, SysError> {
+    /// An empty table and device map (up to 64 ports).
+    pub fn create() -> Result<BridgeMaps, SysError> {
         Ok(BridgeMaps {
-            fdb: bpf::create_map(bpf::MAP_HASH, 8, 16, entries.max(1), 0, "fl_br_fdb")?,
-            ports: bpf::create_map(bpf::MAP_DEVMAP_HASH, 4, 4, 64, 0, "fl_br_ports")?,
+            fdb: bpf::create_map(
+                bpf::MAP_ARRAY,
+                4,
+                8,
+                crate::ebpf::fdb::SLOTS,
+                0,
+                "fl_br_fdb",
+            )?,
+            ports: bpf::create_map(bpf::MAP_DEVMAP, 4, 4, 64, 0, "fl_br_ports")?,
         })
     }
 
-    /// Makes interface `ifindex` a port (a redirect and flood target).
-    pub fn add_port(&self, ifindex: u32) -> Result<(), SysError> {
-        let k = ifindex.to_ne_bytes();
-        bpf::map_update(&self.ports, &k, &k, 4, 4)
+    /// Makes interface `ifindex` port `port` (a redirect and flood target).
+    pub fn set_port(&self, port: u32, ifindex: u32) -> Result<(), SysError> {
+        bpf::map_update(
+            &self.ports,
+            &port.to_ne_bytes(),
+            &ifindex.to_ne_bytes(),
+            4,
+            4,
+        )
     }
 
     /// The table's descriptor and the device map's, for the program.
@@ -187,34 +227,51 @@ impl BridgeMaps {
         (self.fdb.as_raw_fd(), self.ports.as_raw_fd())
     }
 
-    /// Every learnt station.
-    pub fn entries(&self) -> Result<Vec<FdbEntry>, SysError> {
+    /// The used slots: (index, word).
+    fn used(&self) -> Result<Vec<(u32, u64)>, SysError> {
         let mut out = Vec::new();
-        for k in bpf::map_keys(&self.fdb, 8, 1 << 20)? {
-            if let Some(v) = bpf::map_lookup(&self.fdb, &k, 16)? {
-                let mut mac = [0u8; 6];
-                mac.copy_from_slice(&k[..6]);
-                out.push(FdbEntry {
-                    mac,
-                    ifindex: u32::from_ne_bytes([v[0], v[1], v[2], v[3]]),
-                    seen: u64::from_ne_bytes(v[8..16].try_into().unwrap_or_default()),
-                });
+        for i in 0..crate::ebpf::fdb::SLOTS {
+            if let Some(v) = bpf::map_lookup(&self.fdb, &i.to_ne_bytes(), 8)? {
+                let w = u64::from_ne_bytes(v[..8].try_into().unwrap_or_default());
+                if w != 0 {
+                    out.push((i, w));
+                }
             }
         }
         Ok(out)
     }
 
-    /// Forgets stations last seen more than `ageing` time units before `now`; how many.
-    pub fn age(&self, now: u64, ageing: u64) -> Result<usize, SysError> {
-        let mut n = 0;
-        for e in self.entries()? {
-            if now.saturating_sub(e.seen) > ageing {
-                let mut k = [0u8; 8];
-                k[..6].copy_from_slice(&e.mac);
-                n += usize::from(bpf::map_delete(&self.fdb, &k)?);
-            }
+    /// Every learnt station: (MAC, port).
+    pub fn entries(&self) -> Result<Vec<([u8; 6], u32)>, SysError> {
+        use crate::ebpf::fdb;
+        Ok(self
+            .used()?
+            .into_iter()
+            .map(|(_, w)| {
+                (
+                    fdb::mac_bytes(w >> fdb::MAC_SHIFT),
+                    ((w >> fdb::PORT_SHIFT) & 0xff) as u32,
+                )
+            })
+            .collect())
+    }
+
+    /// One ageing sweep: a station heard since the last sweep loses its seen bit, one not
+    /// heard is forgotten; how many were forgotten. Sweeping every T seconds forgets a
+    /// station between T and 2T after it was last heard.
+    pub fn sweep(&self) -> Result<usize, SysError> {
+        use crate::ebpf::fdb;
+        let mut gone = 0;
+        for (i, w) in self.used()? {
+            let new = if w & fdb::SEEN != 0 {
+                w & !fdb::SEEN
+            } else {
+                0
+            };
+            gone += usize::from(new == 0);
+            bpf::map_update(&self.fdb, &i.to_ne_bytes(), &new.to_ne_bytes(), 4, 8)?;
         }
-        Ok(n)
+        Ok(gone)
     }
 }
 

@@ -1,17 +1,21 @@
-//! The XDP-native bridge behind `flowlane forward --mode bridge --backend xdp`: every port runs
-//! this program, which learns the source MAC of each frame into a hash map (MAC → the
-//! interface it came in by, and when), looks the destination MAC up there and redirects the
-//! frame to that interface through a device map — or, for broadcast, multicast and unknown
-//! destinations, to every port but the one it came in by (`BPF_F_BROADCAST |
-//! BPF_F_EXCLUDE_INGRESS`, Linux 5.15+). A frame whose destination is on its own port is
-//! dropped (filtered). No user space on the path; user space only ages the table.
+//! The XDP-native bridge behind `flowlane forward --mode bridge --backend xdp`: port `i` runs
+//! this program generated for `i`; it learns the source MAC of each frame into the forwarding
+//! table, looks the destination MAC up there and redirects the frame to that port through a
+//! device map — or, for broadcast, multicast and unknown destinations, to every port but its
+//! own (`BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS`, Linux 5.15+). A frame whose destination is
+//! on its own port is dropped (filtered). No user space on the path.
 //!
-//! Learning writes the map only when something changed — a new MAC, a move, or a new time
-//! unit (2^30 ns, about a second) — so the steady state reads it and writes nothing.
+//! The table is an array map, so the verifier inlines every lookup (no helper call): a MAC
+//! hashes to one slot holding one 64-bit word — the MAC, its port and a "seen" bit — so an
+//! entry is written whole or not at all. Learning writes only when the word would change (a
+//! new station, a move, or the seen bit cleared since). A station whose slot another takes
+//! is flooded to until it is heard again. Ageing is a clock sweep from user space
+//! ([`crate::bpf::BridgeMaps::sweep`]): a slot seen since the last sweep loses its bit, one
+//! not seen is emptied.
 
 use super::*;
 
-/// Layout of the bridge's counters: an array of u64, [`bridge_stats::SLOT`] per CPU.
+/// The bridge's counters: indices into a per-CPU array of u64 (`PerCpuCounters`).
 pub mod bridge_stats {
     /// Frames redirected to the one port their destination is on.
     pub const FORWARDED: usize = 0;
@@ -21,127 +25,150 @@ pub mod bridge_stats {
     pub const FILTERED: usize = 2;
     /// Frames shorter than an Ethernet header.
     pub const MALFORMED: usize = 3;
-    /// MACs learnt for the first time (or again after ageing).
-    pub const LEARNED: usize = 4;
-    /// Counters per CPU.
-    pub const SLOT: usize = 8;
+    /// How many counters.
+    pub const COUNT: usize = 4;
 }
 
-/// The table's time unit: `bpf_ktime_get_ns() >> BRIDGE_TIME_SHIFT` (CLOCK_MONOTONIC).
-pub const BRIDGE_TIME_SHIFT: u32 = 30;
+/// The forwarding table's layout.
+pub mod fdb {
+    /// Slots (a power of two).
+    pub const SLOTS: u32 = 1 << 16;
+    /// `word >> MAC_SHIFT` is the MAC (48 bits, as loaded from the frame).
+    pub const MAC_SHIFT: u32 = 16;
+    /// `(word >> PORT_SHIFT) & 0xff` is the port.
+    pub const PORT_SHIFT: u32 = 8;
+    /// Set in every used slot.
+    pub const VALID: u64 = 1;
+    /// Set when the station was heard since the last sweep.
+    pub const SEEN: u64 = 2;
+    /// The slot of a MAC (as the program loads it: the frame's first 4 bytes, then the next
+    /// 2 above them, little-endian).
+    pub fn slot(mac: u64) -> u32 {
+        ((mac.wrapping_mul(HASH) >> 48) as u32) & (SLOTS - 1)
+    }
+    /// The multiplier of the slot hash.
+    pub const HASH: u64 = 0x9E37_79B9_7F4A_7C15;
+    /// A MAC's six bytes as the program loads them.
+    pub fn mac_word(m: &[u8; 6]) -> u64 {
+        u64::from(u32::from_le_bytes([m[0], m[1], m[2], m[3]]))
+            | u64::from(u16::from_le_bytes([m[4], m[5]])) << 32
+    }
+    /// The MAC's six bytes from a word's MAC part.
+    pub fn mac_bytes(mac: u64) -> [u8; 6] {
+        let b = mac.to_le_bytes();
+        [b[0], b[1], b[2], b[3], b[4], b[5]]
+    }
+}
 
-/// The maps the bridge program uses.
+/// What one port's program is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct XdpBridge {
-    /// `BPF_MAP_TYPE_HASH`: 8-byte key (the MAC, two zero bytes) → 16-byte value (ifindex u32,
-    /// 4 zero bytes, last seen u64 in time units).
+    /// `BPF_MAP_TYPE_ARRAY` of [`fdb::SLOTS`] u64 words.
     pub fdb_fd: i32,
-    /// `BPF_MAP_TYPE_DEVMAP_HASH`: ifindex → ifindex, every port.
+    /// `BPF_MAP_TYPE_DEVMAP`: port index → ifindex.
     pub ports_fd: i32,
-    /// Counters, laid out as [`bridge_stats`].
+    /// Counters: a per-CPU array of [`bridge_stats::COUNT`] u64.
     pub stats_fd: i32,
+    /// The port this program runs on.
+    pub port: u8,
 }
 
 /// `BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS`.
 const FLOOD_FLAGS: i32 = (1 << 3) | (1 << 4);
 
-/// Stores the 6-byte MAC at `data + off` as an 8-byte key at `R10 − 8` (clobbers R1).
-fn mac_key(a: &mut Asm, data: Reg, off: i16) {
-    a.load(Size::W, R1, data, off)
-        .store(Size::W, R10, -8, R1)
+/// `dst = the 6-byte MAC at data + off` as a word (clobbers R1).
+fn mac_word(a: &mut Asm, dst: Reg, data: Reg, off: i16) {
+    a.load(Size::W, dst, data, off)
         .load(Size::H, R1, data, off + 4)
-        .store(Size::H, R10, -4, R1)
-        .store_imm(Size::H, R10, -2, 0);
+        .alu_imm(Alu::Lsh, R1, 32)
+        .alu_reg(Alu::Or, dst, R1);
 }
 
-/// The bridge: see the module's comment.
+/// `R0 = &fdb[slot(mac)]` for the MAC word in `mac`, or to `none` if the lookup fails (it
+/// cannot: the index is masked; the verifier wants the check). Clobbers R1–R5.
+fn fdb_slot(a: &mut Asm, fdb_fd: i32, mac: Reg, none: Label) {
+    a.load_imm64(R2, fdb::HASH)
+        .alu_reg(Alu::Mul, R2, mac)
+        .alu_imm(Alu::Rsh, R2, 48)
+        .alu_imm(Alu::And, R2, (fdb::SLOTS - 1) as i32)
+        .store(Size::W, R10, -4, R2)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -4)
+        .load_map_fd(R1, fdb_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, none);
+}
+
+/// One port's program: see the module's comment.
 pub fn bridge_program(p: &XdpBridge) -> Result<Vec<Insn>, AsmError> {
     use bridge_stats::*;
     let mut a = Asm::new();
     let malformed = a.label();
     let dst = a.label();
-    let learn = a.label();
-    let learn_new = a.label();
     let flood = a.label();
     let filtered = a.label();
-    // R6 = ctx, R7 = data, R8 = ingress ifindex, R9 = now (time units).
-    a.mov(R6, R1)
-        .load(Size::W, R7, R6, xdp_md::DATA)
-        .load(Size::W, R2, R6, xdp_md::DATA_END)
+    // R7 = data, R8 = the source word wanted in the table, R9 = the destination MAC.
+    a.load(Size::W, R7, R1, xdp_md::DATA)
+        .load(Size::W, R2, R1, xdp_md::DATA_END)
         .mov(R1, R7)
         .alu_imm(Alu::Add, R1, 14)
         .jump_reg(Cond::Gt, R1, R2, malformed)
-        .load(Size::W, R8, R6, xdp_md::INGRESS_IFINDEX)
-        .call(Helper::KtimeGetNs)
-        .alu_imm(Alu::Rsh, R0, BRIDGE_TIME_SHIFT as i32)
-        .mov(R9, R0)
         // A multicast source is not a station: not learnt.
         .load(Size::B, R1, R7, 6)
         .jump_imm(Cond::Set, R1, 1, dst);
-    mac_key(&mut a, R7, 6);
-    a.mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -8)
-        .load_map_fd(R1, p.fdb_fd)
-        .call(Helper::MapLookupElem)
-        .jump_imm(Cond::Eq, R0, 0, learn_new)
-        .load(Size::W, R1, R0, 0)
-        .jump_reg(Cond::Ne, R1, R8, learn)
-        .load(Size::Dw, R1, R0, 8)
-        .jump_reg(Cond::Ne, R1, R9, learn)
-        .jump(dst)
-        .bind(learn_new);
-    count_per_cpu(&mut a, p.stats_fd, SLOT, LEARNED);
-    // The key is still at R10 − 8 (the count used R10 − 4 … R10 − 1: write it again).
-    mac_key(&mut a, R7, 6);
-    a.bind(learn)
-        .store(Size::W, R10, -24, R8)
-        .store_imm(Size::W, R10, -20, 0)
-        .store(Size::Dw, R10, -16, R9)
-        .mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -8)
-        .mov(R3, R10)
-        .alu_imm(Alu::Add, R3, -24)
-        .mov_imm(R4, 0) // BPF_ANY
-        .load_map_fd(R1, p.fdb_fd)
-        .call(Helper::MapUpdateElem)
+    mac_word(&mut a, R6, R7, 6);
+    fdb_slot(&mut a, p.fdb_fd, R6, dst);
+    a.mov(R8, R6)
+        .alu_imm(Alu::Lsh, R8, fdb::MAC_SHIFT as i32)
+        .alu_imm(
+            Alu::Or,
+            R8,
+            (i32::from(p.port) << fdb::PORT_SHIFT) | (fdb::VALID | fdb::SEEN) as i32,
+        )
+        .load(Size::Dw, R1, R0, 0)
+        .jump_reg(Cond::Eq, R1, R8, dst)
+        .store(Size::Dw, R0, 0, R8)
         .bind(dst)
         .load(Size::B, R1, R7, 0)
         .jump_imm(Cond::Set, R1, 1, flood);
-    mac_key(&mut a, R7, 0);
-    a.mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -8)
-        .load_map_fd(R1, p.fdb_fd)
-        .call(Helper::MapLookupElem)
-        .jump_imm(Cond::Eq, R0, 0, flood)
-        .load(Size::W, R1, R0, 0)
-        .jump_reg(Cond::Eq, R1, R8, filtered)
-        .store(Size::W, R10, -32, R1);
-    count_per_cpu(&mut a, p.stats_fd, SLOT, FORWARDED);
-    a.load(Size::W, R2, R10, -32)
+    mac_word(&mut a, R9, R7, 0);
+    fdb_slot(&mut a, p.fdb_fd, R9, flood);
+    // The slot must hold this MAC (another may have taken it).
+    a.load(Size::Dw, R6, R0, 0)
+        .mov(R1, R6)
+        .alu_imm(Alu::Rsh, R1, fdb::MAC_SHIFT as i32)
+        .jump_reg(Cond::Ne, R1, R9, flood)
+        .jump_imm(Cond::Eq, R6, 0, flood)
+        .alu_imm(Alu::Rsh, R6, fdb::PORT_SHIFT as i32)
+        .alu_imm(Alu::And, R6, 0xff)
+        .jump_imm(Cond::Eq, R6, i32::from(p.port), filtered);
+    count_percpu(&mut a, p.stats_fd, FORWARDED);
+    a.mov(R2, R6)
         .load_map_fd(R1, p.ports_fd)
         .mov_imm(R3, 0)
         .call(Helper::RedirectMap)
         .exit()
         .bind(flood);
-    count_per_cpu(&mut a, p.stats_fd, SLOT, FLOODED);
+    count_percpu(&mut a, p.stats_fd, FLOODED);
     a.load_map_fd(R1, p.ports_fd)
         .mov_imm(R2, 0)
         .mov_imm(R3, FLOOD_FLAGS)
         .call(Helper::RedirectMap)
         .exit()
         .bind(filtered);
-    count_per_cpu(&mut a, p.stats_fd, SLOT, FILTERED);
+    count_percpu(&mut a, p.stats_fd, FILTERED);
     a.mov_imm(R0, xdp::DROP).exit().bind(malformed);
-    count_per_cpu(&mut a, p.stats_fd, SLOT, MALFORMED);
+    count_percpu(&mut a, p.stats_fd, MALFORMED);
     a.mov_imm(R0, xdp::DROP).exit();
     a.finish()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::bridge_stats::*;
     use super::*;
-    use crate::maps::BridgeMaps;
-    use crate::sys::bpf::{self, MappedArray};
+    use crate::maps::{BridgeMaps, PerCpuCounters};
+    use crate::sys::bpf;
 
     fn frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
         let mut f = vec![0u8; 60];
@@ -151,13 +178,13 @@ mod tests {
         f
     }
 
-    /// Against the kernel's verifier and test runner (needs CAP_BPF; skipped without it; a
-    /// test run's frames come in by loopback, ifindex 1): a station is learnt, an unknown
-    /// destination is flooded, a destination on the ingress port is filtered, and ageing
-    /// forgets what it must.
+    /// Against the kernel's verifier and test runner (needs CAP_BPF; skipped without it; the
+    /// test runs are port 0's program, its frames coming in by loopback): a station is
+    /// learnt, an unknown destination is flooded, a destination on the ingress port is
+    /// filtered, one on another port is forwarded, and sweeps age what was not heard.
     #[test]
-    fn the_bridge_learns_floods_filters_and_ages() {
-        let maps = match BridgeMaps::create(64) {
+    fn the_bridge_learns_floods_filters_forwards_and_ages() {
+        let maps = match BridgeMaps::create() {
             Ok(m) => m,
             Err(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
                 eprintln!("SKIP: needs CAP_BPF");
@@ -165,45 +192,57 @@ mod tests {
             }
             Err(e) => panic!("maps: {e}"),
         };
-        maps.add_port(1).expect("lo is a port");
-        let stats = MappedArray::new("fl_t_br", 1024 * bridge_stats::SLOT as u32).expect("stats");
+        maps.set_port(0, 1).expect("lo is port 0");
+        maps.set_port(1, 1).expect("and port 1");
+        let stats = PerCpuCounters::create("fl_t_br", COUNT as u32).expect("stats");
         let (fdb_fd, ports_fd) = maps.fds();
-        let insns = bridge_program(&XdpBridge {
-            fdb_fd,
-            ports_fd,
-            stats_fd: stats.fd(),
-        })
-        .expect("assembles");
-        let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_bridge", &insns).expect("verifier");
-        let (a, b) = ([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb]);
-        // A → B: A learnt, B unknown: flooded (a redirect).
-        let (ret, _) = bpf::xdp_test_run(&prog, &frame(b, a)).expect("run");
-        assert_eq!(ret, xdp::REDIRECT as u32);
-        // B → A: B learnt, A is on the port this came in by: filtered.
-        let (ret, _) = bpf::xdp_test_run(&prog, &frame(a, b)).expect("run");
-        assert_eq!(ret, xdp::DROP as u32);
-        // Broadcast: flooded. Again A → B: both known, on the ingress port: filtered.
-        let (ret, _) = bpf::xdp_test_run(&prog, &frame([0xff; 6], a)).expect("run");
-        assert_eq!(ret, xdp::REDIRECT as u32);
-        let (ret, _) = bpf::xdp_test_run(&prog, &frame(b, a)).expect("run");
-        assert_eq!(ret, xdp::DROP as u32);
-        let total = |which: usize| -> u64 {
-            (0..1024)
-                .map(|c| stats.get(c * bridge_stats::SLOT + which))
-                .sum()
+        let prog = |port| {
+            let insns = bridge_program(&XdpBridge {
+                fdb_fd,
+                ports_fd,
+                stats_fd: stats.raw_fd(),
+                port,
+            })
+            .expect("assembles");
+            bpf::prog_load(bpf::PROG_XDP, "fl_t_bridge", &insns).expect("verifier")
         };
-        assert_eq!(total(bridge_stats::LEARNED), 2);
-        assert_eq!(total(bridge_stats::FLOODED), 2);
-        assert_eq!(total(bridge_stats::FILTERED), 2);
-        let mut e = maps.entries().expect("entries");
-        e.sort_by_key(|e| e.mac);
+        let (p0, p1) = (prog(0), prog(1));
+        let (a, b) = ([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb]);
+        let run = |p: &std::os::fd::OwnedFd, f: Vec<u8>| bpf::xdp_test_run(p, &f).expect("run").0;
+        // A → B on port 0: A learnt on 0, B unknown: flooded (a redirect).
+        assert_eq!(run(&p0, frame(b, a)), xdp::REDIRECT as u32);
+        // B → A on port 1: B learnt on 1, A is on port 0: forwarded (a redirect).
+        assert_eq!(run(&p1, frame(a, b)), xdp::REDIRECT as u32);
+        // A → B on port 1 (A moved): B is on port 1: filtered.
+        assert_eq!(run(&p1, frame(b, a)), xdp::DROP as u32);
+        // Broadcast: flooded.
+        assert_eq!(run(&p0, frame([0xff; 6], b)), xdp::REDIRECT as u32);
+        let total = |which: usize| -> u64 { stats.per_cpu(which as u32).iter().sum() };
         assert_eq!(
-            e.iter().map(|e| (e.mac, e.ifindex)).collect::<Vec<_>>(),
-            vec![(a, 1), (b, 1)]
+            (total(FORWARDED), total(FLOODED), total(FILTERED)),
+            (1, 2, 1)
         );
-        let now = crate::sys::monotonic_ns() >> BRIDGE_TIME_SHIFT;
-        assert_eq!(maps.age(now, 300).expect("age"), 0, "just seen");
-        assert_eq!(maps.age(now + 301, 300).expect("age"), 2);
-        assert!(maps.entries().expect("entries").is_empty());
+        let mut e = maps.entries().expect("entries");
+        e.sort();
+        // A last heard on port 1, B on port 0 (the broadcast came in there).
+        assert_eq!(e, vec![(a, 1), (b, 0)]);
+        assert_eq!(maps.sweep().expect("sweep"), 0, "both heard since");
+        assert_eq!(run(&p0, frame([0xff; 6], a)), xdp::REDIRECT as u32);
+        assert_eq!(
+            maps.sweep().expect("sweep"),
+            1,
+            "B not heard since the last sweep"
+        );
+        assert_eq!(maps.entries().expect("entries"), vec![(a, 0)]);
+    }
+
+    #[test]
+    fn macs_round_trip_through_words_and_spread_over_slots() {
+        let m = [0x02, 0xf1, 0x0e, 0x00, 0x01, 0x02];
+        assert_eq!(fdb::mac_bytes(fdb::mac_word(&m)), m);
+        let slots: std::collections::HashSet<u32> = (0..1000u16)
+            .map(|i| fdb::slot(fdb::mac_word(&[2, 0, 0, 0, (i >> 8) as u8, i as u8])))
+            .collect();
+        assert!(slots.len() > 990, "{}", slots.len());
     }
 }

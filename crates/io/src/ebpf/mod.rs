@@ -267,6 +267,18 @@ impl Asm {
         self.push(insn(ALU | END | TO_BE, dst, R0, 0, bits))
     }
 
+    /// `dst = imm` for a 64-bit immediate (a two-slot `ld_imm64`).
+    pub fn load_imm64(&mut self, dst: Reg, imm: u64) -> &mut Asm {
+        self.push(insn(
+            LD | IMM | Size::Dw as u8,
+            dst,
+            R0,
+            0,
+            imm as u32 as i32,
+        ))
+        .push(insn(0, R0, R0, 0, (imm >> 32) as u32 as i32))
+    }
+
     /// `dst = map` by file descriptor (a two-slot `ld_imm64` with `BPF_PSEUDO_MAP_FD`).
     pub fn load_map_fd(&mut self, dst: Reg, fd: i32) -> &mut Asm {
         self.push(insn(LD | IMM | Size::Dw as u8, dst, Reg(1), 0, fd))
@@ -320,7 +332,7 @@ mod reflect;
 mod rss_steer;
 mod xsk_redirect;
 
-pub use bridge::{bridge_program, bridge_stats, XdpBridge, BRIDGE_TIME_SHIFT};
+pub use bridge::{bridge_program, bridge_stats, fdb, XdpBridge};
 pub use live_tx::{live_flow, live_tx_program, LiveTx};
 pub use missteer::{missteer_filter, sk_buff};
 pub use reflect::{reflect_program, reflect_stats, Reflect};
@@ -328,6 +340,22 @@ pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };
 pub use xsk_redirect::{xsk_redirect_program, xsk_redirect_unicast_ip_program};
+
+/// Adds 1 to counter `which` of a per-CPU array of u64 (this CPU's copy: no atomic, no CPU
+/// number asked for; clobbers R0–R5).
+pub(crate) fn count_percpu(a: &mut Asm, map_fd: i32, which: usize) {
+    let skip = a.label();
+    a.store_imm(Size::W, R10, -4, which as i32)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -4)
+        .load_map_fd(R1, map_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, skip)
+        .load(Size::Dw, R1, R0, 0)
+        .alu_imm(Alu::Add, R1, 1)
+        .store(Size::Dw, R0, 0, R1)
+        .bind(skip);
+}
 
 /// Adds 1 to counter `which` of the running CPU's slot in the u64 array map `stats_fd`, `slot`
 /// counters per CPU, the CPU's at `slot * cpu` (clobbers R0–R5).

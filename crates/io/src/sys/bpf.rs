@@ -39,9 +39,10 @@ const F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 pub const MAP_HASH: u32 = 1;
 /// `BPF_MAP_TYPE_ARRAY`.
 pub const MAP_ARRAY: u32 = 2;
-/// `BPF_MAP_TYPE_DEVMAP_HASH`: redirect targets that are interfaces, keyed as the user likes
-/// (here by ifindex; Linux 5.4+).
-pub const MAP_DEVMAP_HASH: u32 = 25;
+/// `BPF_MAP_TYPE_PERCPU_ARRAY`: each CPU its own copy of every value.
+pub const MAP_PERCPU_ARRAY: u32 = 6;
+/// `BPF_MAP_TYPE_DEVMAP`: redirect targets that are interfaces, by index.
+pub const MAP_DEVMAP: u32 = 14;
 /// `BPF_MAP_TYPE_CPUMAP`: redirect targets that are CPUs (a kernel thread per entry runs the
 /// stack for the frames redirected to it).
 pub const MAP_CPUMAP: u32 = 16;

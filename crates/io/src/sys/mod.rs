@@ -191,6 +191,20 @@ pub fn attach_reuseport_cbpf(fd: &impl AsRawFd, prog: &[BpfInsn]) -> Result<(), 
     check("setsockopt(SO_ATTACH_REUSEPORT_CBPF)", ret).map(drop)
 }
 
+/// CPUs the kernel may ever run (`/sys/devices/system/cpu/possible`, e.g. `0-3`): the number
+/// of copies a per-CPU map keeps (1024 if the file cannot be read).
+pub fn possible_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split(',')
+                .filter_map(|r| r.rsplit('-').next()?.trim().parse::<usize>().ok())
+                .max()
+        })
+        .map_or(1024, |m| m + 1)
+}
+
 /// Waits up to `timeout_ms` until any of `fds` is readable; whether one is (an interrupted
 /// wait is `false`).
 pub fn poll_any_readable(fds: &[RawFd], timeout_ms: i32) -> Result<bool, SysError> {

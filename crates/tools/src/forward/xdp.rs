@@ -5,10 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_io::bpf::{self, BridgeMaps, MappedArray};
+use flowlane_io::bpf::{self, BridgeMaps, MappedArray, PerCpuCounters};
 use flowlane_io::ebpf::{
     bridge_program, bridge_stats, reflect_program, reflect_stats, Reflect, XdpBridge,
-    BRIDGE_TIME_SHIFT,
 };
 use flowlane_io::netdev;
 
@@ -150,10 +149,13 @@ pub(super) fn run(
 }
 
 /// The bridge's counters per CPU.
-fn read_bridge(stats: &MappedArray, cpus: usize, ports: usize) -> Vec<ForwardCounts> {
-    (0..cpus)
+fn read_bridge(stats: &PerCpuCounters, ports: usize) -> Vec<ForwardCounts> {
+    let all: Vec<Vec<u64>> = (0..bridge_stats::COUNT as u32)
+        .map(|i| stats.per_cpu(i))
+        .collect();
+    (0..all[0].len())
         .map(|c| {
-            let at = |i: usize| stats.get(c * bridge_stats::SLOT + i);
+            let at = |i: usize| all[i][c];
             let dropped = Drops {
                 filtered: at(bridge_stats::FILTERED),
                 malformed: at(bridge_stats::MALFORMED),
@@ -181,7 +183,6 @@ pub(super) fn run_bridge(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let cpus = possible_cpus();
     let denied =
         |e: &flowlane_io::SysError| e.source.kind() == std::io::ErrorKind::PermissionDenied;
     let bpf_err = |what: &str, e: &flowlane_io::SysError| {
@@ -194,28 +195,34 @@ pub(super) fn run_bridge(
             ToolError::runtime(msg)
         }
     };
-    let maps =
-        BridgeMaps::create(64 * 1024).map_err(|e| bpf_err("cannot make the bridge's maps", &e))?;
-    for (dev, ifindex) in &job.ports {
-        maps.add_port(*ifindex)
+    let maps = BridgeMaps::create().map_err(|e| bpf_err("cannot make the bridge's maps", &e))?;
+    for (i, (dev, ifindex)) in job.ports.iter().enumerate() {
+        maps.set_port(i as u32, *ifindex)
             .map_err(|e| bpf_err(&format!("cannot make {dev} a port"), &e))?;
     }
-    let stats = MappedArray::new("fl_bridge", (cpus * bridge_stats::SLOT) as u32)
+    let stats = PerCpuCounters::create("fl_bridge", bridge_stats::COUNT as u32)
         .map_err(|e| bpf_err("cannot make the counters map", &e))?;
     let (fdb_fd, ports_fd) = maps.fds();
-    let insns = bridge_program(&XdpBridge {
-        fdb_fd,
-        ports_fd,
-        stats_fd: stats.fd(),
-    })
-    .map_err(|e| ToolError::runtime(format!("the bridge does not assemble: {e:?}")))?;
-    let prog = bpf::prog_load(bpf::PROG_XDP, "fl_bridge", &insns)
-        .map_err(|e| bpf_err("the kernel refused the bridge", &e.error))?;
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
+    // One program per port, generated for its index; attached once all are loaded.
+    let mut progs = Vec::new();
+    for i in 0..job.ports.len() {
+        let insns = bridge_program(&XdpBridge {
+            fdb_fd,
+            ports_fd,
+            stats_fd: stats.raw_fd(),
+            port: i as u8,
+        })
+        .map_err(|e| ToolError::runtime(format!("the bridge does not assemble: {e:?}")))?;
+        progs.push(
+            bpf::prog_load(bpf::PROG_XDP, "fl_bridge", &insns)
+                .map_err(|e| bpf_err("the kernel refused the bridge", &e.error))?,
+        );
+    }
     let mut links = Vec::new();
-    for (dev, ifindex) in &job.ports {
+    for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
         links.push(
-            bpf::attach_xdp(&prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
+            bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
                 bpf_err(
                     &format!("cannot attach the bridge to {dev} in native mode"),
                     &e,
@@ -224,28 +231,29 @@ pub(super) fn run_bridge(
         );
     }
     let ageing_s = job.cfg.ageing_s.unwrap_or(300);
-    // Seconds into the program's time units (2^30 ns).
-    let ageing_units = (u64::from(ageing_s) * 1_000_000_000) >> BRIDGE_TIME_SHIFT;
     let ports = job.ports.len();
     let mut aged = 0u64;
     let mut age_error = None;
+    let mut last_sweep = Instant::now();
     let start = tick_loop(
         job,
         stop,
         on_event,
-        &|| sum(&read_bridge(&stats, cpus, ports)),
+        &|| sum(&read_bridge(&stats, ports)),
         &mut || {
-            let now = flowlane_io::os::monotonic_ns() >> BRIDGE_TIME_SHIFT;
-            match maps.age(now, ageing_units) {
-                Ok(n) => aged += n as u64,
-                Err(e) => {
-                    age_error.get_or_insert(e.to_string());
+            if last_sweep.elapsed() >= Duration::from_secs(u64::from(ageing_s)) {
+                last_sweep = Instant::now();
+                match maps.sweep() {
+                    Ok(n) => aged += n as u64,
+                    Err(e) => {
+                        age_error.get_or_insert(e.to_string());
+                    }
                 }
             }
         },
     );
     drop(links);
-    let cpus = read_bridge(&stats, cpus, ports)
+    let cpus = read_bridge(&stats, ports)
         .into_iter()
         .enumerate()
         .filter(|(_, c)| c.rx_packets > 0)
@@ -260,15 +268,14 @@ pub(super) fn run_bridge(
     );
     let name = |i: u32| {
         job.ports
-            .iter()
-            .find(|p| p.1 == i)
+            .get(i as usize)
             .map_or_else(|| i.to_string(), |p| p.0.clone())
     };
     let mut macs: Vec<(String, String)> = maps
         .entries()
         .unwrap_or_default()
         .into_iter()
-        .map(|e| (super::packet::fmt_mac(&e.mac), name(e.ifindex)))
+        .map(|(mac, port)| (super::packet::fmt_mac(&mac), name(port)))
         .collect();
     macs.sort();
     r.bridge = Some(super::report::BridgeSummary {
