@@ -4,6 +4,9 @@
 //! the reflected frames and counts them. Rows:
 //!   drop ceiling  an XDP_DROP program on the DUT's end: frames the DUT's interface received
 //!                 per second — the most any DUT can be offered here;
+//!   XDP_TX ceil   a one-line program sending every frame back untouched (XDP_TX): what the
+//!                 mechanism itself carries when the generator's CPU also receives the
+//!                 frames back (on veth it does, for every row below);
 //!   xdp / af-xdp / af-packet  the reflector with that backend: frames back at the
 //!                 generator's interface per second, and the ratio to the ceiling.
 //! On veth the DUT's receive path (NAPI, so native XDP) runs on the sender's CPU (0); the
@@ -46,6 +49,20 @@ fn main() {
         );
         got
     };
+    // The mechanism's own ceiling: XDP_TX of every frame untouched (the reflected frames are
+    // received by the generator's end, on the generator's CPU, as in the rows below).
+    let tx_ceiling = {
+        let _tx = verdict(&p.dut, &p.dut_if, 3);
+        let (offered, got) = blast(&p.gen, &p.gen_if);
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10.3}",
+            "XDP_TX ceil",
+            offered,
+            got,
+            got / ceiling.max(1.0)
+        );
+        got
+    };
     for backend in ["xdp", "af-xdp", "af-packet"] {
         if backend == "af-packet" {
             // AF_PACKET takes a copy: the DUT's stack must not answer, and veth needs NAPI on
@@ -76,5 +93,13 @@ fn main() {
             f["total"]["ring_drops"],
             f["device_refused"]
         );
+        if backend == "xdp" {
+            println!(
+                "{:<14} {:>14} {:>14.3}",
+                "",
+                "/XDP_TX ceil",
+                got / tx_ceiling.max(1.0)
+            );
+        }
     }
 }

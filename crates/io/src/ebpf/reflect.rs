@@ -6,8 +6,8 @@
 
 use super::*;
 
-/// Layout of the reflector's counters: an array of u64, [`SLOT`] per CPU, the CPU's slot at
-/// `SLOT * cpu`; each CPU adds only to its own slot.
+/// The reflector's counters: indices into a per-CPU array of u64 (`PerCpuCounters`: each CPU
+/// adds to its own copy, no atomic).
 pub mod reflect_stats {
     /// Frames sent back (`XDP_TX`).
     pub const REFLECTED: usize = 0;
@@ -15,14 +15,14 @@ pub mod reflect_stats {
     pub const NOT_IP: usize = 1;
     /// Frames too short for their headers.
     pub const MALFORMED: usize = 2;
-    /// Counters per CPU.
-    pub const SLOT: usize = 4;
+    /// How many counters.
+    pub const COUNT: usize = 3;
 }
 
 /// What the reflector program is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reflect {
-    /// Array map of u64 counters laid out as [`reflect_stats`], `SLOT` entries per CPU.
+    /// Per-CPU array of [`reflect_stats::COUNT`] u64 counters.
     pub stats_fd: i32,
     /// Swap source and destination IP addresses.
     pub swap_ip: bool,
@@ -32,9 +32,9 @@ pub struct Reflect {
     pub pass_not_ip: bool,
 }
 
-/// Adds 1 to counter `which` of the running CPU's slot (clobbers R0–R5).
+/// Adds 1 to counter `which` of the running CPU's copy (clobbers R0–R5).
 fn count(a: &mut Asm, stats_fd: i32, which: usize) {
-    count_per_cpu(a, stats_fd, reflect_stats::SLOT, which);
+    count_percpu(a, stats_fd, which);
 }
 
 /// Swaps the `width`-byte fields at `x` and `y` of the packet pointed to by `base` (clobbers

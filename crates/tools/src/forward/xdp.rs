@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_io::bpf::{self, BridgeMaps, MappedArray, PerCpuCounters};
+use flowlane_io::bpf::{self, BridgeMaps, PerCpuCounters};
 use flowlane_io::ebpf::{
     bridge_program, bridge_stats, reflect_program, reflect_stats, Reflect, XdpBridge,
 };
@@ -14,15 +14,6 @@ use flowlane_io::netdev;
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job, NotIp};
 use crate::ToolError;
-
-/// CPUs the kernel may run on (`/sys/devices/system/cpu/possible`): the counters' slots.
-fn possible_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|s| flowlane_runtime::cpus::parse_cpu_list(s.trim()).ok())
-        .and_then(|v| v.into_iter().max())
-        .map_or(1024, |m| m + 1)
-}
 
 /// Says the program runs, then reports its counters (`total()`) each interval until the
 /// deadline or `stop`, running `upkeep` after each tick; when it started.
@@ -57,10 +48,13 @@ fn tick_loop(
     start
 }
 
-fn read(stats: &MappedArray, cpus: usize) -> Vec<ForwardCounts> {
-    (0..cpus)
+fn read(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
+    let all: Vec<Vec<u64>> = (0..reflect_stats::COUNT as u32)
+        .map(|i| stats.per_cpu(i))
+        .collect();
+    (0..all[0].len())
         .map(|c| {
-            let at = |i: usize| stats.get(c * reflect_stats::SLOT + i);
+            let at = |i: usize| all[i][c];
             let dropped = Drops {
                 not_ip: at(reflect_stats::NOT_IP),
                 malformed: at(reflect_stats::MALFORMED),
@@ -88,7 +82,6 @@ pub(super) fn run(
 ) -> Result<ForwardReport, ToolError> {
     let (dev, swap, cfg) = (job.dev, job.swap, job.cfg);
     let ifindex = job.ifindex;
-    let cpus = possible_cpus();
     let bpf_err = |what: &str, e: String, denied: bool| {
         let msg = format!("{what}: {e}");
         if denied {
@@ -101,10 +94,10 @@ pub(super) fn run(
     };
     let denied =
         |e: &flowlane_io::SysError| e.source.kind() == std::io::ErrorKind::PermissionDenied;
-    let stats = MappedArray::new("fl_reflect", (cpus * reflect_stats::SLOT) as u32)
+    let stats = PerCpuCounters::create("fl_reflect", reflect_stats::COUNT as u32)
         .map_err(|e| bpf_err("cannot make the counters map", e.to_string(), denied(&e)))?;
     let insns = reflect_program(&Reflect {
-        stats_fd: stats.fd(),
+        stats_fd: stats.raw_fd(),
         swap_ip: swap.ip,
         swap_ports: swap.ports,
         pass_not_ip: cfg.not_ip != Some(NotIp::Drop),
@@ -125,15 +118,9 @@ pub(super) fn run(
             denied(&e),
         )
     })?;
-    let start = tick_loop(
-        job,
-        stop,
-        on_event,
-        &|| sum(&read(&stats, cpus)),
-        &mut || {},
-    );
+    let start = tick_loop(job, stop, on_event, &|| sum(&read(&stats)), &mut || {});
     drop(link);
-    let cpus = read(&stats, cpus)
+    let cpus = read(&stats)
         .into_iter()
         .enumerate()
         .filter(|(_, c)| c.rx_packets > 0)
@@ -291,7 +278,7 @@ pub(super) fn run_bridge(
 
 #[cfg(test)]
 mod tests {
-    use flowlane_io::bpf::{self, MappedArray};
+    use flowlane_io::bpf::{self, PerCpuCounters};
     use flowlane_io::ebpf::{reflect_program, reflect_stats, Reflect};
     use flowlane_wire::forward::{reflect, Reason, Swap};
     use flowlane_wire::{Template, TemplateSpec};
@@ -323,10 +310,10 @@ mod tests {
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         frames.push(arp);
         frames.push(frames[0][..30].to_vec()); // an IPv4 header cut short
-        let stats = MappedArray::new("fl_t_refl", 4096).expect("map");
+        let stats = PerCpuCounters::create("fl_t_refl", reflect_stats::COUNT as u32).expect("map");
         for bits in 0..8u8 {
             let p = Reflect {
-                stats_fd: stats.fd(),
+                stats_fd: stats.raw_fd(),
                 swap_ip: bits & 1 != 0,
                 swap_ports: bits & 2 != 0,
                 pass_not_ip: bits & 4 != 0,
@@ -367,12 +354,8 @@ mod tests {
             }
         }
         // Every run was counted (CPU slots: whichever CPU ran the test).
-        let counted: u64 = (0..4096 / reflect_stats::SLOT)
-            .map(|c| {
-                (0..3)
-                    .map(|i| stats.get(c * reflect_stats::SLOT + i))
-                    .sum::<u64>()
-            })
+        let counted: u64 = (0..reflect_stats::COUNT as u32)
+            .map(|i| stats.per_cpu(i).iter().sum::<u64>())
             .sum();
         assert_eq!(counted, 8 * frames.len() as u64);
     }
