@@ -72,6 +72,19 @@ impl Dir24_8 {
         }
     }
 
+    /// The two tables as a data plane elsewhere (an XDP program's array maps) reads them:
+    /// `tbl24[addr >> 8]` is a next hop, [`Dir24_8::NONE`] for no route, or — with
+    /// [`Dir24_8::EXTENDED`] set — a group `g` whose next hops are `tbl8[g * 256 + (addr &
+    /// 0xff)]` ([`crate::NO_ROUTE`] for none).
+    pub fn tables(&self) -> (&[u32], &[u32]) {
+        (&self.tbl24, &self.tbl8)
+    }
+
+    /// Set in a `tbl24` entry that names a `tbl8` group.
+    pub const EXTENDED: u32 = EXT;
+    /// A `tbl24` entry with no route.
+    pub const NONE: u32 = NO_ROUTE & !EXT;
+
     /// Bytes of both tables.
     pub fn bytes(&self) -> usize {
         (self.tbl24.len() + self.tbl8.len()) * 4

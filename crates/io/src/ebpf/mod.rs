@@ -329,6 +329,7 @@ mod bridge;
 mod live_tx;
 mod missteer;
 mod reflect;
+mod route;
 mod rss_steer;
 mod xsk_redirect;
 
@@ -336,6 +337,7 @@ pub use bridge::{bridge_program, bridge_stats, fdb, XdpBridge};
 pub use live_tx::{live_flow, live_tx_program, LiveTx};
 pub use missteer::{missteer_filter, sk_buff};
 pub use reflect::{reflect_program, reflect_stats, Reflect};
+pub use route::{route_hop, route_program, route_stats, XdpRoute};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };

@@ -202,6 +202,80 @@ impl MappedArray {
     }
 }
 
+/// An array map whose values this process writes through a shared mapping
+/// (`BPF_F_MMAPABLE`): a table of millions of entries filled by one copy, not one system call
+/// each.
+#[derive(Debug)]
+pub struct WritableArray {
+    fd: OwnedFd,
+    ptr: *mut u8,
+    len: usize,
+    bytes: usize,
+}
+
+// SAFETY: the mapping is owned by this value and unmapped once, in Drop; writes go through
+// `&mut self`.
+unsafe impl Send for WritableArray {}
+
+impl WritableArray {
+    /// A new `BPF_MAP_TYPE_ARRAY` of `entries` values of `value_size` bytes (a multiple of 8,
+    /// or 4), zero, mapped read-write.
+    pub fn new(name: &str, value_size: u32, entries: u32) -> Result<WritableArray, SysError> {
+        let fd = create_map(MAP_ARRAY, 4, value_size, entries.max(1), F_MMAPABLE, name)?;
+        // SAFETY: sysconf has no memory effects.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        // Values are laid out at their size rounded up to 8 bytes.
+        let bytes = entries.max(1) as usize * (value_size as usize).next_multiple_of(8);
+        let len = bytes.div_ceil(page) * page;
+        // SAFETY: mapping a BPF_F_MMAPABLE array fd read-write and shared, at offset 0, for
+        // the page-rounded size of its values; checked against MAP_FAILED.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(SysError {
+                call: "mmap(bpf array, rw)",
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(WritableArray {
+            fd,
+            ptr: ptr as *mut u8,
+            len,
+            bytes,
+        })
+    }
+
+    /// The map's file descriptor (to reference it from a program).
+    pub fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// The values' bytes (each value at its size rounded up to 8). A program may read them
+    /// while they are written: write what it may see half-done only where that is harmless.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `bytes` ≤ `len`, the mapping made in `new`, alive as long as `self`, and
+        // borrowed mutably only through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
+    }
+}
+
+impl Drop for WritableArray {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `new`, unmapped only here.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+        }
+    }
+}
+
 impl Drop for MappedArray {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are exactly the mapping made in `new`, unmapped only here.

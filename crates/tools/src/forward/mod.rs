@@ -132,11 +132,10 @@ pub fn run(
             cfg.devs.len()
         )));
     }
-    if cfg.mode == ForwardMode::Route && !matches!(cfg.backend, Backend::AfPacket | Backend::AfXdp)
-    {
+    if cfg.mode == ForwardMode::Route && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
         return Err(ToolError::usage(
-            "route runs on AF_XDP sockets or AF_PACKET rings (--backend af-xdp or af-packet); \
-             native XDP routing is not built yet",
+            "the native XDP router runs on the CPU that received each frame: CPUs are chosen \
+             by RSS, not --cpus",
         ));
     }
     if cfg.mode == ForwardMode::Bridge && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
@@ -216,6 +215,9 @@ pub fn run(
         interval,
     };
     match cfg.mode {
+        ForwardMode::Route if cfg.backend == Backend::XdpNative => {
+            return xdp::run_route(job, stop, on_event)
+        }
         ForwardMode::Route => return packet::run_route(job, stop, on_event),
         ForwardMode::Bridge if cfg.backend == Backend::XdpNative => {
             return xdp::run_bridge(&job, stop, on_event)

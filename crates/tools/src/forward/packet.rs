@@ -145,15 +145,12 @@ pub(super) fn run_xdp_sockets(
     session(job, rt, &worker_cpus, &before, stop, &mut |_| {}, on_event)
 }
 
-/// Route over AF_PACKET: the tables loaded once (in this thread's namespace), then one worker
-/// per CPU with a receive ring on every port (one fanout group per port, by CPU) and a
-/// transmit ring on every port. Each second the neighbour table is read again, so a gateway
-/// resolved later starts forwarding.
-pub(super) fn run_route(
-    mut job: Job<'_>,
-    stop: &Arc<AtomicBool>,
-    on_event: &mut dyn FnMut(ForwardEvent),
-) -> Result<ForwardReport, ToolError> {
+/// The router's tables as the job names them; for kernel routes followed (`follow`), the
+/// monitor, opened before the table is read so no change falls between the two.
+pub(super) fn load_tables(
+    job: &Job<'_>,
+    follow: bool,
+) -> Result<(routes::Loaded, Option<netdev::RouteMonitor>), ToolError> {
     let source = job.cfg.routes.clone().unwrap_or(RouteSource::Kernel);
     let file = match &job.cfg.next_hops {
         Some(p) => {
@@ -163,15 +160,25 @@ pub(super) fn run_route(
         }
         None => None,
     };
-    // Kernel routes are followed: the monitor is open before the table is read, so no change
-    // falls between the two.
     let monitor = match source {
-        RouteSource::Kernel => Some(netdev::RouteMonitor::open().map_err(|e| {
+        RouteSource::Kernel if follow => Some(netdev::RouteMonitor::open().map_err(|e| {
             ToolError::runtime(format!("cannot follow the kernel's route changes: {e}"))
         })?),
-        RouteSource::File(_) => None,
+        _ => None,
     };
-    let loaded = routes::load(&source, file.as_ref(), &job.ports)?;
+    Ok((routes::load(&source, file.as_ref(), &job.ports)?, monitor))
+}
+
+/// Route over AF_PACKET: the tables loaded once (in this thread's namespace), then one worker
+/// per CPU with a receive ring on every port (one fanout group per port, by CPU) and a
+/// transmit ring on every port. Each second the neighbour table is read again, so a gateway
+/// resolved later starts forwarding.
+pub(super) fn run_route(
+    mut job: Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let (loaded, monitor) = load_tables(&job, true)?;
     job.routes = Some(loaded.summary.clone());
     let mut live = LiveTables::new(loaded, monitor);
     let tables = live.tables();
@@ -208,7 +215,7 @@ pub(super) fn run_route(
 }
 
 /// Each port's facts, from the interface.
-fn port_infos(job: &Job<'_>) -> Result<Vec<(u32, PortInfo)>, ToolError> {
+pub(super) fn port_infos(job: &Job<'_>) -> Result<Vec<(u32, PortInfo)>, ToolError> {
     job.ports
         .iter()
         .map(|(dev, ifindex)| {

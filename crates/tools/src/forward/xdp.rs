@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_io::bpf::{self, BridgeMaps, PerCpuCounters};
+use flowlane_io::bpf::{self, BridgeMaps, PerCpuCounters, WritableArray};
 use flowlane_io::ebpf::{
-    bridge_program, bridge_stats, reflect_program, reflect_stats, Reflect, XdpBridge,
+    bridge_program, bridge_stats, reflect_program, reflect_stats, route_hop, route_program,
+    route_stats, Reflect, XdpBridge, XdpRoute,
 };
 use flowlane_io::netdev;
+use flowlane_runtime::route::PortInfo;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job, NotIp};
@@ -274,6 +276,188 @@ pub(super) fn run_bridge(
         r.problems.push(format!("the table could not be aged: {e}"));
     }
     Ok(r)
+}
+
+/// The XDP router's next-hop entries (laid out as `ebpf::route_hop`) for the loaded tables,
+/// and the IPv4 routes with a /32 for every known neighbour on a connected link (the program
+/// has no neighbour table of its own: a connected host gets its own route to its MAC).
+pub(super) fn xdp_tables(
+    l: &super::routes::Loaded,
+    ports: &[PortInfo],
+) -> Result<(flowlane_lpm::Rib<u32>, Vec<[u8; route_hop::SIZE]>), ToolError> {
+    use flowlane_runtime::route::Hop;
+    let entry = |port: u32, dst: [u8; 6]| {
+        let mut e = [0u8; route_hop::SIZE];
+        let info = ports.get(port as usize);
+        e[route_hop::PORT..route_hop::PORT + 4].copy_from_slice(&port.to_ne_bytes());
+        let mtu = info.map_or(0, |i| i.mtu as u32);
+        e[route_hop::MTU..route_hop::MTU + 4].copy_from_slice(&mtu.to_ne_bytes());
+        e[route_hop::DST_MAC..route_hop::DST_MAC + 6].copy_from_slice(&dst);
+        let src = info.map_or([0; 6], |i| i.mac);
+        e[route_hop::SRC_MAC..route_hop::SRC_MAC + 6].copy_from_slice(&src);
+        e
+    };
+    let marker = |port: u32| entry(port, [0; 6]);
+    let table = &l.hops.table;
+    let mut hops: Vec<[u8; route_hop::SIZE]> = table
+        .hops
+        .iter()
+        .map(|h| match *h {
+            Hop::Via { port, mac: Some(m) } => entry(u32::from(port), m),
+            Hop::Via { mac: None, .. } | Hop::Connected { .. } => marker(route_hop::NO_NEIGHBOUR),
+            Hop::Nowhere => marker(route_hop::NOWHERE),
+        })
+        .collect();
+    let mut rib = l.v4.clone();
+    let mut hosts: Vec<(&(u16, u128), &[u8; 6])> = table.hosts.iter().collect();
+    hosts.sort();
+    for (&(port, key), mac) in hosts {
+        let Some(addr) = (key >> 32 == 0xffff).then_some(key as u32) else {
+            continue;
+        };
+        let connected = rib
+            .matching(addr)
+            .and_then(|(_, h)| table.hops.get(h as usize))
+            .is_some_and(|h| *h == Hop::Connected { port });
+        if connected {
+            hops.push(entry(u32::from(port), *mac));
+            let p = flowlane_lpm::Prefix::new(addr, 32)
+                .map_err(|e| ToolError::runtime(format!("host route: {e}")))?;
+            rib.insert(p, hops.len() as u32 - 1)
+                .map_err(|e| ToolError::runtime(format!("host route: {e}")))?;
+        }
+    }
+    Ok((rib, hops))
+}
+
+/// The native-XDP router (IPv4): one program per port (BPF links, native mode) over a
+/// DIR-24-8 table built once from the loaded routes; IPv6 and the rest go to the kernel.
+pub(super) fn run_route(
+    mut job: Job<'_>,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(ForwardEvent),
+) -> Result<ForwardReport, ToolError> {
+    let denied =
+        |e: &flowlane_io::SysError| e.source.kind() == std::io::ErrorKind::PermissionDenied;
+    let bpf_err = |what: &str, e: &flowlane_io::SysError| {
+        let msg = format!("{what}: {e}");
+        if denied(e) {
+            ToolError::privilege(format!(
+                "{msg} (needs CAP_BPF and CAP_NET_ADMIN: run as root)"
+            ))
+        } else {
+            ToolError::runtime(msg)
+        }
+    };
+    let (loaded, _) = super::packet::load_tables(&job, false)?;
+    job.routes = Some(loaded.summary.clone());
+    let infos: Vec<PortInfo> = super::packet::port_infos(&job)?
+        .into_iter()
+        .map(|p| p.1)
+        .collect();
+    let (rib, hops) = xdp_tables(&loaded, &infos)?;
+    let dir = flowlane_lpm::Dir24_8::build(&rib);
+    let (t24, t8) = dir.tables();
+    // Each value of `size` bytes in `data`, written at the map's stride (8-byte aligned).
+    let array = |name: &str, size: u32, n: usize, data: &[u8]| {
+        let mut a = WritableArray::new(name, size, n.max(1) as u32)
+            .map_err(|e| bpf_err("cannot make the route table's maps", &e))?;
+        let stride = (size as usize).next_multiple_of(8);
+        let bytes = a.bytes_mut();
+        for (i, v) in data.chunks_exact(size as usize).enumerate() {
+            bytes[i * stride..i * stride + v.len()].copy_from_slice(v);
+        }
+        Ok::<_, ToolError>(a)
+    };
+    let bytes32 = |v: &[u32]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+    let tbl24 = array("fl_rt_tbl24", 4, t24.len(), &bytes32(t24))?;
+    let tbl8 = array("fl_rt_tbl8", 4, t8.len(), &bytes32(t8))?;
+    let hop_bytes: Vec<u8> = hops.iter().flatten().copied().collect();
+    let hop_map = array("fl_rt_hops", route_hop::SIZE as u32, hops.len(), &hop_bytes)?;
+    let devmap = BridgeMaps::create().map_err(|e| bpf_err("cannot make the device map", &e))?;
+    for (i, (dev, ifindex)) in job.ports.iter().enumerate() {
+        devmap
+            .set_port(i as u32, *ifindex)
+            .map_err(|e| bpf_err(&format!("cannot make {dev} a port"), &e))?;
+    }
+    let stats = PerCpuCounters::create("fl_route", route_stats::COUNT as u32)
+        .map_err(|e| bpf_err("cannot make the counters map", &e))?;
+    let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
+    let mut progs = Vec::new();
+    for info in &infos {
+        let insns = route_program(&XdpRoute {
+            tbl24_fd: tbl24.fd(),
+            tbl8_fd: tbl8.fd(),
+            hops_fd: hop_map.fd(),
+            ports_fd: devmap.fds().1,
+            stats_fd: stats.raw_fd(),
+            mac: info.mac,
+        })
+        .map_err(|e| ToolError::runtime(format!("the router does not assemble: {e:?}")))?;
+        progs.push(
+            bpf::prog_load(bpf::PROG_XDP, "fl_route", &insns)
+                .map_err(|e| bpf_err("the kernel refused the router", &e.error))?,
+        );
+    }
+    let mut links = Vec::new();
+    for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
+        links.push(
+            bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
+                bpf_err(
+                    &format!("cannot attach the router to {dev} in native mode"),
+                    &e,
+                )
+            })?,
+        );
+    }
+    let start = tick_loop(
+        &job,
+        stop,
+        on_event,
+        &|| sum(&read_route(&stats)),
+        &mut || {},
+    );
+    drop(links);
+    let cpus = read_route(&stats)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, c)| c.rx_packets > 0)
+        .map(|(cpu, counts)| CpuCounts { cpu, counts })
+        .collect();
+    Ok(super::report::assemble(
+        &job,
+        start.elapsed().as_secs_f64(),
+        cpus,
+        &before,
+        Vec::new(),
+    ))
+}
+
+/// The router's counters per CPU.
+fn read_route(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
+    use route_stats::*;
+    let all: Vec<Vec<u64>> = (0..COUNT as u32).map(|i| stats.per_cpu(i)).collect();
+    (0..all[0].len())
+        .map(|c| {
+            let at = |i: usize| all[i][c];
+            let dropped = Drops {
+                no_route: at(NO_ROUTE),
+                no_neighbour: at(NO_NEIGHBOUR),
+                ttl_exceeded: at(TTL_EXCEEDED),
+                too_big: at(TOO_BIG),
+                malformed: at(MALFORMED),
+                ..Drops::default()
+            };
+            let (forwarded, to_host) = (at(FORWARDED), at(PASSED));
+            ForwardCounts {
+                rx_packets: forwarded + to_host + dropped.total(),
+                forwarded,
+                to_host,
+                dropped,
+                ..ForwardCounts::default()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
