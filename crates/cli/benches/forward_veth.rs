@@ -9,6 +9,8 @@
 //!                 frames back (on veth it does, for every row below);
 //!   xdp / af-xdp / af-packet  the reflector with that backend: frames back at the
 //!                 generator's interface per second, and the ratio to the ceiling.
+//!   testpmd …     DPDK's testpmd `macswap` over its AF_XDP and AF_PACKET PMDs on the DUT's
+//!                 port, forwarding core on CPU 1 (where dpdk-dev is installed).
 //! On veth the DUT's receive path (NAPI, so native XDP) runs on the sender's CPU (0); the
 //! AF_XDP and AF_PACKET workers are pinned to CPU 1.
 //!
@@ -99,6 +101,23 @@ fn main() {
                 "",
                 "/XDP_TX ceil",
                 got / tx_ceiling.max(1.0)
+            );
+        }
+    }
+    // DPDK testpmd's macswap (MACs swapped, the frame sent back) over its AF_XDP and
+    // AF_PACKET PMDs on the same port, forwarding core on CPU 1.
+    for pmd in ["af_xdp", "af_packet"] {
+        let measured =
+            common::with_testpmd(&p.dut, &[p.dut_if.as_str()], pmd, "macswap", &[], || {
+                blast(&p.gen, &p.gen_if)
+            });
+        if let Some((offered, got)) = measured {
+            println!(
+                "{:<14} {:>14.0} {:>14.0} {:>10.3}   (testpmd macswap over {pmd})",
+                format!("testpmd {}", pmd.replace('_', "-")),
+                offered,
+                got,
+                got / ceiling.max(1.0)
             );
         }
     }

@@ -6,6 +6,8 @@
 //! interface. Rows:
 //!   drop ceiling    an XDP_DROP program on the DUT's receiving end: what any DUT is offered;
 //!   kernel          the DUT kernel's own IPv4 forwarding (its FIB with the same routes);
+//!   redirect ceil   a one-line XDP program redirecting every frame to the sink's port;
+//!   xdp             flowlane's native XDP router (DIR-24-8 in array maps);
 //!   af-xdp          flowlane's router over AF_XDP (one UMEM across both ports), one worker
 //!                   pinned to CPU 1;
 //!   af-packet       the same over AF_PACKET rings;
@@ -120,10 +122,31 @@ fn main() {
         );
         got
     };
-    for backend in ["af-xdp", "af-packet"] {
-        forwarder_row(&dut, "route", backend, ceiling, kernel, &|| {
+    let redirect = {
+        let _r = redirect_all(&dut, setup::DUT_IF, setup::DUT_OUT_IF);
+        let (offered, got) = blast(&sink, setup::SINK_IF);
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}",
+            "redirect ceil",
+            offered,
+            got,
+            got / ceiling.max(1.0),
+            got / kernel.max(1.0)
+        );
+        got
+    };
+    for backend in ["xdp", "af-xdp", "af-packet"] {
+        let got = forwarder_row(&dut, "route", backend, ceiling, kernel, &|| {
             blast(&sink, setup::SINK_IF)
         });
+        if backend == "xdp" {
+            println!(
+                "{:<14} {:>14} {:>14.3}",
+                "",
+                "/redirect ceil",
+                got / redirect.max(1.0)
+            );
+        }
     }
     // testpmd's MAC forwarding (the peers' MACs written in, no lookup, no TTL).
     let peers = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
