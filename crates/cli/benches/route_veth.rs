@@ -99,12 +99,7 @@ fn main() {
     );
     let ceiling = {
         let _drop = verdict(&dut, setup::DUT_IF, 1);
-        let (offered, got) = blast(&dut, setup::DUT_IF);
-        println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10} {:>10}",
-            "drop ceiling", offered, got, "1.000", ""
-        );
-        got
+        reference_row("drop ceiling", blast(&dut, setup::DUT_IF), None, None)
     };
     let kernel = {
         dut.write_file("/proc/sys/net/ipv4/ip_forward", "1")
@@ -112,42 +107,11 @@ fn main() {
         let (offered, got) = blast(&sink, setup::SINK_IF);
         dut.write_file("/proc/sys/net/ipv4/ip_forward", "0")
             .expect("sysctl");
-        println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10}",
-            "kernel",
-            offered,
-            got,
-            got / ceiling.max(1.0),
-            "1.000"
-        );
-        got
+        reference_row("kernel", (offered, got), Some(ceiling), None)
     };
-    let redirect = {
-        let _r = redirect_all(&dut, setup::DUT_IF, setup::DUT_OUT_IF);
-        let (offered, got) = blast(&sink, setup::SINK_IF);
-        println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}",
-            "redirect ceil",
-            offered,
-            got,
-            got / ceiling.max(1.0),
-            got / kernel.max(1.0)
-        );
-        got
-    };
-    for backend in ["xdp", "af-xdp", "af-packet"] {
-        let got = forwarder_row(&dut, "route", backend, ceiling, kernel, &|| {
-            blast(&sink, setup::SINK_IF)
-        });
-        if backend == "xdp" {
-            println!(
-                "{:<14} {:>14} {:>14.3}",
-                "",
-                "/redirect ceil",
-                got / redirect.max(1.0)
-            );
-        }
-    }
+    forwarder_rows(&dut, "route", ceiling, kernel, &|| {
+        blast(&sink, setup::SINK_IF)
+    });
     // testpmd's MAC forwarding (the peers' MACs written in, no lookup, no TTL).
     let peers = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
     testpmd_rows(&dut, "mac", &peers, ceiling, kernel, &|| {
@@ -199,12 +163,7 @@ fn bridge(secs: f64) {
     );
     let ceiling = {
         let _drop = verdict(&dut, setup::DUT_IF, 1);
-        let (offered, got) = blast(&dut, setup::DUT_IF);
-        println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10} {:>10}",
-            "drop ceiling", offered, got, "1.000", ""
-        );
-        got
+        reference_row("drop ceiling", blast(&dut, setup::DUT_IF), None, None)
     };
     let kernel = {
         let br = setup::KERNEL_BRIDGE;
@@ -216,34 +175,55 @@ fn bridge(secs: f64) {
         dut.ip(&["link", "set", br, "up"]).expect("up");
         let (offered, got) = blast(&sink, setup::SINK_IF);
         dut.ip(&["link", "del", br]).expect("bridge gone");
-        println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10}",
-            "kernel bridge",
-            offered,
-            got,
-            got / ceiling.max(1.0),
-            "1.000"
-        );
-        got
+        reference_row("kernel bridge", (offered, got), Some(ceiling), None)
     };
     // The redirect ceiling: every frame redirected to the other port by a one-line program.
+    forwarder_rows(&dut, "bridge", ceiling, kernel, &|| {
+        blast(&sink, setup::SINK_IF)
+    });
+    testpmd_rows(&dut, "io", &[], ceiling, kernel, &|| {
+        blast(&sink, setup::SINK_IF)
+    });
+}
+
+/// Prints a reference row — `(offered, received)` pps against the drop ceiling and the
+/// kernel where given (`None`: this row is that reference) — and returns its rate.
+fn reference_row(
+    name: &str,
+    (offered, got): (f64, f64),
+    ceiling: Option<f64>,
+    kernel: Option<f64>,
+) -> f64 {
+    let ratio =
+        |r: Option<f64>| r.map_or("1.000".to_string(), |r| format!("{:.3}", got / r.max(1.0)));
+    let kernel = if ceiling.is_none() {
+        String::new()
+    } else {
+        ratio(kernel)
+    };
+    println!(
+        "{name:<14} {offered:>14.0} {got:>14.0} {:>10} {kernel:>10}",
+        ratio(ceiling)
+    );
+    got
+}
+
+/// The redirect ceiling (a one-line program sending every frame to the other port), then
+/// `flowlane forward --mode MODE` on each backend, the native XDP one also against that
+/// ceiling.
+fn forwarder_rows(
+    dut: &Netns,
+    mode: &str,
+    ceiling: f64,
+    kernel: f64,
+    measure: &dyn Fn() -> (f64, f64),
+) {
     let redirect = {
-        let _r = redirect_all(&dut, setup::DUT_IF, setup::DUT_OUT_IF);
-        let (offered, got) = blast(&sink, setup::SINK_IF);
-        println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}",
-            "redirect ceil",
-            offered,
-            got,
-            got / ceiling.max(1.0),
-            got / kernel.max(1.0)
-        );
-        got
+        let _r = redirect_all(dut, setup::DUT_IF, setup::DUT_OUT_IF);
+        reference_row("redirect ceil", measure(), Some(ceiling), Some(kernel))
     };
     for backend in ["xdp", "af-xdp", "af-packet"] {
-        let got = forwarder_row(&dut, "bridge", backend, ceiling, kernel, &|| {
-            blast(&sink, setup::SINK_IF)
-        });
+        let got = forwarder_row(dut, mode, backend, ceiling, kernel, measure);
         if backend == "xdp" {
             println!(
                 "{:<14} {:>14} {:>14.3}",
@@ -253,9 +233,6 @@ fn bridge(secs: f64) {
             );
         }
     }
-    testpmd_rows(&dut, "io", &[], ceiling, kernel, &|| {
-        blast(&sink, setup::SINK_IF)
-    });
 }
 
 /// testpmd in `mode` over AF_XDP, then AF_PACKET, between the DUT's two ports (forwarding

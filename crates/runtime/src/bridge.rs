@@ -135,6 +135,31 @@ impl MacTable {
     }
 }
 
+/// A bridge worker's tallies for one round, added to its counters once.
+#[derive(Default)]
+struct Tally {
+    fwd: u64,
+    flooded: u64,
+    copies: u64,
+    filtered: u64,
+    malformed: u64,
+    trunc: u64,
+    full: u64,
+}
+
+impl Tally {
+    fn add_to(&self, st: &ForwardStats, rx: usize) {
+        bump(&st.rx_packets, rx as u64);
+        bump(&st.forwarded, self.fwd);
+        bump(&st.flooded, self.flooded);
+        bump(&st.flood_copies, self.copies);
+        bump(&st.filtered, self.filtered);
+        bump(&st.malformed, self.malformed);
+        bump(&st.truncated, self.trunc);
+        bump(&st.tx_full, self.full);
+    }
+}
+
 /// Per-port counts, shared by the workers (one add per port per poll round).
 #[derive(Debug, Default)]
 pub struct PortCounters {
@@ -176,18 +201,17 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
     type Stats = ForwardStats;
 
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
-        let (mut fwd, mut flooded, mut copies, mut filtered, mut malformed, mut trunc, mut full) =
-            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut t = Tally::default();
         let (table, rx, tx) = (&self.table, &mut self.rx, &mut self.tx);
         let n = self.ports.poll(budget, |p, f, out| {
             rx[p] += 1;
             let data = f.data;
             if data.len() < 14 {
-                malformed += 1;
+                t.malformed += 1;
                 return;
             }
             if f.truncated() {
-                trunc += 1;
+                t.trunc += 1;
                 return;
             }
             // A source that is multicast is not a station: not learnt.
@@ -204,11 +228,11 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
                     true
                 }
                 Err(SendError::TooLong) => {
-                    trunc += 1;
+                    t.trunc += 1;
                     false
                 }
                 Err(SendError::Full) => {
-                    full += 1;
+                    t.full += 1;
                     false
                 }
             };
@@ -218,8 +242,8 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
                 None
             };
             match known {
-                Some(q) if q as usize == p => filtered += 1,
-                Some(q) => fwd += u64::from(send(q as usize, tx)),
+                Some(q) if q as usize == p => t.filtered += 1,
+                Some(q) => t.fwd += u64::from(send(q as usize, tx)),
                 None => {
                     // Broadcast, multicast or unknown: every other port.
                     let mut sent = 0;
@@ -227,9 +251,9 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
                         sent += u64::from(send(q, tx));
                     }
                     if sent > 0 {
-                        fwd += 1;
-                        flooded += 1;
-                        copies += sent - 1;
+                        t.fwd += 1;
+                        t.flooded += 1;
+                        t.copies += sent - 1;
                     }
                 }
             }
@@ -238,28 +262,11 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
             bump(&c.rx, std::mem::take(&mut self.rx[i]));
             bump(&c.tx, std::mem::take(&mut self.tx[i]));
         }
-        bump(&st.rx_packets, n as u64);
-        bump(&st.forwarded, fwd);
-        bump(&st.flooded, flooded);
-        bump(&st.flood_copies, copies);
-        bump(&st.filtered, filtered);
-        bump(&st.malformed, malformed);
-        bump(&st.truncated, trunc);
-        bump(&st.tx_full, full);
+        t.add_to(st, n);
         Ok(n)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        self.ports.wait(timeout_ms)
-    }
-
-    fn idle(&mut self, st: &ForwardStats) {
-        self.ports.count_drops(st);
-    }
-
-    fn finish(&mut self, _st: &ForwardStats) {
-        self.ports.drain();
-    }
+    crate::ports::ports_upkeep!(ports);
 }
 
 /// One AF_XDP bridge worker: a socket on every port over one UMEM (its queue's); a frame
@@ -294,15 +301,14 @@ impl Poll for XskBridgeWorker {
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let ports = self.group.ports();
         let share = (budget / ports.max(1)).max(1);
-        let (mut n, mut fwd, mut flooded, mut copies, mut filtered, mut malformed, mut full) =
-            (0, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut n, mut t) = (0, Tally::default());
         let table = &self.table;
         for k in 0..ports {
             let p = (self.next + k) % ports;
             let mut flood_now = 0u64;
             let done = self.group.poll(p, share, |data| {
                 if data.len() < 14 {
-                    malformed += 1;
+                    t.malformed += 1;
                     return XskAction::Drop;
                 }
                 if data[6] & 1 == 0 {
@@ -315,24 +321,24 @@ impl Poll for XskBridgeWorker {
                 };
                 match known {
                     Some(q) if q as usize == p => {
-                        filtered += 1;
+                        t.filtered += 1;
                         XskAction::Drop
                     }
                     Some(q) => {
-                        fwd += 1;
+                        t.fwd += 1;
                         XskAction::Send(q as usize)
                     }
                     None => {
-                        fwd += 1;
+                        t.fwd += 1;
                         flood_now += 1;
                         XskAction::Flood(p)
                     }
                 }
             });
             // Copies that found no free frame were not sent.
-            full += done.no_frame as u64;
-            flooded += flood_now;
-            copies += (flood_now * (ports as u64 - 2)).saturating_sub(done.no_frame as u64);
+            t.full += done.no_frame as u64;
+            t.flooded += flood_now;
+            t.copies += (flood_now * (ports as u64 - 2)).saturating_sub(done.no_frame as u64);
             n += done.received;
             bump(&self.counts[p].rx, done.received as u64);
         }
@@ -342,35 +348,14 @@ impl Poll for XskBridgeWorker {
             *last = now;
         }
         self.next = (self.next + 1) % ports.max(1);
-        if fwd > 0 {
+        if t.fwd > 0 {
             self.group.kick().map_err(|e| e.to_string())?;
         }
-        bump(&st.rx_packets, n as u64);
-        bump(&st.forwarded, fwd);
-        bump(&st.flooded, flooded);
-        bump(&st.flood_copies, copies);
-        bump(&st.filtered, filtered);
-        bump(&st.malformed, malformed);
-        bump(&st.tx_full, full);
+        t.add_to(st, n);
         Ok(n)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        self.group
-            .wait(timeout_ms)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    fn idle(&mut self, st: &ForwardStats) {
-        for p in 0..self.group.ports() {
-            bump(&st.ring_drops, self.group.take_drops(p));
-        }
-    }
-
-    fn finish(&mut self, _st: &ForwardStats) {
-        crate::route::drain_group(&mut self.group);
-    }
+    crate::ports::xsk_upkeep!(group);
 }
 
 #[cfg(test)]

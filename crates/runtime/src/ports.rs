@@ -7,6 +7,48 @@ use flowlane_io::frame::{FrameRx, FrameTx, RxFrame, PACKET_OUTGOING};
 use crate::bump;
 use crate::forward::ForwardStats;
 
+/// The `wait`, `idle` and `finish` of a [`Poll`](crate::Poll) worker whose rings are the
+/// `Ports` field named: wait on every port, count the receive rings' drops, drain on exit.
+macro_rules! ports_upkeep {
+    ($field:ident) => {
+        fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+            self.$field.wait(timeout_ms)
+        }
+
+        fn idle(&mut self, st: &ForwardStats) {
+            self.$field.count_drops(st);
+        }
+
+        fn finish(&mut self, _st: &ForwardStats) {
+            self.$field.drain();
+        }
+    };
+}
+
+/// The same for a worker whose sockets are the `XskGroup` field named.
+macro_rules! xsk_upkeep {
+    ($field:ident) => {
+        fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+            self.$field
+                .wait(timeout_ms)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+
+        fn idle(&mut self, st: &ForwardStats) {
+            for p in 0..self.$field.ports() {
+                $crate::bump(&st.ring_drops, self.$field.take_drops(p));
+            }
+        }
+
+        fn finish(&mut self, _st: &ForwardStats) {
+            $crate::route::drain_group(&mut self.$field);
+        }
+    };
+}
+
+pub(crate) use {ports_upkeep, xsk_upkeep};
+
 /// A port's fixed facts: its MAC and the largest IP packet it sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortInfo {

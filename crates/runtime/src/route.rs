@@ -343,22 +343,7 @@ impl Poll for XskRouteWorker {
         Ok(n)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        self.group
-            .wait(timeout_ms)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    fn idle(&mut self, st: &ForwardStats) {
-        for p in 0..self.group.ports() {
-            bump(&st.ring_drops, self.group.take_drops(p));
-        }
-    }
-
-    fn finish(&mut self, _st: &ForwardStats) {
-        drain_group(&mut self.group);
-    }
+    crate::ports::xsk_upkeep!(group);
 }
 
 /// Lets what a group queued leave before its sockets close (at most 2 s).
@@ -404,17 +389,7 @@ impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
         Ok(n)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        self.ports.wait(timeout_ms)
-    }
-
-    fn idle(&mut self, st: &ForwardStats) {
-        self.ports.count_drops(st);
-    }
-
-    fn finish(&mut self, _st: &ForwardStats) {
-        self.ports.drain();
-    }
+    crate::ports::ports_upkeep!(ports);
 }
 
 #[cfg(test)]

@@ -50,27 +50,33 @@ fn tick_loop(
     start
 }
 
-fn read(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
-    let all: Vec<Vec<u64>> = (0..reflect_stats::COUNT as u32)
-        .map(|i| stats.per_cpu(i))
-        .collect();
-    (0..all[0].len())
-        .map(|c| {
-            let at = |i: usize| all[i][c];
-            let dropped = Drops {
-                not_ip: at(reflect_stats::NOT_IP),
-                malformed: at(reflect_stats::MALFORMED),
-                ..Drops::default()
-            };
-            let forwarded = at(reflect_stats::REFLECTED);
-            ForwardCounts {
-                rx_packets: forwarded + dropped.total(),
-                forwarded,
-                dropped,
-                ..ForwardCounts::default()
-            }
-        })
+/// `count` per-CPU counters, as `of(counter)` for each CPU in turn.
+fn per_cpu<T>(
+    stats: &PerCpuCounters,
+    count: usize,
+    of: impl Fn(&dyn Fn(usize) -> u64) -> T,
+) -> Vec<T> {
+    let all: Vec<Vec<u64>> = (0..count as u32).map(|i| stats.per_cpu(i)).collect();
+    (0..all.first().map_or(0, Vec::len))
+        .map(|c| of(&|i: usize| all[i][c]))
         .collect()
+}
+
+fn read(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
+    per_cpu(stats, reflect_stats::COUNT, |at| {
+        let dropped = Drops {
+            not_ip: at(reflect_stats::NOT_IP),
+            malformed: at(reflect_stats::MALFORMED),
+            ..Drops::default()
+        };
+        let forwarded = at(reflect_stats::REFLECTED);
+        ForwardCounts {
+            rx_packets: forwarded + dropped.total(),
+            forwarded,
+            dropped,
+            ..ForwardCounts::default()
+        }
+    })
 }
 
 fn sum(v: &[ForwardCounts]) -> ForwardCounts {
@@ -139,30 +145,66 @@ pub(super) fn run(
 
 /// The bridge's counters per CPU.
 fn read_bridge(stats: &PerCpuCounters, ports: usize) -> Vec<ForwardCounts> {
-    let all: Vec<Vec<u64>> = (0..bridge_stats::COUNT as u32)
-        .map(|i| stats.per_cpu(i))
-        .collect();
-    (0..all[0].len())
-        .map(|c| {
-            let at = |i: usize| all[i][c];
-            let dropped = Drops {
-                filtered: at(bridge_stats::FILTERED),
-                malformed: at(bridge_stats::MALFORMED),
-                ..Drops::default()
-            };
-            let flooded = at(bridge_stats::FLOODED);
-            let forwarded = at(bridge_stats::FORWARDED) + flooded;
-            ForwardCounts {
-                rx_packets: forwarded + dropped.total(),
-                forwarded,
-                flooded,
-                // The kernel sends a flooded frame to every port but the ingress one.
-                flood_copies: flooded * (ports.saturating_sub(2) as u64),
-                dropped,
-                ..ForwardCounts::default()
-            }
-        })
-        .collect()
+    per_cpu(stats, bridge_stats::COUNT, |at| {
+        let dropped = Drops {
+            filtered: at(bridge_stats::FILTERED),
+            malformed: at(bridge_stats::MALFORMED),
+            ..Drops::default()
+        };
+        let flooded = at(bridge_stats::FLOODED);
+        let forwarded = at(bridge_stats::FORWARDED) + flooded;
+        ForwardCounts {
+            rx_packets: forwarded + dropped.total(),
+            forwarded,
+            flooded,
+            // The kernel sends a flooded frame to every port but the ingress one.
+            flood_copies: flooded * (ports.saturating_sub(2) as u64),
+            dropped,
+            ..ForwardCounts::default()
+        }
+    })
+}
+
+/// A failed BPF call as the user can act on it: a missing privilege, or the kernel's refusal.
+fn bpf_err(what: &str, e: &flowlane_io::SysError) -> ToolError {
+    let msg = format!("{what}: {e}");
+    if e.source.kind() == std::io::ErrorKind::PermissionDenied {
+        ToolError::privilege(format!(
+            "{msg} (needs CAP_BPF and CAP_NET_ADMIN: run as root)"
+        ))
+    } else {
+        ToolError::runtime(msg)
+    }
+}
+
+/// Loads one program per port (`program(i)` for port `i`) and attaches each to its port in
+/// native mode; the links detach when dropped.
+fn attach_per_port(
+    job: &Job<'_>,
+    what: &str,
+    program: &dyn Fn(usize) -> Result<Vec<flowlane_io::ebpf::Insn>, flowlane_io::ebpf::AsmError>,
+) -> Result<Vec<std::os::fd::OwnedFd>, ToolError> {
+    let mut progs = Vec::new();
+    for i in 0..job.ports.len() {
+        let insns = program(i)
+            .map_err(|e| ToolError::runtime(format!("the {what} does not assemble: {e:?}")))?;
+        progs.push(
+            bpf::prog_load(bpf::PROG_XDP, &format!("fl_{what}"), &insns)
+                .map_err(|e| bpf_err(&format!("the kernel refused the {what}"), &e.error))?,
+        );
+    }
+    let mut links = Vec::new();
+    for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
+        links.push(
+            bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
+                bpf_err(
+                    &format!("cannot attach the {what} to {dev} in native mode"),
+                    &e,
+                )
+            })?,
+        );
+    }
+    Ok(links)
 }
 
 /// The native-XDP bridge: one program on every port (BPF links, native mode), the table
@@ -172,18 +214,6 @@ pub(super) fn run_bridge(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let denied =
-        |e: &flowlane_io::SysError| e.source.kind() == std::io::ErrorKind::PermissionDenied;
-    let bpf_err = |what: &str, e: &flowlane_io::SysError| {
-        let msg = format!("{what}: {e}");
-        if denied(e) {
-            ToolError::privilege(format!(
-                "{msg} (needs CAP_BPF and CAP_NET_ADMIN: run as root)"
-            ))
-        } else {
-            ToolError::runtime(msg)
-        }
-    };
     let maps = BridgeMaps::create().map_err(|e| bpf_err("cannot make the bridge's maps", &e))?;
     for (i, (dev, ifindex)) in job.ports.iter().enumerate() {
         maps.set_port(i as u32, *ifindex)
@@ -194,31 +224,14 @@ pub(super) fn run_bridge(
     let (fdb_fd, ports_fd) = maps.fds();
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
     // One program per port, generated for its index; attached once all are loaded.
-    let mut progs = Vec::new();
-    for i in 0..job.ports.len() {
-        let insns = bridge_program(&XdpBridge {
+    let links = attach_per_port(job, "bridge", &|i| {
+        bridge_program(&XdpBridge {
             fdb_fd,
             ports_fd,
             stats_fd: stats.raw_fd(),
             port: i as u8,
         })
-        .map_err(|e| ToolError::runtime(format!("the bridge does not assemble: {e:?}")))?;
-        progs.push(
-            bpf::prog_load(bpf::PROG_XDP, "fl_bridge", &insns)
-                .map_err(|e| bpf_err("the kernel refused the bridge", &e.error))?,
-        );
-    }
-    let mut links = Vec::new();
-    for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
-        links.push(
-            bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
-                bpf_err(
-                    &format!("cannot attach the bridge to {dev} in native mode"),
-                    &e,
-                )
-            })?,
-        );
-    }
+    })?;
     let ageing_s = job.cfg.ageing_s.unwrap_or(300);
     let ports = job.ports.len();
     let mut aged = 0u64;
@@ -337,18 +350,6 @@ pub(super) fn run_route(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let denied =
-        |e: &flowlane_io::SysError| e.source.kind() == std::io::ErrorKind::PermissionDenied;
-    let bpf_err = |what: &str, e: &flowlane_io::SysError| {
-        let msg = format!("{what}: {e}");
-        if denied(e) {
-            ToolError::privilege(format!(
-                "{msg} (needs CAP_BPF and CAP_NET_ADMIN: run as root)"
-            ))
-        } else {
-            ToolError::runtime(msg)
-        }
-    };
     let (loaded, _) = super::packet::load_tables(&job, false)?;
     job.routes = Some(loaded.summary.clone());
     let infos: Vec<PortInfo> = super::packet::port_infos(&job)?
@@ -383,33 +384,16 @@ pub(super) fn run_route(
     let stats = PerCpuCounters::create("fl_route", route_stats::COUNT as u32)
         .map_err(|e| bpf_err("cannot make the counters map", &e))?;
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
-    let mut progs = Vec::new();
-    for info in &infos {
-        let insns = route_program(&XdpRoute {
+    let links = attach_per_port(&job, "router", &|i| {
+        route_program(&XdpRoute {
             tbl24_fd: tbl24.fd(),
             tbl8_fd: tbl8.fd(),
             hops_fd: hop_map.fd(),
             ports_fd: devmap.fds().1,
             stats_fd: stats.raw_fd(),
-            mac: info.mac,
+            mac: infos[i].mac,
         })
-        .map_err(|e| ToolError::runtime(format!("the router does not assemble: {e:?}")))?;
-        progs.push(
-            bpf::prog_load(bpf::PROG_XDP, "fl_route", &insns)
-                .map_err(|e| bpf_err("the kernel refused the router", &e.error))?,
-        );
-    }
-    let mut links = Vec::new();
-    for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
-        links.push(
-            bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
-                bpf_err(
-                    &format!("cannot attach the router to {dev} in native mode"),
-                    &e,
-                )
-            })?,
-        );
-    }
+    })?;
     let start = tick_loop(
         &job,
         stop,
@@ -436,28 +420,24 @@ pub(super) fn run_route(
 /// The router's counters per CPU.
 fn read_route(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
     use route_stats::*;
-    let all: Vec<Vec<u64>> = (0..COUNT as u32).map(|i| stats.per_cpu(i)).collect();
-    (0..all[0].len())
-        .map(|c| {
-            let at = |i: usize| all[i][c];
-            let dropped = Drops {
-                no_route: at(NO_ROUTE),
-                no_neighbour: at(NO_NEIGHBOUR),
-                ttl_exceeded: at(TTL_EXCEEDED),
-                too_big: at(TOO_BIG),
-                malformed: at(MALFORMED),
-                ..Drops::default()
-            };
-            let (forwarded, to_host) = (at(FORWARDED), at(PASSED));
-            ForwardCounts {
-                rx_packets: forwarded + to_host + dropped.total(),
-                forwarded,
-                to_host,
-                dropped,
-                ..ForwardCounts::default()
-            }
-        })
-        .collect()
+    per_cpu(stats, COUNT, |at| {
+        let dropped = Drops {
+            no_route: at(NO_ROUTE),
+            no_neighbour: at(NO_NEIGHBOUR),
+            ttl_exceeded: at(TTL_EXCEEDED),
+            too_big: at(TOO_BIG),
+            malformed: at(MALFORMED),
+            ..Drops::default()
+        };
+        let (forwarded, to_host) = (at(FORWARDED), at(PASSED));
+        ForwardCounts {
+            rx_packets: forwarded + to_host + dropped.total(),
+            forwarded,
+            to_host,
+            dropped,
+            ..ForwardCounts::default()
+        }
+    })
 }
 
 #[cfg(test)]
