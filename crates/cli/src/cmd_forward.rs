@@ -28,7 +28,8 @@ use crate::{CmdResult, Failure};
 ///              (veth has it; its peer must run an XDP program to take the frames back —
 ///              GRO alone is not enough on Linux 6.18 — else they show as refused).
 ///   af-xdp     one pinned worker per receive queue, each with that queue's AF_XDP socket
-///              (copy mode; an XDP program redirects the queue's frames to it): frames are
+///              (zero-copy where the driver offers it, else copy mode; an XDP program
+///              redirects the queue's frames to it): frames are
 ///              turned around where they lie in the socket's memory, and the kernel's stack
 ///              never sees them.
 ///   af-packet  one pinned worker per CPU (--cpus), each with an AF_PACKET receive ring (the
@@ -109,8 +110,9 @@ pub struct ForwardArgs {
     swap: Vec<SwapArg>,
 
     /// Frames that are not IP, when addresses or ports are swapped: `pass` them to the
-    /// kernel (ARP keeps working) or `drop` them. Default: pass; with AF_XDP, drop (it takes
-    /// every frame from the kernel). AF_PACKET cannot drop (it receives a copy).
+    /// kernel (ARP keeps working) or `drop` them. Default: pass; with AF_XDP, drop (its
+    /// program takes every frame; with `pass` it hands the sockets only IP and counts what it
+    /// passed). AF_PACKET cannot drop (it receives a copy).
     #[arg(long, value_enum)]
     not_ip: Option<NotIpArg>,
 

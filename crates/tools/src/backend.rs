@@ -125,7 +125,15 @@ pub fn report(dev: &str, want: Backend, c: &Capabilities) -> Result<BackendRepor
     Ok(BackendReport {
         dev: dev.to_string(),
         backend: want,
-        af_xdp_bind: (want == Backend::AfXdp).then(|| "copy".to_string()),
+        // The kernel binds zero-copy where the driver offers it (the feature probed here),
+        // copy mode otherwise.
+        af_xdp_bind: (want == Backend::AfXdp).then(|| {
+            if c.xdp(flowlane_io::frame::xdp_act::XSK_ZEROCOPY) == Some(true) {
+                "zero-copy".to_string()
+            } else {
+                "copy".to_string()
+            }
+        }),
         zero_copy_offered: c.xdp(flowlane_io::frame::xdp_act::XSK_ZEROCOPY),
         rx_queues: c.queues.map(|q| q.0),
         tx_queues: c.queues.map(|q| q.1),

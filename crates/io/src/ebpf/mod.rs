@@ -341,7 +341,9 @@ pub use route::{route_hop, route_program, route_stats, XdpRoute};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };
-pub use xsk_redirect::{xsk_redirect_program, xsk_redirect_unicast_ip_program};
+pub use xsk_redirect::{
+    xsk_redirect_ip_program, xsk_redirect_program, xsk_redirect_unicast_ip_program,
+};
 
 /// Adds 1 to counter `which` of a per-CPU array of u64 (this CPU's copy: no atomic, no CPU
 /// number asked for; clobbers R0–R5).

@@ -26,11 +26,25 @@ pub fn xsk_redirect_unicast_ip_program(
     xskmap_fd: i32,
     passed_fd: i32,
 ) -> Result<Vec<Insn>, AsmError> {
-    unicast_ip(xskmap_fd, passed_fd, xdp::PASS)
+    unicast_ip(xskmap_fd, passed_fd, xdp::PASS, true)
 }
 
-/// The program, with `no_socket` the verdict for a queue without a socket.
-fn unicast_ip(xskmap_fd: i32, passed_fd: i32, no_socket: i32) -> Result<Vec<Insn>, AsmError> {
+/// Redirects IPv4 and IPv6 frames (multicast too) into the `xskmap_fd` entry of their
+/// receive queue; frames that are not IP go to the kernel (`XDP_PASS`: ARP keeps working),
+/// counted per CPU in the u64 array `passed_fd` (one counter per CPU, at the CPU's index) —
+/// the AF_XDP reflector's `--not-ip pass`.
+pub fn xsk_redirect_ip_program(xskmap_fd: i32, passed_fd: i32) -> Result<Vec<Insn>, AsmError> {
+    unicast_ip(xskmap_fd, passed_fd, xdp::PASS, false)
+}
+
+/// The program, with `no_socket` the verdict for a queue without a socket; `pass_group`:
+/// multicast and broadcast destinations go to the kernel too.
+fn unicast_ip(
+    xskmap_fd: i32,
+    passed_fd: i32,
+    no_socket: i32,
+    pass_group: bool,
+) -> Result<Vec<Insn>, AsmError> {
     let mut a = Asm::new();
     let pass = a.label();
     let redirect = a.label();
@@ -40,12 +54,13 @@ fn unicast_ip(xskmap_fd: i32, passed_fd: i32, no_socket: i32) -> Result<Vec<Insn
         .load(Size::W, R8, R6, xdp_md::DATA_END)
         .mov(R1, R7)
         .alu_imm(Alu::Add, R1, 14)
-        .jump_reg(Cond::Gt, R1, R8, pass)
+        .jump_reg(Cond::Gt, R1, R8, pass);
+    if pass_group {
         // The destination MAC's group bit: multicast or broadcast.
-        .load(Size::B, R2, R7, 0)
-        .jump_imm(Cond::Set, R2, 1, pass)
-        // The EtherType, as loaded from network order on a little-endian machine.
-        .load(Size::H, R2, R7, 12)
+        a.load(Size::B, R2, R7, 0).jump_imm(Cond::Set, R2, 1, pass);
+    }
+    // The EtherType, as loaded from network order on a little-endian machine.
+    a.load(Size::H, R2, R7, 12)
         .jump_imm(Cond::Eq, R2, 0x0008, redirect)
         .jump_imm(Cond::Eq, R2, 0xdd86, redirect)
         .bind(pass);
@@ -81,7 +96,7 @@ mod tests {
             Err(e) => panic!("map: {e}"),
         };
         let passed = crate::sys::bpf::MappedArray::new("fl_t_pass", 1024).expect("map");
-        let insns = unicast_ip(map.raw_fd(), passed.fd(), xdp::DROP).expect("assembles");
+        let insns = unicast_ip(map.raw_fd(), passed.fd(), xdp::DROP, true).expect("assembles");
         let prog = crate::sys::bpf::prog_load(crate::sys::bpf::PROG_XDP, "fl_t_uip", &insns)
             .expect("the verifier takes it");
         let frame = |dst: [u8; 6], ethertype: [u8; 2]| {
@@ -107,5 +122,16 @@ mod tests {
         }
         let counted: u64 = (0..1024).map(|c| passed.get(c)).sum();
         assert_eq!(counted, passes, "every pass counted once");
+        // The reflector's variant: IP multicast is redirected too, ARP still passes.
+        let insns = unicast_ip(map.raw_fd(), passed.fd(), xdp::DROP, false).expect("assembles");
+        let prog = crate::sys::bpf::prog_load(crate::sys::bpf::PROG_XDP, "fl_t_ip", &insns)
+            .expect("the verifier takes it");
+        for (f, want) in [
+            (frame([1, 0, 0x5e, 0, 0, 1], [0x08, 0x00]), xdp::DROP),
+            (frame([0xff; 6], [0x08, 0x06]), xdp::PASS),
+        ] {
+            let (ret, _) = crate::sys::bpf::xdp_test_run(&prog, &f).expect("test run");
+            assert_eq!(ret, want as u32);
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! AF_XDP: a UMEM of fixed-size frames shared with the kernel, a TX ring of descriptors the
 //! user produces and a completion ring of frames the kernel is done with; for receiving, a
 //! fill ring of free frames the user hands the kernel and an RX ring of frames it filled
-//! (`Documentation/networking/af_xdp.rst`). Copy mode (`XDP_COPY`) works on any interface,
+//! (`Documentation/networking/af_xdp.rst`). Sockets are bound without forcing a mode: the
+//! kernel takes zero-copy where the driver offers it, else copy mode. Copy mode works on any interface,
 //! veth included; `need_wakeup` lets the kernel say when a kick is needed.
 //!
 //! [`XskTx`] only transmits: the UMEM is written once by the caller (template frames), per
@@ -25,7 +26,6 @@ const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
 const XDP_STATISTICS: libc::c_int = 7;
 /// Linux 6.17+: descriptors one send call takes in copy mode (default 32).
 const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
-pub(super) const XDP_COPY: u16 = 1 << 1;
 pub(super) const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 const XDP_RING_NEED_WAKEUP: u32 = 1;
 const PGOFF_RX_RING: libc::off_t = 0;
@@ -378,7 +378,9 @@ impl Socket {
             flags: 0,
         };
         super::set_opt(&fd, SOL_XDP, XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")?;
-        let flags = XDP_COPY | XDP_USE_NEED_WAKEUP;
+        // Neither XDP_COPY nor XDP_ZEROCOPY: the kernel binds zero-copy where the driver
+        // offers it (NETDEV_XDP_ACT_XSK_ZEROCOPY) and copy mode otherwise (veth).
+        let flags = XDP_USE_NEED_WAKEUP;
         let (tx, cr, rx) = rings_and_bind(&fd, ifindex, queue, frames, rx, flags, 0)?;
         Ok(Socket {
             tx,

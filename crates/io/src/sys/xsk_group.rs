@@ -1,4 +1,5 @@
-//! AF_XDP sockets on several interfaces (one queue each) over one UMEM (`XDP_SHARED_UMEM`):
+//! AF_XDP sockets on several interfaces (one queue each) over one UMEM (`XDP_SHARED_UMEM`;
+//! zero-copy where the first port's driver offers it — the others must then offer it too):
 //! a frame received on one port is sent out of another from where it lies — the router's and
 //! the bridge's no-copy path. The first socket registers the UMEM; the others bind with its
 //! descriptor and their own fill and completion rings (the kernel asks for those when the
@@ -17,8 +18,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use super::xsk::{
-    kick_tx, rings_and_bind, statistics, Ring, Umem, UmemReg, AF_XDP, SOL_XDP, XDP_COPY,
-    XDP_UMEM_REG, XDP_USE_NEED_WAKEUP,
+    kick_tx, rings_and_bind, statistics, Ring, Umem, UmemReg, AF_XDP, SOL_XDP, XDP_UMEM_REG,
+    XDP_USE_NEED_WAKEUP,
 };
 use super::{check, SysError};
 
@@ -168,7 +169,7 @@ impl Port {
 }
 
 impl XskGroup {
-    /// Opens one socket per `(ifindex, queue)` in copy mode with need_wakeup over one UMEM of
+    /// Opens one socket per `(ifindex, queue)` with need_wakeup over one UMEM of
     /// `frames` (rounded up to a power of two, at least 64 per port) frames of `frame_size`
     /// bytes. Frames reach port `i` once an XDP program redirects them to
     /// [`XskGroup::raw_fd`]`(i)` through an XSKMAP. Needs CAP_NET_RAW.
@@ -202,7 +203,8 @@ impl XskGroup {
                     flags: 0,
                 };
                 super::set_opt(&fd, SOL_XDP, XDP_UMEM_REG, &reg, "setsockopt(XDP_UMEM_REG)")?;
-                (XDP_COPY | XDP_USE_NEED_WAKEUP, 0)
+                // Zero-copy where the driver offers it, else copy (the kernel's choice).
+                (XDP_USE_NEED_WAKEUP, 0)
             } else {
                 // A sharing socket may not name a mode: it takes the first one's.
                 (XDP_SHARED_UMEM, socks[0].fd.as_raw_fd() as u32)

@@ -178,12 +178,6 @@ pub fn run(
              not IP cannot be dropped (use --backend xdp, or --not-ip pass)",
         ));
     }
-    if cfg.backend == Backend::AfXdp && cfg.not_ip == Some(NotIp::Pass) {
-        return Err(ToolError::usage(
-            "AF_XDP takes every frame from the kernel, so frames that are not IP cannot be \
-             passed to it (use --backend xdp, or --not-ip drop)",
-        ));
-    }
     if !matches!(
         cfg.backend,
         Backend::XdpNative | Backend::AfPacket | Backend::AfXdp

@@ -114,8 +114,19 @@ pub(super) fn run_xdp_sockets(
         bpf::XskMap::create("fl_xsks", queues)
             .map_err(|e| bpf_err("cannot make the XSKMAP", e.to_string()))?,
     );
-    let insns = ebpf::xsk_redirect_program(map.raw_fd())
-        .map_err(|e| ToolError::runtime(format!("the redirect does not assemble: {e:?}")))?;
+    // --not-ip pass: frames that are not IP go to the kernel (counted), the rest here.
+    let passed = match job.cfg.not_ip {
+        Some(super::NotIp::Pass) => Some(
+            bpf::MappedArray::new("fl_passed", flowlane_io::os::possible_cpus() as u32)
+                .map_err(|e| bpf_err("cannot make the counter map", e.to_string()))?,
+        ),
+        _ => None,
+    };
+    let insns = match &passed {
+        Some(p) => ebpf::xsk_redirect_ip_program(map.raw_fd(), p.fd()),
+        None => ebpf::xsk_redirect_program(map.raw_fd()),
+    }
+    .map_err(|e| ToolError::runtime(format!("the redirect does not assemble: {e:?}")))?;
     let prog = bpf::prog_load(bpf::PROG_XDP, "fl_xsk_redir", &insns)
         .map_err(|e| bpf_err("the kernel refused the redirect program", e.to_string()))?;
     // Worker q serves queue q, on the configured CPUs in turn.
@@ -142,7 +153,12 @@ pub(super) fn run_xdp_sockets(
             e.to_string(),
         )
     })?;
-    session(job, rt, &worker_cpus, &before, stop, &mut |_| {}, on_event)
+    let mut r = session(job, rt, &worker_cpus, &before, stop, &mut |_| {}, on_event)?;
+    // What the program passed to the kernel was looked at there, never by a worker.
+    let passed = passed.map_or(0, |m| (0..m.entries()).map(|i| m.get(i)).sum());
+    r.total.rx_packets += passed;
+    r.total.dropped.not_ip += passed;
+    Ok(r)
 }
 
 /// The router's tables as the job names them; for kernel routes followed (`follow`), the
