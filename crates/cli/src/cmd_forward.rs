@@ -70,8 +70,8 @@ use crate::{CmdResult, Failure};
 /// Examples:
 ///   flowlane forward --mode reflect --dev veth1 --swap ip,ports
 ///   flowlane forward --mode reflect --dev veth1 --backend af-packet --cpus 0-1 --duration 10 --json
-///   flowlane forward --mode route --dev fldut --dev fldut1 --backend af-packet
-///   flowlane forward --mode bridge --dev fldut --dev fldut1 --backend af-xdp
+///   flowlane forward --mode route --dev fldut --dev fldut1 --backend af-xdp   # a line lab's DUT
+///   flowlane forward --mode bridge --dev fldut --dev fldut1 --backend xdp     # a switched lab's DUT
 ///   flowlane forward --mode route --dev eth1 --dev eth2 --backend af-packet \
 ///       --routes table.txt --next-hops hops.txt
 #[derive(Debug, Args)]

@@ -28,11 +28,12 @@ use crate::{CmdResult, Failure};
 ///   none  frames are processed where they arrive (on veth: the sender's CPU)
 ///
 /// `--topology line` adds a third namespace, NAME-sink, behind the DUT: the DUT's second
-/// interface `fldut1` (198.18.1.1/24, 2001:2:0:1::1/64) is joined to the sink's `flsink`
-/// (198.18.1.2/24, 2001:2:0:1::2/64) by a second multi-queue veth pair, and the generator and
-/// the sink route 198.18.0.0/15 and 2001:2::/48 through the DUT — so a forwarder runs
-/// between two interfaces (`flowlane forward --mode route --dev fldut --dev fldut1`). The
-/// DUT's kernel forwarding is off unless `--kernel route` makes the kernel the reference DUT.
+/// interface, the DUT's `fldut1` (198.18.1.1/24, 2001:2:0:1::1/64), is joined to the sink's
+/// `flsink` (198.18.1.2/24, 2001:2:0:1::2/64) by a second multi-queue veth pair, and the
+/// generator and the sink route 198.18.0.0/15 and 2001:2::/48 through the DUT — so a
+/// forwarder runs between the DUT's two interfaces (in the DUT: `flowlane forward --mode
+/// route --dev fldut --dev fldut1`). The DUT's kernel forwarding is off unless `--kernel
+/// route` makes the kernel the reference DUT.
 /// `--segment switched` makes it one subnet instead (generator 198.18.0.1, sink 198.18.0.3;
 /// 2001:2::1, 2001:2::3), the DUT's ports without addresses, for a bridge
 /// (`flowlane forward --mode bridge`, or the kernel's with `--kernel bridge`).
