@@ -12,7 +12,9 @@
 //!                   pinned to CPU 1;
 //!   af-packet       the same over AF_PACKET rings;
 //!   testpmd …       DPDK's testpmd (dpdk-dev) forwarding with MAC rewrite (`mac`) over its
-//!                   AF_XDP and AF_PACKET PMDs, forwarding core on CPU 1.
+//!                   AF_XDP and AF_PACKET PMDs, forwarding core on CPU 1;
+//!   l3fwd af-xdp    DPDK's l3fwd example (LPM, its own 16 routes; built from dpdk-doc's
+//!                   sources, RX checksum offload not asked for) over AF_XDP, on CPU 1.
 //!
 //! Then the bridge, in a switched line lab (one subnet across the DUT): the drop ceiling, the
 //! kernel's bridge, a one-line XDP program redirecting every frame to the other port (the
@@ -117,6 +119,20 @@ fn main() {
     testpmd_rows(&dut, "mac", &peers, ceiling, kernel, &|| {
         blast(&sink, setup::SINK_IF)
     });
+    // DPDK's l3fwd (LPM, its own sixteen 198.18.N.0/24 routes) over AF_XDP.
+    let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
+    if let Some((offered, got)) =
+        common::with_l3fwd(&dut, &ports, &peers, || blast(&sink, setup::SINK_IF))
+    {
+        println!(
+            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (l3fwd LPM over af_xdp)",
+            "l3fwd af-xdp",
+            offered,
+            got,
+            got / ceiling.max(1.0),
+            got / kernel.max(1.0)
+        );
+    }
     drop(_down);
     bridge(secs);
 }

@@ -170,3 +170,120 @@ pub fn with_testpmd<T>(
     let _ = drain.join();
     Some(t)
 }
+
+/// DPDK's l3fwd example built from dpdk-doc's sources against the installed DPDK (dpdk-dev,
+/// pkg-config) into the bench's temporary directory, with one change: it asks for no receive
+/// checksum offload, which veth refuses. `None` (and a hint) where it cannot be built.
+pub fn l3fwd() -> Option<std::path::PathBuf> {
+    let src = std::path::Path::new("/usr/share/dpdk/examples");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dpdk-examples");
+    let bin = dir.join("l3fwd/build/l3fwd");
+    if bin.exists() {
+        return Some(bin);
+    }
+    let hint = "(no l3fwd row: build it from dpdk-doc's examples — apt-get install dpdk-doc \
+                dpdk-dev pkg-config)";
+    if !src.join("l3fwd/main.c").exists() || !flowlane_lab::have_program("pkg-config") {
+        eprintln!("{hint}");
+        return None;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let copied = Command::new("cp")
+        .args(["-r"])
+        .arg(src)
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    let main = dir.join("l3fwd/main.c");
+    let patched = std::fs::read_to_string(&main).ok().map(|t| {
+        t.replace(
+            ".offloads = RTE_ETH_RX_OFFLOAD_CHECKSUM,",
+            ".offloads = 0, /* flowlane bench: veth refuses RX checksum offload */",
+        )
+    });
+    let built = copied
+        && patched.is_some_and(|t| std::fs::write(&main, t).is_ok())
+        && Command::new("make")
+            .current_dir(dir.join("l3fwd"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if built && bin.exists() {
+        Some(bin)
+    } else {
+        eprintln!("{hint} (the build failed)");
+        None
+    }
+}
+
+/// l3fwd (LPM, its own 198.18.N.0/24 → port N routes) between `ports` of `ns` on CPU 1 over
+/// AF_XDP, with `peers` the next hops' MACs, while `measure` runs.
+pub fn with_l3fwd<T>(
+    ns: &Netns,
+    ports: &[&str],
+    peers: &[&str],
+    measure: impl FnOnce() -> T,
+) -> Option<T> {
+    let bin = l3fwd()?;
+    let mut cmd = ns.command(&bin.to_string_lossy());
+    cmd.args([
+        "-l",
+        "1",
+        "--no-pci",
+        "--no-huge",
+        "-m",
+        "1024",
+        "--file-prefix",
+    ])
+    .arg(format!("fll3{}", std::process::id()));
+    for (i, p) in ports.iter().enumerate() {
+        cmd.args(["--vdev", &format!("net_af_xdp{i},iface={p}")]);
+    }
+    let config: Vec<String> = (0..ports.len()).map(|i| format!("({i},0,1)")).collect();
+    cmd.args([
+        "--",
+        "-p",
+        &format!("{:#x}", (1u32 << ports.len()) - 1),
+        "--parse-ptype",
+        "-P",
+    ])
+    .arg(format!("--config={}", config.join(",")));
+    for (i, m) in peers.iter().enumerate() {
+        cmd.arg(format!("--eth-dest={i},{m}"));
+    }
+    // Its log (RTE_LOG) goes to standard error, unbuffered: the start line comes from there.
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("l3fwd runs");
+    let mut out = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    let mut ready = false;
+    for _ in 0..500 {
+        line.clear();
+        if out.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if line.contains("entering main loop") {
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "l3fwd did not start forwarding");
+    let drain = std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    // Its ports' links come up after the main loop starts.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let t = measure();
+    flowlane_io::os::signal_process(child.id(), flowlane_io::os::Signal::Interrupt)
+        .expect("SIGINT");
+    let _ = child.wait();
+    let _ = drain.join();
+    Some(t)
+}
