@@ -142,7 +142,26 @@ pub fn with_testpmd<T>(
         .stderr(Stdio::null())
         .spawn()
         .expect("testpmd runs");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let out = child.stdout.take().expect("stdout");
+    Some(while_running(
+        child,
+        out,
+        "packets/burst",
+        "testpmd",
+        measure,
+    ))
+}
+
+/// Once `child` has written `marker` to `out` (its log), runs `measure` while `child` runs,
+/// keeping its log drained, then stops it with SIGINT.
+fn while_running<T>(
+    mut child: std::process::Child,
+    out: impl std::io::Read + Send + 'static,
+    marker: &str,
+    what: &str,
+    measure: impl FnOnce() -> T,
+) -> T {
+    let mut out = BufReader::new(out);
     let mut line = String::new();
     let mut ready = false;
     for _ in 0..500 {
@@ -150,12 +169,16 @@ pub fn with_testpmd<T>(
         if out.read_line(&mut line).unwrap_or(0) == 0 {
             break;
         }
-        if line.contains("packets/burst") {
+        if line.contains(marker) {
             ready = true;
             break;
         }
     }
-    assert!(ready, "testpmd did not start forwarding");
+    if !ready {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what} did not start forwarding");
+    }
     // Keep its output flowing while it runs.
     let drain = std::thread::spawn(move || {
         let mut sink = String::new();
@@ -168,7 +191,7 @@ pub fn with_testpmd<T>(
         .expect("SIGINT");
     let _ = child.wait();
     let _ = drain.join();
-    Some(t)
+    t
 }
 
 /// DPDK's l3fwd example built from dpdk-doc's sources against the installed DPDK (dpdk-dev,
@@ -258,32 +281,16 @@ pub fn with_l3fwd<T>(
         .stderr(Stdio::piped())
         .spawn()
         .expect("l3fwd runs");
-    let mut out = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    let mut ready = false;
-    for _ in 0..500 {
-        line.clear();
-        if out.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        if line.contains("entering main loop") {
-            ready = true;
-            break;
-        }
-    }
-    assert!(ready, "l3fwd did not start forwarding");
-    let drain = std::thread::spawn(move || {
-        let mut sink = String::new();
-        while out.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
-    // Its ports' links come up after the main loop starts.
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let t = measure();
-    flowlane_io::os::signal_process(child.id(), flowlane_io::os::Signal::Interrupt)
-        .expect("SIGINT");
-    let _ = child.wait();
-    let _ = drain.join();
-    Some(t)
+    let err = child.stderr.take().expect("stderr");
+    Some(while_running(
+        child,
+        err,
+        "entering main loop",
+        "l3fwd",
+        || {
+            // Its ports' links come up after the main loop starts.
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            measure()
+        },
+    ))
 }

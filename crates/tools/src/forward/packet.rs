@@ -71,29 +71,14 @@ pub(super) fn run(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let (dev, swap) = (job.dev, job.swap);
+    let swap = job.swap;
     let cpus = worker_cpus(job)?;
-    let ifindex = job.ifindex;
-    // Room for a VLAN tag put back besides the Ethernet header.
-    let max_frame = netdev::mtu(dev).unwrap_or(1500) + 18;
-    // One fanout group per run: ids are per network namespace; the process id keeps two
-    // forwarders on one host apart.
-    let group = (std::process::id() & 0xffff) as u16;
-    let before = vec![dev_counters(dev)];
-    let rt = Runtime::start(
-        &Config {
-            cpus: cpus.clone(),
-            budget: 256,
-            wait_ms: 50,
-        },
-        stop.clone(),
-        move |_, _| {
-            let rx = frame::RxRing::open_fanout(ifindex, 4096, max_frame, group)?;
-            let tx = frame::TxRing::open(ifindex, 4096, max_frame + 32, true)?;
-            Ok::<_, SysError>(ReflectWorker::new(rx, tx, swap))
-        },
-    )
-    .map_err(start_error)?;
+    let before = vec![dev_counters(job.dev)];
+    // Reflect has one port: its rings.
+    let rt = start_ports(job, &cpus, stop, false, move |mut rings| {
+        let (rx, tx, _) = rings.remove(0);
+        ReflectWorker::new(rx, tx, swap)
+    })?;
     session(job, rt, &cpus, &before, stop, &mut |_| {}, on_event)
 }
 

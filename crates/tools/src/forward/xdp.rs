@@ -128,19 +128,7 @@ pub(super) fn run(
     })?;
     let start = tick_loop(job, stop, on_event, &|| sum(&read(&stats)), &mut || {});
     drop(link);
-    let cpus = read(&stats)
-        .into_iter()
-        .enumerate()
-        .filter(|(_, c)| c.rx_packets > 0)
-        .map(|(cpu, counts)| CpuCounts { cpu, counts })
-        .collect();
-    Ok(super::report::assemble(
-        job,
-        start.elapsed().as_secs_f64(),
-        cpus,
-        &[before],
-        Vec::new(),
-    ))
+    Ok(report(job, start, read(&stats), &[before]))
 }
 
 /// The bridge's counters per CPU.
@@ -163,6 +151,23 @@ fn read_bridge(stats: &PerCpuCounters, ports: usize) -> Vec<ForwardCounts> {
             ..ForwardCounts::default()
         }
     })
+}
+
+/// The report of a native-XDP run: per-CPU counts (CPUs that saw a frame), the interfaces'
+/// counters since `before`.
+fn report(
+    job: &Job<'_>,
+    start: Instant,
+    per_cpu: Vec<ForwardCounts>,
+    before: &[(Option<u64>, Option<u64>)],
+) -> ForwardReport {
+    let cpus = per_cpu
+        .into_iter()
+        .enumerate()
+        .filter(|(_, c)| c.rx_packets > 0)
+        .map(|(cpu, counts)| CpuCounts { cpu, counts })
+        .collect();
+    super::report::assemble(job, start.elapsed().as_secs_f64(), cpus, before, Vec::new())
 }
 
 /// A failed BPF call as the user can act on it: a missing privilege, or the kernel's refusal.
@@ -255,19 +260,7 @@ pub(super) fn run_bridge(
         },
     );
     drop(links);
-    let cpus = read_bridge(&stats, ports)
-        .into_iter()
-        .enumerate()
-        .filter(|(_, c)| c.rx_packets > 0)
-        .map(|(cpu, counts)| CpuCounts { cpu, counts })
-        .collect();
-    let mut r = super::report::assemble(
-        job,
-        start.elapsed().as_secs_f64(),
-        cpus,
-        &before,
-        Vec::new(),
-    );
+    let mut r = report(job, start, read_bridge(&stats, ports), &before);
     let name = |i: u32| {
         job.ports
             .get(i as usize)
@@ -402,19 +395,7 @@ pub(super) fn run_route(
         &mut || {},
     );
     drop(links);
-    let cpus = read_route(&stats)
-        .into_iter()
-        .enumerate()
-        .filter(|(_, c)| c.rx_packets > 0)
-        .map(|(cpu, counts)| CpuCounts { cpu, counts })
-        .collect();
-    Ok(super::report::assemble(
-        &job,
-        start.elapsed().as_secs_f64(),
-        cpus,
-        &before,
-        Vec::new(),
-    ))
+    Ok(report(&job, start, read_route(&stats), &before))
 }
 
 /// The router's counters per CPU.
