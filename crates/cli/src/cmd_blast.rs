@@ -34,8 +34,10 @@ enum ModeArg {
     Xdp,
     /// No socket: a generated XDP program run in live-frames mode (BPF_PROG_TEST_RUN, Linux
     /// 5.18+) stamps each frame and sends it with XDP_TX, no skb per frame — the fastest mode.
-    /// One frame size per step (no IMIX), not paced (--rate is refused: each kernel run costs
-    /// ~20 ms to set up, so runs last ~200 ms). Needs CAP_BPF and CAP_NET_ADMIN. On veth the
+    /// One frame size per step (no IMIX). With --rate the program itself paces (it sends a
+    /// frame only when one is due on the kernel's clock, so frames leave evenly, not in kernel
+    /// runs of ~200 ms; --burst bounds the catch-up after a stall, default 32, 512+ on a busy
+    /// CPU). Needs CAP_BPF and CAP_NET_ADMIN. On veth the
     /// peer must run NAPI (an XDP program or GRO on, as `flowlane lab up` sets); frames the
     /// device refused are reported (device_refused) and make the exit code 1.
     XdpLive,

@@ -37,7 +37,7 @@ pub mod os {
     pub use crate::sys::netdev::{mount_fs, private_sysfs};
     pub use crate::sys::{
         allowed_cpus, current_cpu, default_sigpipe, enter_netns, monotonic_ns, pin_current_thread,
-        possible_cpus, signal_process, Signal,
+        possible_cpus, signal_process, Signal, ThreadHandle,
     };
 }
 

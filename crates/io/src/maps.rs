@@ -61,6 +61,19 @@ impl ArrayMap {
         bpf::map_update(&self.fd, &index.to_ne_bytes(), value, 4, self.value_size)
     }
 
+    /// Reads entry `index`.
+    pub fn get(&self, index: u32) -> Result<Vec<u8>, SysError> {
+        const CALL: &str = "bpf(BPF_MAP_LOOKUP_ELEM)";
+        if index >= self.entries {
+            return Err(invalid(
+                CALL,
+                format!("index {index} of a {}-entry map", self.entries),
+            ));
+        }
+        bpf::map_lookup(&self.fd, &index.to_ne_bytes(), self.value_size)?
+            .ok_or_else(|| invalid(CALL, format!("no entry {index} in an array map")))
+    }
+
     /// The descriptor programs refer to the map by.
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -17,6 +17,31 @@ pub mod live_flow {
     pub const VALUE_SIZE: usize = HDR_MAX + 8;
 }
 
+/// Layout of the paced generator's state (one entry of an array map, see [`live_tx_program`]):
+/// native-endian u64s. Times are CLOCK_MONOTONIC; "fixed" values are in 1/1024 ns so rates
+/// above 1 Mpps keep their precision (at 3 Mpps a whole-ns step would be 0.1 % off).
+pub mod live_pace {
+    /// Time origin, ns: the program paces on `(now − BASE) × 1024`.
+    pub const BASE: usize = 0;
+    /// When the next frame is due (fixed, since `BASE`); the program advances it.
+    pub const NEXT: usize = 8;
+    /// Time between frames (fixed).
+    pub const STEP: usize = 16;
+    /// How far `NEXT` may lag behind now (fixed): `STEP × (burst − 1)`, so after a stall at
+    /// most one burst leaves at once and the rest of the credit is not banked.
+    pub const SLACK: usize = 24;
+    /// No frame leaves at or after this time (ns; `u64::MAX`: no deadline).
+    pub const DEADLINE: usize = 32;
+    /// No frame leaves once the counter has reached this (`u64::MAX`: no limit).
+    pub const LIMIT: usize = 40;
+    /// When the first frame left (ns), written by the program.
+    pub const FIRST: usize = 48;
+    /// When the latest frame left (ns), written by the program.
+    pub const LAST: usize = 56;
+    /// Value size of the map.
+    pub const VALUE_SIZE: usize = 64;
+}
+
 /// What the live-frames generator program is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveTx {
@@ -34,6 +59,12 @@ pub struct LiveTx {
     pub seq_off: usize,
     /// Offset of the UDP checksum in the frame.
     pub csum_off: usize,
+    /// Paced: an array map of one [`live_pace`] entry. Each run first checks the deadline and
+    /// the limit, then whether a frame is due; a run that may not send returns XDP_DROP
+    /// without counting (in live-frames mode a dropped frame goes back to the page pool, a
+    /// few ns). The run loop then spins at the rate the program can decide, so frames leave
+    /// evenly spaced to within a batch, not in bursts of a whole kernel call.
+    pub pace_fd: Option<i32>,
 }
 
 /// The generator of `flowlane blast --mode xdp-live`, run by `BPF_PROG_TEST_RUN` in
@@ -49,7 +80,11 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
     let drop = a.label();
     let csum_nonzero = a.label();
     let (seq_off, csum_off) = (p.seq_off as i16, p.csum_off as i16);
-    a.mov(R6, R1)
+    a.mov(R6, R1);
+    if let Some(pace_fd) = p.pace_fd {
+        pace_gate(&mut a, pace_fd, p.counter_fd, drop);
+    }
+    a
         // n = counter[0]++
         .store_imm(Size::W, R10, -4, 0)
         .mov(R2, R10)
@@ -118,4 +153,60 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
         .mov_imm(R0, xdp::DROP)
         .exit();
     a.finish()
+}
+
+/// The paced generator's gate (registers R7–R9 are free; R6 holds the context): falls through
+/// when a frame may leave now, after booking it; jumps to `drop` otherwise.
+fn pace_gate(a: &mut Asm, pace_fd: i32, counter_fd: i32, drop: Label) {
+    use live_pace::*;
+    let no_floor = a.label();
+    let keep = a.label();
+    let stamped = a.label();
+    a.store_imm(Size::W, R10, -4, 0)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -4)
+        .load_map_fd(R1, pace_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, drop)
+        .mov(R9, R0)
+        .call(Helper::KtimeGetNs)
+        .mov(R7, R0)
+        .load(Size::Dw, R1, R9, DEADLINE as i16)
+        .jump_reg(Cond::Ge, R7, R1, drop)
+        // The limit: frames counted so far (this CPU is the counter's only writer).
+        .store_imm(Size::W, R10, -4, 0)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -4)
+        .load_map_fd(R1, counter_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, drop)
+        .load(Size::Dw, R8, R0, 0)
+        .load(Size::Dw, R2, R9, LIMIT as i16)
+        .jump_reg(Cond::Ge, R8, R2, drop)
+        // now = (ktime − base) × 1024; not yet due → drop
+        .store(Size::Dw, R10, -16, R7)
+        .load(Size::Dw, R1, R9, BASE as i16)
+        .alu_reg(Alu::Sub, R7, R1)
+        .alu_imm(Alu::Lsh, R7, 10)
+        .load(Size::Dw, R8, R9, NEXT as i16)
+        .jump_reg(Cond::Lt, R7, R8, drop)
+        // Credit beyond one burst is not banked: next = max(next, now − slack).
+        .load(Size::Dw, R1, R9, SLACK as i16)
+        .jump_reg(Cond::Le, R7, R1, no_floor)
+        .mov(R2, R7)
+        .alu_reg(Alu::Sub, R2, R1)
+        .jump_reg(Cond::Ge, R8, R2, keep)
+        .mov(R8, R2)
+        .bind(keep)
+        .bind(no_floor)
+        .load(Size::Dw, R1, R9, STEP as i16)
+        .alu_reg(Alu::Add, R8, R1)
+        .store(Size::Dw, R9, NEXT as i16, R8)
+        // The send window, on the kernel's clock: the first frame's time once, every frame's.
+        .load(Size::Dw, R2, R10, -16)
+        .store(Size::Dw, R9, LAST as i16, R2)
+        .load(Size::Dw, R1, R9, FIRST as i16)
+        .jump_imm(Cond::Ne, R1, 0, stamped)
+        .store(Size::Dw, R9, FIRST as i16, R2)
+        .bind(stamped);
 }

@@ -385,6 +385,59 @@ pub fn signal_process(pid: u32, sig: Signal) -> Result<(), SysError> {
     check("kill", unsafe { libc::kill(pid, signo) }).map(drop)
 }
 
+/// A thread that another may interrupt inside a long system call (`BPF_PROG_TEST_RUN` in
+/// live-frames mode runs until its repeat count is spent, minutes at most; a signal ends it
+/// early with `EINTR`). The signal is SIGURG with a handler that does nothing and no
+/// `SA_RESTART`: SIGURG is ignored by default, so a stray one harms no thread, and only the
+/// thread named by [`ThreadHandle::interrupt`] (`tgkill`) is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadHandle {
+    pid: libc::pid_t,
+    tid: libc::pid_t,
+}
+
+extern "C" fn wake_only(_: libc::c_int) {}
+
+impl ThreadHandle {
+    /// The calling thread; installs the (process-wide, empty) handler the first time.
+    pub fn current() -> Result<ThreadHandle, SysError> {
+        static INSTALL: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
+        let installed = INSTALL.get_or_init(|| {
+            // SAFETY: a zeroed sigaction with an empty mask is valid; the handler is an
+            // `extern "C"` function that touches nothing, so it is async-signal-safe.
+            unsafe {
+                let mut sa: libc::sigaction = zeroed();
+                sa.sa_sigaction = wake_only as *const () as usize;
+                sa.sa_flags = 0;
+                libc::sigemptyset(&mut sa.sa_mask);
+                if libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut()) != 0 {
+                    return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = installed {
+            return Err(SysError {
+                call: "sigaction(SIGURG)",
+                source: io::Error::from_raw_os_error(*e),
+            });
+        }
+        // SAFETY: getpid and gettid take nothing and cannot fail.
+        let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
+        Ok(ThreadHandle { pid, tid })
+    }
+
+    /// Interrupts the thread's current (or next signal-checking) system call with `EINTR`.
+    pub fn interrupt(&self) -> Result<(), SysError> {
+        // SAFETY: tgkill takes integers; pid and tid name one live thread of this process
+        // (or none, which the kernel reports as ESRCH).
+        check("tgkill(SIGURG)", unsafe {
+            libc::syscall(libc::SYS_tgkill, self.pid, self.tid, libc::SIGURG) as i32
+        })
+        .map(drop)
+    }
+}
+
 /// Restores the default action of SIGPIPE (end the process quietly), as C programs have it: the
 /// Rust runtime ignores SIGPIPE, so `flowlane … | head` would otherwise fail on its next write
 /// to the closed pipe and panic inside `println!`.

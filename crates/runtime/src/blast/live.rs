@@ -1,5 +1,6 @@
 //! The live-frames sender: no socket, a generated XDP program run by `BPF_PROG_TEST_RUN`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::os;
@@ -30,7 +31,7 @@ const LIVE_MAX: usize = 1 << 24;
 #[derive(Debug)]
 pub struct LiveBlaster {
     job: BlastJob,
-    prog: std::os::fd::OwnedFd,
+    prog: Arc<std::os::fd::OwnedFd>,
     counter: flowlane_io::bpf::MappedArray,
     /// The frame each run starts from (flow 0's template; the program rewrites the headers).
     frame: Vec<u8>,
@@ -41,6 +42,104 @@ pub struct LiveBlaster {
     book: TxBook,
     finished: bool,
     report: Arc<Mutex<Option<BlastReport>>>,
+    /// Paced (`job.pps`): the program's pacing state (kept for the program's lifetime) and,
+    /// once sending has begun, the thread inside the one long kernel run.
+    pace: Option<flowlane_io::bpf::ArrayMap>,
+    runner: Option<Runner>,
+    /// When the paced run began (CLOCK_MONOTONIC ns).
+    run_start: u64,
+}
+
+/// The thread that sits in one `BPF_PROG_TEST_RUN` for a whole paced run (a run of
+/// `u32::MAX` program calls, restarted if it is ever spent): a kernel run costs ~30 ms of
+/// set-up and tear-down, so runs cut short to poll would leave gaps; instead the program keeps
+/// the time (deadline, limit, pacing) and the worker ends the run with a signal.
+#[derive(Debug)]
+struct Runner {
+    stop: Arc<AtomicBool>,
+    thread: flowlane_io::os::ThreadHandle,
+    join: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Runner {
+    fn start(
+        prog: Arc<std::os::fd::OwnedFd>,
+        frame: Vec<u8>,
+        ifindex: u32,
+        batch: u32,
+    ) -> Result<Runner, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let flag = stop.clone();
+        // The new thread inherits this worker's CPU pinning.
+        let join = std::thread::Builder::new()
+            .name("fl-live-run".into())
+            .spawn(move || {
+                let me = flowlane_io::os::ThreadHandle::current().map_err(|e| e.to_string());
+                let ok = me.is_ok();
+                let _ = tx.send(me);
+                if !ok {
+                    return Ok(());
+                }
+                while !flag.load(Ordering::Acquire) {
+                    match flowlane_io::bpf::xdp_test_run_live(
+                        &prog,
+                        &frame,
+                        ifindex,
+                        0,
+                        u32::MAX,
+                        batch,
+                    ) {
+                        Ok(()) => {}
+                        Err(e) if e.source.raw_os_error() == Some(libc::EINTR) => {}
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("cannot start the live-frames run thread: {e}"))?;
+        let thread = rx
+            .recv()
+            .map_err(|_| "the live-frames run thread ended at once".to_string())??;
+        Ok(Runner {
+            stop,
+            thread,
+            join: Some(join),
+        })
+    }
+
+    /// The run thread's error, if it has ended with one.
+    fn failed(&mut self) -> Option<String> {
+        if self.join.as_ref().is_some_and(|j| j.is_finished()) {
+            return self.end().err();
+        }
+        None
+    }
+
+    /// Ends the kernel run and the thread. A signal that lands between two runs is lost, so
+    /// it is sent again until the thread is gone (bounded: 10 s).
+    fn end(&mut self) -> Result<(), String> {
+        self.stop.store(true, Ordering::Release);
+        let Some(join) = self.join.take() else {
+            return Ok(());
+        };
+        let t0 = std::time::Instant::now();
+        while !join.is_finished() {
+            if t0.elapsed() > std::time::Duration::from_secs(10) {
+                return Err("the live-frames run did not end on a signal within 10 s".into());
+            }
+            let _ = self.thread.interrupt();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        join.join()
+            .unwrap_or_else(|_| Err("the live-frames run thread panicked".into()))
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.end();
+    }
 }
 
 impl LiveBlaster {
@@ -116,7 +215,20 @@ impl LiveBlaster {
             }
         }
         let counter = flowlane_io::bpf::MappedArray::new("fl_live_count", 1).map_err(bpf_err)?;
+        // Zeroed until sending begins (deadline 0: nothing leaves).
+        let pace = match job.pps {
+            Some(_) => Some(
+                flowlane_io::bpf::ArrayMap::create(
+                    "fl_live_pace",
+                    flowlane_io::ebpf::live_pace::VALUE_SIZE,
+                    1,
+                )
+                .map_err(bpf_err)?,
+            ),
+            None => None,
+        };
         let insns = live_tx_program(&LiveTx {
+            pace_fd: pace.as_ref().map(|m| m.raw_fd()),
             counter_fd: counter.fd(),
             flows_fd: flows_map.raw_fd(),
             flows: job.flows.len() as u32,
@@ -138,14 +250,109 @@ impl LiveBlaster {
             book: TxBook::new(&job),
             batch: (job.batch as u32).clamp(1, 256),
             chunk: LIVE_FIRST,
-            prog,
+            prog: Arc::new(prog),
             counter,
             frame,
             ifindex: link.ifindex,
             finished: false,
             report,
             job,
+            pace,
+            runner: None,
+            run_start: 0,
         })
+    }
+}
+
+/// The pacing state for a worker sending `pps` frames per second: due from now on, bursts of
+/// at most `job.burst`, ending at the job's deadline or quota. Written when sending begins, so no credit has piled up since the map was made: the first
+/// frame is due at once, the next one step later.
+fn arm_pace(
+    map: &flowlane_io::bpf::ArrayMap,
+    pps: f64,
+    job: &BlastJob,
+) -> Result<(), flowlane_io::SysError> {
+    use flowlane_io::ebpf::live_pace::*;
+    let step = ((1e9 * 1024.0) / pps.max(1e-3)).round().max(1.0) as u64;
+    let mut v = [0u8; VALUE_SIZE];
+    let mut put = |at: usize, x: u64| v[at..at + 8].copy_from_slice(&x.to_ne_bytes());
+    put(BASE, os::monotonic_ns());
+    put(NEXT, 0);
+    put(STEP, step);
+    put(SLACK, step.saturating_mul(u64::from(job.burst.max(1)) - 1));
+    put(DEADLINE, job.deadline_ns.unwrap_or(u64::MAX));
+    put(LIMIT, job.quota.unwrap_or(u64::MAX));
+    map.set(0, &v)
+}
+
+impl LiveBlaster {
+    /// Paced: starts the run thread once, then books what the program's counter says left.
+    fn poll_paced(&mut self, st: &BlastStats) -> Result<usize, String> {
+        let now = os::monotonic_ns();
+        match self.runner.as_mut() {
+            None => {
+                if let (Some(map), Some(pps)) = (self.pace.as_ref(), self.job.pps) {
+                    arm_pace(map, pps, &self.job).map_err(|e| e.to_string())?;
+                }
+                self.runner = Some(Runner::start(
+                    self.prog.clone(),
+                    self.frame.clone(),
+                    self.ifindex,
+                    self.batch,
+                )?);
+                // The kernel's set-up of a run takes ~0.1 ms: the window opens here.
+                self.run_start = now;
+                return Ok(0);
+            }
+            Some(r) => {
+                if let Some(e) = r.failed() {
+                    return Err(e);
+                }
+            }
+        }
+        let n = self.book_counter(st, now);
+        if self.book.over(now) {
+            self.finished = true;
+            if let Some(mut r) = self.runner.take() {
+                r.end()?;
+                self.book_counter(st, os::monotonic_ns());
+            }
+        }
+        Ok(n)
+    }
+
+    /// Paced: the send window as the program stamped it (first and latest frame, kernel
+    /// clock), more exact than when this worker looked.
+    fn window_from_program(&mut self) {
+        use flowlane_io::ebpf::live_pace::{FIRST, LAST};
+        let Some(Ok(v)) = self.pace.as_ref().map(|m| m.get(0)) else {
+            return;
+        };
+        let at = |o: usize| {
+            v.get(o..o + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_ne_bytes)
+        };
+        let (first, last) = (at(FIRST), at(LAST));
+        if first > 0 && last >= first {
+            self.book.first_tx = first;
+            self.book.last_tx = last;
+        }
+    }
+
+    /// Books the frames the program counted since the last look; returns how many.
+    fn book_counter(&mut self, st: &BlastStats, now: u64) -> usize {
+        let n = self.counter.get(0).saturating_sub(self.book.sent) as usize;
+        if n > 0 {
+            let first = self.book.sent == 0;
+            // No frame leaves after the deadline (the program's rule), whenever this looks.
+            let at = now.min(self.job.deadline_ns.unwrap_or(u64::MAX));
+            self.book.record(st, at, n, n, n * self.frame.len());
+            if first {
+                self.book.first_tx = self.run_start.min(at);
+            }
+        }
+        n
     }
 }
 
@@ -153,6 +360,9 @@ impl Poll for LiveBlaster {
     type Stats = BlastStats;
 
     fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
+        if self.pace.is_some() {
+            return self.poll_paced(st);
+        }
         let start = os::monotonic_ns();
         if self.book.over(start) {
             self.finished = true;
@@ -194,7 +404,14 @@ impl Poll for LiveBlaster {
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        self.book.sleep(timeout_ms);
+        if self.pace.is_some() {
+            // The run thread shares this CPU: look in every few ms only.
+            std::thread::sleep(std::time::Duration::from_millis(
+                timeout_ms.clamp(1, 5) as u64
+            ));
+        } else {
+            self.book.sleep(timeout_ms);
+        }
         Ok(())
     }
 
@@ -202,7 +419,13 @@ impl Poll for LiveBlaster {
         self.finished
     }
 
-    fn finish(&mut self, _st: &BlastStats) {
+    fn finish(&mut self, st: &BlastStats) {
+        if let Some(mut r) = self.runner.take() {
+            // An error here has no one left to hear it; the counter below is still exact.
+            let _ = r.end();
+            self.book_counter(st, os::monotonic_ns());
+        }
+        self.window_from_program();
         // Frame n went to flow n % flows: the per-flow counts follow from the total.
         let total = self.counter.get(0);
         let nflows = self.job.flows.len() as u64;

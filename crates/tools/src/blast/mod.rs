@@ -116,13 +116,6 @@ pub fn run(
             "--ttl must be 1-255 (0 is dropped by the first hop)",
         ));
     }
-    if a.mode == BlastMode::XdpLive && a.rate.is_some() {
-        return Err(ToolError::usage(
-            "--mode xdp-live cannot pace: each kernel run of the program costs ~20 ms to set \
-             up, so frames leave in runs of ~200 ms at full speed. Use --mode xdp or raw with \
-             --rate (or --count/--duration to bound an xdp-live run)",
-        ));
-    }
     if framed && a.echo {
         return Err(ToolError::usage(
             "--echo takes echoes on UDP sockets: use --mode udp (raw and xdp frames are counted \
