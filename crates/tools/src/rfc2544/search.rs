@@ -1,0 +1,489 @@
+//! The throughput search of RFC 2544 §26.1, as pure code: no socket and no clock. The caller
+//! asks [`Search::next`] which trial to run, runs it however it likes (in the lab, against a
+//! simulated DUT in the tests), and hands the counts back with [`Search::record`].
+//!
+//! Two goals share every trial: the NDR (no frame lost) and the PDR (at most the loss
+//! tolerance lost). Each keeps a bracket: the highest rate that passed and the lowest that
+//! failed. A trial is aimed, in order of preference:
+//! 1. at the maximum rate first (a DUT that forwards all of it needs one trial);
+//! 2. after a failure, just below what the DUT *forwarded* in it (received frames per second
+//!    of trial), the estimate TRex's NDR bench and FD.io's MLRsearch start from: a DUT with a
+//!    cliff is found in two or three trials;
+//! 3. after a pass found that way, one resolution step above it, which closes the bracket if
+//!    the estimate was right;
+//! 4. otherwise halfway (a binary search), which always closes the bracket.
+//!
+//! When a goal's bracket is narrower than the resolution, its highest passing rate is tried
+//! once more with a confirming trial (the caller makes it longer); a failed confirmation
+//! lowers the bracket's top and the search goes on. Trials are bounded: past `max_trials` the
+//! search ends with what it has, marked as not converged.
+
+use serde::{Deserialize, Serialize};
+
+/// What the search is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SearchConfig {
+    /// The highest rate to offer (frames per second): the line rate, or the generator's
+    /// measured maximum.
+    pub max_pps: f64,
+    /// The bracket is closed when narrower than this fraction of `max_pps` (e.g. 0.01).
+    pub resolution: f64,
+    /// The PDR's loss tolerance, a fraction (e.g. 0.005); the NDR's is 0.
+    pub loss_tolerance: f64,
+    /// At most this many trials, confirmations included.
+    pub max_trials: u32,
+}
+
+/// What a trial is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrialKind {
+    /// A short trial that moves a bracket.
+    Search,
+    /// The full-length trial at a goal's final rate.
+    Confirm,
+}
+
+/// The search's next step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// Run a trial at this rate (frames per second).
+    Trial {
+        /// Rate to offer.
+        pps: f64,
+        /// Search or confirmation.
+        kind: TrialKind,
+    },
+    /// Both goals are found (or the trials ran out).
+    Done,
+}
+
+/// The counts of one trial.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Trial {
+    /// The rate asked for.
+    pub pps: f64,
+    /// Frames sent.
+    pub sent: u64,
+    /// Frames received (duplicates not counted).
+    pub received: u64,
+    /// Seconds of sending.
+    pub secs: f64,
+    /// The tester did not deliver this rate, or ran near its own ceiling: the trial says
+    /// nothing about the DUT beyond what it received.
+    pub tester_limited: bool,
+}
+
+impl Trial {
+    /// Frames lost, as a fraction of those sent.
+    pub fn loss(&self) -> f64 {
+        if self.sent == 0 {
+            return 0.0;
+        }
+        self.sent.saturating_sub(self.received) as f64 / self.sent as f64
+    }
+
+    /// What the DUT forwarded, frames per second.
+    pub fn received_pps(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.received as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One goal's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Found {
+    /// The highest rate that passed (its confirming trial too), frames per second; 0 when
+    /// nothing passed.
+    pub pps: f64,
+    /// The lowest rate that failed, if any (the true limit lies between).
+    pub failed_pps: Option<f64>,
+    /// The confirming trial passed at `pps`.
+    pub confirmed: bool,
+    /// The trial at `pps` was tester-limited: `pps` is a lower bound of the DUT's
+    /// throughput, not its throughput.
+    pub tester_limited: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Goal {
+    tolerance: f64,
+    /// Highest rate that passed, and whether that trial was tester-limited.
+    lo: Option<(f64, bool)>,
+    /// Lowest rate that failed.
+    hi: Option<f64>,
+    /// A confirmation passed at `lo`.
+    confirmed: bool,
+    /// The last rate was aimed from an estimate (so the next probe goes one step above).
+    estimated: bool,
+    /// Received rate of the most recent failure inside the bracket.
+    estimate: Option<f64>,
+}
+
+impl Goal {
+    fn new(tolerance: f64) -> Goal {
+        Goal {
+            tolerance,
+            lo: None,
+            hi: None,
+            confirmed: false,
+            estimated: false,
+            estimate: None,
+        }
+    }
+
+    fn passes(&self, t: &Trial) -> bool {
+        t.loss() <= self.tolerance
+    }
+
+    fn lo_pps(&self) -> f64 {
+        self.lo.map_or(0.0, |l| l.0)
+    }
+}
+
+/// A throughput search in progress.
+#[derive(Debug, Clone)]
+pub struct Search {
+    cfg: SearchConfig,
+    /// PDR first (it is at least the NDR, so its trials bound the NDR's search from above),
+    /// then NDR.
+    goals: [Goal; 2],
+    trials: Vec<(Trial, TrialKind)>,
+    /// The step handed out and not yet recorded.
+    pending: Option<(usize, TrialKind)>,
+}
+
+const PDR: usize = 0;
+const NDR: usize = 1;
+
+impl Search {
+    /// A new search. A nonsensical configuration (no rate, resolution not in (0, 1)) is
+    /// clamped: resolution to [1e-4, 0.5], tolerance to [0, 1], at least 2 trials.
+    pub fn new(cfg: SearchConfig) -> Search {
+        let cfg = SearchConfig {
+            max_pps: cfg.max_pps.max(1.0),
+            resolution: cfg.resolution.clamp(1e-4, 0.5),
+            loss_tolerance: cfg.loss_tolerance.clamp(0.0, 1.0),
+            max_trials: cfg.max_trials.max(2),
+        };
+        Search {
+            goals: [Goal::new(cfg.loss_tolerance), Goal::new(0.0)],
+            cfg,
+            trials: Vec::new(),
+            pending: None,
+        }
+    }
+
+    /// The trials so far, in order.
+    pub fn trials(&self) -> &[(Trial, TrialKind)] {
+        &self.trials
+    }
+
+    /// The search ran out of trials before both goals were confirmed.
+    pub fn exhausted(&self) -> bool {
+        self.trials.len() >= self.cfg.max_trials as usize
+            && !self.goals.iter().all(|g| g.confirmed)
+    }
+
+    fn step_pps(&self) -> f64 {
+        self.cfg.resolution * self.cfg.max_pps
+    }
+
+    /// The goal still open, PDR first.
+    fn open_goal(&self) -> Option<usize> {
+        (0..2).find(|&g| !self.goals[g].confirmed)
+    }
+
+    /// The next step.
+    pub fn next(&mut self) -> Step {
+        if self.trials.len() >= self.cfg.max_trials as usize {
+            return Step::Done;
+        }
+        let Some(g) = self.open_goal() else {
+            return Step::Done;
+        };
+        let step = self.step_pps();
+        let max = self.cfg.max_pps;
+        let goal = self.goals[g];
+        let lo = goal.lo_pps();
+        let hi = goal.hi.unwrap_or(f64::INFINITY);
+        let (pps, kind) = if goal.lo.is_some() && (hi - lo <= step || lo >= max) {
+            (lo, TrialKind::Confirm)
+        } else if goal.hi.is_none() {
+            (max, TrialKind::Search)
+        } else if let Some(e) = goal.estimate.filter(|&e| e > lo && e < hi) {
+            self.goals[g].estimated = true;
+            self.goals[g].estimate = None;
+            let aim = e - step / 2.0;
+            (if aim > lo { aim } else { (lo + e) / 2.0 }, TrialKind::Search)
+        } else if goal.estimated && lo + step < hi {
+            self.goals[g].estimated = false;
+            (lo + step, TrialKind::Search)
+        } else {
+            self.goals[g].estimated = false;
+            (((lo + hi) / 2.0).max(step / 2.0), TrialKind::Search)
+        };
+        self.pending = Some((g, kind));
+        Step::Trial {
+            pps: pps.min(max),
+            kind,
+        }
+    }
+
+    /// Records the trial the last [`Search::next`] asked for (a trial nobody asked for is
+    /// recorded too, and moves the brackets).
+    pub fn record(&mut self, t: Trial) {
+        let (asked_for, kind) = self.pending.take().unwrap_or((PDR, TrialKind::Search));
+        let (step, max) = (self.step_pps(), self.cfg.max_pps);
+        self.trials.push((t, kind));
+        for (i, goal) in self.goals.iter_mut().enumerate() {
+            if goal.confirmed && !(kind == TrialKind::Confirm && i == asked_for) {
+                // A confirmed goal keeps its answer; later trials belong to the other.
+                if !goal.passes(&t) && t.pps <= goal.lo_pps() {
+                    // …unless a later trial at or below it lost frames: then it is open again.
+                    goal.confirmed = false;
+                    goal.lo = None;
+                    goal.hi = Some(t.pps);
+                    goal.estimate = Some(t.received_pps());
+                }
+                continue;
+            }
+            if goal.passes(&t) {
+                if t.pps >= goal.lo_pps() {
+                    goal.lo = Some((t.pps, t.tester_limited));
+                }
+                // A confirmation confirms every goal it passes at that goal's final rate.
+                let closed = goal
+                    .hi
+                    .is_none_or(|h| h - goal.lo_pps() <= step || goal.lo_pps() >= max);
+                if kind == TrialKind::Confirm && (i == asked_for || closed) {
+                    goal.confirmed = true;
+                }
+            } else {
+                if goal.hi.is_none_or(|h| t.pps < h) {
+                    goal.hi = Some(t.pps);
+                }
+                if t.pps <= goal.lo_pps() {
+                    // A rate that passed before fails now (noise, or the confirmation):
+                    // forget the passes at and above it.
+                    goal.lo = None;
+                    goal.confirmed = false;
+                    for (old, _) in &self.trials {
+                        if old.pps < t.pps && old.loss() <= goal.tolerance {
+                            if goal.lo.is_none_or(|l| old.pps > l.0) {
+                                goal.lo = Some((old.pps, old.tester_limited));
+                            }
+                        }
+                    }
+                }
+                goal.estimate = Some(t.received_pps());
+                goal.estimated = false;
+            }
+        }
+    }
+
+    /// The answers so far: (NDR, PDR).
+    pub fn found(&self) -> (Found, Found) {
+        let f = |g: &Goal| Found {
+            pps: g.lo_pps(),
+            failed_pps: g.hi,
+            confirmed: g.confirmed,
+            tester_limited: g.lo.is_some_and(|l| l.1),
+        };
+        (f(&self.goals[NDR]), f(&self.goals[PDR]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated DUT: forwards up to `capacity` frames per second, and beyond it loses a
+    /// `slope` share of the excess on top of the excess itself (0: a cliff); `noise` scales
+    /// the capacity per trial by a pseudo-random factor in [1 − noise, 1 + noise].
+    struct Dut {
+        capacity: f64,
+        slope: f64,
+        noise: f64,
+        seed: u64,
+    }
+
+    impl Dut {
+        fn run(&mut self, pps: f64, secs: f64) -> Trial {
+            self.seed = self.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let u = (self.seed >> 11) as f64 / (1u64 << 53) as f64;
+            let cap = self.capacity * (1.0 + self.noise * (2.0 * u - 1.0));
+            let sent = (pps * secs).round() as u64;
+            let fwd = if pps <= cap {
+                pps
+            } else {
+                (cap - self.slope * (pps - cap)).max(0.0)
+            };
+            Trial {
+                pps,
+                sent,
+                received: ((fwd * secs).round() as u64).min(sent),
+                secs,
+                tester_limited: false,
+            }
+        }
+    }
+
+    fn cfg() -> SearchConfig {
+        SearchConfig {
+            max_pps: 1_000_000.0,
+            resolution: 0.01,
+            loss_tolerance: 0.005,
+            max_trials: 20,
+        }
+    }
+
+    /// Runs a search to the end against `dut`: (NDR, PDR, trials).
+    fn search(dut: &mut Dut, cfg: SearchConfig) -> (Found, Found, usize) {
+        let mut s = Search::new(cfg);
+        let mut n = 0;
+        while let Step::Trial { pps, kind } = s.next() {
+            let secs = if kind == TrialKind::Confirm { 10.0 } else { 1.0 };
+            s.record(dut.run(pps, secs));
+            n += 1;
+            assert!(n <= 100, "a search that does not end");
+        }
+        let (ndr, pdr) = s.found();
+        (ndr, pdr, n)
+    }
+
+    #[test]
+    fn a_cliff_is_found_within_the_resolution_in_few_trials() {
+        for capacity in [123_456.0, 500_000.0, 742_000.0, 990_500.0, 5_000.0] {
+            let mut dut = Dut {
+                capacity,
+                slope: 0.0,
+                noise: 0.0,
+                seed: 1,
+            };
+            let (ndr, pdr, n) = search(&mut dut, cfg());
+            for f in [ndr, pdr] {
+                assert!(f.confirmed, "{capacity}: {f:?}");
+                assert!(f.pps <= capacity, "{capacity}: {f:?}");
+                assert!(f.pps >= capacity - 10_000.0, "{capacity}: {f:?}");
+            }
+            // PDR: the tolerance lets 0.5 % more through.
+            assert!(pdr.pps <= capacity / 0.995 + 1.0, "{pdr:?}");
+            assert!(n <= 8, "{capacity}: {n} trials");
+        }
+    }
+
+    #[test]
+    fn a_dut_faster_than_the_maximum_takes_one_trial_and_its_confirmation() {
+        let mut dut = Dut {
+            capacity: 2e6,
+            slope: 0.0,
+            noise: 0.0,
+            seed: 1,
+        };
+        let (ndr, pdr, n) = search(&mut dut, cfg());
+        assert_eq!((ndr.pps, pdr.pps), (1e6, 1e6));
+        assert!(ndr.confirmed && ndr.failed_pps.is_none());
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn a_gradual_slope_and_noise_still_converge() {
+        for (slope, noise, seed) in [(0.5, 0.0, 1), (2.0, 0.0, 2), (0.3, 0.003, 3), (0.0, 0.004, 4)]
+        {
+            for capacity in [300_000.0, 655_000.0] {
+                let mut dut = Dut {
+                    capacity,
+                    slope,
+                    noise,
+                    seed,
+                };
+                let (ndr, _pdr, n) = search(&mut dut, cfg());
+                assert!(ndr.confirmed, "{slope} {noise}: {ndr:?}");
+                let margin = 10_000.0 + capacity * noise;
+                assert!(
+                    (ndr.pps - capacity).abs() <= margin,
+                    "{capacity} {slope} {noise}: {ndr:?}"
+                );
+                // A slope makes the received rate a poor estimate (the DUT forwards less
+                // the more it is offered), so these fall back to halving: two goals of
+                // ~7 halvings each, sharing trials.
+                assert!(n <= 16, "{slope} {noise}: {n} trials");
+            }
+        }
+    }
+
+    #[test]
+    fn a_dut_that_loses_a_little_everywhere_has_a_pdr_but_no_ndr() {
+        // 0.1 % lost at every rate: within the PDR tolerance, never zero.
+        let mut s = Search::new(cfg());
+        let mut n = 0;
+        while let Step::Trial { pps, .. } = s.next() {
+            let sent = pps as u64;
+            s.record(Trial {
+                pps,
+                sent,
+                received: sent - sent / 1000 - 1,
+                secs: 1.0,
+                tester_limited: false,
+            });
+            n += 1;
+            assert!(n <= 30);
+        }
+        let (ndr, pdr) = s.found();
+        assert_eq!(pdr.pps, 1e6);
+        assert!(pdr.confirmed);
+        assert!(ndr.pps < 10_000.0, "{ndr:?}");
+        assert!(s.trials().len() <= 20);
+    }
+
+    #[test]
+    fn trials_are_bounded_and_tester_limits_carried() {
+        let mut s = Search::new(SearchConfig {
+            max_trials: 3,
+            ..cfg()
+        });
+        let mut n = 0;
+        while let Step::Trial { pps, .. } = s.next() {
+            s.record(Trial {
+                pps,
+                sent: 1000,
+                received: if pps > 400_000.0 { 900 } else { 1000 },
+                secs: 0.001,
+                tester_limited: true,
+            });
+            n += 1;
+        }
+        assert_eq!(n, 3);
+        assert!(s.exhausted());
+        let (ndr, _) = s.found();
+        assert!(ndr.tester_limited || ndr.pps == 0.0, "{ndr:?}");
+    }
+
+    #[test]
+    fn a_failed_confirmation_reopens_the_search_below() {
+        // Passes short trials up to 500k, but the 10 s confirmation loses above 450k.
+        let mut s = Search::new(cfg());
+        let mut n = 0;
+        while let Step::Trial { pps, kind } = s.next() {
+            let limit = if kind == TrialKind::Confirm { 450_000.0 } else { 500_000.0 };
+            let sent = pps as u64;
+            let received = if pps <= limit { sent } else { (limit as u64).min(sent) };
+            s.record(Trial {
+                pps,
+                sent,
+                received,
+                secs: 1.0,
+                tester_limited: false,
+            });
+            n += 1;
+            assert!(n <= 20);
+        }
+        let (ndr, _) = s.found();
+        assert!(ndr.confirmed, "{ndr:?}");
+        assert!(ndr.pps <= 450_000.0 && ndr.pps >= 440_000.0, "{ndr:?}");
+    }
+}
