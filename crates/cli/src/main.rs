@@ -15,6 +15,7 @@ mod cmd_forward;
 mod cmd_hash;
 mod cmd_lab;
 mod cmd_pick;
+mod cmd_rfc2544;
 mod cmd_route;
 mod cmd_rss;
 mod cmd_serve;
@@ -60,6 +61,7 @@ enum Command {
     Blast(Box<cmd_blast::BlastArgs>),
     Sink(cmd_sink::SinkArgs),
     Forward(cmd_forward::ForwardArgs),
+    Rfc2544(Box<cmd_rfc2544::Rfc2544Args>),
     Bench(Box<cmd_bench::BenchArgs>),
     #[command(subcommand)]
     Lab(cmd_lab::LabCommand),
@@ -121,6 +123,7 @@ fn main() -> ExitCode {
         Command::Blast(a) => cmd_blast::run(*a),
         Command::Sink(a) => cmd_sink::run(a),
         Command::Forward(a) => cmd_forward::run(a),
+        Command::Rfc2544(a) => cmd_rfc2544::run(*a),
         Command::Bench(a) => cmd_bench::run(*a),
         Command::Lab(c) => cmd_lab::run(c),
         Command::Route(c) => cmd_route::run(c),

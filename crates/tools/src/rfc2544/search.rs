@@ -1,5 +1,5 @@
 //! The throughput search of RFC 2544 §26.1, as pure code: no socket and no clock. The caller
-//! asks [`Search::next`] which trial to run, runs it however it likes (in the lab, against a
+//! asks [`Search::next_step`] which trial to run, runs it however it likes (in the lab, against a
 //! simulated DUT in the tests), and hands the counts back with [`Search::record`].
 //!
 //! Two goals share every trial: the NDR (no frame lost) and the PDR (at most the loss
@@ -69,6 +69,8 @@ pub struct Trial {
     pub received: u64,
     /// Seconds of sending.
     pub secs: f64,
+    /// The rate delivered (frames sent over the send window).
+    pub offered_pps: f64,
     /// The tester did not deliver this rate, or ran near its own ceiling: the trial says
     /// nothing about the DUT beyond what it received.
     pub tester_limited: bool,
@@ -103,16 +105,18 @@ pub struct Found {
     pub failed_pps: Option<f64>,
     /// The confirming trial passed at `pps`.
     pub confirmed: bool,
-    /// The trial at `pps` was tester-limited: `pps` is a lower bound of the DUT's
-    /// throughput, not its throughput.
+    /// The trial at `pps` was tester-limited: the DUT's throughput is at least
+    /// `delivered_pps`, and no more is known.
     pub tester_limited: bool,
+    /// The rate the passing trial at `pps` really delivered.
+    pub delivered_pps: f64,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Goal {
     tolerance: f64,
-    /// Highest rate that passed, and whether that trial was tester-limited.
-    lo: Option<(f64, bool)>,
+    /// Highest rate that passed, whether that trial was tester-limited, what it delivered.
+    lo: Option<(f64, bool, f64)>,
     /// Lowest rate that failed.
     hi: Option<f64>,
     /// A confirmation passed at `lo`.
@@ -184,8 +188,7 @@ impl Search {
 
     /// The search ran out of trials before both goals were confirmed.
     pub fn exhausted(&self) -> bool {
-        self.trials.len() >= self.cfg.max_trials as usize
-            && !self.goals.iter().all(|g| g.confirmed)
+        self.trials.len() >= self.cfg.max_trials as usize && !self.goals.iter().all(|g| g.confirmed)
     }
 
     fn step_pps(&self) -> f64 {
@@ -198,7 +201,7 @@ impl Search {
     }
 
     /// The next step.
-    pub fn next(&mut self) -> Step {
+    pub fn next_step(&mut self) -> Step {
         if self.trials.len() >= self.cfg.max_trials as usize {
             return Step::Done;
         }
@@ -218,7 +221,10 @@ impl Search {
             self.goals[g].estimated = true;
             self.goals[g].estimate = None;
             let aim = e - step / 2.0;
-            (if aim > lo { aim } else { (lo + e) / 2.0 }, TrialKind::Search)
+            (
+                if aim > lo { aim } else { (lo + e) / 2.0 },
+                TrialKind::Search,
+            )
         } else if goal.estimated && lo + step < hi {
             self.goals[g].estimated = false;
             (lo + step, TrialKind::Search)
@@ -233,7 +239,7 @@ impl Search {
         }
     }
 
-    /// Records the trial the last [`Search::next`] asked for (a trial nobody asked for is
+    /// Records the trial the last [`Search::next_step`] asked for (a trial nobody asked for is
     /// recorded too, and moves the brackets).
     pub fn record(&mut self, t: Trial) {
         let (asked_for, kind) = self.pending.take().unwrap_or((PDR, TrialKind::Search));
@@ -253,7 +259,7 @@ impl Search {
             }
             if goal.passes(&t) {
                 if t.pps >= goal.lo_pps() {
-                    goal.lo = Some((t.pps, t.tester_limited));
+                    goal.lo = Some((t.pps, t.tester_limited, t.offered_pps));
                 }
                 // A confirmation confirms every goal it passes at that goal's final rate.
                 let closed = goal
@@ -272,10 +278,11 @@ impl Search {
                     goal.lo = None;
                     goal.confirmed = false;
                     for (old, _) in &self.trials {
-                        if old.pps < t.pps && old.loss() <= goal.tolerance {
-                            if goal.lo.is_none_or(|l| old.pps > l.0) {
-                                goal.lo = Some((old.pps, old.tester_limited));
-                            }
+                        if old.pps < t.pps
+                            && old.loss() <= goal.tolerance
+                            && goal.lo.is_none_or(|l| old.pps > l.0)
+                        {
+                            goal.lo = Some((old.pps, old.tester_limited, old.offered_pps));
                         }
                     }
                 }
@@ -292,6 +299,7 @@ impl Search {
             failed_pps: g.hi,
             confirmed: g.confirmed,
             tester_limited: g.lo.is_some_and(|l| l.1),
+            delivered_pps: g.lo.map_or(0.0, |l| l.2),
         };
         (f(&self.goals[NDR]), f(&self.goals[PDR]))
     }
@@ -327,6 +335,7 @@ mod tests {
                 sent,
                 received: ((fwd * secs).round() as u64).min(sent),
                 secs,
+                offered_pps: pps,
                 tester_limited: false,
             }
         }
@@ -345,8 +354,12 @@ mod tests {
     fn search(dut: &mut Dut, cfg: SearchConfig) -> (Found, Found, usize) {
         let mut s = Search::new(cfg);
         let mut n = 0;
-        while let Step::Trial { pps, kind } = s.next() {
-            let secs = if kind == TrialKind::Confirm { 10.0 } else { 1.0 };
+        while let Step::Trial { pps, kind } = s.next_step() {
+            let secs = if kind == TrialKind::Confirm {
+                10.0
+            } else {
+                1.0
+            };
             s.record(dut.run(pps, secs));
             n += 1;
             assert!(n <= 100, "a search that does not end");
@@ -392,8 +405,12 @@ mod tests {
 
     #[test]
     fn a_gradual_slope_and_noise_still_converge() {
-        for (slope, noise, seed) in [(0.5, 0.0, 1), (2.0, 0.0, 2), (0.3, 0.003, 3), (0.0, 0.004, 4)]
-        {
+        for (slope, noise, seed) in [
+            (0.5, 0.0, 1),
+            (2.0, 0.0, 2),
+            (0.3, 0.003, 3),
+            (0.0, 0.004, 4),
+        ] {
             for capacity in [300_000.0, 655_000.0] {
                 let mut dut = Dut {
                     capacity,
@@ -421,13 +438,14 @@ mod tests {
         // 0.1 % lost at every rate: within the PDR tolerance, never zero.
         let mut s = Search::new(cfg());
         let mut n = 0;
-        while let Step::Trial { pps, .. } = s.next() {
+        while let Step::Trial { pps, .. } = s.next_step() {
             let sent = pps as u64;
             s.record(Trial {
                 pps,
                 sent,
                 received: sent - sent / 1000 - 1,
                 secs: 1.0,
+                offered_pps: pps,
                 tester_limited: false,
             });
             n += 1;
@@ -447,12 +465,13 @@ mod tests {
             ..cfg()
         });
         let mut n = 0;
-        while let Step::Trial { pps, .. } = s.next() {
+        while let Step::Trial { pps, .. } = s.next_step() {
             s.record(Trial {
                 pps,
                 sent: 1000,
                 received: if pps > 400_000.0 { 900 } else { 1000 },
                 secs: 0.001,
+                offered_pps: pps / 2.0,
                 tester_limited: true,
             });
             n += 1;
@@ -468,15 +487,24 @@ mod tests {
         // Passes short trials up to 500k, but the 10 s confirmation loses above 450k.
         let mut s = Search::new(cfg());
         let mut n = 0;
-        while let Step::Trial { pps, kind } = s.next() {
-            let limit = if kind == TrialKind::Confirm { 450_000.0 } else { 500_000.0 };
+        while let Step::Trial { pps, kind } = s.next_step() {
+            let limit = if kind == TrialKind::Confirm {
+                450_000.0
+            } else {
+                500_000.0
+            };
             let sent = pps as u64;
-            let received = if pps <= limit { sent } else { (limit as u64).min(sent) };
+            let received = if pps <= limit {
+                sent
+            } else {
+                (limit as u64).min(sent)
+            };
             s.record(Trial {
                 pps,
                 sent,
                 received,
                 secs: 1.0,
+                offered_pps: pps,
                 tester_limited: false,
             });
             n += 1;

@@ -136,6 +136,33 @@ pub struct SinkReport {
     pub errors: Vec<String>,
 }
 
+impl SinkReport {
+    /// A report of nothing received.
+    pub fn empty() -> SinkReport {
+        SinkReport {
+            rx_packets: 0,
+            rx_bytes: 0,
+            flowlane_packets: 0,
+            lost: 0,
+            reordered: 0,
+            duplicates: 0,
+            foreign: 0,
+            other: 0,
+            malformed: 0,
+            bad_checksum: 0,
+            truncated: 0,
+            ring_drops: 0,
+            clock_skew: 0,
+            duration_s: 0.0,
+            rx_pps: 0.0,
+            latency_ns: None,
+            flows: Vec::new(),
+            backend: None,
+            errors: Vec::new(),
+        }
+    }
+}
+
 /// Runs the sink until a stop rule holds or `stop` is set.
 pub fn run(
     a: &SinkConfig,

@@ -1,0 +1,505 @@
+//! `flowlane rfc2544`: throughput, latency, frame loss and back-to-back per frame size.
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use clap::Args;
+use flowlane_tools::blast::{self, ModelSpec, Placement};
+use flowlane_tools::rfc2544::{
+    self, Endpoint, Rfc2544Config, Rfc2544Event, Rfc2544Report, SizeSpec, Tests, TrialRecord,
+};
+
+use crate::args::{parse_duration, parse_imix, parse_rate, parse_size_list, print_json};
+use crate::args::{Imix, SizeList};
+use crate::live::{stop_on_signals, Log};
+use crate::{CmdResult, Failure};
+
+mod page;
+
+/// RFC 2544 §26 against a DUT: throughput (NDR, PDR), latency, frame loss rate, back-to-back.
+///
+/// For each frame size (64 128 256 512 1024 1280 1518 bytes with FCS, as RFC 2544 counts
+/// them), the tester first measures its own ceiling: frames sent as fast as it can into a veth
+/// pair made for the purpose, whose far end drops every frame. Without --line-rate that
+/// ceiling is the maximum rate (on veth there is no line rate), and the report says so. Then:
+///
+///   throughput   the highest rate with no loss (NDR) and with at most --loss-tolerance (PDR):
+///                a search aimed at what the DUT forwarded, halving where that does not help,
+///                to --resolution, each trial --trial-secs, a confirming trial of
+///                --confirm-secs at the answer, --pause between trials, learning frames first
+///   latency      --latency-trials trials at the NDR rate: p50/p99/p99.9/max of the one-way
+///                latency of every frame (the generator stamps each one), and their means
+///   loss         from 100 % of the maximum rate down in 10 % steps, until two trials in a
+///                row lose nothing
+///   b2b          the longest burst at the maximum rate with no loss, --b2b-trials times, and
+///                RFC 9004's implied and corrected DUT buffer time
+///
+/// The generator is blast's live-frames mode on --cpu (an XDP program that stamps, paces and
+/// sends every frame; IMIX uses AF_XDP), the receiver a sink on the receiving interface; both
+/// run in this process. A trial that did not get its rate, ran within 80 % of the ceiling, or
+/// whose sink overflowed is marked tester-limited: its rate is a lower bound, never the DUT's
+/// figure. Frames the DUT's queue refused count as the DUT's loss.
+///
+/// Where: --lab NAME uses the line lab (`flowlane lab up --topology line`): frames leave
+/// the generator's flgen (in NAME-gen) for the sink's address and are received on the
+/// sink's flsink (in NAME-sink); the DUT is the kernel (`--kernel route`) or `flowlane
+/// forward` in NAME-dut. Or cable it as a hardware tester is: --tx-dev A --rx-dev B --to IP
+/// (optionally in namespaces).
+///
+/// Exit code: 0 the run completed; 1 it could not (or a size found no rate at all); 2 usage.
+///
+/// Examples:
+///   flowlane lab up --topology line --kernel route
+///   flowlane rfc2544 --lab flowlane
+///   flowlane rfc2544 --lab flowlane --tests throughput --sizes 64,1518 --html report.html
+///   flowlane rfc2544 --tx-dev enp1s0f0 --rx-dev enp1s0f1 --to 198.18.1.2 --line-rate 10G
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct Rfc2544Args {
+    /// The line lab to test in (the generator's flgen in NAME-gen, the sink's flsink in
+    /// NAME-sink).
+    #[arg(long, conflicts_with_all = ["tx_dev", "rx_dev"])]
+    lab: Option<String>,
+
+    /// Generator interface (without --lab).
+    #[arg(long, requires_all = ["rx_dev", "to"])]
+    tx_dev: Option<String>,
+
+    /// Receiving interface (without --lab).
+    #[arg(long, requires = "tx_dev")]
+    rx_dev: Option<String>,
+
+    /// Network namespace of --tx-dev (`ip netns` name).
+    #[arg(long, requires = "tx_dev")]
+    tx_netns: Option<String>,
+
+    /// Network namespace of --rx-dev.
+    #[arg(long, requires = "tx_dev")]
+    rx_netns: Option<String>,
+
+    /// Destination address (through the DUT), IP or IP:PORT (port 9 by default). With
+    /// --lab: the sink's address.
+    #[arg(long)]
+    to: Option<String>,
+
+    /// IPv6 (with --lab: the sink's IPv6 address).
+    #[arg(long)]
+    ipv6: bool,
+
+    /// Next hop's MAC. Default: the neighbour table's entry on the generator's interface.
+    #[arg(long, value_parser = blast::parse_mac)]
+    dst_mac: Option<[u8; 6]>,
+
+    /// Tests to run, comma-separated: throughput, latency, loss, b2b (default: all four).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    tests: Vec<TestArg>,
+
+    /// Frame sizes with FCS. Default: 64,128,256,512,1024,1280,1518.
+    #[arg(long, value_parser = parse_size_list, conflicts_with = "imix")]
+    sizes: Option<SizeList>,
+
+    /// One IMIX instead of sizes: SIZE:WEIGHT pairs with FCS, e.g. 64:7,594:4,1518:1.
+    #[arg(long, value_parser = parse_imix)]
+    imix: Option<Imix>,
+
+    /// Flows (source ports); with --per-queue, placed on the DUT's RSS queues instead.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    flows: u32,
+
+    /// With --lab: this many flows on each of the DUT's RSS queues, chosen by the picker with
+    /// the lab's key and table (no other tester places flows on queues).
+    #[arg(long, requires = "lab", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    per_queue: Option<u64>,
+
+    /// The link's line rate (10G, 25Gbit, …): the maximum rate per size. Default: the
+    /// generator's measured maximum (veth has no line rate).
+    #[arg(long, value_parser = parse_line_rate)]
+    line_rate: Option<f64>,
+
+    /// Seconds per search trial.
+    #[arg(long, value_parser = parse_duration, default_value_t = 2.0)]
+    trial_secs: f64,
+
+    /// Seconds of the confirming, latency trials.
+    #[arg(long, value_parser = parse_duration, default_value_t = 10.0)]
+    confirm_secs: f64,
+
+    /// Seconds between trials.
+    #[arg(long, value_parser = parse_duration, default_value_t = 1.0)]
+    pause: f64,
+
+    /// Seconds to wait for frames in flight after each trial.
+    #[arg(long, value_parser = parse_duration, default_value_t = 0.2)]
+    drain: f64,
+
+    /// Learning frames before each size's first trial (RFC 2544 §23).
+    #[arg(long, default_value_t = 100)]
+    learning_frames: u64,
+
+    /// Search resolution, percent of the maximum rate.
+    #[arg(long, default_value_t = 1.0)]
+    resolution: f64,
+
+    /// The PDR's loss tolerance, percent.
+    #[arg(long, default_value_t = 0.5)]
+    loss_tolerance: f64,
+
+    /// Most search trials per size.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=100))]
+    max_trials: u32,
+
+    /// Latency trials per size.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    latency_trials: u32,
+
+    /// Back-to-back searches per size.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    b2b_trials: u32,
+
+    /// The longest burst tried, in seconds at the maximum rate.
+    #[arg(long, value_parser = parse_duration, default_value_t = 2.0)]
+    b2b_max_secs: f64,
+
+    /// The generator's CPU.
+    #[arg(long, default_value_t = 0)]
+    cpu: usize,
+
+    /// The sink's CPU. Default: the last usable one.
+    #[arg(long)]
+    sink_cpu: Option<usize>,
+
+    /// Most frames the paced generator sends at once to catch up after a stall.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    burst: u32,
+
+    /// Also write the trials as CSV to this file.
+    #[arg(long)]
+    csv: Option<std::path::PathBuf>,
+
+    /// Also write a self-contained HTML report with charts to this file.
+    #[arg(long)]
+    html: Option<std::path::PathBuf>,
+
+    /// No line per trial.
+    #[arg(long)]
+    quiet: bool,
+
+    /// The report as JSON on stdout (trial lines go to stderr).
+    #[arg(long, short = 'J')]
+    json: bool,
+}
+
+/// A line rate in bits per second: `10G`, `25Gbit`, `100M`, `1e9` (a bare number is bits).
+fn parse_line_rate(s: &str) -> Result<f64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    if t.ends_with("pps") {
+        return Err(format!(
+            "`{s}`: --line-rate is a bit rate (10G, 25Gbit), not packets per second"
+        ));
+    }
+    let with_unit = if t.ends_with("bit") || t.ends_with("bps") {
+        t
+    } else {
+        format!("{t}bit")
+    };
+    match parse_rate(&with_unit)? {
+        blast::Rate::Bps(b) => Ok(b),
+        blast::Rate::Pps(_) => Err(format!("`{s}` is not a bit rate")),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TestArg {
+    Throughput,
+    Latency,
+    Loss,
+    B2b,
+}
+
+fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
+    let port_of = |s: &str| -> Result<std::net::SocketAddr, Failure> {
+        let e = crate::args::parse_endpoint(s).map_err(|e| Failure::usage(anyhow::anyhow!(e)))?;
+        Ok(std::net::SocketAddr::new(e.addr, e.port.unwrap_or(9)))
+    };
+    let (tx, rx, to, placement) = if let Some(lab) = &a.lab {
+        let lab_cfg = flowlane_lab::setup::saved(lab).ok_or_else(|| {
+            Failure::usage(anyhow::anyhow!(
+                "no lab `{lab}`: make it with `flowlane lab up --name {lab} --topology line`"
+            ))
+        })?;
+        if lab_cfg.topology != flowlane_lab::setup::Topology::Line {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "lab `{lab}` is a pair: RFC 2544 needs a DUT between two interfaces (`flowlane \
+                 lab up --topology line`)"
+            )));
+        }
+        let to = {
+            use flowlane_lab::setup::*;
+            let switched = lab_cfg.segment == Segment::Switched;
+            match &a.to {
+                Some(t) => port_of(t)?,
+                None => port_of(match (a.ipv6, switched) {
+                    (false, false) => LAB_SINK_V4,
+                    (true, false) => LAB_SINK_V6,
+                    (false, true) => LAB_SINK_L2_V4,
+                    (true, true) => LAB_SINK_L2_V6,
+                })?,
+            }
+        };
+        let placement = a.per_queue.map(|k| Placement {
+            per_queue: k,
+            queues: Vec::new(),
+            key: lab_cfg.key.clone(),
+            model: ModelSpec::Reta(lab_cfg.reta.clone()),
+        });
+        (
+            Endpoint {
+                netns: Some(lab_cfg.gen_ns()),
+                dev: flowlane_lab::setup::GEN_IF.into(),
+            },
+            Endpoint {
+                netns: Some(lab_cfg.sink_ns()),
+                dev: flowlane_lab::setup::SINK_IF.into(),
+            },
+            to,
+            placement,
+        )
+    } else {
+        let (Some(t), Some(r), Some(to)) = (&a.tx_dev, &a.rx_dev, &a.to) else {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "say where: --lab NAME, or --tx-dev A --rx-dev B --to IP"
+            )));
+        };
+        (
+            Endpoint {
+                netns: a.tx_netns.clone(),
+                dev: t.clone(),
+            },
+            Endpoint {
+                netns: a.rx_netns.clone(),
+                dev: r.clone(),
+            },
+            port_of(to)?,
+            None,
+        )
+    };
+    let mut c = Rfc2544Config::new(tx, rx, to);
+    c.dst_mac = a.dst_mac;
+    if !a.tests.is_empty() {
+        c.tests = Tests {
+            throughput: a.tests.contains(&TestArg::Throughput),
+            latency: a.tests.contains(&TestArg::Latency),
+            frame_loss: a.tests.contains(&TestArg::Loss),
+            back_to_back: a.tests.contains(&TestArg::B2b),
+        };
+    }
+    if let Some(s) = &a.sizes {
+        c.sizes = SizeSpec::List(s.0.clone());
+    }
+    if let Some(m) = &a.imix {
+        c.sizes = SizeSpec::Imix(m.0.clone());
+    }
+    c.flows = a.flows;
+    c.placement = placement;
+    c.line_rate_bps = a.line_rate;
+    c.trial_s = a.trial_secs;
+    c.confirm_s = a.confirm_secs;
+    c.pause_s = a.pause;
+    c.drain_s = a.drain;
+    c.learning_frames = a.learning_frames;
+    c.resolution = a.resolution / 100.0;
+    c.loss_tolerance_pct = a.loss_tolerance;
+    c.max_trials = a.max_trials;
+    c.latency_trials = a.latency_trials;
+    c.b2b_trials = a.b2b_trials;
+    c.b2b_max_s = a.b2b_max_secs;
+    c.tx_cpu = crate::args::usable_cpus(Some(&crate::args::CpuList(vec![a.cpu])))?[0];
+    c.rx_cpu = match a.sink_cpu {
+        Some(s) => crate::args::usable_cpus(Some(&crate::args::CpuList(vec![s])))?[0],
+        None => crate::args::usable_cpus(None)?.last().copied().unwrap_or(0),
+    };
+    c.burst = a.burst;
+    Ok(c)
+}
+
+/// `  64 B  throughput search  1234567 pps → 1230000 offered  1229000 received  loss 0.081 %  fail`
+pub fn trial_line(t: &TrialRecord) -> String {
+    let kind = match t.kind {
+        rfc2544::search::TrialKind::Confirm => "confirm",
+        rfc2544::search::TrialKind::Search => "",
+    };
+    let rate = if t.rate_pps > 0.0 {
+        format!("{:>10.0} pps", t.rate_pps)
+    } else {
+        format!("{:>14}", "max")
+    };
+    let mut s = format!(
+        "{:>6.0} B  {:<11} {:<7} {rate}  offered {:>10.0}  sent {:>10}  received {:>10}  loss \
+         {:>7.3} %  {}",
+        t.frame_bytes,
+        format!("{:?}", t.test).to_lowercase(),
+        kind,
+        t.offered_pps,
+        t.sent,
+        t.received,
+        100.0 * t.loss,
+        t.verdict
+    );
+    if t.refused > 0 {
+        s.push_str(&format!("  (DUT queue refused {})", t.refused));
+    }
+    if !t.tester_limited.is_empty() {
+        s.push_str(&format!(
+            "  TESTER-LIMITED: {}",
+            t.tester_limited.join("; ")
+        ));
+    }
+    s
+}
+
+pub fn run(a: Rfc2544Args) -> CmdResult {
+    let cfg = config(&a)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop)?;
+    let mut log = Log::new(a.json);
+    log.line(&format!(
+        "flowlane rfc2544: {} → DUT → {} to {}, generator on CPU {}, sink on CPU {}",
+        cfg.tx.dev, cfg.rx.dev, cfg.to, cfg.tx_cpu, cfg.rx_cpu
+    ));
+    let quiet = a.quiet;
+    let r = rfc2544::run(&cfg, &stop, &mut |e| match e {
+        Rfc2544Event::Size { frame_bytes, max } => log.line(&format!(
+            "size {frame_bytes:.0} B: maximum {:.0} pps ({}; generator ceiling {:.0} pps)",
+            max.pps,
+            max.source,
+            max.ceiling_pps.unwrap_or(0.0)
+        )),
+        Rfc2544Event::Trial(t) if !quiet => log.line(&trial_line(&t)),
+        Rfc2544Event::Trial(_) => {}
+    })
+    .map_err(Failure::from_tool)?;
+    if let Some(p) = &a.csv {
+        std::fs::write(p, csv(&r))
+            .map_err(|e| Failure::runtime(anyhow::anyhow!("cannot write {}: {e}", p.display())))?;
+    }
+    if let Some(p) = &a.html {
+        std::fs::write(p, page::html(&r))
+            .map_err(|e| Failure::runtime(anyhow::anyhow!("cannot write {}: {e}", p.display())))?;
+    }
+    if a.json {
+        print_json(&r)?;
+    } else {
+        summary(&r);
+    }
+    let found_nothing = r.sizes.iter().any(|s| {
+        s.throughput
+            .as_ref()
+            .is_some_and(|t| t.ndr.pps <= 0.0 && t.pdr.pps <= 0.0)
+    });
+    Ok(if r.sizes.is_empty() || found_nothing {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn summary(r: &Rfc2544Report) {
+    println!();
+    println!(
+        "{:>7}  {:>12} {:>9} {:>7}  {:>12}  {:>10} {:>10}  {:>12}  notes",
+        "size", "NDR pps", "Gbit/s", "% max", "PDR pps", "p50 µs", "p99 µs", "b2b frames"
+    );
+    for s in &r.sizes {
+        let mut notes = vec![format!("max {}", s.max.source)];
+        let (ndr, gbps, pct, pdr) = match &s.throughput {
+            Some(t) => {
+                if t.ndr.tester_limited {
+                    notes.push(format!(
+                        "tester-limited: the DUT lost nothing at the {:.0} pps delivered; its \
+                         throughput is at least that, not known beyond",
+                        t.ndr.delivered_pps
+                    ));
+                }
+                if !t.ndr.confirmed {
+                    notes.push("NDR not confirmed".into());
+                }
+                (
+                    if t.ndr.tester_limited {
+                        format!(">={:.0}", t.ndr.delivered_pps)
+                    } else {
+                        format!("{:.0}", t.ndr.pps)
+                    },
+                    format!("{:.3}", t.ndr_line_bps / 1e9),
+                    format!("{:.1}", t.ndr_pct_of_max),
+                    format!("{:.0}", t.pdr.pps),
+                )
+            }
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let (p50, p99) = s.latency.as_ref().map_or(("-".into(), "-".into()), |l| {
+            (
+                format!("{:.1}", l.mean_p50_ns / 1e3),
+                format!("{:.1}", l.mean_p99_ns / 1e3),
+            )
+        });
+        let b2b = s.back_to_back.as_ref().map_or("-".into(), |b| {
+            if let Some(n) = &b.note {
+                if b.bursts.is_empty() {
+                    notes.push(n.clone());
+                }
+            }
+            if b.bursts.is_empty() {
+                "-".into()
+            } else {
+                format!("{:.0}", b.mean_frames)
+            }
+        });
+        println!(
+            "{:>7.0}  {ndr:>12} {gbps:>9} {pct:>7}  {pdr:>12}  {p50:>10} {p99:>10}  {b2b:>12}  {}",
+            s.frame_bytes,
+            notes.join("; ")
+        );
+    }
+    println!(
+        "{} trials in {:.0} s{}",
+        r.trials.len(),
+        r.duration_s,
+        if r.interrupted { " (interrupted)" } else { "" }
+    );
+}
+
+/// Every trial, one CSV row each.
+pub fn csv(r: &Rfc2544Report) -> String {
+    let mut s = String::from(
+        "test,kind,frame_bytes,rate_pps,offered_pps,sent,refused,received,loss_pct,duplicates,\
+         reordered,secs,p50_ns,p99_ns,p999_ns,max_ns,verdict,tester_limited\n",
+    );
+    for t in &r.trials {
+        let l = t.latency_ns.as_ref();
+        let lat =
+            |f: fn(&flowlane_tools::Latency) -> u64| l.map_or(String::new(), |l| f(l).to_string());
+        s.push_str(&format!(
+            "{},{},{},{:.0},{:.0},{},{},{},{:.6},{},{},{:.3},{},{},{},{},{},\"{}\"\n",
+            format!("{:?}", t.test).to_lowercase(),
+            format!("{:?}", t.kind).to_lowercase(),
+            t.frame_bytes,
+            t.rate_pps,
+            t.offered_pps,
+            t.sent,
+            t.refused,
+            t.received,
+            100.0 * t.loss,
+            t.duplicates,
+            t.reordered,
+            t.secs,
+            lat(|l| l.p50),
+            lat(|l| l.p99),
+            lat(|l| l.p999),
+            lat(|l| l.max),
+            t.verdict,
+            t.tester_limited.join("; ").replace('"', "'")
+        ));
+    }
+    s
+}

@@ -1,0 +1,251 @@
+//! `flowlane rfc2544` against DUTs whose capacity is known: the kernel routing behind a token
+//! bucket (tc tbf) of a set packet rate, and a DUT faster than the generator (native XDP
+//! routing, which runs in the generator's own softirq). Counts are checked against the
+//! interfaces' counters.
+
+mod common;
+
+use std::process::Command;
+
+use common::{need_program, quiet, Forwarder, Line};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+/// 60-byte frames (64 with FCS) at 50 000 per second through the token bucket: 24 Mbit/s.
+const CAPACITY_PPS: f64 = 50_000.0;
+
+fn rfc2544(lab: &Line, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let out = Command::new(BIN)
+        .args(["rfc2544", "--lab", &lab.name, "--json", "--sizes", "64"])
+        .args(["--pause", "0.3", "--learning-frames", "100"])
+        .args(extra)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), j, err)
+}
+
+fn dev_counts(ns: &flowlane_lab::Netns, dev: &str) -> (u64, u64) {
+    let c = ns.dev().expect("/proc/net/dev");
+    let i = &c.ifaces[dev];
+    (i.rx_packets, i.tx_packets)
+}
+
+fn trials(j: &Value) -> Vec<Value> {
+    j["trials"].as_array().expect("trials").clone()
+}
+
+#[test]
+fn a_dut_of_known_capacity_is_found_within_the_resolution() {
+    if !need_program("tc") {
+        return;
+    }
+    let Some(lab) = Line::up("c", &["--kernel", "route"]) else {
+        return;
+    };
+    quiet(&lab);
+    // The DUT forwards through a token bucket of 50 000 60-byte frames per second, with a
+    // queue of 1000 frames (the generator's catch-up bursts fit; a 2 s trial 2 % too fast
+    // overflows it).
+    lab.dut
+        .command("tc")
+        .args([
+            "qdisc", "add", "dev", "fldut1", "root", "tbf", "rate", "24mbit",
+        ])
+        .args(["burst", "3000", "limit", "60000"])
+        .status()
+        .expect("tc");
+    let mut limited = Vec::new();
+    for _ in 0..3 {
+        let (g0, s0) = (
+            dev_counts(&lab.gen, "flgen"),
+            dev_counts(&lab.sink, "flsink"),
+        );
+        // 100 Mbit/s of line is 148 810 pps of 64-byte frames: resolution 1 % = 1 488 pps.
+        let (code, j, err) = rfc2544(
+            &lab,
+            &[
+                "--tests",
+                "throughput",
+                "--line-rate",
+                "100M",
+                "--trial-secs",
+                "2",
+                "--confirm-secs",
+                "2",
+            ],
+        );
+        let (g1, s1) = (
+            dev_counts(&lab.gen, "flgen"),
+            dev_counts(&lab.sink, "flsink"),
+        );
+        assert_eq!(code, Some(0), "{err}");
+        let size = &j["sizes"][0];
+        assert_eq!(size["max"]["source"], "line rate", "{j}");
+        let max = size["max"]["pps"].as_f64().expect("max");
+        assert!((max - 1e8 / 672.0).abs() < 1.0, "{max}");
+        // Every frame is accounted: what left flgen is what the trials sent (the ceiling ran
+        // on its own veth) plus the learning frames, and what reached flsink is what the
+        // trials received plus the learning frames.
+        let ts = trials(&j);
+        let counted: Vec<&Value> = ts.iter().filter(|t| t["test"] != "ceiling").collect();
+        let sent: u64 = counted.iter().map(|t| t["sent"].as_u64().expect("n")).sum();
+        let refused: u64 = counted
+            .iter()
+            .map(|t| t["refused"].as_u64().expect("n"))
+            .sum();
+        let got: u64 = counted
+            .iter()
+            .map(|t| t["received"].as_u64().expect("n"))
+            .sum();
+        assert_eq!(
+            g1.1 - g0.1,
+            sent + 100 - refused,
+            "flgen's tx counter: {err}"
+        );
+        assert_eq!(s1.0 - s0.0, got + 100, "flsink's rx counter: {err}");
+        let t = &size["throughput"];
+        let ndr = t["ndr"]["pps"].as_f64().expect("ndr");
+        if t["ndr"]["tester_limited"] == true {
+            limited.push(err);
+            continue;
+        }
+        assert_eq!(t["ndr"]["confirmed"], true, "{t}");
+        // The limit within the resolution (and tbf's own rounding, < 0.5 %).
+        assert!(
+            (CAPACITY_PPS - 1_488.0 - CAPACITY_PPS * 0.005..=CAPACITY_PPS * 1.005).contains(&ndr),
+            "NDR {ndr} for a DUT of {CAPACITY_PPS}: {err}"
+        );
+        assert!(t["trials"].as_u64().expect("n") <= 10, "{t}");
+        // Trials above the limit lost frames, and said so.
+        assert!(counted
+            .iter()
+            .any(|t| t["verdict"] == "fail" && t["rate_pps"].as_f64().expect("r") > CAPACITY_PPS));
+        return;
+    }
+    panic!("the tester was the limit in all three attempts: {limited:?}");
+}
+
+#[test]
+fn a_dut_faster_than_the_generator_is_reported_as_tester_limited() {
+    let Some(lab) = Line::up("u", &[]) else {
+        return;
+    };
+    quiet(&lab);
+    // Native XDP routing forwards in the softirq of the generator's own sends: it can never
+    // fall behind the generator, so no DUT figure may come out of this run.
+    let mut cmd = lab.dut.command(BIN);
+    cmd.args(["forward", "--mode", "route", "--backend", "xdp"])
+        .args(["--dev", "fldut", "--dev", "fldut1", "--quiet"]);
+    let fwd = Forwarder::start(cmd);
+    let (code, j, err) = rfc2544(
+        &lab,
+        &[
+            "--tests",
+            "throughput",
+            "--trial-secs",
+            "1",
+            "--confirm-secs",
+            "1",
+        ],
+    );
+    let (fcode, _) = fwd.finish();
+    assert_eq!(fcode, Some(0));
+    assert_eq!(code, Some(0), "{err}");
+    let size = &j["sizes"][0];
+    assert_eq!(size["max"]["source"], "generator", "{j}");
+    let ceiling = size["max"]["ceiling_pps"].as_f64().expect("ceiling");
+    let ndr = &size["throughput"]["ndr"];
+    assert_eq!(ndr["tester_limited"], true, "{ndr}: {err}");
+    // The figure shown is what was delivered, never the rate asked.
+    let delivered = ndr["delivered_pps"].as_f64().expect("delivered");
+    let line = size["throughput"]["ndr_line_bps"].as_f64().expect("bps");
+    assert!(
+        (line - delivered * 84.0 * 8.0).abs() < 1.0,
+        "{line} {delivered}"
+    );
+    // Every trial at 80 % of the ceiling or more is marked.
+    for t in trials(&j) {
+        if t["test"] == "throughput" && t["rate_pps"].as_f64().expect("r") >= 0.8 * ceiling {
+            assert!(
+                !t["tester_limited"].as_array().expect("list").is_empty(),
+                "{t}"
+            );
+        }
+    }
+    assert!(err.contains("TESTER-LIMITED"), "{err}");
+}
+
+#[test]
+fn bad_requests_are_usage_errors() {
+    for args in [
+        &["rfc2544"][..],
+        &["rfc2544", "--tx-dev", "a"],
+        &["rfc2544", "--lab", "fl-no-such-lab"],
+        &[
+            "rfc2544",
+            "--tx-dev",
+            "a",
+            "--rx-dev",
+            "b",
+            "--to",
+            "198.18.1.2",
+            "--line-rate",
+            "5Mpps",
+        ],
+        &[
+            "rfc2544",
+            "--tx-dev",
+            "a",
+            "--rx-dev",
+            "b",
+            "--to",
+            "198.18.1.2",
+            "--sizes",
+            "40",
+        ],
+        &[
+            "rfc2544",
+            "--tx-dev",
+            "a",
+            "--rx-dev",
+            "b",
+            "--to",
+            "198.18.1.2",
+            "--tests",
+            "speed",
+        ],
+        &[
+            "rfc2544",
+            "--tx-dev",
+            "a",
+            "--rx-dev",
+            "b",
+            "--to",
+            "198.18.1.2",
+            "--resolution",
+            "80",
+        ],
+        &[
+            "rfc2544",
+            "--tx-dev",
+            "a",
+            "--rx-dev",
+            "b",
+            "--to",
+            "198.18.1.2",
+            "--tx-netns",
+            "fl-none",
+        ],
+    ] {
+        let out = Command::new(BIN).args(args).output().expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! What `rfc2544` reports: per frame size, each test's answer and every trial behind it.
+
+use serde::{Deserialize, Serialize};
+
+use super::search::{Found, TrialKind};
+use crate::Latency;
+
+/// Which test a trial belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestName {
+    /// The generator's own maximum, against a peer that drops every frame.
+    Ceiling,
+    /// §26.1.
+    Throughput,
+    /// §26.2.
+    Latency,
+    /// §26.3.
+    FrameLoss,
+    /// §26.4.
+    BackToBack,
+}
+
+/// One trial, as counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    /// The test.
+    pub test: TestName,
+    /// Search or confirmation (throughput); `search` elsewhere.
+    pub kind: TrialKind,
+    /// Frame size with FCS (the mix's mean for IMIX).
+    pub frame_bytes: f64,
+    /// Rate asked for, frames per second (0: as fast as the generator goes).
+    pub rate_pps: f64,
+    /// Rate delivered: frames sent over the generator's send window.
+    pub offered_pps: f64,
+    /// Frames the generator's program (or sockets) released.
+    pub sent: u64,
+    /// Of those, frames the DUT's receive queue refused (counted by the generator's
+    /// interface): the DUT's loss.
+    pub refused: u64,
+    /// Frames received once, counted by the sink (per flow, by sequence number).
+    pub received: u64,
+    /// `sent − received`, a fraction.
+    pub loss: f64,
+    /// Frames received more than once.
+    pub duplicates: u64,
+    /// Frames received after a later one of their flow.
+    pub reordered: u64,
+    /// One-way latency of every frame received.
+    pub latency_ns: Option<Latency>,
+    /// Seconds of sending.
+    pub secs: f64,
+    /// The tester, not the DUT, may have been the limit: why (empty: it was not).
+    pub tester_limited: Vec<String>,
+    /// `pass` (loss within the goal's tolerance) or `fail`.
+    pub verdict: String,
+}
+
+/// The maximum rate the search may offer, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MaxRate {
+    /// Frames per second.
+    pub pps: f64,
+    /// `line rate` (the user's `--line-rate`) or `generator` (its measured maximum: on a
+    /// link without a line rate, such as veth, every figure is bounded by the tester).
+    pub source: String,
+    /// The generator's own maximum, measured against a peer that drops every frame.
+    pub ceiling_pps: Option<f64>,
+}
+
+/// Throughput (§26.1): the NDR and the PDR.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// No loss.
+    pub ndr: Found,
+    /// At most the loss tolerance.
+    pub pdr: Found,
+    /// The PDR's tolerance, percent.
+    pub loss_tolerance_pct: f64,
+    /// Search trials and confirmations run.
+    pub trials: usize,
+    /// The search ran out of trials before confirming both.
+    pub exhausted: bool,
+    /// NDR in bits per second of line (frame + 20 bytes of preamble and gap); when
+    /// tester-limited, of the rate delivered (a lower bound).
+    pub ndr_line_bps: f64,
+    /// NDR as a percentage of the maximum rate.
+    pub ndr_pct_of_max: f64,
+}
+
+/// Latency (§26.2) at the throughput rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyResult {
+    /// The rate, frames per second.
+    pub rate_pps: f64,
+    /// Each trial's percentiles.
+    pub trials: Vec<Latency>,
+    /// Their means, ns: p50, p99, p99.9, max.
+    pub mean_p50_ns: f64,
+    /// Mean p99.
+    pub mean_p99_ns: f64,
+    /// Mean p99.9.
+    pub mean_p999_ns: f64,
+    /// Mean max.
+    pub mean_max_ns: f64,
+}
+
+/// One step of the frame loss rate test (§26.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LossPoint {
+    /// Percent of the maximum rate.
+    pub pct_of_max: u32,
+    /// Rate asked for.
+    pub rate_pps: f64,
+    /// Rate delivered.
+    pub offered_pps: f64,
+    /// Frames lost, percent of those sent.
+    pub loss_pct: f64,
+}
+
+/// Back-to-back (§26.4, RFC 9004).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackToBack {
+    /// The rate bursts were sent at (the maximum), frames per second.
+    pub rate_pps: f64,
+    /// The longest burst without loss, per search.
+    pub bursts: Vec<u64>,
+    /// Their mean.
+    pub mean_frames: f64,
+    /// RFC 9004 §6: implied DUT buffer time, s = mean burst / maximum rate.
+    pub implied_buffer_s: f64,
+    /// RFC 9004 §6: corrected DUT buffer time, s = implied × (1 − throughput / maximum):
+    /// the DUT forwards while the burst arrives, so only the difference fills its buffer.
+    pub corrected_buffer_s: Option<f64>,
+    /// Why the test was not run or means little (e.g. the DUT forwards the maximum rate, so
+    /// no burst fills a buffer).
+    pub note: Option<String>,
+}
+
+/// One frame size's answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SizeReport {
+    /// Frame bytes with FCS (the mix's mean for IMIX).
+    pub frame_bytes: f64,
+    /// The IMIX, if this size is one: (size with FCS, weight).
+    pub imix: Option<Vec<(usize, u32)>>,
+    /// The maximum rate.
+    pub max: MaxRate,
+    /// §26.1.
+    pub throughput: Option<Throughput>,
+    /// §26.2.
+    pub latency: Option<LatencyResult>,
+    /// §26.3.
+    pub frame_loss: Option<Vec<LossPoint>>,
+    /// §26.4.
+    pub back_to_back: Option<BackToBack>,
+}
+
+/// What `rfc2544` reports (`--json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rfc2544Report {
+    /// The generator's interface.
+    pub tx_dev: String,
+    /// The receiving interface.
+    pub rx_dev: String,
+    /// Where frames were addressed.
+    pub to: String,
+    /// How frames were generated.
+    pub generator: String,
+    /// Per size, in the order run (fewer than asked if stopped).
+    pub sizes: Vec<SizeReport>,
+    /// Every trial, in the order run.
+    pub trials: Vec<TrialRecord>,
+    /// Seconds the whole run took.
+    pub duration_s: f64,
+    /// Stopped before the end (Ctrl-C).
+    pub interrupted: bool,
+}
+
+/// Bits per second on the line for `pps` frames of `frame` bytes with FCS (+ 8 preamble +
+/// 12 gap).
+pub fn line_bps(pps: f64, frame: f64) -> f64 {
+    pps * (frame + 20.0) * 8.0
+}
