@@ -37,19 +37,17 @@ fn trials(j: &Value) -> Vec<Value> {
     j["trials"].as_array().expect("trials").clone()
 }
 
-#[test]
-fn a_dut_of_known_capacity_is_found_within_the_resolution() {
+/// A line lab whose DUT (the kernel, routing) forwards through a token bucket of 50 000
+/// 60-byte frames per second with a queue of 1000 frames (the generator's catch-up bursts
+/// fit; a 2 s trial 2 % too fast overflows it) and a bucket of 50.
+fn tbf_lab(tag: &str) -> Option<Line> {
     if !need_program("tc") {
-        return;
+        return None;
     }
-    let Some(lab) = Line::up("c", &["--kernel", "route"]) else {
-        return;
-    };
+    let lab = Line::up(tag, &["--kernel", "route"])?;
     quiet(&lab);
-    // The DUT forwards through a token bucket of 50 000 60-byte frames per second, with a
-    // queue of 1000 frames (the generator's catch-up bursts fit; a 2 s trial 2 % too fast
-    // overflows it).
-    lab.dut
+    let st = lab
+        .dut
         .command("tc")
         .args([
             "qdisc", "add", "dev", "fldut1", "root", "tbf", "rate", "24mbit",
@@ -57,6 +55,15 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         .args(["burst", "3000", "limit", "60000"])
         .status()
         .expect("tc");
+    assert!(st.success());
+    Some(lab)
+}
+
+#[test]
+fn a_dut_of_known_capacity_is_found_within_the_resolution() {
+    let Some(lab) = tbf_lab("c") else {
+        return;
+    };
     let mut limited = Vec::new();
     for _ in 0..3 {
         let (g0, s0) = (
@@ -126,6 +133,93 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         return;
     }
     panic!("the tester was the limit in all three attempts: {limited:?}");
+}
+
+#[test]
+fn latency_loss_and_back_to_back_follow_the_known_dut() {
+    let Some(lab) = tbf_lab("l") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("fl-rfc2544-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (csv, html) = (dir.join("r.csv"), dir.join("r.html"));
+    let (code, j, err) = rfc2544(
+        &lab,
+        &[
+            "--line-rate",
+            "100M",
+            "--trial-secs",
+            "1",
+            "--confirm-secs",
+            "1",
+            "--latency-trials",
+            "2",
+            "--b2b-trials",
+            "2",
+            "--b2b-max-secs",
+            "0.1",
+            "--csv",
+            csv.to_str().expect("path"),
+            "--html",
+            html.to_str().expect("path"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let size = &j["sizes"][0];
+    let max = size["max"]["pps"].as_f64().expect("max");
+    let ndr = size["throughput"]["ndr"]["pps"].as_f64().expect("ndr");
+    // Latency: one result per trial, at the NDR, percentiles in order.
+    let lat = &size["latency"];
+    assert_eq!(lat["rate_pps"].as_f64(), Some(ndr));
+    let lt = lat["trials"].as_array().expect("trials");
+    assert_eq!(lt.len(), 2, "{lat}");
+    for l in lt {
+        let p = |k: &str| l[k].as_u64().expect("ns");
+        assert!(p("p50") > 0 && p("p50") <= p("p99") && p("p99") <= p("p999"));
+        assert!(p("p999") <= p("max"), "{l}");
+    }
+    // Frame loss: from 100 % down in 10 % steps until two in a row lose nothing; what is lost
+    // is the excess over the bucket's rate (less the queue's 1050 frames).
+    let pts = size["frame_loss"].as_array().expect("points");
+    let pcts: Vec<u64> = pts
+        .iter()
+        .map(|p| p["pct_of_max"].as_u64().expect("pct"))
+        .collect();
+    assert_eq!(&pcts[..3], &[100, 90, 80], "{pcts:?}");
+    let n = pts.len();
+    assert!(n >= 2 && pts[n - 1]["loss_pct"] == 0.0 && pts[n - 2]["loss_pct"] == 0.0);
+    assert!(
+        n < 3 || pts[n - 3]["loss_pct"].as_f64().expect("loss") > 0.0,
+        "{pcts:?}"
+    );
+    let full = pts[0]["loss_pct"].as_f64().expect("loss");
+    let model = 100.0 * (1.0 - CAPACITY_PPS / max);
+    assert!(
+        (full - model).abs() < 3.0,
+        "loss {full} % at the maximum, {model} % expected"
+    );
+    // Rates the bucket carries lose nothing.
+    for p in pts {
+        if p["rate_pps"].as_f64().expect("rate") < 0.9 * CAPACITY_PPS {
+            assert_eq!(p["loss_pct"], 0.0, "{p}");
+        }
+    }
+    // Back-to-back at the line rate: the DUT holds its queue and bucket (1050 frames) while
+    // it forwards at its rate, so the longest clean burst B has B × (1 − 50k/max) ≈ 1050.
+    let b = &size["back_to_back"];
+    let held = b["buffer_frames"].as_f64().expect("buffer");
+    assert!((700.0..=1400.0).contains(&held), "{b}");
+    let corrected = b["corrected_buffer_s"].as_f64().expect("corrected");
+    assert!((corrected - held / max).abs() < 1e-9, "{b}");
+    // The files: one CSV row per trial, a page with its charts.
+    let rows = std::fs::read_to_string(&csv).expect("csv");
+    assert_eq!(
+        rows.lines().count(),
+        j["trials"].as_array().expect("t").len() + 1
+    );
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert!(page.contains("<svg") && page.contains("Frame loss against offered load"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -414,6 +414,7 @@ impl SizeRun<'_, '_> {
             mean_frames: 0.0,
             implied_buffer_s: 0.0,
             corrected_buffer_s: None,
+            buffer_frames: None,
             note: None,
         };
         if thr.is_some_and(|t| t >= max.pps * (1.0 - cfg.resolution)) {
@@ -462,7 +463,9 @@ impl SizeRun<'_, '_> {
         }
         out.mean_frames = out.bursts.iter().sum::<u64>() as f64 / out.bursts.len().max(1) as f64;
         out.implied_buffer_s = out.mean_frames / max.pps;
-        out.corrected_buffer_s = thr.map(|t| out.implied_buffer_s * (1.0 - (t / max.pps).min(1.0)));
+        let share = thr.map(|t| 1.0 - (t / max.pps).min(1.0));
+        out.corrected_buffer_s = share.map(|k| out.implied_buffer_s * k);
+        out.buffer_frames = share.map(|k| out.mean_frames * k);
         Ok(out)
     }
 }
