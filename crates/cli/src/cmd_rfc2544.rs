@@ -149,6 +149,11 @@ pub struct Rfc2544Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=100))]
     max_trials: u32,
 
+    /// Search by halving only (as TRex's NDR bench and most testers do), not aimed at the
+    /// rate the DUT forwarded in the last failed trial: more trials, for comparison.
+    #[arg(long)]
+    halving_only: bool,
+
     /// Latency trials per size.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     latency_trials: u32,
@@ -185,7 +190,8 @@ pub struct Rfc2544Args {
     #[arg(long)]
     quiet: bool,
 
-    /// The report as JSON on stdout (trial lines go to stderr).
+    /// The report as JSON on stdout (trial lines go to stderr); its schema is
+    /// docs/rfc2544.schema.json.
     #[arg(long, short = 'J')]
     json: bool,
 }
@@ -311,6 +317,7 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
     c.resolution = a.resolution / 100.0;
     c.loss_tolerance_pct = a.loss_tolerance;
     c.max_trials = a.max_trials;
+    c.halving_only = a.halving_only;
     c.latency_trials = a.latency_trials;
     c.b2b_trials = a.b2b_trials;
     c.b2b_max_s = a.b2b_max_secs;

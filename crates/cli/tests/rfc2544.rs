@@ -211,6 +211,18 @@ fn latency_loss_and_back_to_back_follow_the_known_dut() {
     assert!((700.0..=1400.0).contains(&held), "{b}");
     let corrected = b["corrected_buffer_s"].as_f64().expect("corrected");
     assert!((corrected - held / max).abs() < 1e-9, "{b}");
+    // The JSON contract: valid against the documented schema.
+    let schema_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/rfc2544.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("schema"))
+            .expect("schema JSON");
+    let v = jsonschema::validator_for(&schema).expect("a valid schema");
+    let errors: Vec<String> = v.iter_errors(&j).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "the report against the schema: {errors:?}"
+    );
     // The files: one CSV row per trial, a page with its charts.
     let rows = std::fs::read_to_string(&csv).expect("csv");
     assert_eq!(

@@ -92,6 +92,9 @@ pub struct Rfc2544Config {
     pub loss_tolerance_pct: f64,
     /// At most this many search trials per size.
     pub max_trials: u32,
+    /// A plain binary search (the usual tester's), not aimed at what the DUT forwarded.
+    #[serde(default)]
+    pub halving_only: bool,
     /// Latency trials at the throughput rate.
     pub latency_trials: u32,
     /// Back-to-back searches per size (RFC 9004 asks for many; each is a search).
@@ -129,6 +132,7 @@ impl Rfc2544Config {
             resolution: 0.01,
             loss_tolerance_pct: 0.5,
             max_trials: 16,
+            halving_only: false,
             latency_trials: 3,
             b2b_trials: 3,
             b2b_max_s: 2.0,

@@ -283,6 +283,7 @@ impl SizeRun<'_, '_> {
             resolution: cfg.resolution,
             loss_tolerance: tol,
             max_trials: cfg.max_trials,
+            halving_only: cfg.halving_only,
         });
         while let Step::Trial { pps, kind } = s.next_step() {
             if self.stopped() {

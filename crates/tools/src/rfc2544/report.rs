@@ -1,4 +1,5 @@
-//! What `rfc2544` reports: per frame size, each test's answer and every trial behind it.
+//! What `rfc2544` reports: per frame size, each test's answer and every trial behind it. The
+//! JSON form's schema is docs/rfc2544.schema.json (a test validates a run against it).
 
 use serde::{Deserialize, Serialize};
 

@@ -32,6 +32,11 @@ pub struct SearchConfig {
     pub loss_tolerance: f64,
     /// At most this many trials, confirmations included.
     pub max_trials: u32,
+    /// Halve the bracket only, never aim at what the DUT forwarded: a plain binary search
+    /// from the maximum, as TRex's NDR bench and most testers run it (the reference the
+    /// `rfc2544_lab` bench compares with).
+    #[serde(default)]
+    pub halving_only: bool,
 }
 
 /// What a trial is for.
@@ -172,6 +177,7 @@ impl Search {
             resolution: cfg.resolution.clamp(1e-4, 0.5),
             loss_tolerance: cfg.loss_tolerance.clamp(0.0, 1.0),
             max_trials: cfg.max_trials.max(2),
+            halving_only: cfg.halving_only,
         };
         Search {
             goals: [Goal::new(cfg.loss_tolerance), Goal::new(0.0)],
@@ -217,7 +223,10 @@ impl Search {
             (lo, TrialKind::Confirm)
         } else if goal.hi.is_none() {
             (max, TrialKind::Search)
-        } else if let Some(e) = goal.estimate.filter(|&e| e > lo && e < hi) {
+        } else if let Some(e) = goal
+            .estimate
+            .filter(|&e| e > lo && e < hi && !self.cfg.halving_only)
+        {
             self.goals[g].estimated = true;
             self.goals[g].estimate = None;
             let aim = e - step / 2.0;
@@ -347,6 +356,7 @@ mod tests {
             resolution: 0.01,
             loss_tolerance: 0.005,
             max_trials: 20,
+            halving_only: false,
         }
     }
 
@@ -387,6 +397,28 @@ mod tests {
             assert!(pdr.pps <= capacity / 0.995 + 1.0, "{pdr:?}");
             assert!(n <= 8, "{capacity}: {n} trials");
         }
+    }
+
+    #[test]
+    fn halving_alone_also_converges_in_more_trials() {
+        let mut dut = Dut {
+            capacity: 742_000.0,
+            slope: 0.0,
+            noise: 0.0,
+            seed: 1,
+        };
+        let (ndr, _, n) = search(
+            &mut dut,
+            SearchConfig {
+                halving_only: true,
+                ..cfg()
+            },
+        );
+        assert!(
+            ndr.confirmed && (732_000.0..=742_000.0).contains(&ndr.pps),
+            "{ndr:?}"
+        );
+        assert!((8..=12).contains(&n), "{n} trials");
     }
 
     #[test]
