@@ -17,7 +17,12 @@ const CAPACITY_PPS: f64 = 50_000.0;
 
 fn rfc2544(lab: &Line, extra: &[&str]) -> (Option<i32>, Value, String) {
     let out = Command::new(BIN)
-        .args(["rfc2544", "--lab", &lab.name, "--json", "--sizes", "64"])
+        .args(["rfc2544", "--lab", &lab.name, "--json"])
+        .args(if extra.contains(&"--sizes") {
+            &[][..]
+        } else {
+            &["--sizes", "64"][..]
+        })
         .args(["--pause", "0.3", "--learning-frames", "100"])
         .args(extra)
         .output()
@@ -130,6 +135,37 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         assert!(counted
             .iter()
             .any(|t| t["verdict"] == "fail" && t["rate_pps"].as_f64().expect("r") > CAPACITY_PPS));
+        // IPv6 through the same bucket: 124-byte frames (128 with FCS), 24 194 per second.
+        let (code, j, err) = rfc2544(
+            &lab,
+            &[
+                "--ipv6",
+                "--tests",
+                "throughput",
+                "--line-rate",
+                "100M",
+                "--sizes",
+                "128",
+                "--trial-secs",
+                "2",
+                "--confirm-secs",
+                "2",
+            ],
+        );
+        assert_eq!(code, Some(0), "{err}");
+        assert!(
+            j["to"].as_str().expect("to").starts_with("[2001:2:0:1::2]"),
+            "{j}"
+        );
+        let t = &j["sizes"][0]["throughput"];
+        let v6 = t["ndr"]["pps"].as_f64().expect("ndr");
+        let (cap6, step6) = (24e6 / (124.0 * 8.0), 1e8 / (148.0 * 8.0) * 0.01);
+        if t["ndr"]["tester_limited"] != true {
+            assert!(
+                (cap6 - step6 - cap6 * 0.005..=cap6 * 1.005).contains(&v6),
+                "IPv6 NDR {v6} for a DUT of {cap6}: {err}"
+            );
+        }
         return;
     }
     panic!("the tester was the limit in all three attempts: {limited:?}");
@@ -192,8 +228,11 @@ fn latency_loss_and_back_to_back_follow_the_known_dut() {
         n < 3 || pts[n - 3]["loss_pct"].as_f64().expect("loss") > 0.0,
         "{pcts:?}"
     );
+    // The model takes the rate the generator delivered (on a loaded machine it may fall short
+    // of the maximum; the trial then says so) less the 1050 frames the queue held.
     let full = pts[0]["loss_pct"].as_f64().expect("loss");
-    let model = 100.0 * (1.0 - CAPACITY_PPS / max);
+    let offered = pts[0]["offered_pps"].as_f64().expect("offered");
+    let model = 100.0 * (1.0 - CAPACITY_PPS / offered - 1050.0 / offered);
     assert!(
         (full - model).abs() < 3.0,
         "loss {full} % at the maximum, {model} % expected"
@@ -205,12 +244,24 @@ fn latency_loss_and_back_to_back_follow_the_known_dut() {
         }
     }
     // Back-to-back at the line rate: the DUT holds its queue and bucket (1050 frames) while
-    // it forwards at its rate, so the longest clean burst B has B × (1 − 50k/max) ≈ 1050.
+    // it forwards at its rate, so a clean burst at the line rate R can be 1050 / (1 − 50k/R)
+    // = 1581 frames long. The paced generator is not exact within a burst: it catches up
+    // after a stall faster than R (so a burst of at least the 1050 held frames, not 1581,
+    // may be all that passes), and starts a run slower than R (so bursts may come out
+    // longer): bounds that hold whatever it did.
     let b = &size["back_to_back"];
+    for n in b["bursts"].as_array().expect("bursts") {
+        assert!(n.as_u64().expect("n") >= 1_000, "{b}");
+    }
     let held = b["buffer_frames"].as_f64().expect("buffer");
-    assert!((700.0..=1400.0).contains(&held), "{b}");
+    assert!(held >= 650.0, "{b}");
+    // RFC 9004's corrected time: implied × (1 − throughput / maximum).
     let corrected = b["corrected_buffer_s"].as_f64().expect("corrected");
-    assert!((corrected - held / max).abs() < 1e-9, "{b}");
+    let implied = b["implied_buffer_s"].as_f64().expect("implied");
+    assert!(
+        (corrected - implied * (1.0 - ndr / max)).abs() < 1e-9,
+        "{b}"
+    );
     // The JSON contract: valid against the documented schema.
     let schema_path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/rfc2544.schema.json");
@@ -286,71 +337,29 @@ fn a_dut_faster_than_the_generator_is_reported_as_tester_limited() {
 
 #[test]
 fn bad_requests_are_usage_errors() {
-    for args in [
-        &["rfc2544"][..],
-        &["rfc2544", "--tx-dev", "a"],
-        &["rfc2544", "--lab", "fl-no-such-lab"],
-        &[
-            "rfc2544",
-            "--tx-dev",
-            "a",
-            "--rx-dev",
-            "b",
-            "--to",
-            "198.18.1.2",
-            "--line-rate",
-            "5Mpps",
-        ],
-        &[
-            "rfc2544",
-            "--tx-dev",
-            "a",
-            "--rx-dev",
-            "b",
-            "--to",
-            "198.18.1.2",
-            "--sizes",
-            "40",
-        ],
-        &[
-            "rfc2544",
-            "--tx-dev",
-            "a",
-            "--rx-dev",
-            "b",
-            "--to",
-            "198.18.1.2",
-            "--tests",
-            "speed",
-        ],
-        &[
-            "rfc2544",
-            "--tx-dev",
-            "a",
-            "--rx-dev",
-            "b",
-            "--to",
-            "198.18.1.2",
-            "--resolution",
-            "80",
-        ],
-        &[
-            "rfc2544",
-            "--tx-dev",
-            "a",
-            "--rx-dev",
-            "b",
-            "--to",
-            "198.18.1.2",
-            "--tx-netns",
-            "fl-none",
-        ],
-    ] {
-        let out = Command::new(BIN).args(args).output().expect("runs");
+    let devs = ["--tx-dev", "a", "--rx-dev", "b", "--to", "198.18.1.2"];
+    let cases: [&[&str]; 8] = [
+        &[],
+        &["--tx-dev", "a"],
+        &["--lab", "fl-no-such-lab"],
+        &["--line-rate", "5Mpps"],
+        &["--sizes", "40"],
+        &["--tests", "speed"],
+        &["--resolution", "80"],
+        &["--tx-netns", "fl-none"],
+    ];
+    for (k, extra) in cases.iter().enumerate() {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("rfc2544");
+        // The first three say nothing (or not enough) about where; the rest are cabled.
+        if k >= 3 {
+            cmd.args(devs);
+        }
+        let out = cmd.args(*extra).output().expect("runs");
         assert_eq!(
             out.status.code(),
             Some(2),
-            "{args:?}: {}",
+            "{extra:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

@@ -294,17 +294,7 @@ impl SizeRun<'_, '_> {
             } else {
                 cfg.trial_s
             };
-            let mut shot = self.shot(TestName::Throughput, kind, Some(pps), secs);
-            shot.near_ceiling_pps = Some(near);
-            let r = self.rig.trial(&shot)?;
-            let verdict = if r.loss == 0.0 {
-                "pass"
-            } else if r.loss <= tol {
-                "pass (PDR)"
-            } else {
-                "fail"
-            };
-            let r = self.keep(r, verdict);
+            let r = self.paced(TestName::Throughput, kind, pps, secs, near, tol)?;
             s.record(Trial {
                 pps,
                 sent: r.sent,
@@ -333,6 +323,30 @@ impl SizeRun<'_, '_> {
         })
     }
 
+    /// One paced trial of `test` at `rate` for `secs`, kept with its verdict: pass when it
+    /// lost nothing, or lost at most `tolerance` (the PDR's), fail otherwise.
+    fn paced(
+        &mut self,
+        test: TestName,
+        kind: TrialKind,
+        rate: f64,
+        secs: f64,
+        near: f64,
+        tolerance: f64,
+    ) -> Result<TrialRecord, ToolError> {
+        let mut shot = self.shot(test, kind, Some(rate), secs);
+        shot.near_ceiling_pps = Some(near);
+        let r = self.rig.trial(&shot)?;
+        let verdict = if r.loss == 0.0 {
+            "pass"
+        } else if r.loss <= tolerance {
+            "pass (PDR)"
+        } else {
+            "fail"
+        };
+        Ok(self.keep(r, verdict))
+    }
+
     fn latency(&mut self, rate: f64, near: f64) -> Result<LatencyResult, ToolError> {
         let cfg = self.cfg().clone();
         let mut trials = Vec::new();
@@ -340,16 +354,14 @@ impl SizeRun<'_, '_> {
             if self.stopped() {
                 break;
             }
-            let mut shot = self.shot(
+            let r = self.paced(
                 TestName::Latency,
                 TrialKind::Search,
-                Some(rate),
+                rate,
                 cfg.confirm_s,
-            );
-            shot.near_ceiling_pps = Some(near);
-            let r = self.rig.trial(&shot)?;
-            let verdict = if r.loss == 0.0 { "pass" } else { "fail" };
-            let r = self.keep(r, verdict);
+                near,
+                0.0,
+            )?;
             if let Some(l) = r.latency_ns {
                 trials.push(l);
             }
@@ -381,16 +393,14 @@ impl SizeRun<'_, '_> {
                 break;
             }
             let rate = max.pps * f64::from(pct) / 100.0;
-            let mut shot = self.shot(
+            let r = self.paced(
                 TestName::FrameLoss,
                 TrialKind::Search,
-                Some(rate),
+                rate,
                 cfg.trial_s,
-            );
-            shot.near_ceiling_pps = Some(near);
-            let r = self.rig.trial(&shot)?;
-            let verdict = if r.loss == 0.0 { "pass" } else { "fail" };
-            let r = self.keep(r, verdict);
+                near,
+                0.0,
+            )?;
             clean = if r.loss == 0.0 { clean + 1 } else { 0 };
             points.push(LossPoint {
                 pct_of_max: pct,

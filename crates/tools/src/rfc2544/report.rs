@@ -131,8 +131,10 @@ pub struct BackToBack {
     pub mean_frames: f64,
     /// RFC 9004 §6: implied DUT buffer time, s = mean burst / maximum rate.
     pub implied_buffer_s: f64,
-    /// The frames the DUT held when the longest burst ended: mean × (1 − throughput /
-    /// maximum), the burst less what the DUT forwarded while it arrived.
+    /// The frames the DUT held when the longest burst ended, by RFC 9004's model: mean ×
+    /// (1 − throughput / maximum), the burst less what the DUT forwarded while it arrived at
+    /// the maximum rate. A generator slower than that during the burst (the live-frames
+    /// generator's first ~20 ms of a run are) makes the bursts longer and this larger.
     pub buffer_frames: Option<f64>,
     /// RFC 9004 §6: corrected DUT buffer time, s = implied × (1 − throughput / maximum):
     /// the DUT forwards while the burst arrives, so only the difference fills its buffer.
