@@ -18,7 +18,7 @@ const CAPACITY_PPS: f64 = 50_000.0;
 fn rfc2544(lab: &Line, extra: &[&str]) -> (Option<i32>, Value, String) {
     let out = Command::new(BIN)
         .args(["rfc2544", "--lab", &lab.name, "--json"])
-        .args(if extra.contains(&"--sizes") {
+        .args(if extra.contains(&"--sizes") || extra.contains(&"--imix") {
             &[][..]
         } else {
             &["--sizes", "64"][..]
@@ -363,4 +363,51 @@ fn bad_requests_are_usage_errors() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn an_imix_through_the_known_dut_finds_its_bit_rate() {
+    let Some(lab) = tbf_lab("i") else {
+        return;
+    };
+    // 7×64, 4×594, 1×1518 with FCS: 357.8 bytes per frame on the wire without FCS, so the
+    // 24 Mbit/s bucket carries 8 384 frames per second of the mix; the mix goes through
+    // AF_XDP (the live-frames generator sends one size per run).
+    let cap = 24e6 / ((4294.0 / 12.0) * 8.0);
+    let mut limited = Vec::new();
+    for _ in 0..3 {
+        let (code, j, err) = rfc2544(
+            &lab,
+            &[
+                "--tests",
+                "throughput",
+                "--imix",
+                "64:7,594:4,1518:1",
+                "--line-rate",
+                "100M",
+                "--trial-secs",
+                "2",
+                "--confirm-secs",
+                "2",
+            ],
+        );
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(j["generator"], "AF_XDP (paced in user space)");
+        let size = &j["sizes"][0];
+        let mean = size["frame_bytes"].as_f64().expect("bytes");
+        assert!((mean - 4342.0 / 12.0).abs() < 1e-9, "{size}");
+        let max = size["max"]["pps"].as_f64().expect("max");
+        let t = &size["throughput"];
+        if t["ndr"]["tester_limited"] == true {
+            limited.push(t.clone());
+            continue;
+        }
+        let ndr = t["ndr"]["pps"].as_f64().expect("ndr");
+        // Within the resolution, and the bucket's queue (168 frames of the mix) over a 2 s
+        // trial.
+        let slack = 0.01 * max + 0.02 * cap;
+        assert!((ndr - cap).abs() <= slack, "NDR {ndr} for {cap}: {err}");
+        return;
+    }
+    panic!("the tester was the limit in all three attempts: {limited:?}");
 }
