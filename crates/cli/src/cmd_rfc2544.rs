@@ -345,7 +345,7 @@ pub fn trial_line(t: &TrialRecord) -> String {
         "{:>6.0} B  {:<11} {:<7} {rate}  offered {:>10.0}  sent {:>10}  received {:>10}  loss \
          {:>7.3} %  {}",
         t.frame_bytes,
-        format!("{:?}", t.test).to_lowercase(),
+        t.test.name(),
         kind,
         t.offered_pps,
         t.sent,
@@ -488,8 +488,8 @@ pub fn csv(r: &Rfc2544Report) -> String {
             |f: fn(&flowlane_tools::Latency) -> u64| l.map_or(String::new(), |l| f(l).to_string());
         s.push_str(&format!(
             "{},{},{},{:.0},{:.0},{},{},{},{:.6},{},{},{:.3},{},{},{},{},{},\"{}\"\n",
-            format!("{:?}", t.test).to_lowercase(),
-            format!("{:?}", t.kind).to_lowercase(),
+            t.test.name(),
+            t.kind.name(),
             t.frame_bytes,
             t.rate_pps,
             t.offered_pps,

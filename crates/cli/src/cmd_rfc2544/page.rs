@@ -170,10 +170,10 @@ pub fn html(r: &Rfc2544Report) -> String {
     for t in &r.trials {
         let _ = write!(
             trials,
-            "<tr><td>{}</td><td>{:?}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td>\
+            "<tr><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td>\
              <td>{}</td><td>{:.4}</td><td>{}</td><td>{}</td></tr>",
-            esc(&format!("{:?}", t.test)),
-            t.kind,
+            t.test.name(),
+            t.kind.name(),
             t.frame_bytes,
             t.rate_pps,
             t.offered_pps,

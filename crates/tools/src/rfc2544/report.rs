@@ -22,6 +22,19 @@ pub enum TestName {
     BackToBack,
 }
 
+impl TestName {
+    /// The name the JSON report uses (`frame-loss`), for every other output too.
+    pub fn name(self) -> &'static str {
+        match self {
+            TestName::Ceiling => "ceiling",
+            TestName::Throughput => "throughput",
+            TestName::Latency => "latency",
+            TestName::FrameLoss => "frame-loss",
+            TestName::BackToBack => "back-to-back",
+        }
+    }
+}
+
 /// One trial, as counted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialRecord {
@@ -188,4 +201,25 @@ pub struct Rfc2544Report {
 /// 12 gap).
 pub fn line_bps(pps: f64, frame: f64) -> f64 {
     pps * (frame + 20.0) * 8.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_names_are_the_json_names() {
+        for t in [
+            TestName::Ceiling,
+            TestName::Throughput,
+            TestName::Latency,
+            TestName::FrameLoss,
+            TestName::BackToBack,
+        ] {
+            assert_eq!(serde_json::to_value(t).expect("json"), t.name());
+        }
+        for k in [TrialKind::Search, TrialKind::Confirm] {
+            assert_eq!(serde_json::to_value(k).expect("json"), k.name());
+        }
+    }
 }

@@ -49,6 +49,16 @@ pub enum TrialKind {
     Confirm,
 }
 
+impl TrialKind {
+    /// The name the JSON report uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrialKind::Search => "search",
+            TrialKind::Confirm => "confirm",
+        }
+    }
+}
+
 /// The search's next step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Step {
