@@ -130,7 +130,11 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
             (CAPACITY_PPS - 1_488.0 - CAPACITY_PPS * 0.005..=CAPACITY_PPS * 1.005).contains(&ndr),
             "NDR {ndr} for a DUT of {CAPACITY_PPS}: {err}"
         );
-        assert!(t["trials"].as_u64().expect("n") <= 10, "{t}");
+        // Converged within its bound (16 trials); how many it takes is a benchmark figure
+        // (BENCHMARKS.md: 4-5 on a quiet machine), not a test's: a loaded CI machine failed
+        // a confirmation and needed 12.
+        assert_eq!(t["exhausted"], false, "{t}");
+        assert!(t["trials"].as_u64().expect("n") <= 16, "{t}");
         // Trials above the limit lost frames, and said so.
         assert!(counted
             .iter()
