@@ -13,6 +13,7 @@ mod cmd_blast;
 mod cmd_completions;
 mod cmd_forward;
 mod cmd_hash;
+mod cmd_http;
 mod cmd_lab;
 mod cmd_pick;
 mod cmd_rfc2544;
@@ -62,6 +63,8 @@ enum Command {
     Sink(cmd_sink::SinkArgs),
     Forward(cmd_forward::ForwardArgs),
     Rfc2544(Box<cmd_rfc2544::Rfc2544Args>),
+    #[command(subcommand)]
+    Http(cmd_http::HttpCommand),
     Bench(Box<cmd_bench::BenchArgs>),
     #[command(subcommand)]
     Lab(cmd_lab::LabCommand),
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
         Command::Sink(a) => cmd_sink::run(a),
         Command::Forward(a) => cmd_forward::run(a),
         Command::Rfc2544(a) => cmd_rfc2544::run(*a),
+        Command::Http(c) => cmd_http::run(c),
         Command::Bench(a) => cmd_bench::run(*a),
         Command::Lab(c) => cmd_lab::run(c),
         Command::Route(c) => cmd_route::run(c),

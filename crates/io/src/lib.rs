@@ -8,6 +8,8 @@
 //!   program so that the socket receiving a datagram is the one whose worker runs on the CPU
 //!   that processed it (the Linux counterpart of FreeBSD's per-bucket listen sockets);
 //!   [`udp::MissteerDetector`] counts datagrams a worker got from another CPU.
+//! * [`tcp`]: the same steering for `SO_REUSEPORT` listeners, non-blocking connects from
+//!   chosen source addresses, an epoll set with nanosecond timeouts, `sendfile` from a memfd.
 //! * [`socket`]: batched `recvmmsg`/`sendmmsg` with per-datagram truncation flags and GRO/GSO
 //!   ([`socket::MmsgBatch`], [`socket::SendBatch`]), socket options, the drop counter.
 //! * [`frame`]: whole frames — AF_PACKET TX and RX rings, AF_XDP transmit and receive — and
@@ -27,6 +29,7 @@ mod link;
 mod maps;
 #[allow(unsafe_code)]
 mod sys;
+pub mod tcp;
 pub mod udp;
 
 pub use sys::SysError;
@@ -35,6 +38,7 @@ pub use sys::SysError;
 /// flowlane header's timestamps use, network namespaces, signals, mounts.
 pub mod os {
     pub use crate::sys::netdev::{mount_fs, private_sysfs};
+    pub use crate::sys::stream::{nofile_limit, process_cpu_ns, raise_nofile_limit};
     pub use crate::sys::{
         allowed_cpus, current_cpu, default_sigpipe, enter_netns, monotonic_ns, pin_current_thread,
         possible_cpus, signal_process, Signal, ThreadHandle,

@@ -18,6 +18,7 @@ pub mod counters;
 pub mod cpus;
 pub mod flowbook;
 pub mod forward;
+pub mod http;
 pub mod pace;
 pub mod ports;
 pub mod route;

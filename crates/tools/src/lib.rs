@@ -15,6 +15,7 @@ pub mod bench;
 pub mod blast;
 pub mod error;
 pub mod forward;
+pub mod http;
 pub mod report;
 pub mod rfc2544;
 pub mod route;

@@ -10,6 +10,8 @@
 //!   parser that returns a view of such a frame or says exactly what is wrong with it.
 //! * [`forward`]: what a forwarder does to a frame in place — reflect (MACs, addresses, ports
 //!   swapped, checksums still valid), TTL/hop-limit decrement (RFC 1624) — and why it refuses one.
+//! * [`http`]: HTTP/1.x heads read by `httparse` on the caller's buffer, chunked bodies walked,
+//!   heads written, what a request asks of flowlane's server, and the body pattern.
 //! * [`seq`]: per-flow loss, reordering and duplicate accounting from sequence numbers.
 
 #![forbid(unsafe_code)]
@@ -18,6 +20,7 @@ pub mod checksum;
 pub mod forward;
 pub mod frame;
 pub mod header;
+pub mod http;
 pub mod seq;
 
 pub use frame::{FrameError, Template, TemplateSpec, UdpFrame};

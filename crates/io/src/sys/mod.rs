@@ -12,6 +12,7 @@ mod mmsg;
 pub mod netdev;
 pub mod netlink;
 pub mod packet;
+pub mod stream;
 pub mod xsk;
 pub mod xsk_group;
 

@@ -1,0 +1,556 @@
+//! `flowlane http serve` and `flowlane http load`.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use clap::{Args, Subcommand};
+use flowlane_tools::http::{
+    self, load::HttpLoadTick, serve::HttpServeCounts, HttpLoadConfig, HttpLoadEvent,
+    HttpLoadReport, HttpServeConfig, HttpServeEvent, LatencyUs, PoolConfig, UrlConfig,
+};
+
+use crate::args::{parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList};
+use crate::live::{stop_on_signals, LiveArgs, Log};
+use crate::{CmdResult, Failure};
+
+/// HTTP/1.1 per core: a server and a load generator.
+#[derive(Debug, Subcommand)]
+pub enum HttpCommand {
+    Serve(ServeArgs),
+    Load(Box<LoadArgs>),
+}
+
+/// Serve HTTP/1.1 with one pinned worker per CPU, each with its own listener.
+///
+/// Every worker's listener binds the same address with SO_REUSEPORT; a classic BPF program
+/// hands each new connection to the worker on the CPU that processed its SYN, so a
+/// connection's packets and its worker share a CPU (`missteered` counts the ones that did
+/// not, from SO_INCOMING_CPU). Keep-alive and pipelining. What it answers:
+///
+///   GET /bytes/N        N bytes of a fixed pattern (also any path with size=N in the query)
+///   GET /               --default-size bytes
+///   POST /echo          the request's body
+///   HEAD …              the head only
+///
+/// Bodies up to --copy-max are written from one prebuilt buffer; larger ones go by sendfile
+/// from a memfd holding the pattern, so no byte of them is copied in user space
+/// (`sendfile_bytes` counts them). Ctrl-C (or --duration) prints the final summary.
+///
+/// Examples:
+///   flowlane http serve --bind 198.18.0.2:8080
+///   curl -s http://198.18.0.2:8080/bytes/1048576 | wc -c
+///   flowlane http serve --bind [::]:8080 --cpus 0-1 --duration 30 --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct ServeArgs {
+    /// Address to serve on: IP:PORT or [V6]:PORT.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    bind: SocketAddr,
+
+    /// CPUs to run workers on, e.g. `0,2-3`. Default: every online CPU.
+    #[arg(long, value_parser = parse_cpu_list)]
+    cpus: Option<CpuList>,
+
+    /// Use the kernel's reuseport hash instead of CPU steering (to compare).
+    #[arg(long)]
+    no_steer: bool,
+
+    /// Accept queue per listener (the kernel caps it at net.core.somaxconn).
+    #[arg(long, default_value_t = 4096)]
+    backlog: i32,
+
+    /// Bytes `/` answers.
+    #[arg(long, default_value_t = 64)]
+    default_size: u64,
+
+    /// Bodies up to this many bytes are written from a buffer; larger ones go by sendfile.
+    #[arg(long, default_value_t = 16384)]
+    copy_max: usize,
+
+    /// The largest body answered (a memfd this large holds the pattern; larger asks get 413).
+    #[arg(long, default_value_t = 16 << 20)]
+    max_size: u64,
+
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    duration: Option<f64>,
+
+    #[command(flatten)]
+    live: LiveArgs,
+}
+
+/// Load an HTTP/1.1 server: one pinned worker per CPU, each with its own connections and event
+/// loop (no accept or dispatch thread).
+///
+/// Closed loop (the default, as wrk): each connection sends its next request when the last
+/// answer came. Constant rate (-R, as wrk2): requests are scheduled at intended times spread
+/// over the connections; one whose connection is still busy leaves when it is free, and its
+/// latency counts from the intended time — a stalled server cannot hide behind the requests it
+/// held back. Both latencies are reported (from the intended and from the actual send), with
+/// the tool's own send lag; nothing is corrected after the fact.
+///
+/// The soft open-file limit is raised to the hard one (said at start); new connections are
+/// paced (--connect-window per worker) so the server's accept queue does not overflow.
+/// --source binds connections to the addresses of a prefix in turn (IP_BIND_ADDRESS_NO_PORT);
+/// make the prefix local first: `ip route add local 198.18.128.0/17 dev lo`.
+///
+/// A scenario file (--scenario, TOML) holds several pools, each with its target, addresses,
+/// connections, weighted URLs with response sizes, rate or think time, body size and
+/// keep-alive, and the phases (ramp_up_s, duration_s, ramp_down_s); see docs/http.md.
+///
+/// Exit status: 0, or 1 when errors exceed --max-errors or a worker failed.
+///
+/// Examples:
+///   flowlane http load http://198.18.0.2:8080/bytes/64 -c 100 -d 10
+///   flowlane http load http://198.18.0.2:8080/ -c 1000 -R 20000 -d 30 --csv rate.csv
+///   flowlane http load --scenario mix.toml --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct LoadArgs {
+    /// The URL (http:// only). Not with --scenario.
+    #[arg(required_unless_present = "scenario")]
+    url: Option<String>,
+
+    /// Concurrent connections.
+    #[arg(long, short = 'c', default_value_t = 10)]
+    connections: usize,
+
+    /// Workers (threads), one per CPU, on the first usable CPUs. Default: every CPU.
+    #[arg(long, short = 't', conflicts_with = "cpus")]
+    threads: Option<usize>,
+
+    /// CPUs to run workers on, e.g. `0,2-3`.
+    #[arg(long, value_parser = parse_cpu_list)]
+    cpus: Option<CpuList>,
+
+    /// Seconds of full load.
+    #[arg(long, short = 'd', value_parser = parse_duration, default_value_t = 10.0)]
+    duration: f64,
+
+    /// Constant rate: requests per second over all connections (default: closed loop).
+    #[arg(long, short = 'R')]
+    rate: Option<f64>,
+
+    /// Ask flowlane's server for this response size (adds size=N to the query).
+    #[arg(long)]
+    size: Option<u64>,
+
+    /// Request body bytes (the method becomes POST unless --method says otherwise).
+    #[arg(long, default_value_t = 0)]
+    body_size: u64,
+
+    /// Request method.
+    #[arg(long)]
+    method: Option<String>,
+
+    /// Closed loop: milliseconds between an answer and the next request.
+    #[arg(long, default_value_t = 0.0)]
+    think_ms: f64,
+
+    /// One request per connection (Connection: close) instead of keep-alive.
+    #[arg(long)]
+    no_keepalive: bool,
+
+    /// Source addresses from this prefix, used in turn (must be local).
+    #[arg(long)]
+    source: Option<String>,
+
+    /// How many addresses of --source to use (default: all, up to 65 536).
+    #[arg(long)]
+    source_count: Option<usize>,
+
+    /// Seconds over which connections and rate grow to full (latency is measured after it).
+    #[arg(long, value_parser = parse_secs0, default_value_t = 0.0)]
+    ramp_up: f64,
+
+    /// Seconds over which the rate falls to zero at the end.
+    #[arg(long, value_parser = parse_secs0, default_value_t = 0.0)]
+    ramp_down: f64,
+
+    /// Seconds to wait for answers in flight at the end (they then count as unanswered).
+    #[arg(long, value_parser = parse_secs0, default_value_t = 2.0)]
+    drain: f64,
+
+    /// Seconds after which a request without a complete answer is a timeout.
+    #[arg(long, value_parser = parse_duration, default_value_t = 10.0)]
+    timeout: f64,
+
+    /// Connects in progress at once, per worker.
+    #[arg(long, default_value_t = 128)]
+    connect_window: usize,
+
+    /// Fail (exit 1) when errors exceed this many.
+    #[arg(long)]
+    max_errors: Option<u64>,
+
+    /// A scenario file (TOML) with pools and phases; plain flags then only set workers.
+    #[arg(long)]
+    scenario: Option<std::path::PathBuf>,
+
+    /// Write one CSV row per status interval to this file.
+    #[arg(long)]
+    csv: Option<std::path::PathBuf>,
+
+    #[command(flatten)]
+    live: LiveArgs,
+}
+
+fn parse_secs0(s: &str) -> Result<f64, String> {
+    if s.trim() == "0" {
+        return Ok(0.0);
+    }
+    parse_duration(s)
+}
+
+pub fn run(c: HttpCommand) -> CmdResult {
+    match c {
+        HttpCommand::Serve(a) => serve(a),
+        HttpCommand::Load(a) => load(*a),
+    }
+}
+
+fn serve(a: ServeArgs) -> CmdResult {
+    let cfg = HttpServeConfig {
+        bind: a.bind,
+        cpus: usable_cpus(a.cpus.as_ref())?,
+        steer: !a.no_steer,
+        backlog: a.backlog,
+        default_size: a.default_size,
+        copy_max: a.copy_max,
+        max_size: a.max_size,
+        duration_s: a.duration,
+        interval_s: a.live.interval,
+        ..HttpServeConfig::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop)?;
+    let mut log = Log::new(a.live.json);
+    let quiet = a.live.quiet;
+    let report = http::serve::run(&cfg, &stop, &mut |e| match e {
+        HttpServeEvent::Started(s) => {
+            log.line(&format!(
+                "flowlane http serve: http://{} on {} worker(s) (CPUs {:?}), steering {}{}, open-file limit {}",
+                s.bind,
+                s.cpus.len(),
+                s.cpus,
+                s.steering,
+                s.steering_reason.map_or(String::new(), |r| format!(" ({r})")),
+                s.nofile
+            ));
+            if !quiet {
+                log.line(&serve_header());
+            }
+        }
+        HttpServeEvent::Tick(t) if !quiet => {
+            log.line(&serve_row(&format!("{:.1}s", t.elapsed_s), t.open, &t.delta, t.interval_s));
+        }
+        HttpServeEvent::Tick(_) => {}
+    })
+    .map_err(Failure::from_tool)?;
+    if a.live.json {
+        print_json(&report)?;
+    } else {
+        println!(
+            "\nsummary over {:.3} s (steering {}):",
+            report.duration_s, report.steering
+        );
+        println!("{}", serve_header());
+        let open = report.total.accepted.saturating_sub(report.total.closed);
+        println!(
+            "{}",
+            serve_row("all", open, &report.total, report.duration_s)
+        );
+        for w in &report.workers {
+            println!(
+                "  cpu {}: {} connections ({} missteered), {} requests",
+                w.cpu, w.counts.accepted, w.counts.missteered, w.counts.requests
+            );
+        }
+    }
+    for e in &report.errors {
+        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
+    }
+    Ok(if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn serve_header() -> String {
+    format!(
+        "{:>7} {:>8} {:>9} {:>11} {:>10} {:>10} {:>8} {:>8} {:>9}",
+        "time", "open", "accepted", "requests", "req/s", "tx MB/s", "4xx/5xx", "errors", "missteer"
+    )
+}
+
+fn serve_row(at: &str, open: u64, c: &HttpServeCounts, secs: f64) -> String {
+    let secs = secs.max(1e-9);
+    format!(
+        "{:>7} {:>8} {:>9} {:>11} {:>10.0} {:>10.1} {:>8} {:>8} {:>9}",
+        at,
+        open,
+        c.accepted,
+        c.requests,
+        c.requests as f64 / secs,
+        c.tx_bytes as f64 / secs / 1e6,
+        c.status_4xx + c.status_5xx,
+        c.parse_errors + c.io_errors + c.accept_errors,
+        c.missteered
+    )
+}
+
+fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
+    let cpus = match a.threads {
+        Some(0) => return Err(Failure::usage(anyhow!("--threads must be at least 1"))),
+        Some(n) => {
+            let all = usable_cpus(None)?;
+            if n > all.len() {
+                return Err(Failure::usage(anyhow!(
+                    "--threads {n}: only {} CPUs are usable here (one worker per CPU)",
+                    all.len()
+                )));
+            }
+            all[..n].to_vec()
+        }
+        None => usable_cpus(a.cpus.as_ref())?,
+    };
+    let mut cfg = if let Some(path) = &a.scenario {
+        if a.url.is_some() {
+            return Err(Failure::usage(anyhow!(
+                "give a URL or --scenario, not both"
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::usage(anyhow!("cannot read {}: {e}", path.display())))?;
+        HttpLoadConfig::from_toml(&text).map_err(Failure::from_tool)?
+    } else {
+        let url = a.url.as_deref().unwrap_or_default();
+        let (target, path) = http::split_url(url).map_err(Failure::from_tool)?;
+        HttpLoadConfig {
+            pools: vec![PoolConfig {
+                name: "default".into(),
+                target,
+                urls: vec![UrlConfig {
+                    path,
+                    weight: 1,
+                    size: a.size,
+                }],
+                connections: a.connections,
+                rate: a.rate,
+                think_ms: a.think_ms,
+                body_size: a.body_size,
+                method: a.method.clone(),
+                keep_alive: !a.no_keepalive,
+                source: a.source.clone(),
+                source_count: a.source_count,
+            }],
+            cpus: Vec::new(),
+            ramp_up_s: a.ramp_up,
+            duration_s: a.duration,
+            ramp_down_s: a.ramp_down,
+            drain_s: a.drain,
+            timeout_s: a.timeout,
+            connect_window: a.connect_window,
+            interval_s: a.live.interval,
+            max_errors: a.max_errors,
+        }
+    };
+    if cfg.cpus.is_empty() {
+        cfg.cpus = cpus;
+    }
+    if a.scenario.is_some() {
+        cfg.max_errors = cfg.max_errors.or(a.max_errors);
+    }
+    Ok(cfg)
+}
+
+const CSV_HEAD: &str = "elapsed_s,interval_s,open,requests,responses,responses_per_s,body_bytes_per_s,status_2xx,errors,rss_kib";
+
+fn csv_row(t: &HttpLoadTick) -> String {
+    let s = t.interval_s.max(1e-9);
+    format!(
+        "{:.3},{:.3},{},{},{},{:.1},{:.0},{},{},{}",
+        t.elapsed_s,
+        t.interval_s,
+        t.open,
+        t.delta.requests,
+        t.delta.responses,
+        t.delta.responses as f64 / s,
+        t.delta.body_bytes as f64 / s,
+        t.delta.status_2xx,
+        t.delta.errors(),
+        t.rss_kib
+    )
+}
+
+fn load(a: LoadArgs) -> CmdResult {
+    let cfg = load_config(&a)?;
+    let mut csv = match &a.csv {
+        Some(p) => {
+            let mut f = std::fs::File::create(p)
+                .map_err(|e| Failure::usage(anyhow!("cannot write {}: {e}", p.display())))?;
+            writeln!(f, "{CSV_HEAD}")
+                .map_err(|e| Failure::runtime(anyhow!("{}: {e}", p.display())))?;
+            Some(f)
+        }
+        None => None,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop)?;
+    let mut log = Log::new(a.live.json);
+    let quiet = a.live.quiet;
+    let mut csv_err = None;
+    let report = http::load::run(&cfg, &stop, &mut |e| match e {
+        HttpLoadEvent::Started(s) => {
+            log.line(&format!(
+                "flowlane http load: {} connection(s) in {} pool(s) on {} worker(s) (CPUs {:?}); open-file limit {} (hard {})",
+                s.connections,
+                cfg.pools.len(),
+                s.cpus.len(),
+                s.cpus,
+                s.nofile,
+                s.nofile_hard
+            ));
+            if !quiet {
+                log.line(&format!(
+                    "{:>7} {:>8} {:>10} {:>10} {:>10} {:>8} {:>9}",
+                    "time", "open", "answers", "req/s", "MB/s", "errors", "rss MiB"
+                ));
+            }
+        }
+        HttpLoadEvent::Tick(t) => {
+            if let Some(f) = csv.as_mut() {
+                if let Err(e) = writeln!(f, "{}", csv_row(&t)) {
+                    csv_err.get_or_insert(e);
+                }
+            }
+            if !quiet {
+                let s = t.interval_s.max(1e-9);
+                log.line(&format!(
+                    "{:>7} {:>8} {:>10} {:>10.0} {:>10.2} {:>8} {:>9.1}",
+                    format!("{:.1}s", t.elapsed_s),
+                    t.open,
+                    t.delta.responses,
+                    t.delta.responses as f64 / s,
+                    t.delta.body_bytes as f64 / s / 1e6,
+                    t.delta.errors(),
+                    t.rss_kib as f64 / 1024.0
+                ));
+            }
+        }
+    })
+    .map_err(Failure::from_tool)?;
+    if let Some(e) = csv_err {
+        return Err(Failure::runtime(anyhow!("writing the CSV file: {e}")));
+    }
+    if a.live.json {
+        print_json(&report)?;
+    } else {
+        print!("{}", summary(&report));
+    }
+    for e in &report.worker_errors {
+        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
+    }
+    if !report.passed {
+        if let Some(m) = report.max_errors.filter(|&m| report.errors > m) {
+            eprintln!(
+                "flowlane: FAIL: {} errors, more than --max-errors {m}",
+                report.errors
+            );
+        }
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn lat_line(label: &str, l: &LatencyUs) -> String {
+    format!(
+        "  {label:<18} p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  p99.999 {:.1}  max {:.1} µs\n",
+        l.p50, l.p90, l.p99, l.p999, l.p9999, l.p99999, l.max
+    )
+}
+
+fn summary(r: &HttpLoadReport) -> String {
+    let t = &r.total;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nsummary: {} answers in {:.3} s; {:.0} requests/s, {:.2} MB/s of bodies over the {:.1} s of full load",
+        t.responses,
+        r.duration_s,
+        r.requests_per_s,
+        r.body_bytes_per_s / 1e6,
+        r.steady_s
+    );
+    let _ = writeln!(
+        s,
+        "  status: 2xx {}  3xx {}  4xx {}  5xx {}  (1xx {})",
+        t.status_2xx, t.status_3xx, t.status_4xx, t.status_5xx, t.status_1xx
+    );
+    let _ = writeln!(
+        s,
+        "  errors: {} — refused {}, connect {}, reset {}, closed early {}, timeout {}, parse {}, 4xx/5xx {}; unanswered {}",
+        r.errors,
+        t.refused,
+        t.connect_errors,
+        t.resets,
+        t.closed_early,
+        t.timeouts,
+        t.parse_errors,
+        t.status_4xx + t.status_5xx,
+        r.unanswered
+    );
+    for p in &r.pools {
+        let _ = writeln!(
+            s,
+            "  pool {} ({}, {} connections{}):",
+            p.name,
+            p.mode,
+            p.connections,
+            p.rate
+                .map_or(String::new(), |x| format!(", {x} requests/s asked"))
+        );
+        if let Some(l) = &p.latency {
+            let label = if p.rate.is_some() {
+                "from intended"
+            } else {
+                "latency"
+            };
+            s.push_str(&lat_line(label, l));
+        }
+        if p.rate.is_some() {
+            if let Some(l) = &p.latency_actual {
+                s.push_str(&lat_line("from actual send", l));
+            }
+            if let Some(l) = &p.send_lag {
+                s.push_str(&lat_line("send lag", l));
+            }
+        }
+        for (class, l) in p.by_class.iter().filter(|(c, _)| c != "2xx") {
+            s.push_str(&lat_line(class, l));
+        }
+    }
+    let m = &r.memory;
+    let _ = writeln!(
+        s,
+        "  memory: {:.1} MiB at start, {:.1} MiB with {} connections open ({} B each, user space); steady phase {:.1} → {:.1} MiB",
+        m.rss_start_kib as f64 / 1024.0,
+        m.rss_connected_kib as f64 / 1024.0,
+        m.connections_then,
+        m.per_connection_bytes,
+        m.rss_steady_first_kib as f64 / 1024.0,
+        m.rss_steady_last_kib as f64 / 1024.0
+    );
+    let _ = writeln!(
+        s,
+        "  CPU: {:.2} s used, {:.0} answers per CPU second; open-file limit {}",
+        r.cpu_s, r.responses_per_cpu_s, r.nofile
+    );
+    s
+}

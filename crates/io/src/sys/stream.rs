@@ -1,0 +1,267 @@
+//! Stream sockets' system calls: an epoll set with nanosecond timeouts, `sendfile` from a
+//! memfd, the open-file limit.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::{check, SysError};
+
+/// What a member of a [`Poller`] is watched for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interest {
+    /// Input (or a peer's shutdown) is reported.
+    pub read: bool,
+    /// Room in the send buffer is reported.
+    pub write: bool,
+}
+
+impl Interest {
+    /// Input only.
+    pub const READ: Interest = Interest {
+        read: true,
+        write: false,
+    };
+    /// Input and room to write.
+    pub const BOTH: Interest = Interest {
+        read: true,
+        write: true,
+    };
+
+    fn bits(self) -> u32 {
+        let mut b = libc::EPOLLRDHUP as u32;
+        if self.read {
+            b |= libc::EPOLLIN as u32;
+        }
+        if self.write {
+            b |= libc::EPOLLOUT as u32;
+        }
+        b
+    }
+}
+
+/// One readiness report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    /// The member's token.
+    pub token: u64,
+    /// Input, a peer's shutdown, or an error is waiting (read to find out which).
+    pub readable: bool,
+    /// Room to write (or an error: the write says which).
+    pub writable: bool,
+    /// The peer hung up or the socket failed.
+    pub closed: bool,
+}
+
+/// An epoll set, level-triggered, whose waits take nanosecond timeouts (`epoll_pwait2`, Linux
+/// 5.11+; on older kernels `epoll_wait` with the timeout rounded up to a millisecond). A
+/// constant-rate sender needs the finer timer: with millisecond waits a request due in 0.3 ms
+/// would leave up to 0.7 ms late, and its latency, measured from when it was due, would show it.
+#[derive(Debug)]
+pub struct Poller {
+    fd: OwnedFd,
+    events: Vec<libc::epoll_event>,
+    ready: usize,
+    pwait2: bool,
+}
+
+impl Poller {
+    /// An empty set reporting up to `batch` members per wait.
+    pub fn new(batch: usize) -> Result<Poller, SysError> {
+        // SAFETY: plain epoll_create1 call; the result is checked.
+        let raw = check("epoll_create1", unsafe {
+            libc::epoll_create1(libc::EPOLL_CLOEXEC)
+        })?;
+        Ok(Poller {
+            // SAFETY: `raw` is a new descriptor owned by nothing else.
+            fd: unsafe { OwnedFd::from_raw_fd(raw) },
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; batch.max(1)],
+            ready: 0,
+            pwait2: true,
+        })
+    }
+
+    fn ctl(
+        &self,
+        op: libc::c_int,
+        fd: RawFd,
+        ev: Option<libc::epoll_event>,
+        call: &'static str,
+    ) -> Result<(), SysError> {
+        let mut ev = ev.unwrap_or(libc::epoll_event { events: 0, u64: 0 });
+        // SAFETY: valid descriptors and a valid event struct that outlives the call.
+        let ret = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) };
+        check(call, ret).map(drop)
+    }
+
+    /// Watches `fd`, reporting it as `token`.
+    pub fn add(&self, fd: &impl AsRawFd, token: u64, interest: Interest) -> Result<(), SysError> {
+        let ev = libc::epoll_event {
+            events: interest.bits(),
+            u64: token,
+        };
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd.as_raw_fd(),
+            Some(ev),
+            "epoll_ctl(ADD)",
+        )
+    }
+
+    /// Changes what `fd` is watched for.
+    pub fn modify(
+        &self,
+        fd: &impl AsRawFd,
+        token: u64,
+        interest: Interest,
+    ) -> Result<(), SysError> {
+        let ev = libc::epoll_event {
+            events: interest.bits(),
+            u64: token,
+        };
+        self.ctl(
+            libc::EPOLL_CTL_MOD,
+            fd.as_raw_fd(),
+            Some(ev),
+            "epoll_ctl(MOD)",
+        )
+    }
+
+    /// Stops watching `fd` (closing it does this too).
+    pub fn delete(&self, fd: &impl AsRawFd) -> Result<(), SysError> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd.as_raw_fd(), None, "epoll_ctl(DEL)")
+    }
+
+    /// Waits up to `timeout` (zero: do not wait) for members to be ready; returns how many
+    /// are, read them with [`Poller::get`]. A signal ends the wait early with none ready.
+    pub fn wait(&mut self, timeout: Duration) -> Result<usize, SysError> {
+        let max = self.events.len() as libc::c_int;
+        let ret = if self.pwait2 {
+            let ts = libc::timespec {
+                tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: `events` has room for `max` entries; `ts` outlives the call; no signal
+            // mask is passed (null).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.fd.as_raw_fd(),
+                    self.events.as_mut_ptr(),
+                    max,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            };
+            if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                self.pwait2 = false;
+                return self.wait(timeout);
+            }
+            r as libc::c_int
+        } else {
+            let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
+            // SAFETY: `events` has room for `max` entries.
+            unsafe { libc::epoll_wait(self.fd.as_raw_fd(), self.events.as_mut_ptr(), max, ms) }
+        };
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                self.ready = 0;
+                return Ok(0);
+            }
+            return Err(SysError {
+                call: "epoll_pwait2",
+                source: e,
+            });
+        }
+        self.ready = ret as usize;
+        Ok(self.ready)
+    }
+
+    /// The `i`th report of the last wait (`i` < what it returned).
+    pub fn get(&self, i: usize) -> Option<Readiness> {
+        if i >= self.ready {
+            return None;
+        }
+        let e = self.events[i];
+        let bits = e.events;
+        let err = bits & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
+        Some(Readiness {
+            token: e.u64,
+            readable: bits & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 || err,
+            writable: bits & libc::EPOLLOUT as u32 != 0 || err,
+            closed: err || bits & libc::EPOLLRDHUP as u32 != 0,
+        })
+    }
+}
+
+/// `sendfile(2)`: up to `count` bytes of `file` from `*offset` into the socket `out`,
+/// advancing `*offset`; returns the bytes sent (`WouldBlock` when the socket is full).
+pub fn sendfile(
+    out: &impl AsRawFd,
+    file: &impl AsRawFd,
+    offset: &mut i64,
+    count: usize,
+) -> io::Result<usize> {
+    let mut off: libc::off_t = *offset as libc::off_t;
+    // SAFETY: both descriptors are open; `off` is a valid, writable offset the kernel updates.
+    let ret = unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut off, count) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    *offset = off as i64;
+    Ok(ret as usize)
+}
+
+/// An anonymous in-memory file (`memfd_create`), close-on-exec.
+pub fn memfd(name: &std::ffi::CStr) -> Result<File, SysError> {
+    // SAFETY: `name` is a NUL-terminated string that outlives the call.
+    let fd = check("memfd_create", unsafe {
+        libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC)
+    })?;
+    // SAFETY: `fd` is a new descriptor owned by nothing else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// The open-file limit: (soft, hard).
+pub fn nofile_limit() -> Result<(u64, u64), SysError> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit.
+    check("getrlimit(RLIMIT_NOFILE)", unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r)
+    })?;
+    Ok((r.rlim_cur, r.rlim_max))
+}
+
+/// Raises the soft open-file limit to the hard one; returns the limits now in force.
+pub fn raise_nofile_limit() -> Result<(u64, u64), SysError> {
+    let (soft, hard) = nofile_limit()?;
+    if soft < hard {
+        let r = libc::rlimit {
+            rlim_cur: hard,
+            rlim_max: hard,
+        };
+        // SAFETY: `r` is a valid rlimit read by the kernel.
+        check("setrlimit(RLIMIT_NOFILE)", unsafe {
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r)
+        })?;
+    }
+    nofile_limit()
+}
+
+/// CPU time this process has used, user and system, in nanoseconds (`getrusage`).
+pub fn process_cpu_ns() -> Result<u64, SysError> {
+    // SAFETY: an all-zero rusage is a valid value for the kernel to overwrite.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is a valid, writable rusage.
+    check("getrusage", unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, &mut r)
+    })?;
+    let t = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
+    Ok(t(r.ru_utime) + t(r.ru_stime))
+}

@@ -1,0 +1,138 @@
+//! TCP for stream roles: `SO_REUSEPORT` listen groups steered per CPU (the TCP form of
+//! [`crate::udp`]'s steering: the same classic BPF program picks the listener of the worker on
+//! the CPU that processed the SYN), non-blocking connects from chosen source addresses, the
+//! CPU a connection's packets arrive on, an epoll set with fine timeouts, and `sendfile` from a
+//! memfd so a large response leaves without a copy in user space.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+pub use crate::sys::stream::{Interest, Poller, Readiness};
+use crate::sys::{self, SysError};
+pub use crate::udp::{attach_steering, GroupError, Steering};
+
+fn sys_err(call: &'static str, e: io::Error) -> SysError {
+    SysError { call, source: e }
+}
+
+/// One listener of a group.
+#[derive(Debug, Clone)]
+pub struct ListenConfig {
+    /// Address every listener binds.
+    pub addr: SocketAddr,
+    /// Accept queue length asked for (the kernel caps it at `net.core.somaxconn`).
+    pub backlog: i32,
+    /// IPv6 listeners accept only IPv6.
+    pub v6only: bool,
+}
+
+/// Opens, binds and listens one member of a `SO_REUSEPORT` group, non-blocking. Members must
+/// be made in worker order: the order they start listening is the group's index.
+pub fn listen_one(cfg: &ListenConfig) -> Result<TcpListener, GroupError> {
+    let s = Socket::new(
+        Domain::for_address(cfg.addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| GroupError::Sys(sys_err("socket", e)))?;
+    s.set_reuse_port(true)
+        .map_err(|e| GroupError::Sys(sys_err("setsockopt(SO_REUSEPORT)", e)))?;
+    s.set_reuse_address(true)
+        .map_err(|e| GroupError::Sys(sys_err("setsockopt(SO_REUSEADDR)", e)))?;
+    if cfg.addr.is_ipv6() {
+        s.set_only_v6(cfg.v6only)
+            .map_err(|e| GroupError::Sys(sys_err("setsockopt(IPV6_V6ONLY)", e)))?;
+    }
+    s.set_nonblocking(true)
+        .map_err(|e| GroupError::Sys(sys_err("fcntl(O_NONBLOCK)", e)))?;
+    s.bind(&cfg.addr.into()).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => GroupError::AddrInUse(cfg.addr),
+        io::ErrorKind::PermissionDenied => GroupError::PermissionDenied(cfg.addr),
+        io::ErrorKind::AddrNotAvailable => GroupError::AddrNotAvailable(cfg.addr),
+        _ => GroupError::Sys(sys_err("bind", e)),
+    })?;
+    s.listen(cfg.backlog).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => GroupError::AddrInUse(cfg.addr),
+        _ => GroupError::Sys(sys_err("listen", e)),
+    })?;
+    Ok(TcpListener::from(s))
+}
+
+/// Starts a non-blocking connect to `remote`, from `local` if given (its port chosen at
+/// connect time, `IP_BIND_ADDRESS_NO_PORT`, so one source address is not limited to the
+/// ephemeral range once for every destination). Nagle is off. The connect completes when the
+/// socket becomes writable; [`connect_result`] then says how it ended.
+pub fn connect(local: Option<IpAddr>, remote: SocketAddr) -> io::Result<TcpStream> {
+    let s = Socket::new(
+        Domain::for_address(remote),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    s.set_nonblocking(true)?;
+    s.set_tcp_nodelay(true)?;
+    if let Some(ip) = local {
+        // An IPPROTO_IP option for IPv6 sockets too.
+        sys::set_int(
+            &s,
+            libc::SOL_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            1,
+            "setsockopt(IP_BIND_ADDRESS_NO_PORT)",
+        )
+        .map_err(|e| e.source)?;
+        s.bind(&SocketAddr::new(ip, 0).into())?;
+    }
+    match s.connect(&remote.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(TcpStream::from(s))
+}
+
+/// How a non-blocking connect ended, once its socket is writable: `Ok` if connected, else the
+/// error (refused, unreachable, timed out).
+pub fn connect_result(s: &TcpStream) -> io::Result<()> {
+    match s.take_error()? {
+        Some(e) => Err(e),
+        None => s.peer_addr().map(drop),
+    }
+}
+
+/// The CPU that processed this connection's last received packet (`SO_INCOMING_CPU`).
+pub fn incoming_cpu(s: &impl AsRawFd) -> Option<usize> {
+    sys::get_int(
+        s,
+        libc::SOL_SOCKET,
+        libc::SO_INCOMING_CPU,
+        "getsockopt(SO_INCOMING_CPU)",
+    )
+    .ok()
+    .and_then(|c| usize::try_from(c).ok())
+}
+
+/// Sends `buf` with `MSG_MORE` (more follows at once, e.g. a body by `sendfile` after its
+/// header: one segment, not two); returns the bytes taken.
+pub fn send_more(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    SockRef::from(s).send_with_flags(buf, libc::MSG_MORE)
+}
+
+/// Up to `count` bytes of `file` from `*offset` into `s` by `sendfile(2)`, advancing
+/// `*offset`; `WouldBlock` when the socket's buffer is full.
+pub fn sendfile(s: &TcpStream, file: &File, offset: &mut i64, count: usize) -> io::Result<usize> {
+    sys::stream::sendfile(s, file, offset, count)
+}
+
+/// An in-memory file holding `contents` (`memfd_create`): the source `sendfile` reads large
+/// responses from.
+pub fn memfd_with(name: &CStr, contents: &[u8]) -> Result<File, SysError> {
+    let mut f = sys::stream::memfd(name)?;
+    f.write_all(contents)
+        .map_err(|e| sys_err("write(memfd)", e))?;
+    Ok(f)
+}

@@ -1,0 +1,820 @@
+//! The HTTP load generator's worker: its own connections, its own epoll set, no accept or
+//! dispatch thread. One request in flight per connection. Closed loop (as wrk): a connection
+//! sends when its last answer came (after an optional think time). Constant rate (as wrk2):
+//! each connection has a schedule of intended send times; a request whose connection is still
+//! busy at its time goes out as soon as it is free, and its latency counts from the intended
+//! time, so a stalled server cannot hide behind the requests it held back (coordinated
+//! omission). Responses are parsed in place in one read buffer per worker (a connection keeps
+//! bytes only while a head is split across reads); body bytes are counted, never copied.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlane_io::tcp::{self, Interest, Poller};
+use flowlane_wire::http::{self as h, BodyLen, ChunkStep, Chunked};
+use hdrhistogram::Histogram;
+use slab::Slab;
+
+use crate::{bump, counters, Poll};
+
+counters! {
+    /// What an HTTP load worker counts.
+    pub struct HttpLoadStats => HttpLoadSnapshot {
+        /// Connections established.
+        connects,
+        /// Connects refused (RST to the SYN: nothing listening, or the accept queue full).
+        refused,
+        /// Connects that failed otherwise (unreachable, timed out, no source port).
+        connect_errors,
+        /// Connections closed (by either side, for any reason).
+        closes,
+        /// Requests sent in full.
+        requests,
+        /// Complete responses.
+        responses,
+        /// Responses by status class.
+        status_1xx,
+        /// 2xx.
+        status_2xx,
+        /// 3xx.
+        status_3xx,
+        /// 4xx.
+        status_4xx,
+        /// 5xx.
+        status_5xx,
+        /// Bytes read (heads and bodies).
+        rx_bytes,
+        /// Response body bytes.
+        body_bytes,
+        /// Bytes sent.
+        tx_bytes,
+        /// Connections reset or failed while a request was in flight.
+        resets,
+        /// Connections the server closed before the answer was complete.
+        closed_early,
+        /// Requests with no complete answer within the timeout.
+        timeouts,
+        /// Responses that could not be parsed.
+        parse_errors,
+    }
+}
+
+/// One client pool as one worker runs it.
+#[derive(Debug, Clone)]
+pub struct PoolPlan {
+    /// Where its connections go.
+    pub target: SocketAddr,
+    /// Source addresses its connections bind (round robin); empty: the kernel chooses.
+    pub sources: Vec<IpAddr>,
+    /// This worker's connections.
+    pub conns: usize,
+    /// Index of this worker's first connection in the pool (for source round robin).
+    pub first: usize,
+    /// Whole requests (head and body), with cumulative weights.
+    pub requests: Vec<(Arc<[u8]>, u64)>,
+    /// Requests are `HEAD`: answers have no body.
+    pub head_method: bool,
+    /// Requests per second from this worker's connections (`None`: closed loop).
+    pub rate: Option<f64>,
+    /// Closed loop: pause between an answer and the next request.
+    pub think: Duration,
+    /// Connections stay open between requests.
+    pub keep_alive: bool,
+}
+
+/// The run's shape, shared by all workers.
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    /// When sending starts (every worker the same instant).
+    pub start: Instant,
+    /// Rate and connections grow linearly over this.
+    pub ramp_up: Duration,
+    /// Full rate for this long.
+    pub steady: Duration,
+    /// Rate falls linearly to zero over this.
+    pub ramp_down: Duration,
+    /// After the last phase, how long answers in flight are waited for.
+    pub drain: Duration,
+    /// A request without a complete answer by then is a timeout.
+    pub timeout: Duration,
+    /// Connects in progress at once, per worker (paces new connections so the server's
+    /// accept queue does not overflow).
+    pub connect_window: usize,
+}
+
+impl LoadPlan {
+    fn end(&self) -> Duration {
+        self.ramp_up + self.steady + self.ramp_down
+    }
+
+    /// The rate factor at `t` since the start: 0…1.
+    fn factor(&self, t: Duration) -> f64 {
+        if t < self.ramp_up {
+            return (t.as_secs_f64() / self.ramp_up.as_secs_f64()).max(0.0);
+        }
+        let t2 = t - self.ramp_up;
+        if t2 < self.steady {
+            return 1.0;
+        }
+        let t3 = t2 - self.steady;
+        if t3 < self.ramp_down {
+            return 1.0 - t3.as_secs_f64() / self.ramp_down.as_secs_f64();
+        }
+        0.0
+    }
+
+    /// Whether `t` is in the steady phase (latency is recorded then, when there are ramps).
+    fn steady_at(&self, t: Duration) -> bool {
+        t >= self.ramp_up && t < self.ramp_up + self.steady
+    }
+}
+
+/// Latency of one pool, in nanoseconds.
+#[derive(Debug, Clone)]
+pub struct PoolLatency {
+    /// From the intended send time (closed loop: the actual one) to the complete answer.
+    pub intended: Histogram<u64>,
+    /// From the actual send to the complete answer.
+    pub actual: Histogram<u64>,
+    /// Constant rate: how late requests left (actual − intended).
+    pub lag: Histogram<u64>,
+    /// `intended`, by status class 1xx…5xx.
+    pub by_class: [Histogram<u64>; 5],
+}
+
+impl PoolLatency {
+    /// Empty histograms (1 ns … 100 s, 3 significant digits).
+    pub fn new() -> PoolLatency {
+        let mk = || {
+            Histogram::new_with_bounds(1, 100_000_000_000, 3)
+                .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+        };
+        PoolLatency {
+            intended: mk(),
+            actual: mk(),
+            lag: mk(),
+            by_class: [mk(), mk(), mk(), mk(), mk()],
+        }
+    }
+
+    /// Adds another worker's.
+    pub fn merge(&mut self, o: &PoolLatency) {
+        let _ = self.intended.add(&o.intended);
+        let _ = self.actual.add(&o.actual);
+        let _ = self.lag.add(&o.lag);
+        for (a, b) in self.by_class.iter_mut().zip(&o.by_class) {
+            let _ = a.add(b);
+        }
+    }
+}
+
+impl Default for PoolLatency {
+    fn default() -> Self {
+        PoolLatency::new()
+    }
+}
+
+/// Where a worker leaves its histograms when it ends.
+pub type LatencySlot = Arc<Mutex<Option<Vec<PoolLatency>>>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resp {
+    Head,
+    Body(u64),
+    Chunked(Chunked),
+    UntilClose,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Not connected; (re)connect from then (ns).
+    Closed(u64),
+    Connecting,
+    Idle,
+    /// A request partly written: bytes done.
+    Writing(usize),
+    Reading(Resp),
+}
+
+#[derive(Debug)]
+struct Conn {
+    pool: usize,
+    /// Index in its pool (source address choice).
+    index: usize,
+    stream: Option<TcpStream>,
+    state: State,
+    carry: Vec<u8>,
+    /// Which request is in flight.
+    req: usize,
+    /// The status of the answer being read.
+    status: u16,
+    intended: u64,
+    sent_at: u64,
+    /// Constant rate: when the next request is due; closed loop: earliest next send.
+    next_due: u64,
+    /// Connections closed after each answer (keep-alive off, or the server said close).
+    close_after: bool,
+    writing: bool,
+}
+
+/// One load worker.
+#[derive(Debug)]
+pub struct ClientWorker {
+    pools: Vec<PoolPlan>,
+    plan: LoadPlan,
+    poller: Poller,
+    conns: Slab<Conn>,
+    scratch: Vec<u8>,
+    ready: usize,
+    timers: BinaryHeap<Reverse<(u64, usize)>>,
+    connecting: usize,
+    /// Connections not yet opened, per pool (opened as the ramp and the window allow).
+    unopened: Vec<usize>,
+    lat: Vec<PoolLatency>,
+    slot: LatencySlot,
+    rng: u64,
+    last_scan: u64,
+    closing: Vec<usize>,
+    in_flight: usize,
+    ramps: bool,
+    finished: bool,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+impl ClientWorker {
+    /// A worker running `pools` by `plan`; its histograms go to `slot` when it ends.
+    pub fn new(
+        pools: Vec<PoolPlan>,
+        plan: LoadPlan,
+        slot: LatencySlot,
+        seed: u64,
+    ) -> Result<ClientWorker, flowlane_io::SysError> {
+        let total: usize = pools.iter().map(|p| p.conns).sum();
+        Ok(ClientWorker {
+            unopened: pools.iter().map(|p| p.conns).collect(),
+            lat: pools.iter().map(|_| PoolLatency::new()).collect(),
+            ramps: !plan.ramp_up.is_zero() || !plan.ramp_down.is_zero(),
+            pools,
+            plan,
+            poller: Poller::new(512)?,
+            conns: Slab::with_capacity(total),
+            scratch: vec![0; 256 * 1024],
+            ready: 0,
+            timers: BinaryHeap::new(),
+            connecting: 0,
+            slot,
+            rng: seed | 1,
+            last_scan: 0,
+            closing: Vec::new(),
+            in_flight: 0,
+            finished: false,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        ns(self.plan.start.elapsed())
+    }
+
+    fn sending(&self, now: u64) -> bool {
+        now < ns(self.plan.end())
+    }
+
+    /// Opens connections the ramp allows, up to the connect window.
+    fn open_more(&mut self, now: u64, st: &HttpLoadStats) {
+        if !self.sending(now) {
+            return;
+        }
+        let f = if self.plan.ramp_up.is_zero() {
+            1.0
+        } else {
+            (now as f64 / ns(self.plan.ramp_up) as f64).min(1.0)
+        };
+        for p in 0..self.pools.len() {
+            let want = (self.pools[p].conns as f64 * f).ceil() as usize;
+            while self.unopened[p] > 0
+                && self.pools[p].conns - self.unopened[p] < want
+                && self.connecting < self.plan.connect_window
+            {
+                let index = self.pools[p].first + self.pools[p].conns - self.unopened[p];
+                self.unopened[p] -= 1;
+                let key = self.conns.insert(Conn {
+                    pool: p,
+                    index,
+                    stream: None,
+                    state: State::Closed(0),
+                    carry: Vec::new(),
+                    req: 0,
+                    status: 0,
+                    intended: 0,
+                    sent_at: 0,
+                    next_due: 0,
+                    close_after: !self.pools[p].keep_alive,
+                    writing: false,
+                });
+                self.first_due(key, now);
+                self.connect(key, now, st);
+            }
+        }
+    }
+
+    /// Spreads the connections' first requests evenly over one interval.
+    fn first_due(&mut self, key: usize, now: u64) {
+        let c = &self.conns[key];
+        let p = &self.pools[c.pool];
+        if let Some(rate) = p.rate {
+            let per_conn = rate / p.conns.max(1) as f64;
+            let interval = 1e9 / per_conn.max(1e-9);
+            let slot = (c.index - p.first) as f64 / p.conns.max(1) as f64;
+            self.conns[key].next_due = now + (interval * slot) as u64;
+        } else {
+            self.conns[key].next_due = now;
+        }
+    }
+
+    fn connect(&mut self, key: usize, now: u64, st: &HttpLoadStats) {
+        let c = &self.conns[key];
+        let p = &self.pools[c.pool];
+        let src = (!p.sources.is_empty()).then(|| p.sources[c.index % p.sources.len()]);
+        match tcp::connect(src, p.target) {
+            Ok(s) => {
+                if self.poller.add(&s, key as u64, Interest::BOTH).is_err() {
+                    bump(&st.connect_errors, 1);
+                    self.conns[key].state = State::Closed(now + 10_000_000);
+                    return;
+                }
+                let c = &mut self.conns[key];
+                c.stream = Some(s);
+                c.sent_at = now;
+                c.state = State::Connecting;
+                c.writing = true;
+                self.connecting += 1;
+            }
+            Err(e) => {
+                self.connect_failed(key, &e, now, st);
+            }
+        }
+    }
+
+    fn connect_failed(&mut self, key: usize, e: &io::Error, now: u64, st: &HttpLoadStats) {
+        if e.kind() == io::ErrorKind::ConnectionRefused {
+            bump(&st.refused, 1);
+        } else {
+            bump(&st.connect_errors, 1);
+        }
+        let c = &mut self.conns[key];
+        if let Some(s) = c.stream.take() {
+            let _ = self.poller.delete(&s);
+        }
+        // Try again a little later, so a dead server is not hammered in a tight loop.
+        c.state = State::Closed(now + 10_000_000);
+        self.timers.push(Reverse((now + 10_000_000, key)));
+    }
+
+    fn pick(&mut self, pool: usize) -> usize {
+        let reqs = &self.pools[pool].requests;
+        if reqs.len() == 1 {
+            return 0;
+        }
+        // xorshift64*: enough to spread URLs by weight.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        let total = reqs.last().map(|r| r.1).unwrap_or(1).max(1);
+        let x = r % total;
+        reqs.iter().position(|(_, w)| x < *w).unwrap_or(0)
+    }
+
+    /// Sends the next request on an idle connection.
+    fn send(&mut self, key: usize, now: u64, st: &HttpLoadStats) {
+        let pool = self.conns[key].pool;
+        let req = self.pick(pool);
+        let rate = self.pools[pool].rate;
+        let c = &mut self.conns[key];
+        c.req = req;
+        c.sent_at = now;
+        if let Some(rate) = rate {
+            c.intended = c.next_due;
+            let p = &self.pools[pool];
+            let per_conn = rate / p.conns.max(1) as f64;
+            let f = self.plan.factor(Duration::from_nanos(c.next_due)).max(0.05);
+            c.next_due += (1e9 / (per_conn * f).max(1e-9)) as u64;
+        } else {
+            c.intended = now;
+        }
+        self.in_flight += 1;
+        c.state = State::Writing(0);
+        self.write_more(key, st);
+    }
+
+    fn write_more(&mut self, key: usize, st: &HttpLoadStats) {
+        let c = &mut self.conns[key];
+        let State::Writing(mut done) = c.state else {
+            return;
+        };
+        let bytes = self.pools[c.pool].requests[c.req].0.clone();
+        let Some(s) = c.stream.as_mut() else { return };
+        while done < bytes.len() {
+            match s.write(&bytes[done..]) {
+                Ok(n) => {
+                    bump(&st.tx_bytes, n as u64);
+                    done += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    bump(&st.resets, 1);
+                    self.closing.push(key);
+                    return;
+                }
+            }
+        }
+        let want_write = done < bytes.len();
+        c.state = if want_write {
+            State::Writing(done)
+        } else {
+            bump(&st.requests, 1);
+            State::Reading(Resp::Head)
+        };
+        if want_write != c.writing {
+            c.writing = want_write;
+            let i = if want_write {
+                Interest::BOTH
+            } else {
+                Interest::READ
+            };
+            if self.poller.modify(s, key as u64, i).is_err() {
+                self.closing.push(key);
+            }
+        }
+    }
+
+    /// An answer completed at `now`.
+    fn complete(&mut self, key: usize, status: u16, keep: bool, now: u64, st: &HttpLoadStats) {
+        bump(&st.responses, 1);
+        self.in_flight -= 1;
+        let c = &mut self.conns[key];
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        bump(
+            match class {
+                0 => &st.status_1xx,
+                1 => &st.status_2xx,
+                2 => &st.status_3xx,
+                3 => &st.status_4xx,
+                _ => &st.status_5xx,
+            },
+            1,
+        );
+        if !self.ramps || self.plan.steady_at(Duration::from_nanos(c.intended)) {
+            let l = &mut self.lat[c.pool];
+            let total = now.saturating_sub(c.intended).max(1);
+            let _ = l.intended.record(total);
+            let _ = l.actual.record(now.saturating_sub(c.sent_at).max(1));
+            let _ = l.by_class[class].record(total);
+            if self.pools[c.pool].rate.is_some() {
+                let _ = l.lag.record(c.sent_at.saturating_sub(c.intended).max(1));
+            }
+        }
+        c.state = State::Idle;
+        if !keep || c.close_after {
+            self.closing.push(key);
+            return;
+        }
+        let think = self.pools[c.pool].think;
+        if self.pools[c.pool].rate.is_none() {
+            c.next_due = now + ns(think);
+        }
+        self.due(key, now, st);
+    }
+
+    /// An idle connection: send now if its next request is due, else set a timer.
+    fn due(&mut self, key: usize, now: u64, st: &HttpLoadStats) {
+        let due = self.conns[key].next_due;
+        if !self.sending(now) || !self.sending(due) {
+            return;
+        }
+        if due <= now {
+            self.send(key, now, st);
+        } else {
+            self.timers.push(Reverse((due, key)));
+        }
+    }
+
+    fn readable(&mut self, key: usize, st: &HttpLoadStats) {
+        let Some(s) = self.conns[key].stream.as_mut() else {
+            return;
+        };
+        let n = match s.read(&mut self.scratch) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(_) => {
+                if matches!(self.conns[key].state, State::Reading(_) | State::Writing(_)) {
+                    bump(&st.resets, 1);
+                }
+                self.closing.push(key);
+                return;
+            }
+        };
+        let now = self.now();
+        if n == 0 {
+            match self.conns[key].state {
+                State::Reading(Resp::UntilClose) => {
+                    let status = 200;
+                    self.conns[key].close_after = true;
+                    self.complete(key, status, false, now, st);
+                }
+                State::Reading(_) | State::Writing(_) => {
+                    bump(&st.closed_early, 1);
+                }
+                _ => {}
+            }
+            self.closing.push(key);
+            return;
+        }
+        bump(&st.rx_bytes, n as u64);
+        let scratch = std::mem::take(&mut self.scratch);
+        let carry = std::mem::take(&mut self.conns[key].carry);
+        if carry.is_empty() {
+            let used = self.responses(key, &scratch[..n], now, st);
+            if used < n {
+                self.conns[key].carry = scratch[used..n].to_vec();
+            }
+        } else {
+            let mut all = carry;
+            all.extend_from_slice(&scratch[..n]);
+            let used = self.responses(key, &all, now, st);
+            all.drain(..used);
+            self.conns[key].carry = all;
+        }
+        self.scratch = scratch;
+    }
+
+    /// Walks answers in `data`; returns the bytes used (the rest is a head split across reads).
+    fn responses(&mut self, key: usize, data: &[u8], now: u64, st: &HttpLoadStats) -> usize {
+        let mut at = 0;
+        while at < data.len() {
+            let State::Reading(resp) = self.conns[key].state else {
+                // Bytes nobody asked for.
+                bump(&st.parse_errors, 1);
+                self.closing.push(key);
+                return data.len();
+            };
+            match resp {
+                Resp::Head => match h::parse_response(&data[at..]) {
+                    Ok(None) => return at,
+                    Ok(Some(head)) => {
+                        at += head.head_len;
+                        let body = if self.pools[self.conns[key].pool].head_method {
+                            BodyLen::Fixed(0)
+                        } else {
+                            head.body
+                        };
+                        let c = &mut self.conns[key];
+                        c.status = head.status;
+                        c.close_after |= !head.keep_alive;
+                        c.state = State::Reading(match body {
+                            BodyLen::Fixed(n) => Resp::Body(n),
+                            BodyLen::Chunked => Resp::Chunked(Chunked::default()),
+                            BodyLen::UntilClose => Resp::UntilClose,
+                        });
+                        if body == BodyLen::Fixed(0) {
+                            let keep = !c.close_after;
+                            self.complete(key, head.status, keep, now, st);
+                        }
+                    }
+                    Err(_) => {
+                        bump(&st.parse_errors, 1);
+                        self.closing.push(key);
+                        return data.len();
+                    }
+                },
+                Resp::Body(left) => {
+                    let take = (left as usize).min(data.len() - at);
+                    at += take;
+                    bump(&st.body_bytes, take as u64);
+                    let left = left - take as u64;
+                    if left == 0 {
+                        let (status, keep) = (self.conns[key].status, !self.conns[key].close_after);
+                        self.complete(key, status, keep, now, st);
+                    } else {
+                        self.conns[key].state = State::Reading(Resp::Body(left));
+                    }
+                }
+                Resp::Chunked(mut walk) => {
+                    let before = walk.data;
+                    match walk.step(&data[at..]) {
+                        Ok(ChunkStep::More(n)) => {
+                            bump(&st.body_bytes, walk.data - before);
+                            self.conns[key].state = State::Reading(Resp::Chunked(walk));
+                            return at + n;
+                        }
+                        Ok(ChunkStep::Done(n)) => {
+                            bump(&st.body_bytes, walk.data - before);
+                            at += n;
+                            let (status, keep) =
+                                (self.conns[key].status, !self.conns[key].close_after);
+                            self.complete(key, status, keep, now, st);
+                        }
+                        Err(_) => {
+                            bump(&st.parse_errors, 1);
+                            self.closing.push(key);
+                            return data.len();
+                        }
+                    }
+                }
+                Resp::UntilClose => {
+                    bump(&st.body_bytes, (data.len() - at) as u64);
+                    return data.len();
+                }
+            }
+        }
+        at
+    }
+
+    fn writable(&mut self, key: usize, now: u64, st: &HttpLoadStats) {
+        match self.conns[key].state {
+            State::Connecting => {
+                self.connecting -= 1;
+                let r = match &self.conns[key].stream {
+                    Some(s) => tcp::connect_result(s),
+                    None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+                };
+                match r {
+                    Ok(()) => {
+                        bump(&st.connects, 1);
+                        let c = &mut self.conns[key];
+                        c.state = State::Idle;
+                        c.writing = false;
+                        if let Some(s) = &c.stream {
+                            if self.poller.modify(s, key as u64, Interest::READ).is_err() {
+                                self.closing.push(key);
+                                return;
+                            }
+                        }
+                        self.due(key, now, st);
+                    }
+                    Err(e) => self.connect_failed(key, &e, now, st),
+                }
+            }
+            State::Writing(_) => self.write_more(key, st),
+            _ => {}
+        }
+    }
+
+    /// Closes connections marked this round; reconnects them while sending.
+    fn reap(&mut self, now: u64, st: &HttpLoadStats) {
+        while let Some(key) = self.closing.pop() {
+            let Some(c) = self.conns.get_mut(key) else {
+                continue;
+            };
+            let Some(s) = c.stream.take() else { continue };
+            let _ = self.poller.delete(&s);
+            drop(s);
+            if matches!(c.state, State::Connecting) {
+                self.connecting -= 1;
+            } else {
+                bump(&st.closes, 1);
+            }
+            if matches!(c.state, State::Writing(_) | State::Reading(_)) {
+                self.in_flight -= 1;
+            }
+            c.state = State::Closed(now);
+            c.carry = Vec::new();
+            c.close_after = !self.pools[c.pool].keep_alive;
+            if self.sending(now) {
+                self.timers.push(Reverse((now, key)));
+            }
+        }
+    }
+
+    fn timers(&mut self, now: u64, st: &HttpLoadStats) -> usize {
+        let mut n = 0;
+        while let Some(&Reverse((due, key))) = self.timers.peek() {
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            n += 1;
+            let Some(c) = self.conns.get(key) else {
+                continue;
+            };
+            match c.state {
+                State::Idle if c.next_due <= now => self.send(key, now, st),
+                State::Closed(at) if at <= now && self.sending(now) => {
+                    if self.connecting < self.plan.connect_window {
+                        self.connect(key, now, st);
+                    } else {
+                        self.timers.push(Reverse((now + 1_000_000, key)));
+                    }
+                }
+                _ => {}
+            }
+        }
+        n
+    }
+
+    /// Requests in flight past the timeout are given up (their connections closed).
+    fn scan_timeouts(&mut self, now: u64, st: &HttpLoadStats) {
+        if now < self.last_scan + 100_000_000 {
+            return;
+        }
+        self.last_scan = now;
+        let limit = ns(self.plan.timeout);
+        for (key, c) in self.conns.iter() {
+            let late = now.saturating_sub(c.sent_at) > limit;
+            match c.state {
+                State::Writing(_) | State::Reading(_) if late => {
+                    bump(&st.timeouts, 1);
+                    self.closing.push(key);
+                }
+                State::Connecting if late => {
+                    bump(&st.connect_errors, 1);
+                    self.closing.push(key);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn next_timer(&self) -> Option<u64> {
+        self.timers.peek().map(|Reverse((d, _))| *d)
+    }
+}
+
+impl Poll for ClientWorker {
+    type Stats = HttpLoadStats;
+
+    fn poll(&mut self, budget: usize, st: &HttpLoadStats) -> Result<usize, String> {
+        if self.ready == 0 {
+            self.ready = self
+                .poller
+                .wait(Duration::ZERO)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut handled = 0;
+        let now = self.now();
+        for i in 0..self.ready.min(budget) {
+            let Some(ev) = self.poller.get(i) else { break };
+            handled += 1;
+            let key = ev.token as usize;
+            if !self.conns.contains(key) || self.closing.contains(&key) {
+                continue;
+            }
+            if ev.writable && self.conns[key].writing {
+                self.writable(key, now, st);
+            }
+            if ev.readable && !self.closing.contains(&key) && self.conns[key].stream.is_some() {
+                self.readable(key, st);
+            }
+        }
+        self.ready = 0;
+        let now = self.now();
+        self.reap(now, st);
+        handled += self.timers(now, st);
+        self.open_more(now, st);
+        self.scan_timeouts(now, st);
+        self.reap(now, st);
+        let end = ns(self.plan.end());
+        if now >= end && (self.in_flight == 0 || now >= end + ns(self.plan.drain)) {
+            self.finished = true;
+        }
+        Ok(handled)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        let now = self.now();
+        let mut t = Duration::from_millis(timeout_ms.max(0) as u64);
+        if let Some(d) = self.next_timer() {
+            t = t.min(Duration::from_nanos(d.saturating_sub(now)));
+        }
+        let end = ns(self.plan.end());
+        if now < end {
+            t = t.min(Duration::from_nanos(end - now));
+        }
+        self.ready = self.poller.wait(t).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.finished
+    }
+
+    fn finish(&mut self, st: &HttpLoadStats) {
+        let open = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.stream.is_some() && c.state != State::Connecting)
+            .count();
+        bump(&st.closes, open as u64);
+        self.conns.clear();
+        if let Ok(mut g) = self.slot.lock() {
+            *g = Some(std::mem::take(&mut self.lat));
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! `http load`'s configuration: client pools, phases, and the TOML scenario file that holds
+//! them; URLs and source prefixes read into what the workers need.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ToolError;
+
+/// One URL of a pool's set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UrlConfig {
+    /// Path and query, e.g. `/bytes/1024` or `/index.html`.
+    pub path: String,
+    /// Relative weight (how often it is asked, against the others).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Response size asked of flowlane's server (`size=N` added to the query).
+    #[serde(default)]
+    pub size: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A pool of clients: its connections, addresses, URLs and pace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Its name in reports.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Server, `host:port` (also the Host header).
+    pub target: String,
+    /// URLs asked, by weight.
+    pub urls: Vec<UrlConfig>,
+    /// Concurrent connections.
+    pub connections: usize,
+    /// Requests per second for the whole pool (constant rate); none: closed loop.
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// Closed loop: milliseconds between an answer and the next request.
+    #[serde(default)]
+    pub think_ms: f64,
+    /// Request body bytes (sent with POST unless a method is given).
+    #[serde(default)]
+    pub body_size: u64,
+    /// Request method (default GET, or POST with a body).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Keep connections open between requests (off: one request per connection).
+    #[serde(default = "yes")]
+    pub keep_alive: bool,
+    /// Source addresses: a prefix (`198.18.128.0/17`) whose addresses the connections bind
+    /// in turn; it must be local (the lab routes it to `lo`: `ip route add local PREFIX dev
+    /// lo`). None: the kernel chooses.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// How many addresses of the prefix to use (default: all, up to 65 536).
+    #[serde(default)]
+    pub source_count: Option<usize>,
+}
+
+fn default_name() -> String {
+    "default".into()
+}
+
+/// What `http load` runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpLoadConfig {
+    /// Client pools.
+    pub pools: Vec<PoolConfig>,
+    /// One worker per CPU (each pool's connections and rate split evenly).
+    #[serde(default)]
+    pub cpus: Vec<usize>,
+    /// Rate and connections grow linearly over this many seconds.
+    #[serde(default)]
+    pub ramp_up_s: f64,
+    /// Full rate for this many seconds (the measured phase).
+    pub duration_s: f64,
+    /// Rate falls to zero over this many seconds.
+    #[serde(default)]
+    pub ramp_down_s: f64,
+    /// Answers in flight are waited for this long after the last phase.
+    #[serde(default = "two")]
+    pub drain_s: f64,
+    /// A request without a complete answer this long after it was sent is a timeout.
+    #[serde(default = "ten")]
+    pub timeout_s: f64,
+    /// Connects in progress at once, per worker (new connections are paced by this, so the
+    /// server's accept queue does not overflow).
+    #[serde(default = "window")]
+    pub connect_window: usize,
+    /// Status interval, seconds.
+    #[serde(default = "one_f")]
+    pub interval_s: f64,
+    /// More errors than this (connect, reset, timeout, parse, closed early, 4xx/5xx) fail
+    /// the run.
+    #[serde(default)]
+    pub max_errors: Option<u64>,
+}
+
+fn two() -> f64 {
+    2.0
+}
+fn ten() -> f64 {
+    10.0
+}
+fn one_f() -> f64 {
+    1.0
+}
+fn window() -> usize {
+    128
+}
+
+impl HttpLoadConfig {
+    /// Reads a scenario file's text (TOML: the fields of this struct; `[[pools]]` tables).
+    pub fn from_toml(text: &str) -> Result<HttpLoadConfig, ToolError> {
+        toml::from_str(text).map_err(|e| ToolError::usage(format!("scenario: {e}")))
+    }
+}
+
+/// `http://host:port/path` read into (host:port, path).
+pub fn split_url(url: &str) -> Result<(String, String), ToolError> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        ToolError::usage(format!(
+            "URL {url:?}: only http:// URLs are supported (no TLS), e.g. http://198.18.0.1:8080/bytes/64"
+        ))
+    })?;
+    let (auth, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if auth.is_empty() {
+        return Err(ToolError::usage(format!("URL {url:?} names no host")));
+    }
+    let auth = if auth.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']')) {
+        auth.to_string()
+    } else {
+        format!("{auth}:80")
+    };
+    Ok((auth, path.to_string()))
+}
+
+/// Resolves `host:port` (no DNS beyond what the system resolver does for names).
+pub fn resolve(target: &str) -> Result<SocketAddr, ToolError> {
+    target
+        .to_socket_addrs()
+        .map_err(|e| ToolError::usage(format!("target {target:?}: {e}")))?
+        .next()
+        .ok_or_else(|| ToolError::usage(format!("target {target:?} has no address")))
+}
+
+/// The first `count` usable addresses of `prefix` (IPv4: not the network or broadcast
+/// address when the prefix has them).
+pub fn prefix_addresses(prefix: &str, count: Option<usize>) -> Result<Vec<IpAddr>, ToolError> {
+    let bad = || {
+        ToolError::usage(format!(
+            "source prefix {prefix:?}: expected ADDRESS/LENGTH, e.g. 198.18.128.0/17"
+        ))
+    };
+    let (a, l) = prefix.split_once('/').ok_or_else(bad)?;
+    let addr: IpAddr = a.parse().map_err(|_| bad())?;
+    let len: u32 = l.parse().map_err(|_| bad())?;
+    let bits = if addr.is_ipv4() { 32 } else { 128 };
+    if len > bits {
+        return Err(bad());
+    }
+    let host_bits = bits - len;
+    let size: u128 = if host_bits >= 127 {
+        u128::MAX
+    } else {
+        1u128 << host_bits
+    };
+    let raw: u128 = match addr {
+        IpAddr::V4(v) => u32::from(v) as u128,
+        IpAddr::V6(v) => u128::from(v),
+    };
+    let net = if host_bits >= 128 {
+        0
+    } else {
+        raw & !(size - 1)
+    };
+    let (first, usable) = if addr.is_ipv4() && host_bits >= 2 {
+        (1, size - 2)
+    } else {
+        (0, size)
+    };
+    let want = count
+        .unwrap_or(65_536)
+        .min(usable.min(usize::MAX as u128) as usize);
+    if want == 0 {
+        return Err(ToolError::usage(format!(
+            "source prefix {prefix:?} holds no usable address"
+        )));
+    }
+    Ok((0..want as u128)
+        .map(|i| {
+            let v = net + first + i;
+            match addr {
+                IpAddr::V4(_) => IpAddr::from((v as u32).to_be_bytes()),
+                IpAddr::V6(_) => IpAddr::from(v.to_be_bytes()),
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            split_url("http://h:81/a?b").ok(),
+            Some(("h:81".into(), "/a?b".into()))
+        );
+        assert_eq!(
+            split_url("http://h").ok(),
+            Some(("h:80".into(), "/".into()))
+        );
+        assert_eq!(
+            split_url("http://[2001:2::1]:8080/x").ok(),
+            Some(("[2001:2::1]:8080".into(), "/x".into()))
+        );
+        assert!(split_url("https://h/").is_err());
+        assert!(split_url("http:///x").is_err());
+    }
+
+    #[test]
+    fn prefixes() {
+        let v = prefix_addresses("198.18.128.0/30", None).expect("valid");
+        assert_eq!(
+            v,
+            vec![
+                "198.18.128.1".parse::<IpAddr>().expect("ip"),
+                "198.18.128.2".parse().expect("ip")
+            ]
+        );
+        assert_eq!(
+            prefix_addresses("198.18.0.0/15", Some(3))
+                .expect("valid")
+                .len(),
+            3
+        );
+        assert_eq!(
+            prefix_addresses("2001:2::/126", None).expect("valid").len(),
+            4
+        );
+        assert_eq!(
+            prefix_addresses("198.18.0.7/32", None)
+                .expect("valid")
+                .len(),
+            1
+        );
+        assert!(prefix_addresses("198.18.0.0/33", None).is_err());
+        assert!(prefix_addresses("x/8", None).is_err());
+    }
+
+    #[test]
+    fn scenario() {
+        let c = HttpLoadConfig::from_toml(
+            r#"
+duration_s = 5
+ramp_up_s = 1
+[[pools]]
+name = "web"
+target = "198.18.0.1:8080"
+connections = 100
+rate = 1000
+urls = [ { path = "/a", weight = 3, size = 64 }, { path = "/b" } ]
+[[pools]]
+target = "198.18.0.1:8080"
+connections = 10
+urls = [ { path = "/echo" } ]
+body_size = 100
+keep_alive = false
+"#,
+        )
+        .expect("valid scenario");
+        assert_eq!(c.pools.len(), 2);
+        assert_eq!(c.pools[0].urls[0].weight, 3);
+        assert_eq!(c.pools[1].name, "default");
+        assert!(!c.pools[1].keep_alive);
+        assert!(HttpLoadConfig::from_toml("duration_s = 1\npools = []\nbogus = 1").is_err());
+    }
+}

@@ -1,0 +1,596 @@
+//! `http load`: one pinned worker per CPU, each with its own connections and event loop; the
+//! pools' connections and rates are split evenly between them. Reports requests, bytes,
+//! latency from the intended and the actual send (merged HdrHistograms), errors by class, the
+//! file limit it got, and memory per connection.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlane_runtime::http::client::{
+    ClientWorker, HttpLoadSnapshot, HttpLoadStats, LatencySlot, LoadPlan, PoolLatency, PoolPlan,
+};
+use flowlane_runtime::{Config, Runtime, StopRule};
+use flowlane_wire::http as h;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::config::{prefix_addresses, resolve, HttpLoadConfig, PoolConfig};
+use crate::{ToolError, WorkerError};
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyUs {
+    /// Answers measured.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th.
+    pub p99: f64,
+    /// 99.9th.
+    pub p999: f64,
+    /// 99.99th.
+    pub p9999: f64,
+    /// 99.999th.
+    pub p99999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl LatencyUs {
+    /// Percentiles of a nanosecond histogram (`None` when empty).
+    pub fn of(h: &Histogram<u64>) -> Option<LatencyUs> {
+        if h.is_empty() {
+            return None;
+        }
+        let us = |ns: u64| (ns as f64 / 1000.0 * 1000.0).round() / 1000.0;
+        Some(LatencyUs {
+            count: h.len(),
+            mean: (h.mean() / 1000.0 * 1000.0).round() / 1000.0,
+            p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            p9999: us(h.value_at_quantile(0.9999)),
+            p99999: us(h.value_at_quantile(0.99999)),
+            max: us(h.max()),
+        })
+    }
+}
+
+/// Counters of a run (cumulative, or over an interval).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpLoadCounts {
+    /// Connections established.
+    pub connects: u64,
+    /// Connections closed.
+    pub closes: u64,
+    /// Requests sent in full.
+    pub requests: u64,
+    /// Complete answers.
+    pub responses: u64,
+    /// Answers by status class.
+    pub status_1xx: u64,
+    /// 2xx.
+    pub status_2xx: u64,
+    /// 3xx.
+    pub status_3xx: u64,
+    /// 4xx.
+    pub status_4xx: u64,
+    /// 5xx.
+    pub status_5xx: u64,
+    /// Bytes read.
+    pub rx_bytes: u64,
+    /// Body bytes read.
+    pub body_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Connects refused.
+    pub refused: u64,
+    /// Connects that failed otherwise (or timed out).
+    pub connect_errors: u64,
+    /// Connections reset with a request in flight.
+    pub resets: u64,
+    /// Connections the server closed before the answer was complete.
+    pub closed_early: u64,
+    /// Requests without a complete answer within the timeout.
+    pub timeouts: u64,
+    /// Answers that could not be parsed.
+    pub parse_errors: u64,
+}
+
+impl HttpLoadCounts {
+    /// Every error: connects refused or failed, resets, early closes, timeouts, parse
+    /// errors, and 4xx/5xx answers.
+    pub fn errors(&self) -> u64 {
+        self.refused
+            + self.connect_errors
+            + self.resets
+            + self.closed_early
+            + self.timeouts
+            + self.parse_errors
+            + self.status_4xx
+            + self.status_5xx
+    }
+}
+
+impl From<&HttpLoadSnapshot> for HttpLoadCounts {
+    fn from(s: &HttpLoadSnapshot) -> Self {
+        HttpLoadCounts {
+            connects: s.connects,
+            closes: s.closes,
+            requests: s.requests,
+            responses: s.responses,
+            status_1xx: s.status_1xx,
+            status_2xx: s.status_2xx,
+            status_3xx: s.status_3xx,
+            status_4xx: s.status_4xx,
+            status_5xx: s.status_5xx,
+            rx_bytes: s.rx_bytes,
+            body_bytes: s.body_bytes,
+            tx_bytes: s.tx_bytes,
+            refused: s.refused,
+            connect_errors: s.connect_errors,
+            resets: s.resets,
+            closed_early: s.closed_early,
+            timeouts: s.timeouts,
+            parse_errors: s.parse_errors,
+        }
+    }
+}
+
+/// One pool's latency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolReport {
+    /// Its name.
+    pub name: String,
+    /// `closed-loop` or `constant-rate`.
+    pub mode: String,
+    /// Connections asked.
+    pub connections: usize,
+    /// Requests per second asked (constant rate).
+    pub rate: Option<f64>,
+    /// From the intended send time (closed loop: the actual one) to the complete answer.
+    pub latency: Option<LatencyUs>,
+    /// From the actual send.
+    pub latency_actual: Option<LatencyUs>,
+    /// Constant rate: how late requests left.
+    pub send_lag: Option<LatencyUs>,
+    /// `latency` by status class (`1xx` … `5xx`, classes seen only).
+    pub by_class: Vec<(String, LatencyUs)>,
+}
+
+/// Memory of the load process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// Resident set before any connection, KiB.
+    pub rss_start_kib: u64,
+    /// When the most connections were open, KiB.
+    pub rss_connected_kib: u64,
+    /// Connections open then.
+    pub connections_then: u64,
+    /// (rss_connected − rss_start) / connections_then: the process's bytes per connection
+    /// (user space only; the kernel's socket memory is not in it).
+    pub per_connection_bytes: u64,
+    /// At the first status line of the steady phase and at its last, KiB: a long run whose
+    /// memory grows shows it here.
+    pub rss_steady_first_kib: u64,
+    /// At the last status line of the steady phase.
+    pub rss_steady_last_kib: u64,
+}
+
+/// What a load run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HttpLoadReport {
+    /// Workers' CPUs.
+    pub cpus: Vec<usize>,
+    /// Seconds from start to the last answer waited for.
+    pub duration_s: f64,
+    /// The steady phase's length, seconds.
+    pub steady_s: f64,
+    /// Answers per second over the steady phase (whole run when there are no ramps).
+    pub requests_per_s: f64,
+    /// Body bytes per second, same span.
+    pub body_bytes_per_s: f64,
+    /// Counters over the whole run.
+    pub total: HttpLoadCounts,
+    /// Requests sent whose answer never came (in flight at the end, timed out, reset).
+    pub unanswered: u64,
+    /// Errors (see `HttpLoadCounts::errors`).
+    pub errors: u64,
+    /// The error limit, and whether the run stayed within it.
+    pub max_errors: Option<u64>,
+    /// False when errors exceeded `max_errors` (or a worker failed).
+    pub passed: bool,
+    /// Per pool.
+    pub pools: Vec<PoolReport>,
+    /// Every pool's latency merged.
+    pub latency: Option<LatencyUs>,
+    /// Open-file limit (soft) after raising it to the hard one.
+    pub nofile: u64,
+    /// Memory.
+    pub memory: Memory,
+    /// CPU time the load process used, seconds (user + system).
+    pub cpu_s: f64,
+    /// Answers per second of that CPU time.
+    pub responses_per_cpu_s: f64,
+    /// Workers that stopped on an error.
+    pub worker_errors: Vec<WorkerError>,
+}
+
+/// One status interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpLoadTick {
+    /// Since start.
+    pub elapsed_s: f64,
+    /// This interval.
+    pub interval_s: f64,
+    /// Over the interval.
+    pub delta: HttpLoadCounts,
+    /// Connections open now.
+    pub open: u64,
+    /// Resident set now, KiB.
+    pub rss_kib: u64,
+}
+
+/// Known at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpLoadStart {
+    /// Workers' CPUs.
+    pub cpus: Vec<usize>,
+    /// Connections asked, all pools.
+    pub connections: usize,
+    /// Open-file limit got.
+    pub nofile: u64,
+    /// Hard limit.
+    pub nofile_hard: u64,
+}
+
+/// Status from a running load.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HttpLoadEvent {
+    /// Workers are going.
+    Started(HttpLoadStart),
+    /// One interval.
+    Tick(HttpLoadTick),
+}
+
+/// The resident set of this process, KiB (`VmRSS` of /proc/self/status; 0 if unreadable).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// A pool read into what each of `n` workers runs.
+fn plans(p: &PoolConfig, n: usize) -> Result<Vec<PoolPlan>, ToolError> {
+    if p.connections == 0 {
+        return Err(ToolError::usage(format!(
+            "pool {:?}: connections must be at least 1",
+            p.name
+        )));
+    }
+    if p.urls.is_empty() {
+        return Err(ToolError::usage(format!("pool {:?}: no URL", p.name)));
+    }
+    if let Some(r) = p.rate {
+        if !(r.is_finite() && r > 0.0) {
+            return Err(ToolError::usage(format!(
+                "pool {:?}: rate must be a positive number",
+                p.name
+            )));
+        }
+    }
+    if !(p.think_ms.is_finite() && p.think_ms >= 0.0) {
+        return Err(ToolError::usage(format!(
+            "pool {:?}: think_ms must be ≥ 0",
+            p.name
+        )));
+    }
+    let target = resolve(&p.target)?;
+    let sources = match &p.source {
+        Some(prefix) => {
+            let v = prefix_addresses(prefix, p.source_count)?;
+            check_local(&v, prefix)?;
+            v
+        }
+        None => Vec::new(),
+    };
+    let method = p.method.clone().unwrap_or_else(|| {
+        if p.body_size > 0 {
+            "POST".into()
+        } else {
+            "GET".into()
+        }
+    });
+    if !method.bytes().all(|b| b.is_ascii_uppercase()) || method.is_empty() {
+        return Err(ToolError::usage(format!(
+            "pool {:?}: method {method:?} is not an HTTP method",
+            p.name
+        )));
+    }
+    let mut cum = 0u64;
+    let mut requests = Vec::new();
+    for u in &p.urls {
+        if !u.path.starts_with('/') || u.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(ToolError::usage(format!(
+                "pool {:?}: URL path {:?} must start with / and hold no spaces",
+                p.name, u.path
+            )));
+        }
+        let path = match u.size {
+            Some(s) => format!(
+                "{}{}size={s}",
+                u.path,
+                if u.path.contains('?') { '&' } else { '?' }
+            ),
+            None => u.path.clone(),
+        };
+        let mut bytes = Vec::new();
+        h::write_request_head(
+            &mut bytes,
+            &method,
+            &p.target,
+            &path,
+            p.body_size,
+            p.keep_alive,
+        );
+        bytes.extend_from_slice(&h::body(usize::try_from(p.body_size).unwrap_or(usize::MAX)));
+        cum += u64::from(u.weight.max(1));
+        requests.push((Arc::<[u8]>::from(bytes), cum));
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut first = 0;
+    for w in 0..n {
+        let conns = p.connections / n + usize::from(w < p.connections % n);
+        out.push(PoolPlan {
+            target,
+            sources: sources.clone(),
+            conns,
+            first,
+            requests: requests.clone(),
+            head_method: method == "HEAD",
+            rate: p.rate.map(|r| r * conns as f64 / p.connections as f64),
+            think: Duration::from_secs_f64(p.think_ms / 1000.0),
+            keep_alive: p.keep_alive,
+        });
+        first += conns;
+    }
+    Ok(out)
+}
+
+/// Source addresses must be local; the first and the last are tried.
+fn check_local(v: &[std::net::IpAddr], prefix: &str) -> Result<(), ToolError> {
+    for ip in [v.first(), v.last()].into_iter().flatten() {
+        if std::net::TcpListener::bind((*ip, 0)).is_err() {
+            return Err(ToolError::usage(format!(
+                "source address {ip} (of {prefix}) is not local: route the prefix to this host with \
+                 `ip route add local {prefix} dev lo` (flowlane lab does this for its client prefix)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the load; `on_event` hears the start and each interval.
+pub fn run(
+    cfg: &HttpLoadConfig,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(HttpLoadEvent),
+) -> Result<HttpLoadReport, ToolError> {
+    let interval = crate::seconds("interval", cfg.interval_s)?;
+    let steady = crate::seconds("duration", cfg.duration_s)?;
+    let opt = |what: &str, v: f64| -> Result<Duration, ToolError> {
+        if v == 0.0 {
+            Ok(Duration::ZERO)
+        } else {
+            crate::seconds(what, v)
+        }
+    };
+    let (ramp_up, ramp_down) = (
+        opt("ramp-up", cfg.ramp_up_s)?,
+        opt("ramp-down", cfg.ramp_down_s)?,
+    );
+    let (drain, timeout) = (
+        opt("drain", cfg.drain_s)?,
+        crate::seconds("timeout", cfg.timeout_s)?,
+    );
+    if cfg.cpus.is_empty() || cfg.pools.is_empty() {
+        return Err(ToolError::usage("no CPUs or no pools to run"));
+    }
+    let n = cfg.cpus.len();
+    let per_pool: Vec<Vec<PoolPlan>> = cfg
+        .pools
+        .iter()
+        .map(|p| plans(p, n))
+        .collect::<Result<_, _>>()?;
+    let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
+    let (nofile, hard) = flowlane_io::os::raise_nofile_limit().unwrap_or((0, 0));
+    if nofile > 0 && connections as u64 + 64 > nofile {
+        return Err(ToolError::usage(format!(
+            "{connections} connections need as many open files, and this process may open {nofile} \
+             (hard limit {hard}; root without CAP_SYS_RESOURCE cannot raise it): ask for at most {}",
+            nofile.saturating_sub(64)
+        )));
+    }
+    let start_at = Instant::now() + Duration::from_millis(50);
+    let plan = LoadPlan {
+        start: start_at,
+        ramp_up,
+        steady,
+        ramp_down,
+        drain,
+        timeout,
+        connect_window: cfg.connect_window.max(1),
+    };
+    let slots: Vec<LatencySlot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
+    let (slots2, plan2) = (slots.clone(), plan.clone());
+    let rt_cfg = Config {
+        cpus: cfg.cpus.clone(),
+        budget: 512,
+        wait_ms: 20,
+    };
+    let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
+    let mut rt: Runtime<HttpLoadStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
+        let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
+        ClientWorker::new(
+            pools,
+            plan2.clone(),
+            slots2[idx].clone(),
+            0x9e37_79b9_7f4a_7c15 ^ idx as u64,
+        )
+    })
+    .map_err(|e| ToolError::runtime(e.to_string()))?;
+    // After the workers made their buffers, before any connection.
+    let rss_start = rss_kib();
+    on_event(HttpLoadEvent::Started(HttpLoadStart {
+        cpus: cfg.cpus.clone(),
+        connections,
+        nofile,
+        nofile_hard: hard,
+    }));
+    let rule = StopRule {
+        external: stop.clone(),
+        deadline: None,
+    };
+    let (mut peak, mut rss_at_peak) = (0u64, rss_start);
+    let (mut steady_first, mut steady_last) = (0u64, 0u64);
+    let steady_span = (
+        ramp_up + Duration::from_millis(50),
+        ramp_up + steady + Duration::from_millis(50),
+    );
+    let mut steady_counts: (Option<HttpLoadSnapshot>, Option<HttpLoadSnapshot>) = (None, None);
+    let end = rt.session(Some(interval), &rule, &mut |t| {
+        let total = t.total().role;
+        let open = total.connects.saturating_sub(total.closes);
+        let rss = rss_kib();
+        if open > peak {
+            peak = open;
+            rss_at_peak = rss;
+        }
+        if t.elapsed >= steady_span.0 && t.elapsed <= steady_span.1 + interval / 2 {
+            if steady_first == 0 {
+                steady_first = rss;
+            }
+            steady_last = rss;
+        }
+        if steady_counts.0.is_none() && t.elapsed >= steady_span.0 {
+            steady_counts.0 = Some(total);
+        }
+        if t.elapsed <= steady_span.1 {
+            steady_counts.1 = Some(total);
+        }
+        on_event(HttpLoadEvent::Tick(HttpLoadTick {
+            elapsed_s: t.elapsed.as_secs_f64(),
+            interval_s: t.interval.as_secs_f64(),
+            delta: HttpLoadCounts::from(&t.delta().role),
+            open,
+            rss_kib: rss,
+        }));
+    });
+    let cpu_s = flowlane_io::os::process_cpu_ns()
+        .unwrap_or(0)
+        .saturating_sub(cpu0) as f64
+        / 1e9;
+    let total = HttpLoadCounts::from(&end.total().role);
+    let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
+    for s in &slots {
+        if let Some(v) = s.lock().ok().and_then(|mut g| g.take()) {
+            for (a, b) in lat.iter_mut().zip(&v) {
+                a.merge(b);
+            }
+        }
+    }
+    let mut all = PoolLatency::new();
+    for l in &lat {
+        all.merge(l);
+    }
+    // Rates over the steady phase: the answers counted in it when there are ramps; else the
+    // whole run over its length (from the start to the last answer).
+    let ramps = !ramp_up.is_zero() || !ramp_down.is_zero();
+    let secs = end.elapsed.as_secs_f64();
+    let (span_resp, span_body, span_s) = match (ramps, steady_counts) {
+        (true, (Some(a), Some(b))) => (
+            b.responses.saturating_sub(a.responses),
+            b.body_bytes.saturating_sub(a.body_bytes),
+            steady.as_secs_f64(),
+        ),
+        _ => (
+            total.responses,
+            total.body_bytes,
+            steady.as_secs_f64().min(secs).max(1e-9),
+        ),
+    };
+    let errors = total.errors();
+    let worker_errors: Vec<WorkerError> = end
+        .errors
+        .into_iter()
+        .map(|(worker, error)| WorkerError { worker, error })
+        .collect();
+    let passed = worker_errors.is_empty() && cfg.max_errors.is_none_or(|m| errors <= m);
+    Ok(HttpLoadReport {
+        cpus: cfg.cpus.clone(),
+        duration_s: (secs * 1000.0).round() / 1000.0,
+        steady_s: steady.as_secs_f64(),
+        requests_per_s: span_resp as f64 / span_s,
+        body_bytes_per_s: span_body as f64 / span_s,
+        unanswered: total.requests.saturating_sub(total.responses),
+        errors,
+        max_errors: cfg.max_errors,
+        passed,
+        pools: cfg
+            .pools
+            .iter()
+            .zip(&lat)
+            .map(|(p, l)| PoolReport {
+                name: p.name.clone(),
+                mode: if p.rate.is_some() {
+                    "constant-rate"
+                } else {
+                    "closed-loop"
+                }
+                .into(),
+                connections: p.connections,
+                rate: p.rate,
+                latency: LatencyUs::of(&l.intended),
+                latency_actual: LatencyUs::of(&l.actual),
+                send_lag: LatencyUs::of(&l.lag),
+                by_class: l
+                    .by_class
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, hc)| LatencyUs::of(hc).map(|x| (format!("{}xx", i + 1), x)))
+                    .collect(),
+            })
+            .collect(),
+        latency: LatencyUs::of(&all.intended),
+        nofile,
+        memory: Memory {
+            rss_start_kib: rss_start,
+            rss_connected_kib: rss_at_peak,
+            connections_then: peak,
+            per_connection_bytes: (rss_at_peak.saturating_sub(rss_start) * 1024)
+                .checked_div(peak)
+                .unwrap_or(0),
+            rss_steady_first_kib: steady_first,
+            rss_steady_last_kib: steady_last,
+        },
+        cpu_s: (cpu_s * 1000.0).round() / 1000.0,
+        responses_per_cpu_s: if cpu_s > 0.0 {
+            total.responses as f64 / cpu_s
+        } else {
+            0.0
+        },
+        total,
+        worker_errors,
+    })
+}

@@ -1,0 +1,323 @@
+//! `http serve`: one pinned worker per CPU, each with its own `SO_REUSEPORT` listener; the
+//! classic BPF program `serve` uses for UDP picks the listener of the worker on the CPU that
+//! processed the SYN, so a connection's packets and its worker share a CPU. Answers
+//! `GET /bytes/N` (or `size=N` in the query) with N bytes of the pattern, `/echo` with the
+//! request's body, `/` with the default size.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use flowlane_io::tcp::{self, GroupError, ListenConfig, Steering};
+use flowlane_runtime::http::server::{
+    Bodies, HttpServeSnapshot, HttpServeStats, ServerConfig, ServerWorker,
+};
+use flowlane_runtime::{Config, Runtime, StartError, StopRule};
+use serde::{Deserialize, Serialize};
+
+use crate::{ToolError, WorkerError};
+
+/// What to serve.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HttpServeConfig {
+    /// Address every worker's listener binds.
+    pub bind: SocketAddr,
+    /// One worker per CPU, in this order.
+    pub cpus: Vec<usize>,
+    /// Steer connections to the worker on the CPU that processed their SYN (else the
+    /// kernel's reuseport hash).
+    pub steer: bool,
+    /// Accept queue length per listener (capped by `net.core.somaxconn`).
+    pub backlog: i32,
+    /// Bytes `/` answers.
+    pub default_size: u64,
+    /// Bodies up to this many bytes are written from a buffer; larger ones go by `sendfile`.
+    pub copy_max: usize,
+    /// The largest body answered (a memfd of this size is made; larger asks get 413).
+    pub max_size: u64,
+    /// Longest request head accepted (431 beyond).
+    pub max_head: usize,
+    /// Run this long (seconds); `None`: until stopped.
+    pub duration_s: Option<f64>,
+    /// Status interval, seconds.
+    pub interval_s: f64,
+}
+
+impl Default for HttpServeConfig {
+    fn default() -> Self {
+        HttpServeConfig {
+            bind: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            cpus: vec![0],
+            steer: true,
+            backlog: 4096,
+            default_size: 64,
+            copy_max: 16 * 1024,
+            max_size: 16 << 20,
+            max_head: 16 * 1024,
+            duration_s: None,
+            interval_s: 1.0,
+        }
+    }
+}
+
+/// A server's counters (cumulative, or over one interval).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpServeCounts {
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections closed.
+    pub closed: u64,
+    /// Accepted connections whose packets were processed on another CPU (SO_INCOMING_CPU).
+    pub missteered: u64,
+    /// Requests read.
+    pub requests: u64,
+    /// 2xx answers.
+    pub status_2xx: u64,
+    /// 4xx answers (bad request, not found, too large, head too large).
+    pub status_4xx: u64,
+    /// 5xx answers (not implemented).
+    pub status_5xx: u64,
+    /// Bytes read.
+    pub rx_bytes: u64,
+    /// Request body bytes read.
+    pub body_rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Of those, body bytes sent by `sendfile` (no user-space copy).
+    pub sendfile_bytes: u64,
+    /// Heads that could not be parsed.
+    pub parse_errors: u64,
+    /// Connections reset or failed while reading or writing.
+    pub io_errors: u64,
+    /// Accepts refused for want of descriptors or memory.
+    pub accept_errors: u64,
+}
+
+impl From<&HttpServeSnapshot> for HttpServeCounts {
+    fn from(s: &HttpServeSnapshot) -> Self {
+        HttpServeCounts {
+            accepted: s.accepted,
+            closed: s.closed,
+            missteered: s.missteered,
+            requests: s.requests,
+            status_2xx: s.status_2xx,
+            status_4xx: s.status_4xx,
+            status_5xx: s.status_5xx,
+            rx_bytes: s.rx_bytes,
+            body_rx_bytes: s.body_rx_bytes,
+            tx_bytes: s.tx_bytes,
+            sendfile_bytes: s.sendfile_bytes,
+            parse_errors: s.parse_errors,
+            io_errors: s.io_errors,
+            accept_errors: s.accept_errors,
+        }
+    }
+}
+
+/// One worker's share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpServeWorker {
+    /// Its CPU.
+    pub cpu: usize,
+    /// Its counters.
+    pub counts: HttpServeCounts,
+}
+
+/// What a server did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HttpServeReport {
+    /// Address served.
+    pub bind: String,
+    /// `cpu-bpf` or `reuseport-hash`.
+    pub steering: String,
+    /// Why the kernel's hash steers, when it does.
+    pub steering_reason: Option<String>,
+    /// Seconds served.
+    pub duration_s: f64,
+    /// Per worker.
+    pub workers: Vec<HttpServeWorker>,
+    /// All workers.
+    pub total: HttpServeCounts,
+    /// Requests per second over the run.
+    pub requests_per_s: f64,
+    /// Bodies up to this size were copied from a buffer; larger ones sent by `sendfile`.
+    pub copy_max: usize,
+    /// The largest body answered.
+    pub max_size: u64,
+    /// The open-file limit in force (soft; raised to the hard one at start).
+    pub nofile: u64,
+    /// Workers that stopped on an error.
+    pub errors: Vec<WorkerError>,
+}
+
+/// Known once every listener is open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpServeStart {
+    /// The address.
+    pub bind: SocketAddr,
+    /// Workers' CPUs.
+    pub cpus: Vec<usize>,
+    /// Steering in force, and why not when not.
+    pub steering: String,
+    /// Why not CPU steering.
+    pub steering_reason: Option<String>,
+    /// Open-file limit.
+    pub nofile: u64,
+}
+
+/// One status interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpServeTick {
+    /// Since start.
+    pub elapsed_s: f64,
+    /// This interval.
+    pub interval_s: f64,
+    /// Over the interval.
+    pub delta: HttpServeCounts,
+    /// Connections open now.
+    pub open: u64,
+}
+
+/// Status from a running server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HttpServeEvent {
+    /// Listening: clients may connect.
+    Started(HttpServeStart),
+    /// One interval.
+    Tick(HttpServeTick),
+}
+
+fn group_error(e: GroupError) -> ToolError {
+    match e {
+        GroupError::AddrInUse(a) => ToolError::usage(format!(
+            "{a} is in use by another program (find it with `ss -tlpn sport = :{}`), or choose another --bind port",
+            a.port()
+        )),
+        GroupError::Sys(e) => ToolError::runtime(e.to_string()),
+        other => ToolError::usage(other.to_string()),
+    }
+}
+
+/// Serves until the duration is over or `stop` is set.
+pub fn run(
+    cfg: &HttpServeConfig,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(HttpServeEvent),
+) -> Result<HttpServeReport, ToolError> {
+    let interval = crate::seconds("interval", cfg.interval_s)?;
+    let duration = cfg
+        .duration_s
+        .map(|d| crate::seconds("duration", d))
+        .transpose()?;
+    if cfg.bind.port() == 0 {
+        return Err(ToolError::usage(
+            "bind: name a port (0 would give each worker its own)",
+        ));
+    }
+    if cfg.cpus.is_empty() {
+        return Err(ToolError::usage("no CPUs to run workers on"));
+    }
+    let nofile = flowlane_io::os::raise_nofile_limit()
+        .map(|(soft, _)| soft)
+        .unwrap_or(0);
+    let bodies = Arc::new(
+        Bodies::new(cfg.copy_max, cfg.max_size)
+            .map_err(|e| ToolError::runtime(format!("cannot make the body file: {e}")))?,
+    );
+    let lcfg = ListenConfig {
+        addr: cfg.bind,
+        backlog: cfg.backlog,
+        v6only: false,
+    };
+    let first: Arc<Mutex<Option<TcpListener>>> = Arc::new(Mutex::new(None));
+    let f2 = first.clone();
+    let scfg = ServerConfig {
+        default_size: cfg.default_size,
+        max_head: cfg.max_head,
+    };
+    let rt_cfg = Config {
+        cpus: cfg.cpus.clone(),
+        budget: 256,
+        wait_ms: 100,
+    };
+    let mut rt: Runtime<HttpServeStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
+        let l = tcp::listen_one(&lcfg)?;
+        if idx == 0 {
+            let c = l.try_clone().map_err(|source| {
+                GroupError::Sys(flowlane_io::SysError {
+                    call: "dup",
+                    source,
+                })
+            })?;
+            if let Ok(mut g) = f2.lock() {
+                *g = Some(c);
+            }
+        }
+        ServerWorker::new(l, cpu, bodies.clone(), scfg.clone()).map_err(GroupError::Sys)
+    })
+    .map_err(|e| match e {
+        StartError::Open(g) => group_error(g),
+        other => ToolError::runtime(other.to_string()),
+    })?;
+    let steering = match first.lock().ok().and_then(|mut g| g.take()) {
+        Some(l) => tcp::attach_steering(&l, &cfg.cpus, cfg.steer),
+        None => Steering::ReuseportHash {
+            reason: "no listener to attach to".into(),
+        },
+    };
+    let steering_reason = match &steering {
+        Steering::ReuseportHash { reason } => Some(reason.clone()),
+        Steering::CpuBpf => None,
+    };
+    on_event(HttpServeEvent::Started(HttpServeStart {
+        bind: cfg.bind,
+        cpus: cfg.cpus.clone(),
+        steering: steering.name().into(),
+        steering_reason: steering_reason.clone(),
+        nofile,
+    }));
+    let rule = StopRule {
+        external: stop.clone(),
+        deadline: duration,
+    };
+    let end = rt.session(Some(interval), &rule, &mut |t| {
+        let total = t.total();
+        on_event(HttpServeEvent::Tick(HttpServeTick {
+            elapsed_s: t.elapsed.as_secs_f64(),
+            interval_s: t.interval.as_secs_f64(),
+            delta: HttpServeCounts::from(&t.delta().role),
+            open: total.role.accepted.saturating_sub(total.role.closed),
+        }))
+    });
+    let secs = end.elapsed.as_secs_f64();
+    let total = HttpServeCounts::from(&end.total().role);
+    Ok(HttpServeReport {
+        bind: cfg.bind.to_string(),
+        steering: steering.name().into(),
+        steering_reason,
+        duration_s: (secs * 1000.0).round() / 1000.0,
+        workers: cfg
+            .cpus
+            .iter()
+            .zip(&end.finals)
+            .map(|(&cpu, s)| HttpServeWorker {
+                cpu,
+                counts: HttpServeCounts::from(&s.role),
+            })
+            .collect(),
+        requests_per_s: if secs > 0.0 {
+            total.requests as f64 / secs
+        } else {
+            0.0
+        },
+        total,
+        copy_max: cfg.copy_max,
+        max_size: cfg.max_size.max(cfg.copy_max as u64),
+        nofile,
+        errors: end
+            .errors
+            .into_iter()
+            .map(|(worker, error)| WorkerError { worker, error })
+            .collect(),
+    })
+}
