@@ -84,10 +84,9 @@ pub struct ServeArgs {
     live: LiveArgs,
 }
 
-/// Load an HTTP/1.1 server: one pinned worker per CPU, each with its own connections and event
-/// loop (no accept or dispatch thread).
+/// Load an HTTP/1.1 server from one pinned worker per CPU, each with its own event loop.
 ///
-/// Closed loop (the default, as wrk): each connection sends its next request when the last
+/// Each worker owns its connections; there is no accept or dispatch thread. Closed loop (the default, as wrk): each connection sends its next request when the last
 /// answer came. Constant rate (-R, as wrk2): requests are scheduled at intended times spread
 /// over the connections; one whose connection is still busy leaves when it is free, and its
 /// latency counts from the intended time — a stalled server cannot hide behind the requests it

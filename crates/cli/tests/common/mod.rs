@@ -48,31 +48,44 @@ pub fn blast_judged_ok(code: Option<i32>, j: Value) -> Value {
     j
 }
 
-/// A running `flowlane forward`, banner seen; stopped with SIGINT by [`Forwarder::finish`]
-/// (killed if the test fails first).
-pub struct Forwarder {
+/// A running flowlane command, its banner seen; stopped with SIGINT by [`Running::finish`]
+/// (killed if the test fails first). Its JSON summary is read from stdout.
+pub struct Running {
     child: std::process::Child,
     rest: Option<std::thread::JoinHandle<String>>,
 }
 
-impl Forwarder {
+/// A running `flowlane forward`.
+pub type Forwarder = Running;
+
+impl Running {
     /// Starts `cmd` (a `flowlane forward …` command) with `--json --duration 120` added and
     /// waits for its banner.
-    pub fn start(mut cmd: std::process::Command) -> Forwarder {
+    pub fn start(mut cmd: std::process::Command) -> Running {
+        cmd.args(["--json", "--duration", "120"]);
+        Running::start_with(cmd, "flowlane forward:")
+    }
+
+    /// Starts `cmd` as it is (it prints its banner, starting with `banner`, on stderr and its
+    /// JSON summary on stdout) and waits for the banner.
+    pub fn start_with(mut cmd: std::process::Command, banner: &str) -> Running {
         use std::io::{BufRead, BufReader};
         use std::process::Stdio;
         let mut child = cmd
-            .args(["--json", "--duration", "120"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("forward starts");
+            .expect("command starts");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let banner = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(banner.starts_with("flowlane forward:"), "{banner}");
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        if !first.starts_with(banner) {
+            let _ = child.kill();
+            let rest: Vec<String> = lines.map_while(Result::ok).collect();
+            panic!("expected `{banner}…`, got: {first}\n{}", rest.join("\n"));
+        }
         let rest =
             std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
-        Forwarder {
+        Running {
             child,
             rest: Some(rest),
         }
@@ -89,12 +102,12 @@ impl Forwarder {
         let code = self.child.wait().expect("exits").code();
         let err = self.rest.take().map(|h| h.join().unwrap_or_default());
         let j = serde_json::from_str(&out)
-            .unwrap_or_else(|e| panic!("forward's JSON summary ({e}): {err:?}"));
+            .unwrap_or_else(|e| panic!("the JSON summary ({e}): {err:?}"));
         (code, j)
     }
 }
 
-impl Drop for Forwarder {
+impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

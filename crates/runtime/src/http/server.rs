@@ -363,6 +363,11 @@ impl ServerWorker {
                     return (data.len(), true);
                 }
             };
+            if head.head_len > self.cfg.max_head {
+                bump(&st.parse_errors, 1);
+                self.error(431, st);
+                return (data.len(), true);
+            }
             bump(&st.requests, 1);
             at += head.head_len;
             match head.body {

@@ -1,0 +1,582 @@
+//! `flowlane http serve` and `http load` against real peers in private namespaces: curl and
+//! raw sockets check the server's bodies byte for byte, nginx's access log and stub_status
+//! count what `http load` sent, wrk loads the server, and one run holds 19 000 connections
+//! from 100 source addresses (counted in the kernel's socket table).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{need_program, Running, ONE_AT_A_TIME};
+use flowlane_lab::Netns;
+use flowlane_wire::http::body;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+const ADDR: &str = "198.18.0.1";
+
+/// A namespace with `lo` up and 198.18.0.1 on it, one test at a time.
+fn netns() -> Option<(std::sync::MutexGuard<'static, ()>, Netns)> {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
+        return None;
+    }
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ns = Netns::create("flh").expect("namespace");
+    ns.ip(&["link", "set", "lo", "up"]).expect("lo up");
+    ns.ip(&["addr", "add", &format!("{ADDR}/32"), "dev", "lo"])
+        .expect("address");
+    Some((guard, ns))
+}
+
+fn serve(ns: &Netns, port: u16, extra: &[&str]) -> Running {
+    let bind = format!("{ADDR}:{port}");
+    let mut cmd = ns.command(BIN);
+    cmd.args([
+        "http",
+        "serve",
+        "--bind",
+        &bind,
+        "--json",
+        "--duration",
+        "300",
+    ])
+    .args(extra);
+    Running::start_with(cmd, "flowlane http serve:")
+}
+
+fn load(ns: &Netns, args: &[&str]) -> (Option<i32>, Value) {
+    let out = ns
+        .command(BIN)
+        .args(["http", "load", "--json", "--quiet"])
+        .args(args)
+        .output()
+        .expect("load runs");
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "load's JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), j)
+}
+
+fn curl(ns: &Netns, args: &[&str]) -> Vec<u8> {
+    let out = ns
+        .command("curl")
+        .args(["-sS"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn u(j: &Value, path: &[&str]) -> u64 {
+    let mut v = j;
+    for p in path {
+        v = &v[*p];
+    }
+    v.as_u64().unwrap_or_else(|| panic!("{path:?} in {j}"))
+}
+
+#[test]
+fn serve_bodies_are_byte_exact_and_counted() {
+    let Some((_g, ns)) = netns() else { return };
+    if !need_program("curl") {
+        return;
+    }
+    let srv = serve(&ns, 8080, &[]);
+    let url = |p: &str| format!("http://{ADDR}:8080{p}");
+    let sizes = [0u64, 1, 63, 64, 1000, 16384, 16385, 65536, 1 << 20];
+    for n in sizes {
+        let got = curl(&ns, &[&url(&format!("/bytes/{n}"))]);
+        assert_eq!(got.len() as u64, n, "size {n}");
+        assert!(
+            got == body(n as usize),
+            "body of /bytes/{n} differs from the pattern"
+        );
+    }
+    // A query size, and three requests on one connection (curl reuses it).
+    assert_eq!(curl(&ns, &[&url("/anything?x=1&size=70")]), body(70));
+    let three = curl(&ns, &[&url("/bytes/3"), &url("/bytes/5"), &url("/")]);
+    assert_eq!(three, [body(3), body(5), body(64)].concat());
+    // An echoed body of 100 000 bytes that are not the pattern.
+    let payload: Vec<u8> = (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let file = std::env::temp_dir().join(format!("flh-echo-{}", std::process::id()));
+    std::fs::write(&file, &payload).expect("temp file");
+    let echoed = curl(
+        &ns,
+        &[
+            "--data-binary",
+            &format!("@{}", file.display()),
+            &url("/echo"),
+        ],
+    );
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        echoed == payload,
+        "echo differs ({} bytes back)",
+        echoed.len()
+    );
+    let head = String::from_utf8_lossy(&curl(&ns, &["-I", &url("/bytes/5000")])).to_string();
+    assert!(head.contains("Content-Length: 5000"), "{head}");
+    let code = curl(
+        &ns,
+        &["-o", "/dev/null", "-w", "%{http_code}", &url("/nope")],
+    );
+    assert_eq!(code, b"404");
+    // Pipelined: two requests in one write, two answers back in order.
+    let raw = ns
+        .run(|| {
+            let mut s = TcpStream::connect((ADDR, 8080)).expect("connect");
+            s.write_all(b"GET /bytes/3 HTTP/1.1\r\nHost: a\r\n\r\nGET /bytes/2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .expect("write");
+            let mut v = Vec::new();
+            s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+            s.read_to_end(&mut v).expect("read");
+            String::from_utf8_lossy(&v).into_owned()
+        })
+        .expect("in namespace");
+    let bodies: Vec<&str> = raw.split("\r\n\r\n").collect();
+    assert_eq!(bodies.len(), 3, "{raw}");
+    assert!(bodies[1].starts_with("012HTTP/1.1 200"), "{raw}");
+    assert_eq!(bodies[2], "01", "{raw}");
+    assert!(raw.contains("Connection: close"), "{raw}");
+
+    let (code, j) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    let t = &j["total"];
+    // 9 sizes, 1 query, 3 on one connection, echo, HEAD, 404, 2 pipelined.
+    assert_eq!(u(t, &["requests"]), 18, "{j}");
+    assert_eq!(u(t, &["status_2xx"]), 17, "{j}");
+    assert_eq!(u(t, &["status_4xx"]), 1, "{j}");
+    assert_eq!(u(t, &["accepted"]), 15, "{j}");
+    assert_eq!(u(t, &["closed"]), 15, "{j}");
+    assert_eq!(u(t, &["body_rx_bytes"]), 100_000, "{j}");
+    assert_eq!(u(t, &["sendfile_bytes"]), 16385 + 65536 + (1 << 20), "{j}");
+    assert_eq!(u(t, &["parse_errors"]) + u(t, &["io_errors"]), 0, "{j}");
+}
+
+#[test]
+fn malformed_requests_get_an_error_and_a_count() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8080, &[]);
+    let answers = ns
+        .run(|| {
+            let ask = |req: &[u8]| {
+                let mut s = TcpStream::connect((ADDR, 8080)).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+                s.write_all(req).expect("write");
+                let mut v = Vec::new();
+                let _ = s.read_to_end(&mut v);
+                String::from_utf8_lossy(&v).into_owned()
+            };
+            vec![
+                ask(b"\x01\x02 nonsense\r\n\r\n"),
+                ask(b"GET /bytes/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
+                ask(b"GET /bytes/999999999999 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
+                ask(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+                ask(&[b"GET / HTTP/1.1\r\nX: ".as_slice(), &[b'a'; 20_000], b"\r\n\r\n"].concat()),
+                ask(b"POST /bytes/4 HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+            ]
+        })
+        .expect("in namespace");
+    assert!(answers[0].starts_with("HTTP/1.1 400"), "{}", answers[0]);
+    assert!(answers[1].starts_with("HTTP/1.1 400"), "{}", answers[1]);
+    assert!(answers[2].starts_with("HTTP/1.1 413"), "{}", answers[2]);
+    assert!(answers[3].starts_with("HTTP/1.1 501"), "{}", answers[3]);
+    assert!(answers[4].starts_with("HTTP/1.1 431"), "{}", answers[4]);
+    assert!(
+        answers[5].starts_with("HTTP/1.1 200") && answers[5].ends_with("\r\n\r\n0123"),
+        "{}",
+        answers[5]
+    );
+    let (code, j) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    let t = &j["total"];
+    assert_eq!(u(t, &["parse_errors"]), 2, "{j}");
+    assert_eq!(u(t, &["status_4xx"]), 4, "{j}");
+    assert_eq!(u(t, &["status_5xx"]), 1, "{j}");
+    assert_eq!(u(t, &["status_2xx"]), 1, "{j}");
+    // The chunked echo is refused before its body is read.
+    assert_eq!(u(t, &["body_rx_bytes"]), 3, "{j}");
+}
+
+/// Waits until something accepts on `ADDR:port` inside `ns` (10 s at most).
+fn wait_listening(ns: &Netns, port: u16) {
+    let ok = ns
+        .run(|| {
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                if TcpStream::connect((ADDR, port)).is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            false
+        })
+        .expect("in namespace");
+    assert!(ok, "nothing listens on {ADDR}:{port}");
+}
+
+#[test]
+fn load_counts_what_nginx_counts() {
+    let Some((_g, ns)) = netns() else { return };
+    if !need_program("nginx") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("flh-nginx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let d = dir.display();
+    let conf = format!(
+        "daemon off; master_process off; worker_processes 1; user root; pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log {d}/access.log;
+  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
+  server {{
+    listen {ADDR}:8081;
+    location = /stub {{ stub_status; access_log off; }}
+    location / {{ return 200 \"0123456789\"; }}
+  }}
+}}
+"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
+    let mut nginx = ns
+        .command("nginx")
+        .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nginx starts");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let nginx = Kill(&mut nginx);
+    wait_listening(&ns, 8081);
+    // 20 connections for 2 s: nginx closes each after 1000 requests (keepalive_requests), so
+    // reconnects are part of the run.
+    let (code, j) = load(
+        &ns,
+        &[
+            "http://198.18.0.1:8081/a",
+            "-c",
+            "20",
+            "-d",
+            "2",
+            "--max-errors",
+            "0",
+        ],
+    );
+    assert_eq!(code, Some(0), "{j}");
+    let t = &j["total"];
+    let responses = u(t, &["responses"]);
+    assert!(responses > 1000, "{j}");
+    assert_eq!(u(t, &["requests"]), responses, "{j}");
+    assert_eq!(u(t, &["status_2xx"]), responses, "{j}");
+    assert_eq!(u(t, &["body_bytes"]), responses * 10, "{j}");
+    assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
+    // nginx writes a log line per request once it is answered; wait for the last.
+    let logged = || {
+        std::fs::read_to_string(dir.join("access.log"))
+            .map(|s| s.lines().count() as u64)
+            .unwrap_or(0)
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while logged() < responses && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        logged(),
+        responses,
+        "nginx's access log against load's count"
+    );
+    // stub_status: requests handled, the stub's own included.
+    let stub = ns
+        .run(|| {
+            let mut s = TcpStream::connect((ADDR, 8081)).expect("connect");
+            s.write_all(b"GET /stub HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .expect("write");
+            let mut v = String::new();
+            let _ = s.read_to_string(&mut v);
+            v
+        })
+        .expect("in namespace");
+    let nums: Vec<u64> = stub
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(nums.len(), 3, "{stub}");
+    assert_eq!(nums[2], responses + 1, "stub_status requests: {stub}");
+    // Connections: load's connects + the readiness probe + the stub's.
+    assert_eq!(
+        nums[0],
+        u(t, &["connects"]) + 2,
+        "stub_status accepts: {stub}"
+    );
+    drop(nginx);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_counts_equal_load_and_bound_wrk() {
+    let Some((_g, ns)) = netns() else { return };
+    // Our own load: drained at the end, so every request counted was answered.
+    let srv = serve(&ns, 8080, &[]);
+    let (code, l) = load(
+        &ns,
+        &[
+            "http://198.18.0.1:8080/bytes/1024",
+            "-c",
+            "32",
+            "-d",
+            "2",
+            "--max-errors",
+            "0",
+        ],
+    );
+    assert_eq!(code, Some(0), "{l}");
+    let (code, s) = srv.finish();
+    assert_eq!(code, Some(0), "{s}");
+    let n = u(&l, &["total", "responses"]);
+    assert!(n > 1000, "{l}");
+    assert_eq!(u(&s, &["total", "requests"]), n, "serve {s}\nload {l}");
+    assert_eq!(u(&s, &["total", "accepted"]), u(&l, &["total", "connects"]));
+    assert_eq!(u(&l, &["total", "body_bytes"]), n * 1024);
+    // wrk stops with requests in flight: the server read between its count and its count
+    // plus one per connection.
+    if !need_program("wrk") {
+        return;
+    }
+    let srv = serve(&ns, 8080, &[]);
+    let out = ns
+        .command("wrk")
+        .args(["-t1", "-c20", "-d2s", "http://198.18.0.1:8080/bytes/64"])
+        .output()
+        .expect("wrk runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let wrk_n: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .split_once(" requests in ")
+                .and_then(|(n, _)| n.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("wrk's count: {text}"));
+    assert!(
+        !text.contains("Non-2xx") && !text.contains("Socket errors"),
+        "{text}"
+    );
+    let (_, s) = srv.finish();
+    let served = u(&s, &["total", "requests"]);
+    assert!(
+        wrk_n > 1000 && served >= wrk_n && served <= wrk_n + 20,
+        "wrk {wrk_n}, served {served}\n{text}"
+    );
+    assert_eq!(u(&s, &["total", "status_2xx"]), served);
+}
+
+#[test]
+fn constant_rate_is_held_and_latency_counts_from_the_intended_time() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8080, &[]);
+    // A busy 2-core machine can hold the sender back; the run says how much (send lag). Two
+    // attempts, each checked in full.
+    let (mut last, mut answered) = (Value::Null, 0);
+    for _ in 0..2 {
+        let (code, j) = load(
+            &ns,
+            &[
+                "http://198.18.0.1:8080/bytes/100",
+                "-c",
+                "20",
+                "-R",
+                "2000",
+                "-d",
+                "3",
+                "--max-errors",
+                "0",
+            ],
+        );
+        assert_eq!(code, Some(0), "{j}");
+        answered += u(&j, &["total", "responses"]);
+        let p = &j["pools"][0];
+        assert_eq!(p["mode"], "constant-rate", "{j}");
+        let intended = p["latency"]["p50"].as_f64().expect("p50");
+        let actual = p["latency_actual"]["p50"].as_f64().expect("p50");
+        assert!(intended >= actual, "{j}");
+        assert_eq!(p["send_lag"]["count"], p["latency"]["count"], "{j}");
+        let rate = j["requests_per_s"].as_f64().expect("rate");
+        last = j;
+        if (rate - 2000.0).abs() / 2000.0 < 0.02 {
+            let (code, s) = srv.finish();
+            assert_eq!(code, Some(0), "{s}");
+            assert_eq!(u(&s, &["total", "requests"]), answered, "{s}");
+            return;
+        }
+    }
+    panic!("2000 requests/s not held within 2 % in two attempts: {last}");
+}
+
+#[test]
+fn nineteen_thousand_connections_from_a_hundred_addresses() {
+    let Some((_g, ns)) = netns() else { return };
+    ns.ip(&["route", "add", "local", "198.18.128.0/17", "dev", "lo"])
+        .expect("local route");
+    let srv = serve(&ns, 8080, &[]);
+    let handle = {
+        let cmd_ns = Netns::existing(ns.name());
+        std::thread::spawn(move || {
+            load(
+                &cmd_ns,
+                &[
+                    "http://198.18.0.1:8080/bytes/64",
+                    "-c",
+                    "19000",
+                    "--source",
+                    "198.18.128.0/17",
+                    "--source-count",
+                    "100",
+                    "--think-ms",
+                    "2000",
+                    "-d",
+                    "6",
+                    "--max-errors",
+                    "0",
+                ],
+            )
+        })
+    };
+    // The kernel's view while the load holds its connections: established TCP sockets to
+    // port 8080 (the client ends), by local address.
+    let seen = ns
+        .run(|| {
+            let until = Instant::now() + Duration::from_secs(30);
+            let mut best = (0usize, 0usize);
+            while Instant::now() < until {
+                let tcp = std::fs::read_to_string("/proc/thread-self/net/tcp").unwrap_or_default();
+                let mut n = 0;
+                let mut addrs = std::collections::HashSet::new();
+                for l in tcp.lines().skip(1) {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    if f.len() > 3 && f[3] == "01" && f[2].ends_with(":1F90") {
+                        n += 1;
+                        addrs.insert(f[1].split(':').next().unwrap_or("").to_string());
+                    }
+                }
+                if n > best.0 {
+                    best = (n, addrs.len());
+                }
+                if n >= 19_000 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            best
+        })
+        .expect("in namespace");
+    let (code, j) = handle.join().expect("load thread");
+    let (_, s) = srv.finish();
+    assert_eq!(
+        seen,
+        (19_000, 100),
+        "established client sockets and their source addresses"
+    );
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(u(&j, &["total", "connects"]), 19_000, "{j}");
+    assert_eq!(u(&j, &["errors"]), 0, "{j}");
+    assert!(u(&j, &["nofile"]) >= 19_064, "{j}");
+    assert_eq!(u(&s, &["total", "accepted"]), 19_000, "{s}");
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        u(&j, &["total", "responses"])
+    );
+    let m = &j["memory"];
+    assert_eq!(u(m, &["connections_then"]), 19_000, "{j}");
+    // The load's own memory per connection (its socket state lives in the kernel).
+    assert!(u(m, &["per_connection_bytes"]) < 4096, "{j}");
+}
+
+#[test]
+fn load_errors_and_usage() {
+    // Refused: nothing listens on this loopback port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = Command::new(BIN)
+        .args([
+            "http",
+            "load",
+            &url,
+            "-c",
+            "2",
+            "-d",
+            "1",
+            "--max-errors",
+            "0",
+            "--json",
+            "--quiet",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(u(&j, &["total", "refused"]) > 0, "{j}");
+    assert_eq!(j["passed"], false);
+    for bad in [
+        vec!["https://127.0.0.1/"],
+        vec![&url, "-c", "30000"],
+        vec![&url, "-R", "-5"],
+        vec![&url, "--source", "198.18.0.0/99"],
+        vec![&url, "--source", "198.18.200.0/24"],
+    ] {
+        let out = Command::new(BIN)
+            .args(["http", "load"])
+            .args(&bad)
+            .output()
+            .expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("flowlane: error:") || err.contains("error:"),
+            "{bad:?}: {err}"
+        );
+    }
+}
