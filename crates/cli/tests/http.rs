@@ -361,13 +361,37 @@ fn serve_counts_equal_load_and_bound_wrk() {
         ],
     );
     assert_eq!(code, Some(0), "{l}");
+    // Large bodies: sent by sendfile, dropped in the client's kernel (MSG_TRUNC), counted.
+    let (code, big) = load(
+        &ns,
+        &[
+            "http://198.18.0.1:8080/bytes/100000",
+            "-c",
+            "4",
+            "-d",
+            "1",
+            "--max-errors",
+            "0",
+        ],
+    );
+    assert_eq!(code, Some(0), "{big}");
     let (code, s) = srv.finish();
     assert_eq!(code, Some(0), "{s}");
     let n = u(&l, &["total", "responses"]);
-    assert!(n > 1000, "{l}");
-    assert_eq!(u(&s, &["total", "requests"]), n, "serve {s}\nload {l}");
-    assert_eq!(u(&s, &["total", "accepted"]), u(&l, &["total", "connects"]));
+    let nb = u(&big, &["total", "responses"]);
+    assert!(n > 1000 && nb > 100, "{l}\n{big}");
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        n + nb,
+        "serve {s}\nload {l}\n{big}"
+    );
+    assert_eq!(
+        u(&s, &["total", "accepted"]),
+        u(&l, &["total", "connects"]) + u(&big, &["total", "connects"])
+    );
     assert_eq!(u(&l, &["total", "body_bytes"]), n * 1024);
+    assert_eq!(u(&big, &["total", "body_bytes"]), nb * 100_000, "{big}");
+    assert_eq!(u(&s, &["total", "sendfile_bytes"]), nb * 100_000, "{s}");
     // wrk stops with requests in flight: the server read between its count and its count
     // plus one per connection.
     if !need_program("wrk") {

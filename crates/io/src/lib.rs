@@ -38,7 +38,9 @@ pub use sys::SysError;
 /// flowlane header's timestamps use, network namespaces, signals, mounts.
 pub mod os {
     pub use crate::sys::netdev::{mount_fs, private_sysfs};
-    pub use crate::sys::stream::{nofile_limit, process_cpu_ns, raise_nofile_limit};
+    pub use crate::sys::stream::{
+        nofile_limit, process_cpu_ns, raise_nofile_limit, wait_child, ChildUsage,
+    };
     pub use crate::sys::{
         allowed_cpus, current_cpu, default_sigpipe, enter_netns, monotonic_ns, pin_current_thread,
         possible_cpus, signal_process, Signal, ThreadHandle,

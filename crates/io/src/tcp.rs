@@ -128,6 +128,12 @@ pub fn sendfile(s: &TcpStream, file: &File, offset: &mut i64, count: usize) -> i
     sys::stream::sendfile(s, file, offset, count)
 }
 
+/// Drops up to `max.len()` bytes waiting on `s` without copying them into user space (TCP's
+/// `MSG_TRUNC`): how a load generator takes in a body it only counts. `max` is not written.
+pub fn discard(s: &TcpStream, max: &mut [u8]) -> io::Result<usize> {
+    sys::stream::recv_discard(s, max)
+}
+
 /// An in-memory file holding `contents` (`memfd_create`): the source `sendfile` reads large
 /// responses from.
 pub fn memfd_with(name: &CStr, contents: &[u8]) -> Result<File, SysError> {

@@ -265,3 +265,61 @@ pub fn process_cpu_ns() -> Result<u64, SysError> {
     let t = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
     Ok(t(r.ru_utime) + t(r.ru_stime))
 }
+
+/// What a child process used, read when it is reaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildUsage {
+    /// Its exit code (`None` when a signal ended it).
+    pub code: Option<i32>,
+    /// CPU time, user and system, nanoseconds.
+    pub cpu_ns: u64,
+    /// Largest resident set, KiB.
+    pub max_rss_kib: u64,
+}
+
+/// Waits for child `pid` to end and reaps it (`wait4`), with the CPU time and peak memory it
+/// used: how a benchmark measures a peer program it ran.
+pub fn wait_child(pid: u32) -> Result<ChildUsage, SysError> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero rusage is a valid value for the kernel to overwrite.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `r` are valid and writable; `pid` names our child.
+        let ret = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut r) };
+        if ret >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(SysError {
+                call: "wait4",
+                source: e,
+            });
+        }
+    }
+    let t = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
+    Ok(ChildUsage {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        cpu_ns: t(r.ru_utime) + t(r.ru_stime),
+        max_rss_kib: r.ru_maxrss as u64,
+    })
+}
+
+/// `recv(MSG_TRUNC)` on a TCP socket: drops up to `buf.len()` bytes of what is waiting
+/// without copying them (`buf` is not written; it only bounds the count). Returns the bytes
+/// dropped (0: the peer closed); `WouldBlock` when nothing is waiting.
+pub fn recv_discard(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length (TCP's MSG_TRUNC writes nothing to it).
+    let ret = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ret as usize)
+}

@@ -244,6 +244,12 @@ pub struct ClientWorker {
     finished: bool,
 }
 
+/// A body with at least this much left is dropped in the kernel (`MSG_TRUNC`), not read.
+const DISCARD_MIN: u64 = 2048;
+/// A read while a head is awaited takes at most this much, so most of a large body is left to
+/// be dropped rather than copied.
+const HEAD_READ: usize = 4096;
+
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -419,7 +425,7 @@ impl ClientWorker {
         let State::Writing(mut done) = c.state else {
             return;
         };
-        let bytes = self.pools[c.pool].requests[c.req].0.clone();
+        let bytes: &[u8] = &self.pools[c.pool].requests[c.req].0;
         let Some(s) = c.stream.as_mut() else { return };
         while done < bytes.len() {
             match s.write(&bytes[done..]) {
@@ -507,25 +513,51 @@ impl ClientWorker {
     }
 
     fn readable(&mut self, key: usize, st: &HttpLoadStats) {
-        let Some(s) = self.conns[key].stream.as_mut() else {
-            return;
+        // A read that filled its buffer may have left more waiting: go on, a few times.
+        for _ in 0..4 {
+            if !self.read_once(key, st) {
+                return;
+            }
+        }
+    }
+
+    /// One read (or one drop of body bytes); whether it filled what it asked for.
+    fn read_once(&mut self, key: usize, st: &HttpLoadStats) -> bool {
+        let c = &mut self.conns[key];
+        let Some(s) = c.stream.as_mut() else {
+            return false;
         };
-        let n = match s.read(&mut self.scratch) {
+        let discard = match c.state {
+            State::Reading(Resp::Body(left)) if left >= DISCARD_MIN && c.carry.is_empty() => {
+                Some(left)
+            }
+            _ => None,
+        };
+        let want = match (discard, c.state) {
+            (Some(left), _) => (left as usize).min(self.scratch.len()),
+            (None, State::Reading(Resp::Head)) => HEAD_READ,
+            _ => self.scratch.len(),
+        };
+        let r = match discard {
+            Some(_) => tcp::discard(s, &mut self.scratch[..want]),
+            None => s.read(&mut self.scratch[..want]),
+        };
+        let n = match r {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(_) => {
-                if matches!(self.conns[key].state, State::Reading(_) | State::Writing(_)) {
+                if matches!(c.state, State::Reading(_) | State::Writing(_)) {
                     bump(&st.resets, 1);
                 }
                 self.closing.push(key);
-                return;
+                return false;
             }
         };
         let now = self.now();
         if n == 0 {
             match self.conns[key].state {
                 State::Reading(Resp::UntilClose) => {
-                    let status = 200;
+                    let status = self.conns[key].status;
                     self.conns[key].close_after = true;
                     self.complete(key, status, false, now, st);
                 }
@@ -535,9 +567,21 @@ impl ClientWorker {
                 _ => {}
             }
             self.closing.push(key);
-            return;
+            return false;
         }
         bump(&st.rx_bytes, n as u64);
+        if let Some(left) = discard {
+            // Body bytes dropped in the kernel: counted, never copied.
+            bump(&st.body_bytes, n as u64);
+            let left = left - n as u64;
+            if left == 0 {
+                let (status, keep) = (self.conns[key].status, !self.conns[key].close_after);
+                self.complete(key, status, keep, now, st);
+            } else {
+                self.conns[key].state = State::Reading(Resp::Body(left));
+            }
+            return n == want;
+        }
         let scratch = std::mem::take(&mut self.scratch);
         let carry = std::mem::take(&mut self.conns[key].carry);
         if carry.is_empty() {
@@ -553,6 +597,7 @@ impl ClientWorker {
             self.conns[key].carry = all;
         }
         self.scratch = scratch;
+        n == want
     }
 
     /// Walks answers in `data`; returns the bytes used (the rest is a head split across reads).

@@ -399,6 +399,20 @@ impl ServerWorker {
     /// Moves `wbuf`/`segs` to the connection's queue and sends what the socket takes.
     fn flush(&mut self, key: usize, st: &HttpServeStats) -> io::Result<()> {
         let c = &mut self.conns[key];
+        if c.out.is_empty() && self.segs.is_empty() && !self.wbuf.is_empty() {
+            // The usual case: answers that fit the socket go straight from the worker's buffer;
+            // only what it does not take is kept by the connection.
+            let sent = match c.stream.write(&self.wbuf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Err(e) => return Err(e),
+            };
+            bump(&st.tx_bytes, sent as u64);
+            if sent < self.wbuf.len() {
+                push_bytes(&mut c.out, &self.wbuf[sent..]);
+            }
+            self.wbuf.clear();
+        }
         if !self.wbuf.is_empty() || !self.segs.is_empty() {
             let mut from = 0;
             for &(at, off, end) in &self.segs {

@@ -265,6 +265,20 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_scenario_reads() {
+        let doc = include_str!("../../../../docs/http.md");
+        let toml = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|t| t.split("```").next())
+            .expect("a toml block in docs/http.md");
+        let c = HttpLoadConfig::from_toml(toml).expect("the documented scenario");
+        assert_eq!(c.pools.len(), 2);
+        assert_eq!(c.pools[0].urls[1].size, Some(65536));
+        assert_eq!(c.pools[1].rate, Some(5000.0));
+    }
+
+    #[test]
     fn scenario() {
         let c = HttpLoadConfig::from_toml(
             r#"

@@ -1,0 +1,392 @@
+//! `flowlane http load` and `http serve` against the peers people use, on loopback in a private
+//! namespace, one client core (CPU 0) and one server core (CPU 1), keep-alive.
+//!
+//! 1. Clients: `http load`, wrk, oha and h2load (HTTP/1.1) against nginx with one worker, for
+//!    64 B, 1 KiB and 64 KiB responses at 10, 100 and 1 000 connections, alternated in the same
+//!    run (two rounds, the second in reverse order; the mean is shown). Per client: requests/s,
+//!    requests per second of client CPU time, and peak memory (from `wait4`).
+//! 2. Servers: `http serve` against nginx under the same client (wrk), same grid.
+//! 3. Constant rate: `http load -R 5000` against nginx, the rate held and p50.
+//!
+//! Run: `cargo bench -p flowlane --bench http_loopback` (root; FLOWLANE_BENCH_SECS sets each
+//! measurement's length, default 3; FLOWLANE_BENCH_QUICK=1 runs one row per part). A peer that
+//! is not installed is left out with a note (wrk, nginx-light, nghttp2-client for h2load;
+//! `cargo install oha`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{secs, BIN};
+use flowlane_io::os;
+use flowlane_lab::Netns;
+
+const ADDR: &str = "198.18.0.1";
+const CLIENT_CPU: usize = 0;
+const SERVER_CPU: usize = 1;
+
+/// One client run: requests/s, CPU seconds, peak RSS (KiB).
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    rps: f64,
+    cpu_s: f64,
+    rss_kib: u64,
+}
+
+/// Spawns `cmd` from a thread in `ns` pinned to `cpu` (the child inherits both).
+fn spawn_on(ns: &Netns, cpu: usize, mut cmd: Command) -> std::process::Child {
+    ns.run(move || {
+        os::pin_current_thread(cpu).expect("pin");
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    })
+    .expect("in the namespace")
+}
+
+/// Runs a client to its end; its stdout and what it used (reaped by `wait4`, which std's
+/// `wait` cannot report).
+#[allow(clippy::zombie_processes)]
+fn run_client(ns: &Netns, cmd: Command) -> (String, os::ChildUsage) {
+    let mut child = spawn_on(ns, CLIENT_CPU, cmd);
+    let mut out = String::new();
+    if let Some(mut so) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut so, &mut out).expect("stdout");
+    }
+    let usage = os::wait_child(child.id()).expect("wait4");
+    (out, usage)
+}
+
+fn number_after(text: &str, key: &str) -> Option<f64> {
+    let i = text.find(key)? + key.len();
+    text[i..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+}
+
+fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<Run> {
+    let c = conns.to_string();
+    let d = format!("{}", secs.round() as u64);
+    let mut cmd;
+    match tool {
+        "flowlane" => {
+            cmd = Command::new(BIN);
+            cmd.args(["http", "load", url, "-c", &c, "-d", &d, "--cpus", "0"])
+                .args([
+                    "--connect-window",
+                    "1000",
+                    "--drain",
+                    "0",
+                    "--json",
+                    "--quiet",
+                ]);
+        }
+        "wrk" => {
+            cmd = Command::new("wrk");
+            cmd.args(["-t1", "-c", &c, "-d", &format!("{d}s"), url]);
+        }
+        "oha" => {
+            cmd = Command::new("oha");
+            cmd.args(["-z", &format!("{d}s"), "-c", &c, "--no-tui", url]);
+        }
+        "h2load" => {
+            cmd = Command::new("h2load");
+            cmd.args(["--h1", "-t1", "-c", &c, "-D", &d, url]);
+        }
+        _ => return None,
+    }
+    let (out, u) = run_client(ns, cmd);
+    let rps = match tool {
+        "flowlane" => serde_json::from_str::<serde_json::Value>(&out)
+            .ok()
+            .and_then(|j| {
+                (j["errors"].as_u64() == Some(0)).then(|| j["requests_per_s"].as_f64())?
+            }),
+        "wrk" => number_after(&out, "Requests/sec:"),
+        "oha" => number_after(&out, "Requests/sec:"),
+        "h2load" => number_after(&out, " in ").and_then(|_| {
+            let i = out.find(" req/s")?;
+            out[..i].rsplit(' ').next()?.parse().ok()
+        }),
+        _ => None,
+    };
+    let Some(rps) = rps else {
+        eprintln!("{tool}: no figure in its output:\n{out}");
+        return None;
+    };
+    Some(Run {
+        rps,
+        cpu_s: u.cpu_ns as f64 / 1e9,
+        rss_kib: u.max_rss_kib,
+    })
+}
+
+fn nginx_conf(dir: &std::path::Path, port: u16) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off; master_process off; worker_processes 1; user root; pid {d}/nginx.pid;
+error_log {d}/error.log;
+worker_rlimit_nofile 20000;
+events {{ worker_connections 19000; }}
+http {{
+  access_log off; sendfile on; tcp_nopush on; keepalive_requests 100000000;
+  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
+  server {{ listen {ADDR}:{port} reuseport backlog=4096; root {d}/www; }}
+}}
+"
+    )
+}
+
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_listening(ns: &Netns, port: u16) {
+    ns.run(|| {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect((ADDR, port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("nothing listens on {ADDR}:{port}");
+    })
+    .expect("in the namespace");
+}
+
+fn have(p: &str) -> bool {
+    let ok = flowlane_lab::have_program(p);
+    if !ok {
+        eprintln!("note: {} — left out", flowlane_lab::missing_hint(p));
+    }
+    ok
+}
+
+fn main() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("http_loopback: needs root (namespaces); skipped");
+        return;
+    }
+    if !have("nginx") {
+        return;
+    }
+    let secs = secs();
+    let quick = std::env::var_os("FLOWLANE_BENCH_QUICK").is_some();
+    let ns = Netns::create("flhb").expect("namespace");
+    ns.ip(&["addr", "add", &format!("{ADDR}/32"), "dev", "lo"])
+        .expect("address");
+    let dir = std::env::temp_dir().join(format!("flhb-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("www")).expect("dir");
+    let sizes: [(&str, usize); 3] = [("64", 64), ("1k", 1024), ("64k", 65536)];
+    for (name, n) in sizes {
+        std::fs::write(dir.join("www").join(name), flowlane_wire::http::body(n)).expect("file");
+    }
+    std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, 8081)).expect("conf");
+    let mut nginx_cmd = Command::new("nginx");
+    nginx_cmd.args([
+        "-p",
+        &dir.display().to_string(),
+        "-c",
+        &format!("{}/nginx.conf", dir.display()),
+    ]);
+    let nginx = Child(spawn_on(&ns, SERVER_CPU, nginx_cmd));
+    wait_listening(&ns, 8081);
+
+    let tools: Vec<&str> = ["flowlane", "wrk", "oha", "h2load"]
+        .into_iter()
+        .filter(|t| *t == "flowlane" || have(t))
+        .collect();
+    let grid: Vec<(&str, usize)> = if quick {
+        vec![("64", 100)]
+    } else {
+        sizes
+            .iter()
+            .flat_map(|(s, _)| [10usize, 100, 1000].map(move |c| (*s, c)))
+            .collect()
+    };
+    println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, 2 rounds, mean");
+    println!(
+        "{:>5} {:>6} | {}| {:>9} {:>9} {:>9}",
+        "size",
+        "conns",
+        tools
+            .iter()
+            .map(|t| format!("{t:>10} req/s "))
+            .collect::<String>(),
+        "vs best",
+        "cpu-eff×",
+        "mem vs wrk"
+    );
+    for (size, conns) in &grid {
+        let url = format!("http://{ADDR}:8081/{size}");
+        let mut runs: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
+        for round in 0..2 {
+            let order: Vec<&str> = if round == 0 {
+                tools.clone()
+            } else {
+                tools.iter().rev().copied().collect()
+            };
+            for t in order {
+                if let Some(r) = client(&ns, t, &url, *conns, secs) {
+                    runs.entry(t).or_default().push(r);
+                }
+            }
+        }
+        let mean = |t: &str| -> Option<Run> {
+            let v = runs.get(t)?;
+            let n = v.len() as f64;
+            Some(Run {
+                rps: v.iter().map(|r| r.rps).sum::<f64>() / n,
+                cpu_s: v.iter().map(|r| r.cpu_s).sum::<f64>() / n,
+                rss_kib: v.iter().map(|r| r.rss_kib).max().unwrap_or(0),
+            })
+        };
+        let ours = mean("flowlane").unwrap_or_default();
+        let peers: Vec<(&str, Run)> = tools
+            .iter()
+            .skip(1)
+            .filter_map(|t| mean(t).map(|r| (*t, r)))
+            .collect();
+        let best = peers.iter().map(|(_, r)| r.rps).fold(0.0, f64::max);
+        // Requests per CPU second: requests/s × seconds / CPU seconds.
+        let eff = |r: &Run| {
+            if r.cpu_s > 0.0 {
+                r.rps * secs / r.cpu_s
+            } else {
+                0.0
+            }
+        };
+        let best_eff = peers.iter().map(|(_, r)| eff(r)).fold(0.0, f64::max);
+        let wrk_mem = mean("wrk").map(|r| r.rss_kib).unwrap_or(0);
+        println!(
+            "{:>5} {:>6} | {}| {:>8.2}× {:>8.2}× {:>9}",
+            size,
+            conns,
+            tools
+                .iter()
+                .map(|t| format!(
+                    "{:>10.0} {:>5} ",
+                    mean(t).map_or(0.0, |r| r.rps),
+                    mean(t).map_or(0, |r| r.rss_kib / 1024)
+                ))
+                .collect::<String>(),
+            if best > 0.0 { ours.rps / best } else { 0.0 },
+            if best_eff > 0.0 {
+                eff(&ours) / best_eff
+            } else {
+                0.0
+            },
+            if wrk_mem > 0 {
+                format!("{:.2}×", ours.rss_kib as f64 / wrk_mem as f64)
+            } else {
+                "-".into()
+            },
+        );
+        for t in &tools {
+            if let Some(r) = mean(t) {
+                eprintln!(
+                    "  {t}: {:.0} req/s, {:.2} CPU s, {:.0} req per CPU s, peak {} KiB",
+                    r.rps,
+                    r.cpu_s,
+                    eff(&r),
+                    r.rss_kib
+                );
+            }
+        }
+    }
+
+    if have("wrk") {
+        println!("\npart 2: servers under the same client (wrk -t1 on CPU {CLIENT_CPU}); server on CPU {SERVER_CPU}");
+        println!(
+            "{:>5} {:>6} | {:>12} {:>12} | {:>8}",
+            "size", "conns", "nginx", "http serve", "ratio"
+        );
+        let mut serve_cmd = Command::new(BIN);
+        serve_cmd.args([
+            "http",
+            "serve",
+            "--bind",
+            &format!("{ADDR}:8082"),
+            "--cpus",
+            "1",
+            "--quiet",
+        ]);
+        let ours = Child(spawn_on(&ns, SERVER_CPU, serve_cmd));
+        wait_listening(&ns, 8082);
+        for (size, conns) in &grid {
+            let n = sizes
+                .iter()
+                .find(|(s, _)| s == size)
+                .map_or(64, |(_, n)| *n);
+            let (mut a, mut b) = (0.0, 0.0);
+            for round in 0..2 {
+                for which in if round == 0 { [0, 1] } else { [1, 0] } {
+                    let url = if which == 0 {
+                        format!("http://{ADDR}:8081/{size}")
+                    } else {
+                        format!("http://{ADDR}:8082/bytes/{n}")
+                    };
+                    let r = client(&ns, "wrk", &url, *conns, secs).map_or(0.0, |r| r.rps);
+                    if which == 0 {
+                        a += r / 2.0
+                    } else {
+                        b += r / 2.0
+                    }
+                }
+            }
+            println!(
+                "{:>5} {:>6} | {:>12.0} {:>12.0} | {:>7.2}×",
+                size,
+                conns,
+                a,
+                b,
+                if a > 0.0 { b / a } else { 0.0 }
+            );
+        }
+        drop(ours);
+    }
+
+    println!("\npart 3: constant rate, http load -R 5000 -c 10 against nginx (64 B)");
+    let d = format!("{}", (secs * 3.0).round() as u64);
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "http",
+        "load",
+        &format!("http://{ADDR}:8081/64"),
+        "-c",
+        "10",
+        "-R",
+        "5000",
+        "-d",
+        &d,
+    ])
+    .args(["--cpus", "0", "--json", "--quiet"]);
+    let (out, _) = run_client(&ns, cmd);
+    match serde_json::from_str::<serde_json::Value>(&out) {
+        Ok(j) => {
+            let rate = j["requests_per_s"].as_f64().unwrap_or(0.0);
+            let p = &j["pools"][0];
+            println!(
+                "  held {:.1} requests/s ({:+.3} % of 5000); p50 {:.1} µs from intended, {:.1} µs from actual send; p99 {:.1} µs; send lag p99 {:.1} µs",
+                rate,
+                (rate / 5000.0 - 1.0) * 100.0,
+                p["latency"]["p50"].as_f64().unwrap_or(0.0),
+                p["latency_actual"]["p50"].as_f64().unwrap_or(0.0),
+                p["latency"]["p99"].as_f64().unwrap_or(0.0),
+                p["send_lag"]["p99"].as_f64().unwrap_or(0.0),
+            );
+        }
+        Err(e) => println!("  no JSON ({e}): {out}"),
+    }
+    drop(nginx);
+    let _ = std::fs::remove_dir_all(&dir);
+}
