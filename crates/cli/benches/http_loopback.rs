@@ -3,7 +3,7 @@
 //!
 //! 1. Clients: `http load`, wrk, oha and h2load (HTTP/1.1) against nginx with one worker, for
 //!    64 B, 1 KiB and 64 KiB responses at 10, 100 and 1 000 connections, alternated in the same
-//!    run (two rounds, the second in reverse order; the mean is shown). Per client: requests/s,
+//!    run (three rounds, each starting with the next tool; the median is shown). Per client: requests/s,
 //!    requests per second of client CPU time, and peak memory (from `wait4`).
 //! 2. Servers: `http serve` against nginx under the same client (wrk), same grid.
 //! 3. Constant rate: `http load -R 5000` against nginx, the rate held and p50.
@@ -26,6 +26,13 @@ use flowlane_lab::Netns;
 const ADDR: &str = "198.18.0.1";
 const CLIENT_CPU: usize = 0;
 const SERVER_CPU: usize = 1;
+/// Runs per tool and row; the median is shown.
+const ROUNDS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
 
 /// One client run: requests/s, CPU seconds, peak RSS (KiB).
 #[derive(Debug, Clone, Copy, Default)]
@@ -213,7 +220,7 @@ fn main() {
             .flat_map(|(s, _)| [10usize, 100, 1000].map(move |c| (*s, c)))
             .collect()
     };
-    println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, 2 rounds, mean");
+    println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, 3 rounds, median");
     println!(
         "{:>5} {:>6} | {}| {:>9} {:>9} {:>9}",
         "size",
@@ -241,13 +248,14 @@ fn main() {
                 }
             }
         }
+        // The median run by requests/s (this VM stalls a run now and then), peak memory of all.
         let mean = |t: &str| -> Option<Run> {
-            let v = runs.get(t)?;
-            let n = v.len() as f64;
+            let mut v = runs.get(t)?.clone();
+            v.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+            let mid = *v.get(v.len() / 2)?;
             Some(Run {
-                rps: v.iter().map(|r| r.rps).sum::<f64>() / n,
-                cpu_s: v.iter().map(|r| r.cpu_s).sum::<f64>() / n,
                 rss_kib: v.iter().map(|r| r.rss_kib).max().unwrap_or(0),
+                ..mid
             })
         };
         let ours = mean("flowlane").unwrap_or_default();
@@ -327,9 +335,9 @@ fn main() {
                 .iter()
                 .find(|(s, _)| s == size)
                 .map_or(64, |(_, n)| *n);
-            let (mut a, mut b) = (0.0, 0.0);
-            for round in 0..2 {
-                for which in if round == 0 { [0, 1] } else { [1, 0] } {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for round in 0..ROUNDS {
+                for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
                     let url = if which == 0 {
                         format!("http://{ADDR}:8081/{size}")
                     } else {
@@ -337,12 +345,13 @@ fn main() {
                     };
                     let r = client(&ns, "wrk", &url, *conns, secs).map_or(0.0, |r| r.rps);
                     if which == 0 {
-                        a += r / 2.0
+                        a.push(r)
                     } else {
-                        b += r / 2.0
+                        b.push(r)
                     }
                 }
             }
+            let (a, b) = (median(a), median(b));
             println!(
                 "{:>5} {:>6} | {:>12.0} {:>12.0} | {:>7.2}×",
                 size,

@@ -526,13 +526,13 @@ fn nineteen_thousand_connections_from_a_hundred_addresses() {
         .expect("in namespace");
     let (code, j) = handle.join().expect("load thread");
     let (_, s) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(u(&j, &["total", "connects"]), 19_000, "{j}");
     assert_eq!(
         seen,
         (19_000, 100),
-        "established client sockets and their source addresses"
+        "established client sockets and their source addresses at best; load: {j}"
     );
-    assert_eq!(code, Some(0), "{j}");
-    assert_eq!(u(&j, &["total", "connects"]), 19_000, "{j}");
     assert_eq!(u(&j, &["errors"]), 0, "{j}");
     assert!(u(&j, &["nofile"]) >= 19_064, "{j}");
     assert_eq!(u(&s, &["total", "accepted"]), 19_000, "{s}");

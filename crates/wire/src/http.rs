@@ -324,10 +324,9 @@ pub fn write_response_head(out: &mut Vec<u8>, status: u16, len: u64, keep_alive:
     let mut s = String::with_capacity(128);
     let _ = write!(
         s,
-        "HTTP/1.{} {status} {}\r\nServer: flowlane\r\nContent-Type: {}\r\nContent-Length: {len}\r\n",
+        "HTTP/1.{} {status} {}\r\nServer: flowlane\r\nContent-Type: text/plain\r\nContent-Length: {len}\r\n",
         minor.min(1),
         reason(status),
-        if status == 200 { "application/octet-stream" } else { "text/plain" },
     );
     if !keep_alive {
         s.push_str("Connection: close\r\n");

@@ -150,6 +150,8 @@ pub struct ServerWorker {
 
 const LISTENER: u64 = u64::MAX;
 const READ_BUF: usize = 64 * 1024;
+/// Answers copied into the worker's buffer from one read, at most (then sendfile).
+const WBUF_MAX: usize = 256 * 1024;
 
 impl ServerWorker {
     /// A worker for `listener` (non-blocking), on `cpu`.
@@ -269,7 +271,9 @@ impl ServerWorker {
         }
         self.head(status, len, keep, minor);
         if status == 200 && !head_only && !matches!(ask, Ask::Echo) {
-            if len as usize <= self.bodies.copy_max() {
+            // Copied while the worker's buffer stays small; past that (many pipelined asks in
+            // one read), bodies go by sendfile too, so one connection cannot make it grow far.
+            if len as usize <= self.bodies.copy_max() && self.wbuf.len() < WBUF_MAX {
                 self.wbuf
                     .extend_from_slice(&self.bodies.pattern[..len as usize]);
             } else {
@@ -473,8 +477,10 @@ impl ServerWorker {
         let want_write = !c.out.is_empty();
         if want_write != c.writing {
             c.writing = want_write;
+            // While answers wait for room, no more requests are read: a client that pipelines
+            // without reading cannot make the server queue without bound.
             let i = if want_write {
-                Interest::BOTH
+                Interest::WRITE
             } else {
                 Interest::READ
             };

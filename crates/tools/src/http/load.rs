@@ -563,12 +563,16 @@ pub fn run(
                 rate: p.rate,
                 latency: LatencyUs::of(&l.intended),
                 latency_actual: LatencyUs::of(&l.actual),
-                send_lag: LatencyUs::of(&l.lag),
+                send_lag: l.lag.as_ref().and_then(LatencyUs::of),
                 by_class: l
-                    .by_class
+                    .classes()
                     .iter()
                     .enumerate()
-                    .filter_map(|(i, hc)| LatencyUs::of(hc).map(|x| (format!("{}xx", i + 1), x)))
+                    .filter_map(|(i, hc)| {
+                        hc.as_ref()
+                            .and_then(LatencyUs::of)
+                            .map(|x| (format!("{}xx", i + 1), x))
+                    })
                     .collect(),
             })
             .collect(),
