@@ -547,6 +547,40 @@ fn nineteen_thousand_connections_from_a_hundred_addresses() {
 }
 
 #[test]
+fn load_memory_stays_flat_over_a_run() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8080, &[]);
+    // Six seconds of closed-loop load: the resident set at the first and the last status line
+    // of the steady phase. A client that kept ~350 bytes per request (as oha does here) would
+    // grow by tens of MiB over the ~100 000 requests this makes even in a debug build.
+    let (code, j) = load(
+        &ns,
+        &[
+            "http://198.18.0.1:8080/bytes/64",
+            "-c",
+            "50",
+            "-d",
+            "6",
+            "--max-errors",
+            "0",
+        ],
+    );
+    let _ = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    let m = &j["memory"];
+    let (first, last) = (
+        u(m, &["rss_steady_first_kib"]),
+        u(m, &["rss_steady_last_kib"]),
+    );
+    let n = u(&j, &["total", "responses"]);
+    assert!(first > 0 && n > 20_000, "{j}");
+    assert!(
+        last <= first + 1024,
+        "grew {first} → {last} KiB over {n} requests: {j}"
+    );
+}
+
+#[test]
 fn load_errors_and_usage() {
     // Refused: nothing listens on this loopback port.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
