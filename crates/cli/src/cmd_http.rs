@@ -271,14 +271,7 @@ fn serve(a: ServeArgs) -> CmdResult {
             );
         }
     }
-    for e in &report.errors {
-        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
-    }
-    Ok(if report.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::live::workers_exit(&report.errors))
 }
 
 fn serve_header() -> String {

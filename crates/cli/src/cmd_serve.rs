@@ -1,7 +1,6 @@
 //! `flowlane serve`: the RSS-aware UDP echo/sink server.
 
 use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -223,14 +222,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
             );
         }
     }
-    for e in &report.errors {
-        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
-    }
-    Ok(if report.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::live::workers_exit(&report.errors))
 }
 
 /// The first line, once every worker is bound and polling (with --json on stderr: callers

@@ -68,3 +68,15 @@ pub fn latency_line(l: Option<&flowlane_tools::Latency>, label: &str) -> Option<
         us(l.max)
     ))
 }
+
+/// Says which workers stopped on an error; exit 1 if any did, else 0.
+pub fn workers_exit(errors: &[flowlane_tools::WorkerError]) -> std::process::ExitCode {
+    for e in errors {
+        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
+    }
+    if errors.is_empty() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}

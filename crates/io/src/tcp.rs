@@ -50,12 +50,7 @@ pub fn listen_one(cfg: &ListenConfig) -> Result<TcpListener, GroupError> {
     }
     s.set_nonblocking(true)
         .map_err(|e| GroupError::Sys(sys_err("fcntl(O_NONBLOCK)", e)))?;
-    s.bind(&cfg.addr.into()).map_err(|e| match e.kind() {
-        io::ErrorKind::AddrInUse => GroupError::AddrInUse(cfg.addr),
-        io::ErrorKind::PermissionDenied => GroupError::PermissionDenied(cfg.addr),
-        io::ErrorKind::AddrNotAvailable => GroupError::AddrNotAvailable(cfg.addr),
-        _ => GroupError::Sys(sys_err("bind", e)),
-    })?;
+    crate::udp::bind(&s, cfg.addr)?;
     s.listen(cfg.backlog).map_err(|e| match e.kind() {
         io::ErrorKind::AddrInUse => GroupError::AddrInUse(cfg.addr),
         _ => GroupError::Sys(sys_err("listen", e)),

@@ -143,13 +143,18 @@ fn socket_for(cfg: &GroupConfig) -> Result<Socket, SysError> {
 /// order is the reuseport index.
 pub fn bind_one(cfg: &GroupConfig) -> Result<UdpSocket, GroupError> {
     let s = socket_for(cfg).map_err(GroupError::Sys)?;
-    s.bind(&cfg.addr.into()).map_err(|e| match e.kind() {
-        io::ErrorKind::AddrInUse => GroupError::AddrInUse(cfg.addr),
-        io::ErrorKind::PermissionDenied => GroupError::PermissionDenied(cfg.addr),
-        io::ErrorKind::AddrNotAvailable => GroupError::AddrNotAvailable(cfg.addr),
-        _ => GroupError::Sys(sys_err("bind", e)),
-    })?;
+    bind(&s, cfg.addr)?;
     Ok(UdpSocket::from(s))
+}
+
+/// Binds `s` to `addr`, saying what is wrong in the user's terms when it cannot.
+pub(crate) fn bind(s: &Socket, addr: SocketAddr) -> Result<(), GroupError> {
+    s.bind(&addr.into()).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => GroupError::AddrInUse(addr),
+        io::ErrorKind::PermissionDenied => GroupError::PermissionDenied(addr),
+        io::ErrorKind::AddrNotAvailable => GroupError::AddrNotAvailable(addr),
+        _ => GroupError::Sys(sys_err("bind", e)),
+    })
 }
 
 /// Attaches CPU steering to a group (through any one member, once all are bound). Never fails:

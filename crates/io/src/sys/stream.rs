@@ -185,6 +185,16 @@ impl Poller {
         Ok(self.ready)
     }
 
+    /// `waited` when a wait already found members ready, else a look without waiting: what a
+    /// poll round handles.
+    pub fn ready_now(&mut self, waited: usize) -> Result<usize, SysError> {
+        if waited > 0 {
+            Ok(waited)
+        } else {
+            self.wait(Duration::ZERO)
+        }
+    }
+
     /// The `i`th report of the last wait (`i` < what it returned).
     pub fn get(&self, i: usize) -> Option<Readiness> {
         if i >= self.ready {

@@ -824,12 +824,10 @@ impl Poll for ClientWorker {
     type Stats = HttpLoadStats;
 
     fn poll(&mut self, budget: usize, st: &HttpLoadStats) -> Result<usize, String> {
-        if self.ready == 0 {
-            self.ready = self
-                .poller
-                .wait(Duration::ZERO)
-                .map_err(|e| e.to_string())?;
-        }
+        self.ready = self
+            .poller
+            .ready_now(self.ready)
+            .map_err(|e| e.to_string())?;
         let mut handled = 0;
         let now = self.now();
         for i in 0..self.ready.min(budget) {

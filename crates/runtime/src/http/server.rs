@@ -552,12 +552,10 @@ impl Poll for ServerWorker {
     type Stats = HttpServeStats;
 
     fn poll(&mut self, budget: usize, st: &HttpServeStats) -> Result<usize, String> {
-        if self.ready == 0 {
-            self.ready = self
-                .poller
-                .wait(Duration::ZERO)
-                .map_err(|e| e.to_string())?;
-        }
+        self.ready = self
+            .poller
+            .ready_now(self.ready)
+            .map_err(|e| e.to_string())?;
         let mut handled = 0;
         for i in 0..self.ready.min(budget) {
             let Some(ev) = self.poller.get(i) else { break };
