@@ -163,7 +163,7 @@ fn row_header() -> String {
         "p99 µs",
         "drops",
         "qdrops",
-        "per worker (got/expected)"
+        "per worker (got/expected, worker CPU per packet)"
     )
 }
 
@@ -173,7 +173,12 @@ fn row(s: &BenchStep) -> String {
     let workers: Vec<String> = s
         .workers
         .iter()
-        .map(|w| format!("cpu{} {}/{}", w.cpu, w.rx_packets, w.expected))
+        .map(|w| {
+            let cost = w
+                .cpu_ns_per_packet
+                .map_or(String::new(), |n| format!(" ({n:.0} ns/pkt)"));
+            format!("cpu{} {}/{}{cost}", w.cpu, w.rx_packets, w.expected)
+        })
         .collect();
     format!(
         "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7} {:>7}  {}",

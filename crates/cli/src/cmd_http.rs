@@ -266,8 +266,14 @@ fn serve(a: ServeArgs) -> CmdResult {
         );
         for w in &report.workers {
             println!(
-                "  cpu {}: {} connections ({} missteered), {} requests",
-                w.cpu, w.counts.accepted, w.counts.missteered, w.counts.requests
+                "  cpu {}: {} connections ({} missteered), {} requests, {} ns of worker CPU each",
+                w.cpu,
+                w.counts.accepted,
+                w.counts.missteered,
+                w.counts.requests,
+                w.counts
+                    .cpu_ns_per_request()
+                    .map_or("-".into(), |n| format!("{n:.0}"))
             );
         }
     }
@@ -541,8 +547,11 @@ fn summary(r: &HttpLoadReport) -> String {
     );
     let _ = writeln!(
         s,
-        "  CPU: {:.2} s used, {:.0} answers per CPU second; open-file limit {}",
-        r.cpu_s, r.responses_per_cpu_s, r.nofile
+        "  CPU: {:.2} s used, {:.0} answers per CPU second ({} ns of worker-loop CPU per answer); open-file limit {}",
+        r.cpu_s,
+        r.responses_per_cpu_s,
+        r.worker_cpu_ns_per_response.map_or("-".into(), |n| format!("{n:.0}")),
+        r.nofile
     );
     s
 }

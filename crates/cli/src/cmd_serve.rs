@@ -210,6 +210,18 @@ pub fn run(a: ServeArgs) -> CmdResult {
             "{}",
             row("all", "total", &report.total, report.duration_s, detected)
         );
+        let cost: Vec<String> = report
+            .workers
+            .iter()
+            .map(|w| match w.counts.cpu_ns_per_packet {
+                Some(n) => format!("cpu {} {n:.0} ns", w.cpu),
+                None => format!("cpu {} -", w.cpu),
+            })
+            .collect();
+        println!(
+            "cost: worker CPU time per datagram received (thread CPU clock): {}",
+            cost.join(", ")
+        );
         if let (Some(m), Some(lo), Some(hi)) = (
             report.total.missteered.filter(|&m| m > 0),
             report.total.missteered_received_min,

@@ -182,7 +182,12 @@ pub fn html(r: &BenchReport) -> String {
         let workers: Vec<String> = s
             .workers
             .iter()
-            .map(|w| format!("cpu{}: {} / {}", w.cpu, w.rx_packets, w.expected))
+            .map(|w| {
+                let cost = w
+                    .cpu_ns_per_packet
+                    .map_or(String::new(), |n| format!(", {n:.0} ns/pkt"));
+                format!("cpu{}: {} / {}{cost}", w.cpu, w.rx_packets, w.expected)
+            })
             .collect();
         let busy: Vec<String> = s.cpu_busy_pct.iter().map(|x| format!("{x}%")).collect();
         let _ = write!(
@@ -247,7 +252,7 @@ figcaption {{ font-size: 12px; color: #555; }}
 {dist_chart}
 {lat_chart}
 <h2>Steps</h2>
-<table><tr><th>mode</th><th>buckets</th><th>sent</th><th>received</th><th>seen</th><th>echoed</th><th>back</th><th>seen pps</th><th>per worker (got / expected)</th><th>missteered</th><th>socket drops</th><th>queue drops</th><th>CPU busy</th></tr>
+<table><tr><th>mode</th><th>buckets</th><th>sent</th><th>received</th><th>seen</th><th>echoed</th><th>back</th><th>seen pps</th><th>per worker (got / expected, worker CPU per packet)</th><th>missteered</th><th>socket drops</th><th>queue drops</th><th>CPU busy</th></tr>
 {rows}</table>
 </body></html>
 "#,

@@ -49,7 +49,15 @@ fn json_of(out: &Output) -> Value {
     let err = String::from_utf8_lossy(&out.stderr);
     let j: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("blast's JSON summary ({e}): {err}"));
-    common::blast_judged_ok(out.status.code(), j)
+    let j = common::blast_judged_ok(out.status.code(), j);
+    // Every run that sent says what each datagram cost the senders.
+    if j["tx_packets"].as_u64().unwrap_or(0) > 0 && j["sweep"].is_null() {
+        assert!(
+            j["cpu_ns_per_packet"].as_f64().is_some_and(|x| x > 0.0),
+            "{j}"
+        );
+    }
+    j
 }
 
 /// Runs blast in the generator namespace with `args` (+ --json --quiet).

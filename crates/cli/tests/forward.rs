@@ -106,6 +106,15 @@ fn reflect_run(p: &Pair, fwd_args: &[&str]) -> (Value, Value) {
         .map(|c| n(&c["rx_packets"]))
         .sum();
     assert_eq!(per_cpu, n(&t["rx_packets"]), "per-CPU counts add up: {f}");
+    // The cost of each frame, per worker that looked at any (its thread's CPU clock).
+    for c in f["cpus"].as_array().expect("cpus") {
+        if n(&c["rx_packets"]) > 0 && f["backend"]["backend"] != "xdp-native" {
+            assert!(
+                c["cpu_ns_per_packet"].as_f64().is_some_and(|x| x > 0.0),
+                "{c}"
+            );
+        }
+    }
     assert_eq!(f["problems"], serde_json::json!([]), "{f}");
     // Per-flow truth at the generator: every echo back, or its loss explained — by the
     // reflector's counts, or by the generator's own socket (a busy machine can overflow it).

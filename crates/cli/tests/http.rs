@@ -392,6 +392,20 @@ fn serve_counts_equal_load_and_bound_wrk() {
     assert_eq!(u(&l, &["total", "body_bytes"]), n * 1024);
     assert_eq!(u(&big, &["total", "body_bytes"]), nb * 100_000, "{big}");
     assert_eq!(u(&s, &["total", "sendfile_bytes"]), nb * 100_000, "{s}");
+    // Cost: the workers' thread CPU time per request (server) and per answer (load); the load
+    // workers' loops cannot have used more than the whole process did (getrusage).
+    assert!(
+        s["cpu_ns_per_request"].as_f64().is_some_and(|c| c > 0.0),
+        "{s}"
+    );
+    let per = l["worker_cpu_ns_per_response"]
+        .as_f64()
+        .expect("load's cost");
+    let process = l["cpu_s"].as_f64().expect("cpu_s") * 1e9 / n as f64;
+    assert!(
+        per > 0.0 && per <= process * 1.01 + 1000.0,
+        "{per} ns vs the process's {process}: {l}"
+    );
     // wrk stops with requests in flight: the server read between its count and its count
     // plus one per connection.
     if !need_program("wrk") {

@@ -153,6 +153,24 @@ fn echo_returns_every_size_byte_identical_and_counts_exactly() {
         .map(|w| w["rx_packets"].as_u64().expect("count"))
         .sum();
     assert_eq!(per_worker, sizes.len() as u64);
+    // What each datagram cost: the workers' thread CPU clocks, summed into the total, and a
+    // per-datagram figure wherever a worker received any.
+    let workers = j["workers"].as_array().expect("workers");
+    let cpu: u64 = workers
+        .iter()
+        .map(|w| w["cpu_ns"].as_u64().expect("cpu_ns"))
+        .sum();
+    assert!(cpu > 0, "{j}");
+    assert_eq!(t["cpu_ns"].as_u64(), Some(cpu), "{j}");
+    for w in workers {
+        let got = w["rx_packets"].as_u64().expect("count");
+        let per = w["cpu_ns_per_packet"].as_f64();
+        assert_eq!(per.is_some(), got > 0, "{w}");
+        if let Some(per) = per {
+            let expect = w["cpu_ns"].as_u64().expect("cpu_ns") as f64 / got as f64;
+            assert!((per - expect).abs() <= 0.05, "{w}");
+        }
+    }
 }
 
 /// Senders pinned to each CPU; on loopback the receive path runs on the sender's CPU, so with

@@ -44,7 +44,7 @@ pub mod os {
     };
     pub use crate::sys::{
         allowed_cpus, current_cpu, default_sigpipe, enter_netns, monotonic_ns, pin_current_thread,
-        possible_cpus, signal_process, Signal, ThreadHandle,
+        possible_cpus, signal_process, thread_cpu_ns, Signal, ThreadHandle,
     };
 }
 

@@ -303,8 +303,20 @@ fn run_loop<P: Poll>(
         stop.store(true, Ordering::Relaxed);
     };
     let (lp, st) = (&counters.looped, &counters.role);
+    // The thread's CPU time, from when its loop starts: what each packet cost.
+    let cpu0 = flowlane_io::os::thread_cpu_ns();
+    let cpu = || {
+        if let (Some(a), Some(b)) = (cpu0, flowlane_io::os::thread_cpu_ns()) {
+            set(&lp.cpu_ns, b.saturating_sub(a));
+        }
+    };
+    let (mut rounds, mut sleeps) = (0u32, 0u32);
     while !stop.load(Ordering::Relaxed) && !p.done() {
         bump(&lp.rounds, 1);
+        rounds = rounds.wrapping_add(1);
+        if rounds % 1024 == 0 {
+            cpu();
+        }
         match p.poll(budget, st) {
             Ok(n) if n >= budget => {
                 bump(&lp.full_rounds, 1);
@@ -315,6 +327,10 @@ fn run_loop<P: Poll>(
                     bump(&lp.busy_rounds, 1);
                 }
                 bump(&lp.sleeps, 1);
+                sleeps = sleeps.wrapping_add(1);
+                if sleeps % 64 == 0 {
+                    cpu();
+                }
                 p.idle(st);
                 if let Err(e) = p.wait(wait_ms) {
                     return fail(e);
@@ -323,12 +339,14 @@ fn run_loop<P: Poll>(
             Err(e) => {
                 p.idle(st);
                 p.finish(st);
+                cpu();
                 return fail(e);
             }
         }
     }
     p.idle(st);
     p.finish(st);
+    cpu();
 }
 
 #[cfg(test)]

@@ -35,6 +35,11 @@ impl Latency {
     }
 }
 
+/// Nanoseconds of CPU time per item (packet, request), to 0.1 ns; `None` when there was none.
+pub fn ns_per(cpu_ns: u64, items: u64) -> Option<f64> {
+    (items > 0).then(|| (cpu_ns as f64 / items as f64 * 10.0).round() / 10.0)
+}
+
 /// A worker that stopped with an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerError {

@@ -230,6 +230,10 @@ pub fn sink_check(sink: std::process::Child, count: u64) {
     let out = sink.wait_with_output().expect("sink ends");
     let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
     assert_eq!(s["flowlane_packets"].as_u64(), Some(count), "{s}");
+    assert!(
+        s["cpu_ns_per_packet"].as_f64().is_some_and(|x| x > 0.0),
+        "the sink's CPU time per frame: {s}"
+    );
     for k in [
         "lost",
         "duplicates",

@@ -482,6 +482,19 @@ pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
         .collect())
 }
 
+/// CPU time the calling thread has used, user and system, in nanoseconds
+/// (`CLOCK_THREAD_CPUTIME_ID`; a system call, not the vDSO: read it now and then, not per
+/// packet).
+pub fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ret == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// The CPU the calling thread runs on now.
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu has no arguments and no memory effects.

@@ -64,7 +64,7 @@ pub struct Pps {
 }
 
 /// One server worker in a step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct BenchWorker {
     /// Its CPU.
     pub cpu: u64,
@@ -80,6 +80,9 @@ pub struct BenchWorker {
     pub socket_drops: u64,
     /// Frames this CPU's software-RSS queue dropped when full (`None`: no software RSS).
     pub queue_drops: Option<u64>,
+    /// The worker's CPU time per datagram it received (its thread's CPU clock over its loop;
+    /// the kernel's receive path in softirq is not in it), nanoseconds.
+    pub cpu_ns_per_packet: Option<f64>,
 }
 
 /// One step: k active buckets, echo or sink.

@@ -275,6 +275,7 @@ fn account(
             missteered: w.counts.missteered,
             socket_drops: w.counts.socket_drops,
             queue_drops: qdrops.as_ref().map(|q| q.get(&cpu).copied().unwrap_or(0)),
+            cpu_ns_per_packet: w.counts.cpu_ns_per_packet,
         });
     }
     let (seen, echoed) = (srv.total.rx_packets, srv.total.tx_packets);

@@ -58,6 +58,10 @@ pub struct StepReport {
     pub duration_s: f64,
     /// Datagrams per second over that window.
     pub tx_pps: f64,
+    /// The senders' CPU time per datagram sent (their threads' CPU clocks over their loops),
+    /// nanoseconds; in xdp-live mode the kernel's run, which does the sending, is in it.
+    #[serde(default)]
+    pub cpu_ns_per_packet: Option<f64>,
     /// With echoes: echoes per second over that window.
     pub rx_pps: Option<f64>,
     /// The rate asked for, datagrams per second.

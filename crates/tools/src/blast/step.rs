@@ -161,7 +161,8 @@ pub(super) fn run_step(
             error: error.clone(),
         })
         .collect();
-    let t = end.total().role;
+    let total = end.total();
+    let t = total.role;
     let reports: Vec<SenderReport> = reports
         .iter()
         .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
@@ -181,6 +182,7 @@ pub(super) fn run_step(
         device_tx,
     );
     r.backend = plan.backend.clone();
+    r.cpu_ns_per_packet = crate::ns_per(total.looped.cpu_ns, t.tx_packets);
     Ok(r)
 }
 
@@ -338,6 +340,7 @@ fn summarize(
         lost_at_own_socket: a.echo.then_some(t.echo_socket_drops),
         duration_s: (secs * 1000.0).round() / 1000.0,
         tx_pps: tx_pps.round(),
+        cpu_ns_per_packet: None,
         rx_pps: a.echo.then(|| per_s(t.rx_packets).round()),
         requested_pps: requested_pps.map(f64::round),
         generator_limited: limited.as_ref().map(Option::is_some),

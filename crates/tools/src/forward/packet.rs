@@ -506,9 +506,13 @@ fn session(
     let cpus = cpus
         .iter()
         .zip(&end.finals)
-        .map(|(&cpu, s)| CpuCounts {
-            cpu,
-            counts: counts(&s.role),
+        .map(|(&cpu, s)| {
+            let counts = counts(&s.role);
+            CpuCounts {
+                cpu,
+                cpu_ns_per_packet: crate::ns_per(s.looped.cpu_ns, counts.rx_packets),
+                counts,
+            }
         })
         .collect();
     Ok(super::report::assemble(

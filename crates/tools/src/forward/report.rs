@@ -163,13 +163,17 @@ pub struct BridgeSummary {
 }
 
 /// One CPU's part.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuCounts {
     /// The CPU.
     pub cpu: usize,
     /// Its counts.
     #[serde(flatten)]
     pub counts: ForwardCounts,
+    /// The worker's CPU time per frame it looked at (its thread's CPU clock over its loop),
+    /// nanoseconds; `None` for native XDP (no worker: the kernel's receive path does it all).
+    #[serde(default)]
+    pub cpu_ns_per_packet: Option<f64>,
 }
 
 /// Counters over one status interval.

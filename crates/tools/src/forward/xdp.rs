@@ -165,7 +165,11 @@ fn report(
         .into_iter()
         .enumerate()
         .filter(|(_, c)| c.rx_packets > 0)
-        .map(|(cpu, counts)| CpuCounts { cpu, counts })
+        .map(|(cpu, counts)| CpuCounts {
+            cpu,
+            counts,
+            cpu_ns_per_packet: None,
+        })
         .collect();
     super::report::assemble(job, start.elapsed().as_secs_f64(), cpus, before, Vec::new())
 }

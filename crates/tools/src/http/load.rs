@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use flowlane_runtime::http::client::{
     ClientWorker, HttpLoadSnapshot, HttpLoadStats, LatencySlot, LoadPlan, PoolLatency, PoolPlan,
 };
-use flowlane_runtime::{Config, Runtime, StopRule};
+use flowlane_runtime::{Config, Runtime, StopRule, WorkerSnapshot};
 use flowlane_wire::http as h;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -101,6 +101,8 @@ pub struct HttpLoadCounts {
     pub timeouts: u64,
     /// Answers that could not be parsed.
     pub parse_errors: u64,
+    /// CPU time the workers' threads used in their loops, nanoseconds.
+    pub cpu_ns: u64,
 }
 
 impl HttpLoadCounts {
@@ -118,9 +120,11 @@ impl HttpLoadCounts {
     }
 }
 
-impl From<&HttpLoadSnapshot> for HttpLoadCounts {
-    fn from(s: &HttpLoadSnapshot) -> Self {
+impl From<&WorkerSnapshot<HttpLoadSnapshot>> for HttpLoadCounts {
+    fn from(w: &WorkerSnapshot<HttpLoadSnapshot>) -> Self {
+        let s = &w.role;
         HttpLoadCounts {
+            cpu_ns: w.looped.cpu_ns,
             connects: s.connects,
             closes: s.closes,
             requests: s.requests,
@@ -218,6 +222,8 @@ pub struct HttpLoadReport {
     pub cpu_s: f64,
     /// Answers per second of that CPU time.
     pub responses_per_cpu_s: f64,
+    /// The workers' own CPU time (their loops only) per answer, nanoseconds.
+    pub worker_cpu_ns_per_response: Option<f64>,
     /// Workers that stopped on an error.
     pub worker_errors: Vec<WorkerError>,
 }
@@ -492,7 +498,7 @@ pub fn run(
         on_event(HttpLoadEvent::Tick(HttpLoadTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
-            delta: HttpLoadCounts::from(&t.delta().role),
+            delta: HttpLoadCounts::from(&t.delta()),
             open,
             rss_kib: rss,
         }));
@@ -501,7 +507,7 @@ pub fn run(
         .unwrap_or(0)
         .saturating_sub(cpu0) as f64
         / 1e9;
-    let total = HttpLoadCounts::from(&end.total().role);
+    let total = HttpLoadCounts::from(&end.total());
     let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
     for s in &slots {
         if let Some(v) = s.lock().ok().and_then(|mut g| g.take()) {
@@ -589,6 +595,7 @@ pub fn run(
             rss_steady_last_kib: steady_last,
         },
         cpu_s: (cpu_s * 1000.0).round() / 1000.0,
+        worker_cpu_ns_per_response: crate::ns_per(total.cpu_ns, total.responses),
         responses_per_cpu_s: if cpu_s > 0.0 {
             total.responses as f64 / cpu_s
         } else {

@@ -12,7 +12,7 @@ use flowlane_io::tcp::{self, GroupError, ListenConfig, Steering};
 use flowlane_runtime::http::server::{
     Bodies, HttpServeSnapshot, HttpServeStats, ServerConfig, ServerWorker,
 };
-use flowlane_runtime::{Config, Runtime, StartError, StopRule};
+use flowlane_runtime::{Config, Runtime, StartError, StopRule, WorkerSnapshot};
 use serde::{Deserialize, Serialize};
 
 use crate::{ToolError, WorkerError};
@@ -91,11 +91,22 @@ pub struct HttpServeCounts {
     pub io_errors: u64,
     /// Accepts refused for want of descriptors or memory.
     pub accept_errors: u64,
+    /// CPU time the workers' threads used in their loops, nanoseconds.
+    pub cpu_ns: u64,
 }
 
-impl From<&HttpServeSnapshot> for HttpServeCounts {
-    fn from(s: &HttpServeSnapshot) -> Self {
+impl HttpServeCounts {
+    /// Worker CPU nanoseconds per request read.
+    pub fn cpu_ns_per_request(&self) -> Option<f64> {
+        crate::ns_per(self.cpu_ns, self.requests)
+    }
+}
+
+impl From<&WorkerSnapshot<HttpServeSnapshot>> for HttpServeCounts {
+    fn from(w: &WorkerSnapshot<HttpServeSnapshot>) -> Self {
+        let s = &w.role;
         HttpServeCounts {
+            cpu_ns: w.looped.cpu_ns,
             accepted: s.accepted,
             closed: s.closed,
             missteered: s.missteered,
@@ -140,6 +151,8 @@ pub struct HttpServeReport {
     pub total: HttpServeCounts,
     /// Requests per second over the run.
     pub requests_per_s: f64,
+    /// Worker CPU nanoseconds per request (all workers).
+    pub cpu_ns_per_request: Option<f64>,
     /// Bodies up to this size were copied from a buffer; larger ones sent by `sendfile`.
     pub copy_max: usize,
     /// The largest body answered.
@@ -285,12 +298,12 @@ pub fn run(
         on_event(HttpServeEvent::Tick(HttpServeTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
-            delta: HttpServeCounts::from(&t.delta().role),
+            delta: HttpServeCounts::from(&t.delta()),
             open: total.role.accepted.saturating_sub(total.role.closed),
         }))
     });
     let secs = end.elapsed.as_secs_f64();
-    let total = HttpServeCounts::from(&end.total().role);
+    let total = HttpServeCounts::from(&end.total());
     Ok(HttpServeReport {
         bind: cfg.bind.to_string(),
         steering: steering.name().into(),
@@ -302,9 +315,10 @@ pub fn run(
             .zip(&end.finals)
             .map(|(&cpu, s)| HttpServeWorker {
                 cpu,
-                counts: HttpServeCounts::from(&s.role),
+                counts: HttpServeCounts::from(s),
             })
             .collect(),
+        cpu_ns_per_request: total.cpu_ns_per_request(),
         requests_per_s: if secs > 0.0 {
             total.requests as f64 / secs
         } else {

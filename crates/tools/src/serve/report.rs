@@ -45,6 +45,12 @@ pub struct ServeCounts {
     pub sleeps: u64,
     /// Datagrams per round that received any (how full batches are), two decimals.
     pub batch_fill: f64,
+    /// CPU time the workers' threads used in their loops (user and system), nanoseconds.
+    #[serde(default)]
+    pub cpu_ns: u64,
+    /// Of that, nanoseconds per datagram received: what each one cost.
+    #[serde(default)]
+    pub cpu_ns_per_packet: Option<f64>,
 }
 
 impl ServeCounts {
@@ -69,6 +75,8 @@ impl ServeCounts {
             busy_rounds: l.busy_rounds,
             sleeps: l.sleeps,
             batch_fill: (s.batch_fill(l.busy_rounds) * 100.0).round() / 100.0,
+            cpu_ns: l.cpu_ns,
+            cpu_ns_per_packet: crate::ns_per(l.cpu_ns, s.rx_packets),
         }
     }
 }

@@ -126,6 +126,10 @@ pub struct SinkReport {
     pub rx_pps: f64,
     /// One-way latency: the header's transmit time against this host's clock.
     pub latency_ns: Option<Latency>,
+    /// The sink worker's CPU time per frame received (its thread's CPU clock over its loop),
+    /// nanoseconds.
+    #[serde(default)]
+    pub cpu_ns_per_packet: Option<f64>,
     /// Per flow, by id.
     pub flows: Vec<SinkFlowReport>,
     /// The frame backend (AF_PACKET's receive ring), as asked of the kernel once.
@@ -156,6 +160,7 @@ impl SinkReport {
             duration_s: 0.0,
             rx_pps: 0.0,
             latency_ns: None,
+            cpu_ns_per_packet: None,
             flows: Vec::new(),
             backend: None,
             errors: Vec::new(),
@@ -234,6 +239,7 @@ pub fn run(
             foreign: cur.role.foreign,
         }))
     });
+    let cpu_ns = end.total().looped.cpu_ns;
     let errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
     let Some(b) = book.lock().ok().and_then(|mut g| g.take()) else {
         let why = errors
@@ -242,7 +248,9 @@ pub fn run(
             .unwrap_or_else(|| "no report".into());
         return Err(ToolError::runtime(format!("the sink stopped: {why}")));
     };
-    Ok(report(&b, errors, backend))
+    let mut r = report(&b, errors, backend);
+    r.cpu_ns_per_packet = crate::ns_per(cpu_ns, r.rx_packets);
+    Ok(r)
 }
 
 fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
@@ -270,6 +278,7 @@ fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
             0.0
         },
         latency_ns: Latency::of(Some(r.book.latency()), "one-way"),
+        cpu_ns_per_packet: None,
         flows: r
             .book
             .seen_flows()
