@@ -438,6 +438,10 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
     for p in &r.problems {
         println!("!! {p}");
     }
+    if let Some(c) = r.cpu_ns_per_packet {
+        println!("cost: {c:.0} ns of sender CPU per datagram (thread CPU clocks)");
+    }
+    println!("{}", crate::live::pmu_line("datagram", &r.pmu));
     println!("{}", r.pktgen);
 }
 

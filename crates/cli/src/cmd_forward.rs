@@ -350,9 +350,17 @@ fn print_summary(r: &ForwardReport) {
     }
     for c in &r.cpus {
         println!(
-            "  CPU {:>3}: forwarded {} of {}",
-            c.cpu, c.counts.forwarded, c.counts.rx_packets
+            "  CPU {:>3}: forwarded {} of {}{}",
+            c.cpu,
+            c.counts.forwarded,
+            c.counts.rx_packets,
+            c.cpu_ns_per_packet.map_or(String::new(), |n| format!(
+                ", {n:.0} ns of worker CPU per frame"
+            ))
         );
+    }
+    if r.cpus.iter().any(|c| c.cpu_ns_per_packet.is_some()) {
+        println!("{}", crate::live::pmu_line("frame", &r.pmu));
     }
     println!("{}", backend_line(&r.backend));
 }

@@ -264,6 +264,7 @@ fn serve(a: ServeArgs) -> CmdResult {
             "{}",
             serve_row("all", open, &report.total, report.duration_s)
         );
+        println!("  {}", crate::live::pmu_line("request", &report.pmu));
         for w in &report.workers {
             println!(
                 "  cpu {}: {} connections ({} missteered), {} requests, {} ns of worker CPU each",
@@ -534,6 +535,7 @@ fn summary(r: &HttpLoadReport) -> String {
             s.push_str(&lat_line(class, l));
         }
     }
+    let _ = writeln!(s, "  {}", crate::live::pmu_line("answer", &r.pmu));
     let m = &r.memory;
     let _ = writeln!(
         s,

@@ -222,6 +222,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
             "cost: worker CPU time per datagram received (thread CPU clock): {}",
             cost.join(", ")
         );
+        println!("{}", crate::live::pmu_line("datagram", &report.pmu));
         if let (Some(m), Some(lo), Some(hi)) = (
             report.total.missteered.filter(|&m| m > 0),
             report.total.missteered_received_min,

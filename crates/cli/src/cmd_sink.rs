@@ -167,6 +167,10 @@ fn print_summary(r: &SinkReport) {
     if let Some(l) = latency_line(r.latency_ns.as_ref(), "one-way (send → sink)") {
         println!("{l}");
     }
+    if let Some(c) = r.cpu_ns_per_packet {
+        println!("cost: {c:.0} ns of sink CPU per frame (thread CPU clock)");
+    }
+    println!("{}", crate::live::pmu_line("frame", &r.pmu));
     if r.flows.len() <= 16 {
         for f in &r.flows {
             println!(

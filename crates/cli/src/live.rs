@@ -80,3 +80,20 @@ pub fn workers_exit(errors: &[flowlane_tools::WorkerError]) -> std::process::Exi
         std::process::ExitCode::from(1)
     }
 }
+
+/// `cost: … ns of worker CPU per packet; cycles …` or why the cycles are not known.
+pub fn pmu_line(what: &str, p: &flowlane_tools::PmuCost) -> String {
+    match &p.unavailable {
+        Some(why) => format!("hardware counters per {what}: unavailable — {why}"),
+        None => format!(
+            "hardware counters per {what}: {} cycles, {} instructions (IPC {}), {} LLC misses",
+            p.cycles_per_packet
+                .map_or("-".into(), |v| format!("{v:.0}")),
+            p.instructions_per_packet
+                .map_or("-".into(), |v| format!("{v:.0}")),
+            p.ipc.map_or("-".into(), |v| format!("{v:.2}")),
+            p.llc_misses_per_packet
+                .map_or("-".into(), |v| format!("{v:.2}")),
+        ),
+    }
+}

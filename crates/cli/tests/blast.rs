@@ -56,6 +56,7 @@ fn json_of(out: &Output) -> Value {
             j["cpu_ns_per_packet"].as_f64().is_some_and(|x| x > 0.0),
             "{j}"
         );
+        common::pmu_said(&j);
     }
     j
 }

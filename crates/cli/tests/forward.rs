@@ -115,6 +115,9 @@ fn reflect_run(p: &Pair, fwd_args: &[&str]) -> (Value, Value) {
             );
         }
     }
+    if f["backend"]["backend"] != "xdp-native" {
+        common::pmu_said(&f);
+    }
     assert_eq!(f["problems"], serde_json::json!([]), "{f}");
     // Per-flow truth at the generator: every echo back, or its loss explained — by the
     // reflector's counts, or by the generator's own socket (a busy machine can overflow it).

@@ -398,6 +398,8 @@ fn serve_counts_equal_load_and_bound_wrk() {
         s["cpu_ns_per_request"].as_f64().is_some_and(|c| c > 0.0),
         "{s}"
     );
+    common::pmu_said(&s);
+    common::pmu_said(&l);
     let per = l["worker_cpu_ns_per_response"]
         .as_f64()
         .expect("load's cost");

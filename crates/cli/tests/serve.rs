@@ -162,6 +162,7 @@ fn echo_returns_every_size_byte_identical_and_counts_exactly() {
         .sum();
     assert!(cpu > 0, "{j}");
     assert_eq!(t["cpu_ns"].as_u64(), Some(cpu), "{j}");
+    common::pmu_said(&j);
     for w in workers {
         let got = w["rx_packets"].as_u64().expect("count");
         let per = w["cpu_ns_per_packet"].as_f64();

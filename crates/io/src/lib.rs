@@ -18,6 +18,8 @@
 //!   features by generic netlink.
 //! * [`ebpf`] assembles programs in Rust (no toolchain); [`bpf`] loads them, makes maps and
 //!   attaches them.
+//! * [`perf`]: the calling thread's performance counters (cycles, instructions, LLC misses; or
+//!   software events), or why they cannot be had.
 //! * [`os`]: CPU pinning and affinity, the monotonic clock, namespaces, signals, mounts;
 //!   [`huge`]: the binary's huge-page allocator.
 
@@ -27,6 +29,7 @@ pub mod ebpf;
 pub mod frame;
 mod link;
 mod maps;
+pub mod perf;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tcp;

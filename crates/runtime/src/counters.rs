@@ -78,6 +78,13 @@ counters! {
         /// every 1024 rounds, every 64th sleep and at the end: up to a few milliseconds behind
         /// during a run, exact in the final counters).
         cpu_ns,
+        /// CPU cycles in the worker's loop (hardware counter; 0 without a PMU), read with
+        /// `cpu_ns`.
+        pmu_cycles,
+        /// Instructions retired in the loop (hardware counter).
+        pmu_instructions,
+        /// Last-level cache misses in the loop (hardware counter).
+        pmu_llc_misses,
     }
 }
 

@@ -128,6 +128,8 @@ pub struct Runtime<S: Counters> {
     stop: Arc<AtomicBool>,
     go: Arc<Gate>,
     errors: Arc<Mutex<Vec<(usize, String)>>>,
+    /// Why the workers' hardware counters could not be opened (the first worker's reason).
+    pmu: Arc<Mutex<Option<String>>>,
     started: bool,
 }
 
@@ -150,12 +152,14 @@ impl<S: Counters> Runtime<S> {
         let turn = Arc::new((Mutex::new(0usize), Condvar::new()));
         let go = Arc::new(Gate::default());
         let errors = Arc::new(Mutex::new(Vec::new()));
+        let pmu = Arc::new(Mutex::new(None));
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StartError<E>>>();
         let mut handles = Vec::with_capacity(n);
         let mut stats = Vec::with_capacity(n);
         for (idx, &cpu) in cfg.cpus.iter().enumerate() {
             let st = Arc::new(WorkerCounters::<S>::default());
             stats.push(st.clone());
+            let pmu = pmu.clone();
             let (make, turn, go, stop, errors, ready) = (
                 make.clone(),
                 turn.clone(),
@@ -206,7 +210,15 @@ impl<S: Counters> Runtime<S> {
                         }
                     };
                     go.wait();
-                    run_loop(&mut poller, &st, &stop, budget, wait_ms, idx, &errors);
+                    let ctx = LoopCtx {
+                        stop: &stop,
+                        budget,
+                        wait_ms,
+                        idx,
+                        errors: &errors,
+                        pmu: &pmu,
+                    };
+                    run_loop(&mut poller, &st, &ctx);
                 })
                 .map_err(|e| StartError::Thread(format!("cannot start worker thread: {e}")))?;
             handles.push(h);
@@ -232,6 +244,7 @@ impl<S: Counters> Runtime<S> {
             stop,
             go,
             errors,
+            pmu,
             started: false,
         };
         if let Some(e) = first_err {
@@ -254,6 +267,11 @@ impl<S: Counters> Runtime<S> {
     /// Per-worker counters, in worker order.
     pub fn stats(&self) -> &[Arc<WorkerCounters<S>>] {
         &self.stats
+    }
+
+    /// Why the workers count no cycles or instructions (`None`: they do).
+    pub fn pmu_unavailable(&self) -> Option<String> {
+        self.pmu.lock().ok().and_then(|g| g.clone())
     }
 
     /// Errors workers stopped on: (worker index, message).
@@ -287,15 +305,25 @@ impl<S: Counters> Drop for Runtime<S> {
     }
 }
 
-fn run_loop<P: Poll>(
-    p: &mut P,
-    counters: &WorkerCounters<P::Stats>,
-    stop: &AtomicBool,
+/// What a worker's loop needs besides its poller and counters.
+struct LoopCtx<'a> {
+    stop: &'a AtomicBool,
     budget: usize,
     wait_ms: i32,
     idx: usize,
-    errors: &Mutex<Vec<(usize, String)>>,
-) {
+    errors: &'a Mutex<Vec<(usize, String)>>,
+    pmu: &'a Mutex<Option<String>>,
+}
+
+fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopCtx<'_>) {
+    let LoopCtx {
+        stop,
+        budget,
+        wait_ms,
+        idx,
+        errors,
+        pmu,
+    } = *ctx;
     let fail = |e: String| {
         if let Ok(mut v) = errors.lock() {
             v.push((idx, e));
@@ -305,9 +333,24 @@ fn run_loop<P: Poll>(
     let (lp, st) = (&counters.looped, &counters.role);
     // The thread's CPU time, from when its loop starts: what each packet cost.
     let cpu0 = flowlane_io::os::thread_cpu_ns();
-    let cpu = || {
+    // Cycles, instructions and LLC misses where the machine has a PMU; else why not.
+    let mut hw = match flowlane_io::perf::ThreadCounters::open(&flowlane_io::perf::HARDWARE) {
+        Ok(c) => Some(c),
+        Err(why) => {
+            if let Ok(mut g) = pmu.lock() {
+                g.get_or_insert(why);
+            }
+            None
+        }
+    };
+    let mut cpu = || {
         if let (Some(a), Some(b)) = (cpu0, flowlane_io::os::thread_cpu_ns()) {
             set(&lp.cpu_ns, b.saturating_sub(a));
+        }
+        if let Some(v) = hw.as_mut().and_then(|h| h.read()) {
+            set(&lp.pmu_cycles, v[0]);
+            set(&lp.pmu_instructions, v[1]);
+            set(&lp.pmu_llc_misses, v[2]);
         }
     };
     let (mut rounds, mut sleeps) = (0u32, 0u32);

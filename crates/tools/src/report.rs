@@ -40,6 +40,47 @@ pub fn ns_per(cpu_ns: u64, items: u64) -> Option<f64> {
     (items > 0).then(|| (cpu_ns as f64 / items as f64 * 10.0).round() / 10.0)
 }
 
+/// What each packet cost in the CPU's own terms, from the workers' hardware counters (cycles,
+/// instructions, last-level cache misses over their loops), or why that is not known here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PmuCost {
+    /// CPU cycles per packet.
+    pub cycles_per_packet: Option<f64>,
+    /// Instructions per packet.
+    pub instructions_per_packet: Option<f64>,
+    /// Instructions per cycle.
+    pub ipc: Option<f64>,
+    /// Last-level cache misses per packet.
+    pub llc_misses_per_packet: Option<f64>,
+    /// Why the counters could not be read (no PMU, `perf_event_paranoid`, a capability).
+    pub unavailable: Option<String>,
+}
+
+impl PmuCost {
+    /// From the workers' loop counters over `packets`; `unavailable` from the runtime.
+    pub fn of(
+        l: &flowlane_runtime::LoopSnapshot,
+        packets: u64,
+        unavailable: Option<String>,
+    ) -> PmuCost {
+        if unavailable.is_some() {
+            return PmuCost {
+                unavailable,
+                ..PmuCost::default()
+            };
+        }
+        let per = |v: u64| ns_per(v, packets);
+        PmuCost {
+            cycles_per_packet: per(l.pmu_cycles),
+            instructions_per_packet: per(l.pmu_instructions),
+            ipc: (l.pmu_cycles > 0)
+                .then(|| (l.pmu_instructions as f64 / l.pmu_cycles as f64 * 100.0).round() / 100.0),
+            llc_misses_per_packet: per(l.pmu_llc_misses),
+            unavailable: None,
+        }
+    }
+}
+
 /// A worker that stopped with an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerError {

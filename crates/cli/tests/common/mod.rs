@@ -23,6 +23,22 @@ pub fn need_program(program: &str) -> bool {
     false
 }
 
+/// A report's hardware-counter cost: cycles per packet where the machine has a PMU, or in
+/// words why not — never a silent zero.
+pub fn pmu_said(j: &Value) {
+    let p = &j["pmu"];
+    match p["unavailable"].as_str() {
+        Some(why) => {
+            assert!(why.contains("perf_event"), "{p}");
+            assert!(p["cycles_per_packet"].is_null(), "{p}");
+        }
+        None => assert!(
+            p["cycles_per_packet"].as_f64().is_some_and(|c| c > 0.0),
+            "{p}"
+        ),
+    }
+}
+
 /// A blast summary checked against its exit code: 0 with no problem, or 1 whose only problems
 /// are a requested rate not reached — a busy 2-core machine can hold a sender back, and blast
 /// says so. One step's problems, or every step's of a sweep. Returns the summary.
@@ -234,6 +250,7 @@ pub fn sink_check(sink: std::process::Child, count: u64) {
         s["cpu_ns_per_packet"].as_f64().is_some_and(|x| x > 0.0),
         "the sink's CPU time per frame: {s}"
     );
+    pmu_said(&s);
     for k in [
         "lost",
         "duplicates",

@@ -98,6 +98,9 @@ pub struct StepReport {
     pub backend: Option<crate::backend::BackendReport>,
     /// Per flow.
     pub flows: Vec<FlowReport>,
+    /// What each packet cost in cycles, instructions and cache misses, or why not known.
+    #[serde(default)]
+    pub pmu: crate::PmuCost,
     /// Sender threads that stopped with an error.
     #[serde(default)]
     pub errors: Vec<WorkerError>,

@@ -183,6 +183,7 @@ pub(super) fn run_step(
     );
     r.backend = plan.backend.clone();
     r.cpu_ns_per_packet = crate::ns_per(total.looped.cpu_ns, t.tx_packets);
+    r.pmu = crate::PmuCost::of(&total.looped, t.tx_packets, rt.pmu_unavailable());
     Ok(r)
 }
 
@@ -341,6 +342,7 @@ fn summarize(
         duration_s: (secs * 1000.0).round() / 1000.0,
         tx_pps: tx_pps.round(),
         cpu_ns_per_packet: None,
+        pmu: crate::PmuCost::default(),
         rx_pps: a.echo.then(|| per_s(t.rx_packets).round()),
         requested_pps: requested_pps.map(f64::round),
         generator_limited: limited.as_ref().map(Option::is_some),

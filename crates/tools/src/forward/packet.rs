@@ -515,11 +515,14 @@ fn session(
             }
         })
         .collect();
-    Ok(super::report::assemble(
+    let total = end.total();
+    let mut r = super::report::assemble(
         job,
         end.elapsed.as_secs_f64(),
         cpus,
         before,
         end.errors.into_iter().map(|e| e.1).collect(),
-    ))
+    );
+    r.pmu = crate::PmuCost::of(&total.looped, total.role.rx_packets, rt.pmu_unavailable());
+    Ok(r)
 }

@@ -225,6 +225,9 @@ pub struct ForwardReport {
     /// What went wrong, in words (the run's exit code is then 1).
     #[serde(default)]
     pub problems: Vec<String>,
+    /// What each packet cost in cycles, instructions and cache misses, or why not known.
+    #[serde(default)]
+    pub pmu: crate::PmuCost,
     /// Why the forwarder stopped early, if it did.
     #[serde(default)]
     pub errors: Vec<String>,
@@ -296,6 +299,7 @@ pub(super) fn assemble(
     let queued = total.forwarded + total.flood_copies;
     let (device_refused, problems) = judge(&names.join("+"), queued, dev_tx_packets);
     ForwardReport {
+        pmu: crate::PmuCost::default(),
         mode: job.cfg.mode,
         backend: job.backend.clone(),
         swapped: swapped(job.swap),

@@ -224,6 +224,9 @@ pub struct HttpLoadReport {
     pub responses_per_cpu_s: f64,
     /// The workers' own CPU time (their loops only) per answer, nanoseconds.
     pub worker_cpu_ns_per_response: Option<f64>,
+    /// What each packet cost in cycles, instructions and cache misses, or why not known.
+    #[serde(default)]
+    pub pmu: crate::PmuCost,
     /// Workers that stopped on an error.
     pub worker_errors: Vec<WorkerError>,
 }
@@ -507,6 +510,7 @@ pub fn run(
         .unwrap_or(0)
         .saturating_sub(cpu0) as f64
         / 1e9;
+    let looped = end.total().looped;
     let total = HttpLoadCounts::from(&end.total());
     let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
     for s in &slots {
@@ -596,6 +600,7 @@ pub fn run(
         },
         cpu_s: (cpu_s * 1000.0).round() / 1000.0,
         worker_cpu_ns_per_response: crate::ns_per(total.cpu_ns, total.responses),
+        pmu: crate::PmuCost::of(&looped, total.responses, rt.pmu_unavailable()),
         responses_per_cpu_s: if cpu_s > 0.0 {
             total.responses as f64 / cpu_s
         } else {

@@ -159,6 +159,9 @@ pub struct HttpServeReport {
     pub max_size: u64,
     /// The open-file limit in force (soft; raised to the hard one at start).
     pub nofile: u64,
+    /// What each packet cost in cycles, instructions and cache misses, or why not known.
+    #[serde(default)]
+    pub pmu: crate::PmuCost,
     /// Workers that stopped on an error.
     pub errors: Vec<WorkerError>,
 }
@@ -319,6 +322,7 @@ pub fn run(
             })
             .collect(),
         cpu_ns_per_request: total.cpu_ns_per_request(),
+        pmu: crate::PmuCost::of(&end.total().looped, total.requests, rt.pmu_unavailable()),
         requests_per_s: if secs > 0.0 {
             total.requests as f64 / secs
         } else {

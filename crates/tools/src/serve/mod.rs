@@ -150,6 +150,7 @@ pub fn run(
         })
         .collect();
     Ok(ServeReport {
+        pmu: crate::PmuCost::of(&total.looped, total.role.rx_packets, rt.pmu_unavailable()),
         workers,
         total: ServeCounts::from_snapshot(&total, detected),
         duration_s: (elapsed * 1000.0).round() / 1000.0,

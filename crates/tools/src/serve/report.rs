@@ -135,6 +135,9 @@ pub struct ServeReport {
     pub rcvbuf: usize,
     /// Send buffer the kernel granted, bytes.
     pub sndbuf: usize,
+    /// What each packet cost in cycles, instructions and cache misses, or why not known.
+    #[serde(default)]
+    pub pmu: crate::PmuCost,
     /// Workers that stopped with an error (the run's exit code is then 1).
     pub errors: Vec<WorkerError>,
 }

@@ -135,6 +135,9 @@ pub struct SinkReport {
     /// The frame backend (AF_PACKET's receive ring), as asked of the kernel once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendReport>,
+    /// What each packet cost in cycles, instructions and cache misses, or why not known.
+    #[serde(default)]
+    pub pmu: crate::PmuCost,
     /// Why the sink stopped early, if it did (the run's exit code is then 1).
     #[serde(default)]
     pub errors: Vec<String>,
@@ -161,6 +164,7 @@ impl SinkReport {
             rx_pps: 0.0,
             latency_ns: None,
             cpu_ns_per_packet: None,
+            pmu: crate::PmuCost::default(),
             flows: Vec::new(),
             backend: None,
             errors: Vec::new(),
@@ -239,7 +243,8 @@ pub fn run(
             foreign: cur.role.foreign,
         }))
     });
-    let cpu_ns = end.total().looped.cpu_ns;
+    let looped = end.total().looped;
+    let cpu_ns = looped.cpu_ns;
     let errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
     let Some(b) = book.lock().ok().and_then(|mut g| g.take()) else {
         let why = errors
@@ -250,6 +255,7 @@ pub fn run(
     };
     let mut r = report(&b, errors, backend);
     r.cpu_ns_per_packet = crate::ns_per(cpu_ns, r.rx_packets);
+    r.pmu = crate::PmuCost::of(&looped, r.rx_packets, rt.pmu_unavailable());
     Ok(r)
 }
 
@@ -279,6 +285,7 @@ fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
         },
         latency_ns: Latency::of(Some(r.book.latency()), "one-way"),
         cpu_ns_per_packet: None,
+        pmu: crate::PmuCost::default(),
         flows: r
             .book
             .seen_flows()
