@@ -19,7 +19,7 @@ use crate::args::{
     parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix, parse_port_range,
     parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, ModelArgs, Rate, SizeList,
 };
-use crate::live::{latency_line, stop_on_signals, LiveArgs, Log};
+use crate::live::{latency_line, stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -195,13 +195,17 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let cfg = config(&a)?;
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.live.json);
+    let (mut log, stream) = (a.live.log(), a.live.stream());
     let report = blast::run(&cfg, &stop, &mut |event| match event {
         BlastEvent::StepStarted(s) => log.line(&banner(&s)),
-        BlastEvent::Tick(t) if !a.live.quiet => log.line(&status(&t)),
-        BlastEvent::Tick(_) => {}
+        BlastEvent::Tick(t) => {
+            stream.interval(&t);
+            if !a.live.quiet {
+                log.line(&status(&t))
+            }
+        }
         BlastEvent::StepDone(r) => {
-            if a.live.json {
+            if a.live.json || stream.on() {
                 for p in &r.problems {
                     eprintln!("flowlane: {p}");
                 }
@@ -214,10 +218,16 @@ pub fn run(a: BlastArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
-    if a.live.json {
-        match report.steps.as_slice() {
-            [one] if !report.sweep => print_json(one)?,
-            all => print_json(&json!({ "sweep": all }))?,
+    if a.live.json || stream.on() {
+        let out = match report.steps.as_slice() {
+            [one] if !report.sweep => serde_json::to_value(one),
+            all => Ok(json!({ "sweep": all })),
+        }
+        .map_err(|e| Failure::runtime(anyhow::anyhow!("the report as JSON: {e}")))?;
+        if stream.on() {
+            stream.last(&out)?;
+        } else {
+            print_json(&out)?;
         }
     } else if report.sweep {
         println!();

@@ -11,7 +11,7 @@ use flowlane_tools::forward::{
 };
 
 use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, CpuList};
-use crate::live::{stop_on_signals, LiveArgs, Log};
+use crate::live::{stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
 
 /// Forward frames as a device under test: a reflector, or an IPv4/IPv6 router on our FIB.
@@ -197,7 +197,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.live.json);
+    let (mut log, stream) = (a.live.log(), a.live.stream());
     let r = forward::run(&cfg, &stop, &mut |event| match event {
         ForwardEvent::Started(s) => {
             let what = match cfg.mode {
@@ -226,7 +226,11 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             }
             log.line(&backend_line(&s.backend));
         }
-        ForwardEvent::Tick(t) if !a.live.quiet => {
+        ForwardEvent::Tick(t) if !a.live.quiet || stream.on() => {
+            stream.interval(&t);
+            if a.live.quiet {
+                return;
+            }
             let secs = t.interval_s.max(1e-9);
             let d = &t.delta;
             log.line(&format!(
@@ -244,6 +248,8 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     .map_err(Failure::from_tool)?;
     if a.live.json {
         print_json(&r)?;
+    } else if stream.on() {
+        stream.last(&r)?;
     } else {
         print_summary(&r);
     }

@@ -15,7 +15,7 @@ use flowlane_tools::http::{
 };
 
 use crate::args::{parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList};
-use crate::live::{stop_on_signals, LiveArgs, Log};
+use crate::live::{stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
 
 /// HTTP/1.1 per core: a server and a load generator.
@@ -228,7 +228,7 @@ fn serve(a: ServeArgs) -> CmdResult {
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.live.json);
+    let (mut log, stream) = (a.live.log(), a.live.stream());
     let quiet = a.live.quiet;
     let report = http::serve::run(&cfg, &stop, &mut |e| match e {
         HttpServeEvent::Started(s) => {
@@ -245,14 +245,18 @@ fn serve(a: ServeArgs) -> CmdResult {
                 log.line(&serve_header());
             }
         }
-        HttpServeEvent::Tick(t) if !quiet => {
-            log.line(&serve_row(&format!("{:.1}s", t.elapsed_s), t.open, &t.delta, t.interval_s));
+        HttpServeEvent::Tick(t) => {
+            stream.interval(&t);
+            if !quiet {
+                log.line(&serve_row(&format!("{:.1}s", t.elapsed_s), t.open, &t.delta, t.interval_s));
+            }
         }
-        HttpServeEvent::Tick(_) => {}
     })
     .map_err(Failure::from_tool)?;
     if a.live.json {
         print_json(&report)?;
+    } else if stream.on() {
+        stream.last(&report)?;
     } else {
         println!(
             "\nsummary over {:.3} s (steering {}):",
@@ -402,7 +406,7 @@ fn load(a: LoadArgs) -> CmdResult {
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.live.json);
+    let (mut log, stream) = (a.live.log(), a.live.stream());
     let quiet = a.live.quiet;
     let mut csv_err = None;
     let report = http::load::run(&cfg, &stop, &mut |e| match e {
@@ -424,6 +428,7 @@ fn load(a: LoadArgs) -> CmdResult {
             }
         }
         HttpLoadEvent::Tick(t) => {
+            stream.interval(&t);
             if let Some(f) = csv.as_mut() {
                 if let Err(e) = writeln!(f, "{}", csv_row(&t)) {
                     csv_err.get_or_insert(e);
@@ -450,6 +455,8 @@ fn load(a: LoadArgs) -> CmdResult {
     }
     if a.live.json {
         print_json(&report)?;
+    } else if stream.on() {
+        stream.last(&report)?;
     } else {
         print!("{}", summary(&report));
     }

@@ -115,8 +115,13 @@ pub struct ServeArgs {
     quiet: bool,
 
     /// Final summary as JSON on stdout (the live table goes to stderr).
-    #[arg(long, short = 'J')]
+    #[arg(long, short = 'J', conflicts_with = "json_stream")]
     json: bool,
+
+    /// Newline-delimited JSON on stdout: `{"interval": …}` each interval, then
+    /// `{"final": …}` holding the same report --json prints (the live table goes to stderr).
+    #[arg(long)]
+    json_stream: bool,
 }
 
 /// `--bind`: an address with a port other than 0. With port 0 each worker would get a port of
@@ -158,7 +163,8 @@ pub fn run(a: ServeArgs) -> CmdResult {
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.json);
+    let mut log = Log::new(a.json || a.json_stream);
+    let stream = crate::live::JsonStream::new(a.json_stream);
     let mut detected = true;
     let report = serve::run(&cfg, &stop, &mut |event| match event {
         ServeEvent::Started(s) => {
@@ -174,7 +180,11 @@ pub fn run(a: ServeArgs) -> CmdResult {
                 log.line(&header());
             }
         }
-        ServeEvent::Tick(t) if !a.quiet => {
+        ServeEvent::Tick(t) if !a.quiet || a.json_stream => {
+            stream.interval(&t);
+            if a.quiet {
+                return;
+            }
             // Each live row carries the time since the start, as iperf's intervals do.
             let at = format!("{:.1}s", t.elapsed_s);
             for (cpu, c) in &t.workers {
@@ -187,6 +197,8 @@ pub fn run(a: ServeArgs) -> CmdResult {
     .map_err(Failure::from_tool)?;
     if a.json {
         print_json(&report)?;
+    } else if stream.on() {
+        stream.last(&report)?;
     } else {
         println!();
         println!(

@@ -10,7 +10,7 @@ use flowlane_tools::sink::{self, SinkConfig, SinkEvent, SinkReport};
 use crate::args::parse_duration;
 use crate::args::print_json;
 use crate::args::{usable_cpus, CpuList};
-use crate::live::{latency_line, stop_on_signals, LiveArgs, Log};
+use crate::live::{latency_line, stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
 
 /// Receive an interface's frames and account flowlane traffic per flow: loss, order, latency.
@@ -86,7 +86,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
-    let mut log = Log::new(a.live.json);
+    let (mut log, stream) = (a.live.log(), a.live.stream());
     let r = sink::run(&cfg, &stop, &mut |event| match event {
         SinkEvent::Started(s) => log.line(&format!(
             "flowlane sink: {} (MTU {}), {}, CPU {}, ring of {} frames",
@@ -99,7 +99,11 @@ pub fn run(a: SinkArgs) -> CmdResult {
             cfg.cpu,
             cfg.ring
         )),
-        SinkEvent::Tick(t) if !a.live.quiet => {
+        SinkEvent::Tick(t) if !a.live.quiet || stream.on() => {
+            stream.interval(&t);
+            if a.live.quiet {
+                return;
+            }
             let secs = t.interval_s.max(1e-9);
             log.line(&format!(
                 "{:>7.1}s  rx {:>10.0} pps {:>9.1} Mbps  ring drops {}  malformed {}  foreign {}",
@@ -116,6 +120,8 @@ pub fn run(a: SinkArgs) -> CmdResult {
     .map_err(Failure::from_tool)?;
     if a.live.json {
         print_json(&r)?;
+    } else if stream.on() {
+        stream.last(&r)?;
     } else {
         print_summary(&r);
     }

@@ -31,8 +31,72 @@ pub struct LiveArgs {
     pub quiet: bool,
 
     /// Final summary as JSON on stdout (status lines go to stderr).
-    #[arg(long, short = 'J')]
+    #[arg(long, short = 'J', conflicts_with = "json_stream")]
     pub json: bool,
+
+    /// Newline-delimited JSON on stdout: `{"interval": …}` each interval, then
+    /// `{"final": …}` holding the same report --json prints (status lines go to stderr).
+    #[arg(long)]
+    pub json_stream: bool,
+}
+
+impl LiveArgs {
+    /// Where live lines go: stderr when stdout carries JSON.
+    pub fn log(&self) -> Log {
+        Log::new(self.json || self.json_stream)
+    }
+
+    /// The stream, on or off.
+    pub fn stream(&self) -> JsonStream {
+        JsonStream {
+            on: self.json_stream,
+        }
+    }
+}
+
+/// `--json-stream`: one typed record per line.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonStream {
+    on: bool,
+}
+
+/// A line of the stream.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Record<'a, T: serde::Serialize, R: serde::Serialize> {
+    Interval(&'a T),
+    Final(&'a R),
+}
+
+impl JsonStream {
+    /// A stream, written when `on`.
+    pub fn new(on: bool) -> JsonStream {
+        JsonStream { on }
+    }
+
+    /// Whether it is on.
+    pub fn on(&self) -> bool {
+        self.on
+    }
+
+    /// One interval's record.
+    pub fn interval<T: serde::Serialize>(&self, t: &T) {
+        if self.on {
+            if let Ok(s) = serde_json::to_string(&Record::<T, ()>::Interval(t)) {
+                println!("{s}");
+            }
+        }
+    }
+
+    /// The last record: the final report.
+    pub fn last<R: serde::Serialize>(&self, r: &R) -> Result<(), Failure> {
+        if self.on {
+            let s = serde_json::to_string(&Record::<(), R>::Final(r))
+                .map_err(|e| Failure::runtime(anyhow!("cannot write the report as JSON: {e}")))?;
+            println!("{s}");
+        }
+        Ok(())
+    }
 }
 
 /// Live lines go to stdout, or to stderr when stdout carries JSON.

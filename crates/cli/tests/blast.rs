@@ -290,6 +290,46 @@ fn rss_placed_flows_hash_to_their_queue() {
 }
 
 #[test]
+fn json_stream_records_each_interval_and_ends_with_the_summary() {
+    // Loopback, paced: 2 000 datagrams over ~2 s into a socket that only holds them.
+    let sink = UdpSocket::bind("127.0.0.1:0").expect("sink");
+    let to = sink.local_addr().expect("addr").to_string();
+    let out = Command::new(BIN)
+        .args(["blast", "--to", &to, "--rate", "1000", "--count", "2000"])
+        .args(["--interval", "0.5", "--json-stream"])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a record ({e}): {l}")))
+        .collect();
+    let (last, intervals) = records.split_last().expect("records");
+    let j = common::blast_judged_ok(out.status.code(), last["final"].clone());
+    assert_eq!(j["tx_packets"], 2000, "{j}");
+    assert!(intervals.len() >= 2, "{text}");
+    let sent: u64 = intervals
+        .iter()
+        .map(|r| r["interval"]["tx_packets"].as_u64().expect("tx_packets"))
+        .sum();
+    assert!(sent > 0 && sent <= 2000, "{text}");
+    // --json and --json-stream are one or the other.
+    let both = Command::new(BIN)
+        .args([
+            "blast",
+            "--to",
+            &to,
+            "--count",
+            "1",
+            "--json",
+            "--json-stream",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(both.status.code(), Some(2));
+}
+
+#[test]
 fn foreign_and_short_echoes_are_counted_never_fatal() {
     let fake = UdpSocket::bind("127.0.0.1:0").expect("fake echo server");
     fake.set_read_timeout(Some(Duration::from_secs(5)))

@@ -600,6 +600,83 @@ fn load_memory_stays_flat_over_a_run() {
 }
 
 #[test]
+fn json_stream_has_a_record_per_second_and_ends_with_the_report() {
+    let Some((_g, ns)) = netns() else { return };
+    let bind = format!("{ADDR}:8080");
+    let mut cmd = ns.command(BIN);
+    cmd.args([
+        "http",
+        "serve",
+        "--bind",
+        &bind,
+        "--json-stream",
+        "--duration",
+        "300",
+    ]);
+    let srv = Running::start_with(cmd, "flowlane http serve:");
+    let out = ns
+        .command(BIN)
+        .args([
+            "http",
+            "load",
+            "http://198.18.0.1:8080/bytes/64",
+            "-c",
+            "8",
+            "-d",
+            "3",
+        ])
+        .args(["--json-stream", "--max-errors", "0"])
+        .output()
+        .expect("load runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a record ({e}): {l}")))
+        .collect();
+    let (last, intervals) = lines.split_last().expect("records");
+    assert!(intervals.len() >= 2, "{lines:?}");
+    let mut answered = 0;
+    for r in intervals {
+        let t = &r["interval"];
+        assert!(
+            t["elapsed_s"].as_f64().is_some() && t["open"].as_u64().is_some(),
+            "{r}"
+        );
+        answered += u(t, &["delta", "responses"]);
+    }
+    let report = &last["final"];
+    // The final record is the report --json prints: the same fields.
+    let (_, plain) = load(
+        &ns,
+        &["http://198.18.0.1:8080/bytes/64", "-c", "2", "-d", "1"],
+    );
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(report), keys(&plain), "{report}");
+    // The intervals count what happened in them; the report all of it.
+    let total = u(report, &["total", "responses"]);
+    assert!(
+        answered > 0 && answered <= total,
+        "{answered} in intervals, {total} in all"
+    );
+    let (code, s) = srv.finish_stream();
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        total + u(&plain, &["total", "responses"]),
+        "{s}"
+    );
+}
+
+#[test]
 fn load_errors_and_usage() {
     // Refused: nothing listens on this loopback port.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -107,15 +107,33 @@ impl Running {
         }
     }
 
-    /// SIGINT, then the exit code and the JSON summary.
-    pub fn finish(mut self) -> (Option<i32>, Value) {
+    /// SIGINT, then the exit code and the last `--json-stream` record's report, every
+    /// record checked to parse and the last to be `{"final": …}`.
+    pub fn finish_stream(mut self) -> (Option<i32>, Value) {
+        let (code, text) = self.finish_text();
+        let records: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a record ({e}): {l}")))
+            .collect();
+        let last = records.last().expect("records");
+        assert!(last["final"].is_object(), "the last record: {last}");
+        (code, last["final"].clone())
+    }
+
+    /// SIGINT, then the exit code and stdout.
+    fn finish_text(&mut self) -> (Option<i32>, String) {
         use flowlane_io::os::Signal;
         flowlane_io::os::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
         let mut out = String::new();
         if let Some(mut so) = self.child.stdout.take() {
             std::io::Read::read_to_string(&mut so, &mut out).expect("stdout");
         }
-        let code = self.child.wait().expect("exits").code();
+        (self.child.wait().expect("exits").code(), out)
+    }
+
+    /// SIGINT, then the exit code and the JSON summary.
+    pub fn finish(mut self) -> (Option<i32>, Value) {
+        let (code, out) = self.finish_text();
         let err = self.rest.take().map(|h| h.join().unwrap_or_default());
         let j = serde_json::from_str(&out)
             .unwrap_or_else(|e| panic!("the JSON summary ({e}): {err:?}"));

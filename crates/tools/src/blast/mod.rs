@@ -52,7 +52,7 @@ pub struct StepStart {
 }
 
 /// Counters over one status interval of a step.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BlastTick {
     /// Seconds since the step started.
     pub elapsed_s: f64,

@@ -177,7 +177,7 @@ pub struct CpuCounts {
 }
 
 /// Counters over one status interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ForwardTick {
     /// Seconds since the start.
     pub elapsed_s: f64,

@@ -232,7 +232,7 @@ pub struct HttpLoadReport {
 }
 
 /// One status interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HttpLoadTick {
     /// Since start.
     pub elapsed_s: f64,

@@ -182,7 +182,7 @@ pub struct HttpServeStart {
 }
 
 /// One status interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HttpServeTick {
     /// Since start.
     pub elapsed_s: f64,

@@ -43,7 +43,7 @@ pub struct ServeStart {
 }
 
 /// Counters over one status interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ServeTick {
     /// Seconds since the workers started.
     pub elapsed_s: f64,

@@ -43,7 +43,7 @@ pub struct SinkStart {
 }
 
 /// Counters over one status interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SinkTick {
     /// Seconds since the start.
     pub elapsed_s: f64,
