@@ -677,6 +677,86 @@ fn json_stream_has_a_record_per_second_and_ends_with_the_report() {
 }
 
 #[test]
+fn a_scenario_of_two_pools_and_one_request_per_connection() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8080, &[]);
+    let file = std::env::temp_dir().join(format!("flh-scenario-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"
+duration_s = 2
+ramp_up_s = 0.5
+ramp_down_s = 0.5
+max_errors = 0
+
+[[pools]]
+name = "pages"
+target = "198.18.0.1:8080"
+connections = 6
+urls = [ { path = "/a", weight = 3, size = 100 }, { path = "/b", weight = 1, size = 3000 } ]
+
+[[pools]]
+name = "api"
+target = "198.18.0.1:8080"
+connections = 4
+rate = 400
+body_size = 50
+urls = [ { path = "/echo" } ]
+"#,
+    )
+    .expect("scenario");
+    let (code, j) = load(&ns, &["--scenario", &file.display().to_string()]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, Some(0), "{j}");
+    let pools = j["pools"].as_array().expect("pools");
+    assert_eq!(pools.len(), 2, "{j}");
+    assert_eq!(pools[0]["mode"], "closed-loop");
+    assert_eq!(pools[1]["mode"], "constant-rate");
+    // Bodies: the pages pool's are 100 or 3 000 bytes, the api pool's are its 50-byte echoes.
+    let body = u(&j, &["total", "body_bytes"]);
+    let responses = u(&j, &["total", "responses"]);
+    assert!(responses > 100, "{j}");
+    // One-request-per-connection: without keep-alive every answer took a connection.
+    let (code, k) = load(
+        &ns,
+        &[
+            "http://198.18.0.1:8080/bytes/10",
+            "-c",
+            "4",
+            "-d",
+            "1",
+            "--no-keepalive",
+            "--max-errors",
+            "0",
+        ],
+    );
+    assert_eq!(code, Some(0), "{k}");
+    let kr = u(&k, &["total", "responses"]);
+    assert!(kr > 50, "{k}");
+    assert_eq!(u(&k, &["total", "connects"]), kr, "{k}");
+    let (_, s) = srv.finish();
+    assert_eq!(u(&s, &["total", "requests"]), responses + kr, "{s}");
+    // The api pool's request bodies, counted by the server; its echoes came back in full.
+    let echoed = u(&s, &["total", "body_rx_bytes"]);
+    assert!(echoed > 0 && echoed % 50 == 0, "{s}");
+    // The rest are pages of 100 or 3 000 bytes, asked 3 : 1 by weight.
+    let n_pages = responses - echoed / 50;
+    let pages = body - echoed;
+    let big = (pages - 100 * n_pages) / 2900;
+    assert_eq!(100 * (n_pages - big) + 3000 * big, pages, "{j}");
+    let share = big as f64 / n_pages as f64;
+    assert!(
+        (0.15..=0.35).contains(&share),
+        "/b asked {share:.2} of the time, weight 1 in 4: {j}"
+    );
+    assert_eq!(
+        u(&s, &["total", "accepted"]),
+        u(&j, &["total", "connects"]) + kr,
+        "{s}"
+    );
+}
+
+#[test]
 fn load_errors_and_usage() {
     // Refused: nothing listens on this loopback port.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
