@@ -738,7 +738,7 @@ urls = [ { path = "/echo" } ]
     assert_eq!(u(&s, &["total", "requests"]), responses + kr, "{s}");
     // The api pool's request bodies, counted by the server; its echoes came back in full.
     let echoed = u(&s, &["total", "body_rx_bytes"]);
-    assert!(echoed > 0 && echoed % 50 == 0, "{s}");
+    assert!(echoed > 0 && echoed.is_multiple_of(50), "{s}");
     // The rest are pages of 100 or 3 000 bytes, asked 3 : 1 by weight.
     let n_pages = responses - echoed / 50;
     let pages = body - echoed;
