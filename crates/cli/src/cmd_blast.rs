@@ -172,6 +172,11 @@ pub struct BlastArgs {
     #[arg(long)]
     echo: bool,
 
+    /// With --echo: write the whole round-trip distribution to this file in HdrHistogram's
+    /// percentile-distribution text (.hgrm), in microseconds.
+    #[arg(long, requires = "echo")]
+    histogram: Option<std::path::PathBuf>,
+
     /// With --echo: loss above this percentage of the datagrams sent makes the exit code 1
     /// (e.g. 0 for none at all, 0.1). Whatever it is set to, a run in which no echo at all
     /// came back fails.
@@ -218,6 +223,19 @@ pub fn run(a: BlastArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
+    if a.histogram.is_some() {
+        // Every step's round trips (a sweep's sizes together).
+        let mut all: Option<hdrhistogram::Histogram<u64>> = None;
+        for h in report.steps.iter().filter_map(|s| s.histogram.as_ref()) {
+            match all.as_mut() {
+                Some(a) => {
+                    let _ = a.add(h);
+                }
+                None => all = Some(h.clone()),
+            }
+        }
+        crate::live::write_histogram(a.histogram.as_deref(), all.as_ref())?;
+    }
     if a.live.json || stream.on() {
         let out = match report.steps.as_slice() {
             [one] if !report.sweep => serde_json::to_value(one),

@@ -195,6 +195,11 @@ pub struct LoadArgs {
     #[arg(long)]
     csv: Option<std::path::PathBuf>,
 
+    /// Write the whole latency distribution (from the intended send time, all pools) to this
+    /// file in HdrHistogram's percentile-distribution text (.hgrm), in microseconds.
+    #[arg(long)]
+    histogram: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -453,6 +458,7 @@ fn load(a: LoadArgs) -> CmdResult {
     if let Some(e) = csv_err {
         return Err(Failure::runtime(anyhow!("writing the CSV file: {e}")));
     }
+    crate::live::write_histogram(a.histogram.as_deref(), report.histogram.as_ref())?;
     if a.live.json {
         print_json(&report)?;
     } else if stream.on() {

@@ -41,6 +41,11 @@ pub struct SinkArgs {
     #[arg(long)]
     dev: String,
 
+    /// Write the whole one-way latency distribution to this file in HdrHistogram's
+    /// percentile-distribution text (.hgrm), in microseconds.
+    #[arg(long)]
+    histogram: Option<std::path::PathBuf>,
+
     /// Account only UDP to this destination port (others are counted as `other`).
     #[arg(long)]
     port: Option<u16>,
@@ -125,6 +130,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
     } else {
         print_summary(&r);
     }
+    crate::live::write_histogram(a.histogram.as_deref(), r.histogram.as_ref())?;
     for e in &r.errors {
         eprintln!("flowlane: sink stopped: {e}");
     }

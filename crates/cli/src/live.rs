@@ -133,6 +133,22 @@ pub fn latency_line(l: Option<&flowlane_tools::Latency>, label: &str) -> Option<
     ))
 }
 
+/// `--histogram FILE`: the whole latency distribution in HdrHistogram's `.hgrm` text.
+pub fn write_histogram(
+    path: Option<&std::path::Path>,
+    h: Option<&hdrhistogram::Histogram<u64>>,
+) -> Result<(), Failure> {
+    let Some(path) = path else { return Ok(()) };
+    let h = h.ok_or_else(|| {
+        Failure::runtime(anyhow!(
+            "no latency was measured, so --histogram {} has nothing to hold",
+            path.display()
+        ))
+    })?;
+    std::fs::write(path, flowlane_tools::hgrm(h))
+        .map_err(|e| Failure::runtime(anyhow!("cannot write {}: {e}", path.display())))
+}
+
 /// Says which workers stopped on an error; exit 1 if any did, else 0.
 pub fn workers_exit(errors: &[flowlane_tools::WorkerError]) -> std::process::ExitCode {
     for e in errors {

@@ -895,6 +895,7 @@ fn round_trip_percentiles_show_a_known_delay() {
     // bound later can be taken meanwhile by another test.
     let sock = UdpSocket::bind("127.0.0.1:0").expect("bind echo server");
     let bind = sock.local_addr().expect("addr").to_string();
+    let hgrm = std::env::temp_dir().join(format!("fl-blast-{}.hgrm", std::process::id()));
     let server = std::thread::spawn(move || {
         echo_server(sock, 100, |s, d, from| {
             std::thread::sleep(Duration::from_millis(5));
@@ -905,12 +906,30 @@ fn round_trip_percentiles_show_a_known_delay() {
         .args([
             "blast", "--to", &bind, "--count", "100", "--rate", "100", "--echo",
         ])
-        .args(["--burst", "1", "--json", "--quiet"])
+        .args(["--burst", "1", "--json", "--quiet", "--histogram"])
+        .arg(&hgrm)
         .output()
         .expect("runs");
     assert_eq!(server.join().expect("server"), 100);
     let j = json_of(&out);
     assert_eq!(j["rx_packets"], 100, "{j}");
+    // The .hgrm file: every round trip, the median at the delay or above.
+    let text = std::fs::read_to_string(&hgrm).expect("the .hgrm file");
+    let _ = std::fs::remove_file(&hgrm);
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .skip(2)
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            l.split_whitespace()
+                .map(|x| x.parse().expect("number"))
+                .collect()
+        })
+        .collect();
+    let last = rows.last().expect("rows");
+    assert_eq!((last[1], last[2]), (1.0, 100.0), "{text}");
+    let median = rows.iter().find(|r| r[1] >= 0.5).expect("median");
+    assert!(median[0] >= 5_000.0, "{text}");
     let l = &j["latency_ns"];
     let (p50, p99) = (
         l["p50"].as_u64().expect("p50"),

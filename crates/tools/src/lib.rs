@@ -24,4 +24,4 @@ pub mod sink;
 
 pub(crate) use error::seconds;
 pub use error::{Cause, ErrorKind, ToolError};
-pub use report::{ns_per, Latency, PmuCost, WorkerError};
+pub use report::{hgrm, ns_per, Latency, PmuCost, WorkerError};

@@ -81,6 +81,49 @@ impl PmuCost {
     }
 }
 
+/// The full distribution of `h` (nanoseconds) in HdrHistogram's percentile-distribution text
+/// (`.hgrm`, as `outputPercentileDistribution` writes it, values in microseconds, 5 ticks per
+/// half distance), which HdrHistogram's plotter and other tools read and can merge.
+pub fn hgrm(h: &Histogram<u64>) -> String {
+    use std::fmt::Write as _;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let mut s = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
+    let mut total = 0u64;
+    for v in h.iter_quantiles(5) {
+        let q = v.quantile_iterated_to();
+        let value = us(h.highest_equivalent(v.value_iterated_to()));
+        total += v.count_since_last_iteration();
+        if q < 1.0 {
+            let _ = writeln!(
+                s,
+                "{value:12.3} {q:2.12} {total:10} {:14.2}",
+                1.0 / (1.0 - q)
+            );
+        } else {
+            let _ = writeln!(s, "{value:12.3} {q:2.12} {total:10}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]",
+        h.mean() / 1000.0,
+        h.stdev() / 1000.0
+    );
+    let _ = writeln!(
+        s,
+        "#[Max     = {:12.3}, Total count    = {:12}]",
+        us(h.max()),
+        h.len()
+    );
+    let _ = writeln!(
+        s,
+        "#[Buckets = {:12}, SubBuckets     = {:12}]",
+        h.buckets(),
+        (2 * 10u64.pow(u32::from(h.sigfig()))).next_power_of_two()
+    );
+    s
+}
+
 /// A worker that stopped with an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerError {
@@ -88,4 +131,39 @@ pub struct WorkerError {
     pub worker: usize,
     /// What it said.
     pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hgrm_is_the_percentile_distribution_format() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 100_000_000_000, 3).expect("bounds");
+        for v in 1..=10_000u64 {
+            h.record(v * 1000).expect("record");
+        }
+        let text = hgrm(&h);
+        let rows: Vec<Vec<f64>> = text
+            .lines()
+            .skip(2)
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                l.split_whitespace()
+                    .map(|x| x.parse().expect("number"))
+                    .collect()
+            })
+            .collect();
+        // Values and counts rise; the last row is the 100th percentile with every sample.
+        assert!(rows
+            .windows(2)
+            .all(|w| w[0][0] <= w[1][0] && w[0][2] <= w[1][2]));
+        let last = rows.last().expect("rows");
+        assert_eq!((last[1], last[2]), (1.0, 10_000.0));
+        assert!((last[0] - 10_000.0).abs() <= 10.0, "{last:?}");
+        let median = rows.iter().find(|r| r[1] >= 0.5).expect("median");
+        assert!((median[0] - 5_000.0).abs() <= 5.0, "{median:?}");
+        assert!(text.contains("#[Max     =") && text.contains("Total count    =        10000]"));
+        assert!(text.contains("SubBuckets     =         2048]"), "{text}");
+    }
 }

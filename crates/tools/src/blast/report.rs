@@ -82,6 +82,10 @@ pub struct StepReport {
     pub mbps: f64,
     /// Round-trip latency of echoes.
     pub latency_ns: Option<Latency>,
+    /// The whole latency distribution (nanoseconds) behind the percentiles, for `--histogram`
+    /// (not in the JSON).
+    #[serde(skip)]
+    pub histogram: Option<hdrhistogram::Histogram<u64>>,
     /// pktgen's result line: `OK: … usec, N (SIZEbyte,0frags) PPSpps MBMb/sec (BPSbps)
     /// errors: E` (`FAIL:` for a step with problems).
     pub pktgen: String,

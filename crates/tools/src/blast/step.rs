@@ -356,6 +356,7 @@ fn summarize(
         imix_frame_bytes: (frames.len() > 1).then(|| frames.to_vec()),
         mbps: (mbps * 10.0).round() / 10.0,
         latency_ns: Latency::of(rtt.as_ref(), "round-trip"),
+        histogram: rtt.clone(),
         pktgen: String::new(),
         device_tx_packets: device_tx,
         device_refused,

@@ -214,6 +214,10 @@ pub struct HttpLoadReport {
     pub pools: Vec<PoolReport>,
     /// Every pool's latency merged.
     pub latency: Option<LatencyUs>,
+    /// The whole latency distribution (nanoseconds) of every pool, from the intended send time,, for `--histogram`
+    /// (not in the JSON).
+    #[serde(skip)]
+    pub histogram: Option<hdrhistogram::Histogram<u64>>,
     /// Open-file limit (soft) after raising it to the hard one.
     pub nofile: u64,
     /// Memory.
@@ -587,6 +591,7 @@ pub fn run(
             })
             .collect(),
         latency: LatencyUs::of(&all.intended),
+        histogram: Some(all.intended.clone()).filter(|h| !h.is_empty()),
         nofile,
         memory: Memory {
             rss_start_kib: rss_start,

@@ -126,6 +126,10 @@ pub struct SinkReport {
     pub rx_pps: f64,
     /// One-way latency: the header's transmit time against this host's clock.
     pub latency_ns: Option<Latency>,
+    /// The whole latency distribution (nanoseconds) behind the percentiles, for `--histogram`
+    /// (not in the JSON).
+    #[serde(skip)]
+    pub histogram: Option<hdrhistogram::Histogram<u64>>,
     /// The sink worker's CPU time per frame received (its thread's CPU clock over its loop),
     /// nanoseconds.
     #[serde(default)]
@@ -163,6 +167,7 @@ impl SinkReport {
             duration_s: 0.0,
             rx_pps: 0.0,
             latency_ns: None,
+            histogram: None,
             cpu_ns_per_packet: None,
             pmu: crate::PmuCost::default(),
             flows: Vec::new(),
@@ -284,6 +289,7 @@ fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
             0.0
         },
         latency_ns: Latency::of(Some(r.book.latency()), "one-way"),
+        histogram: Some(r.book.latency().clone()).filter(|h| !h.is_empty()),
         cpu_ns_per_packet: None,
         pmu: crate::PmuCost::default(),
         flows: r
