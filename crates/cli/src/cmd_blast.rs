@@ -292,6 +292,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         None => None,
     };
     Ok(BlastConfig {
+        metrics: a.live.metrics,
         mode: match a.mode {
             ModeArg::Udp => BlastMode::Udp,
             ModeArg::Raw => BlastMode::Raw,

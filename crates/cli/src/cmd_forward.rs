@@ -168,6 +168,7 @@ enum NotIpArg {
 
 pub fn run(a: ForwardArgs) -> CmdResult {
     let cfg = ForwardConfig {
+        metrics: a.live.metrics,
         mode: match a.mode {
             ModeArg::Reflect => ForwardMode::Reflect,
             ModeArg::Route => ForwardMode::Route,

@@ -220,6 +220,7 @@ pub fn run(c: HttpCommand) -> CmdResult {
 
 fn serve(a: ServeArgs) -> CmdResult {
     let cfg = HttpServeConfig {
+        metrics: a.live.metrics,
         bind: a.bind,
         cpus: usable_cpus(a.cpus.as_ref())?,
         steer: !a.no_steer,
@@ -341,6 +342,7 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
         let url = a.url.as_deref().unwrap_or_default();
         let (target, path) = http::split_url(url).map_err(Failure::from_tool)?;
         HttpLoadConfig {
+            metrics: a.live.metrics,
             pools: vec![PoolConfig {
                 name: "default".into(),
                 target,
@@ -374,6 +376,7 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
     }
     if a.scenario.is_some() {
         cfg.max_errors = cfg.max_errors.or(a.max_errors);
+        cfg.metrics = a.live.metrics.or(cfg.metrics);
     }
     Ok(cfg)
 }

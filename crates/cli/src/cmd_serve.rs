@@ -122,6 +122,11 @@ pub struct ServeArgs {
     /// `{"final": …}` holding the same report --json prints (the live table goes to stderr).
     #[arg(long)]
     json_stream: bool,
+
+    /// Serve the workers' counters in the OpenMetrics text format (Prometheus) at ADDR while
+    /// running, e.g. 127.0.0.1:9464: `flowlane_<role>_<counter>_total{worker,cpu}`.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 /// `--bind`: an address with a port other than 0. With port 0 each worker would get a port of
@@ -142,6 +147,7 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
 
 pub fn run(a: ServeArgs) -> CmdResult {
     let cfg = ServeConfig {
+        metrics: a.metrics,
         bind: a.bind,
         mode: match a.mode {
             ModeArg::Echo => ServeMode::Echo,

@@ -76,6 +76,7 @@ pub struct SinkArgs {
 
 pub fn run(a: SinkArgs) -> CmdResult {
     let cfg = SinkConfig {
+        metrics: a.live.metrics,
         dev: a.dev.clone(),
         port: a.port,
         count: a.count,

@@ -38,6 +38,11 @@ pub struct LiveArgs {
     /// `{"final": …}` holding the same report --json prints (status lines go to stderr).
     #[arg(long)]
     pub json_stream: bool,
+
+    /// Serve the workers' counters in the OpenMetrics text format (Prometheus) at ADDR while
+    /// running, e.g. 127.0.0.1:9464: `flowlane_<role>_<counter>_total{worker,cpu}`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl LiveArgs {

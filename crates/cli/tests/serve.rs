@@ -256,6 +256,108 @@ fn cpu_steering_delivers_each_cpus_packets_to_its_worker() {
     assert!(missteered > 0, "the detector must see mis-steering: {j}");
 }
 
+/// The OpenMetrics text read into (metric name with labels → value).
+fn scrape(addr: &str) -> std::collections::HashMap<String, u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("ask");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(
+        body.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF: {body}"
+    );
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn metrics_scraped_during_a_run_equal_the_final_report() {
+    let mport = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let srv = Server::start(&["--metrics", &maddr, "--mode", "sink"]);
+    let to = format!("127.0.0.1:{}", srv.port);
+    // Fed by blast: 20 000 datagrams from 8 flows, paced so loopback keeps them all.
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlane"))
+        .args([
+            "blast", "--to", &to, "--count", "20000", "--rate", "40k", "--flows", "8",
+        ])
+        .args(["--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The workers count what reached their sockets; scrape until the count stops moving.
+    let key = |w: usize, cpu: &Value, name: &str| {
+        format!("flowlane_serve_{name}_total{{worker=\"{w}\",cpu=\"{cpu}\"}}")
+    };
+    let mut m = scrape(&maddr);
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let again = scrape(&maddr);
+        let rx = |m: &std::collections::HashMap<String, u64>| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with("flowlane_serve_rx_packets_total"))
+                .map(|(_, v)| *v)
+                .sum::<u64>()
+        };
+        let settled = rx(&again) == rx(&m) && rx(&m) > 0;
+        m = again;
+        if settled {
+            break;
+        }
+    }
+    assert_eq!(m.get("flowlane_up"), Some(&1), "{m:?}");
+    let j = srv.finish();
+    for (w, worker) in j["workers"].as_array().expect("workers").iter().enumerate() {
+        let cpu = &worker["cpu"];
+        for name in [
+            "rx_packets",
+            "rx_bytes",
+            "socket_drops",
+            "truncated",
+            "missteered",
+        ] {
+            let scraped = m.get(&key(w, cpu, name)).copied();
+            assert_eq!(
+                scraped,
+                worker[name].as_u64(),
+                "{name} of worker {w}: {m:?}\n{j}"
+            );
+        }
+        let rounds = m
+            .get(&format!(
+                "flowlane_loop_rounds_total{{worker=\"{w}\",cpu=\"{cpu}\"}}"
+            ))
+            .copied()
+            .expect("loop counters");
+        assert!(rounds <= worker["rounds"].as_u64().expect("rounds"), "{j}");
+    }
+    let total: u64 = j["total"]["rx_packets"].as_u64().expect("total");
+    assert_eq!(
+        total + j["total"]["socket_drops"].as_u64().expect("drops"),
+        20_000,
+        "{j}"
+    );
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let holder = UdpSocket::bind("127.0.0.1:0").expect("hold a port");

@@ -23,6 +23,8 @@ pub trait Snapshot: Copy + Default + fmt::Debug + Send + Sync + 'static {
     fn since(&self, earlier: &Self) -> Self;
     /// Field-wise sum.
     fn plus(&self, other: &Self) -> Self;
+    /// Every counter by name, in declaration order (for exporters).
+    fn fields(&self) -> Vec<(&'static str, u64)>;
 }
 
 /// Declares a role's counters once: `counters! { /// doc  pub struct Atomic => Plain { /// doc
@@ -58,6 +60,9 @@ macro_rules! counters {
             }
             fn plus(&self, o: &$plain) -> $plain {
                 $plain { $($name: self.$name.wrapping_add(o.$name),)* }
+            }
+            fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
             }
         }
     };
@@ -130,6 +135,11 @@ impl<T: Snapshot> Snapshot for WorkerSnapshot<T> {
             looped: self.looped.plus(&o.looped),
             role: self.role.plus(&o.role),
         }
+    }
+    fn fields(&self) -> Vec<(&'static str, u64)> {
+        let mut v = self.looped.fields();
+        v.extend(self.role.fields());
+        v
     }
 }
 

@@ -177,12 +177,17 @@ pub struct BlastConfig {
     pub rcvbuf: Option<usize>,
     /// Seconds between status ticks.
     pub interval_s: f64,
+    /// Serve the workers' counters in the OpenMetrics text format at this address while
+    /// running (`--metrics`).
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl BlastConfig {
     /// A configuration with flowlane's defaults: one UDP flow to `to` from CPU `cpu`.
     pub fn new(to: SocketAddr, cpu: usize) -> BlastConfig {
         BlastConfig {
+            metrics: None,
             mode: BlastMode::Udp,
             dev: None,
             dst_mac: None,

@@ -140,6 +140,10 @@ pub(super) fn run_step(
         external: stop.clone(),
         deadline: None,
     };
+    let _metrics = a
+        .metrics
+        .map(|m| crate::metrics::Exporter::start(m, "blast", &plan.cpus, rt.stats()))
+        .transpose()?;
     let end = rt.session(Some(plan.interval), &rule, &mut |t| {
         let (d, cur) = (t.delta(), t.total());
         on_event(BlastEvent::Tick(BlastTick {

@@ -82,6 +82,10 @@ pub struct ForwardConfig {
     pub duration_s: Option<f64>,
     /// Seconds between status ticks.
     pub interval_s: f64,
+    /// Serve the workers' counters in the OpenMetrics text format at this address while
+    /// running (`--metrics`).
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// What is known once the forwarder runs.

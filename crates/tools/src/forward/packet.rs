@@ -494,6 +494,11 @@ fn session(
         external: stop.clone(),
         deadline: job.duration,
     };
+    let _metrics = job
+        .cfg
+        .metrics
+        .map(|a| crate::metrics::Exporter::start(a, "forward", cpus, rt.stats()))
+        .transpose()?;
     let end = rt.session(Some(job.interval), &rule, &mut |t| {
         let tick = ForwardTick {
             elapsed_s: t.elapsed.as_secs_f64(),

@@ -105,6 +105,10 @@ pub struct HttpLoadConfig {
     /// the run.
     #[serde(default)]
     pub max_errors: Option<u64>,
+    /// Serve the workers' counters in the OpenMetrics text format at this address while
+    /// running (`--metrics`).
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 fn two() -> f64 {

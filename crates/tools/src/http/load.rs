@@ -482,6 +482,10 @@ pub fn run(
         ramp_up + steady + Duration::from_millis(50),
     );
     let mut steady_counts: (Option<HttpLoadSnapshot>, Option<HttpLoadSnapshot>) = (None, None);
+    let _metrics = cfg
+        .metrics
+        .map(|a| crate::metrics::Exporter::start(a, "http_load", &cfg.cpus, rt.stats()))
+        .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
         let total = t.total().role;
         let open = total.connects.saturating_sub(total.closes);

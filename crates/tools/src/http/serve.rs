@@ -41,11 +41,16 @@ pub struct HttpServeConfig {
     pub duration_s: Option<f64>,
     /// Status interval, seconds.
     pub interval_s: f64,
+    /// Serve the workers' counters in the OpenMetrics text format at this address while
+    /// running (`--metrics`).
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Default for HttpServeConfig {
     fn default() -> Self {
         HttpServeConfig {
+            metrics: None,
             bind: SocketAddr::from(([0, 0, 0, 0], 8080)),
             cpus: vec![0],
             steer: true,
@@ -296,6 +301,10 @@ pub fn run(
         external: stop.clone(),
         deadline: duration,
     };
+    let _metrics = cfg
+        .metrics
+        .map(|a| crate::metrics::Exporter::start(a, "http_serve", &cfg.cpus, rt.stats()))
+        .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
         let total = t.total();
         on_event(HttpServeEvent::Tick(HttpServeTick {

@@ -102,6 +102,7 @@ impl Rig<'_> {
     pub fn trial(&self, shot: &Shot) -> Result<TrialRecord, ToolError> {
         let c = self.cfg;
         let scfg = SinkConfig {
+            metrics: None,
             dev: c.rx.dev.clone(),
             port: Some(c.to.port()),
             count: None,

@@ -49,12 +49,17 @@ pub struct ServeConfig {
     pub by_source: bool,
     /// IPv6 only (no IPv4-mapped clients).
     pub v6only: bool,
+    /// Serve the workers' counters in the OpenMetrics text format at this address while
+    /// running (`--metrics`).
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl ServeConfig {
     /// A configuration with flowlane's defaults for `bind` on `cpus`.
     pub fn new(bind: SocketAddr, cpus: Vec<usize>) -> ServeConfig {
         ServeConfig {
+            metrics: None,
             bind,
             mode: ServeMode::Echo,
             cpus,

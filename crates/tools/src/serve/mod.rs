@@ -114,6 +114,10 @@ pub fn run(
         external: stop.clone(),
         deadline: duration,
     };
+    let _metrics = cfg
+        .metrics
+        .map(|a| crate::metrics::Exporter::start(a, "serve", &cfg.cpus, rt.stats()))
+        .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
         on_event(ServeEvent::Tick(ServeTick {
             elapsed_s: t.elapsed.as_secs_f64(),

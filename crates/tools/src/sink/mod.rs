@@ -33,6 +33,10 @@ pub struct SinkConfig {
     pub ring: usize,
     /// Seconds between status ticks.
     pub interval_s: f64,
+    /// Serve the workers' counters in the OpenMetrics text format at this address while
+    /// running (`--metrics`).
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// What is known once the ring is open.
@@ -236,6 +240,10 @@ pub fn run(
         external: stop.clone(),
         deadline: None,
     };
+    let _metrics = a
+        .metrics
+        .map(|m| crate::metrics::Exporter::start(m, "sink", &[a.cpu], rt.stats()))
+        .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
         let (d, cur) = (t.delta(), t.total());
         on_event(SinkEvent::Tick(SinkTick {
@@ -318,6 +326,7 @@ mod tests {
     #[test]
     fn an_interface_that_is_not_here_is_a_usage_error() {
         let cfg = SinkConfig {
+            metrics: None,
             dev: "fl-no-such-if".into(),
             port: None,
             count: None,
