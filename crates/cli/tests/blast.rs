@@ -914,22 +914,11 @@ fn round_trip_percentiles_show_a_known_delay() {
     let j = json_of(&out);
     assert_eq!(j["rx_packets"], 100, "{j}");
     // The .hgrm file: every round trip, the median at the delay or above.
-    let text = std::fs::read_to_string(&hgrm).expect("the .hgrm file");
-    let _ = std::fs::remove_file(&hgrm);
-    let rows: Vec<Vec<f64>> = text
-        .lines()
-        .skip(2)
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            l.split_whitespace()
-                .map(|x| x.parse().expect("number"))
-                .collect()
-        })
-        .collect();
+    let rows = common::hgrm_rows(&hgrm);
     let last = rows.last().expect("rows");
-    assert_eq!((last[1], last[2]), (1.0, 100.0), "{text}");
+    assert_eq!((last[1], last[2]), (1.0, 100.0), "{rows:?}");
     let median = rows.iter().find(|r| r[1] >= 0.5).expect("median");
-    assert!(median[0] >= 5_000.0, "{text}");
+    assert!(median[0] >= 5_000.0, "{rows:?}");
     let l = &j["latency_ns"];
     let (p50, p99) = (
         l["p50"].as_u64().expect("p50"),

@@ -364,18 +364,10 @@ fn serve_counts_equal_load_and_bound_wrk() {
         ],
     );
     // The whole distribution: its last row is the 100th percentile of every answer timed.
-    let text = std::fs::read_to_string(&hgrm).expect("the .hgrm file");
-    let _ = std::fs::remove_file(&hgrm);
-    let last = text
-        .lines()
-        .rfind(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .expect("rows");
-    let f: Vec<f64> = last
-        .split_whitespace()
-        .map(|x| x.parse().expect("number"))
-        .collect();
-    assert_eq!(f[1], 1.0, "{last}");
-    assert_eq!(Some(f[2] as u64), l["latency"]["count"].as_u64(), "{last}");
+    let rows = common::hgrm_rows(&hgrm);
+    let f = rows.last().expect("rows");
+    assert_eq!(f[1], 1.0, "{f:?}");
+    assert_eq!(Some(f[2] as u64), l["latency"]["count"].as_u64(), "{f:?}");
     assert!((f[0] - l["latency"]["max"].as_f64().expect("max")).abs() <= f[0] * 0.001 + 0.01);
     assert_eq!(code, Some(0), "{l}");
     // Large bodies: sent by sendfile, dropped in the client's kernel (MSG_TRUNC), counted.

@@ -23,6 +23,22 @@ pub fn need_program(program: &str) -> bool {
     false
 }
 
+/// The rows of an `.hgrm` file (value, percentile, total count[, 1/(1-percentile)]), read and
+/// removed.
+pub fn hgrm_rows(path: &std::path::Path) -> Vec<Vec<f64>> {
+    let text = std::fs::read_to_string(path).expect("the .hgrm file");
+    let _ = std::fs::remove_file(path);
+    text.lines()
+        .skip(2)
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            l.split_whitespace()
+                .map(|x| x.parse().expect("number"))
+                .collect()
+        })
+        .collect()
+}
+
 /// A report's hardware-counter cost: cycles per packet where the machine has a PMU, or in
 /// words why not — never a silent zero.
 pub fn pmu_said(j: &Value) {
