@@ -16,19 +16,61 @@ const COLORS: [&str; 6] = [
     "#3b6ea8", "#e07b39", "#4f9d5d", "#b9484e", "#8a6bb8", "#7f7f7f",
 ];
 
+/// A round axis top and step for values up to `max`: 1, 2 or 5 × 10^k per step, 3 to 6 steps
+/// (so ticks read 50k, 100k, 150k — not 223.6k, 167.7k).
+fn nice(max: f64) -> (f64, f64) {
+    let max = max.max(1.0);
+    let mag = 10f64.powf((max / 4.0).log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|st| max / st <= 6.0)
+        .unwrap_or(10.0 * mag);
+    ((max / step).ceil() * step, step)
+}
+
+/// How a chart's value axis runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Scale {
+    Linear,
+    /// Powers of ten, for latencies whose tail is orders of magnitude above the median.
+    Log,
+}
+
 /// A grouped bar chart: one group per label, one bar per series.
 fn bars(
     title: &str,
     unit: &str,
     labels: &[String],
     series: &[(String, Vec<Option<f64>>)],
+    scale: Scale,
 ) -> String {
     let (w, h, left, bottom, top) = (760.0, 300.0, 70.0, 50.0, 30.0);
-    let max = series
-        .iter()
-        .flat_map(|s| s.1.iter().flatten())
-        .fold(0.0f64, |m, &v| m.max(v))
-        .max(1.0);
+    let values = || series.iter().flat_map(|s| s.1.iter().flatten().copied());
+    let vmax = values().fold(0.0f64, f64::max).max(1.0);
+    // Linear: 0 … a round top. Log: from the power of ten below the smallest value to the one
+    // above the largest.
+    let (lo, hi, ticks): (f64, f64, Vec<f64>) = match scale {
+        Scale::Linear => {
+            let (top_v, step) = nice(vmax);
+            let n = (top_v / step).round() as usize;
+            (0.0, top_v, (0..=n).map(|i| step * i as f64).collect())
+        }
+        Scale::Log => {
+            let vmin = values().filter(|v| *v > 0.0).fold(vmax, f64::min);
+            let (a, b) = (
+                vmin.log10().floor(),
+                vmax.log10().ceil().max(vmin.log10().floor() + 1.0),
+            );
+            (a, b, (a as i32..=b as i32).map(|e| 10f64.powi(e)).collect())
+        }
+    };
+    let frac = |v: f64| -> f64 {
+        match scale {
+            Scale::Linear => (v - lo) / (hi - lo).max(1e-9),
+            Scale::Log => ((v.max(1e-9).log10() - lo) / (hi - lo).max(1e-9)).clamp(0.0, 1.0),
+        }
+    };
     let plot_w = w - left - 20.0;
     let plot_h = h - bottom - top;
     let groups = labels.len().max(1) as f64;
@@ -45,9 +87,8 @@ fn bars(
         r#"<text x="{left}" y="18" font-size="14" font-weight="bold">{}</text>"#,
         esc(title)
     );
-    for i in 0..=4 {
-        let v = max * i as f64 / 4.0;
-        let y = top + plot_h - plot_h * i as f64 / 4.0;
+    for &v in &ticks {
+        let y = top + plot_h - plot_h * frac(v);
         let _ = write!(
             s,
             r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
@@ -61,7 +102,7 @@ fn bars(
         let gx = left + gw * g as f64 + gw * 0.1;
         for (k, (_, vals)) in series.iter().enumerate() {
             if let Some(Some(v)) = vals.get(g) {
-                let bh = plot_h * v / max;
+                let bh = plot_h * frac(*v);
                 let _ = write!(
                     s,
                     r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {}</title></rect>"#,
@@ -100,12 +141,22 @@ fn bars(
 }
 
 fn short(v: f64) -> String {
+    // Whole numbers print without decimals (axis ticks are round).
+    let t = |x: f64, unit: &str| {
+        if (x - x.round()).abs() < 1e-9 {
+            format!("{x:.0}{unit}")
+        } else {
+            format!("{x:.1}{unit}")
+        }
+    };
     if v >= 1e6 {
-        format!("{:.2}M", v / 1e6)
+        t(v / 1e6, "M")
     } else if v >= 1e3 {
-        format!("{:.1}k", v / 1e3)
-    } else {
+        t(v / 1e3, "k")
+    } else if v >= 1.0 || v == 0.0 {
         format!("{v:.0}")
+    } else {
+        format!("{v}")
     }
 }
 
@@ -132,6 +183,28 @@ pub fn html(r: &BenchReport) -> String {
             ("echoed".into(), series(&|s| s.pps.echoed.map(|x| x as f64))),
             ("back".into(), series(&|s| s.pps.back.map(|x| x as f64))),
         ],
+        Scale::Linear,
+    );
+    // Scaling: what the server saw against k, beside k × what it saw with one bucket (same
+    // mode): the ideal of a host that scales per core.
+    let one = |mode: &str| {
+        steps
+            .iter()
+            .find(|s| s.mode == mode && s.buckets == 1)
+            .map(|s| s.pps.server_seen as f64)
+    };
+    let scale_chart = bars(
+        "Scaling: packets per second the server saw, against the ideal",
+        "Per step: what the server program saw per second, and k × what it saw with one bucket in the same mode (the ideal of a host that scales per core).",
+        &labels,
+        &[
+            ("server saw".into(), series(&|s| Some(s.pps.server_seen as f64))),
+            (
+                "ideal: k × 1 bucket".into(),
+                series(&|s| one(&s.mode).map(|o| o * s.buckets as f64)),
+            ),
+        ],
+        Scale::Linear,
     );
     let cpus: Vec<u64> = steps
         .iter()
@@ -161,13 +234,35 @@ pub fn html(r: &BenchReport) -> String {
         "Each worker owns the buckets whose RETA entries point at its CPU; with RSS-faithful steering a step with k buckets feeds k workers.",
         &labels,
         &worker_series,
+        Scale::Linear,
+    );
+    let cost_series: Vec<(String, Vec<Option<f64>>)> = cpus
+        .iter()
+        .map(|&c| {
+            (
+                format!("worker cpu{c}"),
+                series(&|s| {
+                    s.workers
+                        .iter()
+                        .find(|w| w.cpu == c)
+                        .and_then(|w| w.cpu_ns_per_packet)
+                }),
+            )
+        })
+        .collect();
+    let cost_chart = bars(
+        "CPU time per packet, per core (ns)",
+        "Each server worker's own CPU time (its thread's CPU clock) per datagram it received: flat across k when adding cores adds no cost per packet. The kernel's receive path in softirq is not in it.",
+        &labels,
+        &cost_series,
+        Scale::Linear,
     );
     let lat = |q: fn(&flowlane_tools::Latency) -> u64| {
         series(&move |s| s.latency_ns.as_ref().map(|l| q(l) as f64 / 1e3))
     };
     let lat_chart = bars(
-        "Round-trip latency (µs)",
-        "From the echoes: p50, p99, p99.9 and max of the round trip per step (echo steps only).",
+        "Round-trip latency (µs, log scale)",
+        "From the echoes: p50, p99, p99.9 and max of the round trip per step (echo steps only), on a log scale: the tail is often orders of magnitude above the median.",
         &labels,
         &[
             ("p50".into(), lat(|l| l.p50)),
@@ -175,6 +270,7 @@ pub fn html(r: &BenchReport) -> String {
             ("p99.9".into(), lat(|l| l.p999)),
             ("max".into(), lat(|l| l.max)),
         ],
+        Scale::Log,
     );
     let mut rows = String::new();
     for s in steps {
@@ -243,12 +339,14 @@ figcaption {{ font-size: 12px; color: #555; }}
 <h1>flowlane bench</h1>
 <p>{setup} {cpus} CPUs, kernel {kernel}, {frame}-byte frames, {per} flows per bucket, {secs} s per step. flowlane {ver}.</p>
 <h2>What you are looking at</h2>
-<p>Step <i>k</i> sends traffic on RSS buckets 0…k−1 only: flows are chosen so that their Toeplitz hash lands on those buckets. The server runs one pinned worker per CPU. If the host scales per core, packets per second grow with <i>k</i> and each worker receives exactly what its buckets were sent (got / expected). The five numbers are the FreeBSD RSS experiment's accounting: frames the client's interface <b>sent</b>, the server's interface <b>received</b>, the server program <b>saw</b>, it <b>echoed</b>, and came <b>back</b> to the client; where two neighbours differ, that is where packets went missing.</p>
+<p>Step <i>k</i> sends traffic on RSS buckets 0…k−1 only: flows are chosen so that their Toeplitz hash lands on those buckets. The server runs one pinned worker per CPU. If the host scales per core, packets per second grow with <i>k</i> and each worker receives exactly what its buckets were sent (got / expected). The five numbers follow a packet's path: frames the client's interface <b>sent</b>, the server's interface <b>received</b>, the server program <b>saw</b>, it <b>echoed</b>, and came <b>back</b> to the client; where two neighbours differ, that is where packets went missing.</p>
 <h2>Problems</h2>
 <ul class="problems">{problems}</ul>
 {none}
 <h2>Charts</h2>
 {pps_chart}
+{scale_chart}
+{cost_chart}
 {dist_chart}
 {lat_chart}
 <h2>Steps</h2>
@@ -269,4 +367,38 @@ figcaption {{ font-size: 12px; color: #555; }}
             ""
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_ticks_are_round() {
+        assert_eq!(nice(223_600.0), (250_000.0, 50_000.0));
+        assert_eq!(nice(9.0), (10.0, 2.0));
+        assert_eq!(nice(1.0), (1.0, 0.2));
+        let (top, step) = nice(167_700.0);
+        assert_eq!((top, step), (200_000.0, 50_000.0));
+        assert_eq!(short(150_000.0), "150k");
+        assert_eq!(short(2_500_000.0), "2.5M");
+        assert_eq!(short(223_600.0), "223.6k");
+    }
+
+    #[test]
+    fn log_charts_tick_at_powers_of_ten() {
+        let c = bars(
+            "t",
+            "u",
+            &["a".into()],
+            &[
+                ("s".into(), vec![Some(35.0)]),
+                ("m".into(), vec![Some(4200.0)]),
+            ],
+            Scale::Log,
+        );
+        for tick in [">10<", ">100<", ">1k<", ">10k<"] {
+            assert!(c.contains(tick), "{tick} in {c}");
+        }
+    }
 }

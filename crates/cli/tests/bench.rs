@@ -327,7 +327,7 @@ fn bench_with_software_rss_adds_up_and_reports() {
         errors.is_empty(),
         "report.json against the schema: {errors:?}"
     );
-    // The page renders in a headless browser with its three charts.
+    // The page renders in a headless browser with its five charts.
     let html = dir.join("report.html");
     if common::need_program("chromium") {
         let o = Command::new("chromium")
@@ -342,8 +342,11 @@ fn bench_with_software_rss_adds_up_and_reports() {
             .expect("chromium runs");
         let dom = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert_eq!(dom.matches("<svg").count(), 3, "three charts");
+        assert_eq!(dom.matches("<svg").count(), 5, "five charts");
         assert!(dom.contains("Packets per second by active buckets"));
+        assert!(dom.contains("Scaling: packets per second the server saw, against the ideal"));
+        assert!(dom.contains("CPU time per packet, per core (ns)"));
+        assert!(dom.contains("log scale"));
         assert!(dom.contains("None: every number adds up."));
     }
     let _ = std::fs::remove_dir_all(&dir);
