@@ -322,13 +322,43 @@ pub fn run(c: LabCommand) -> CmdResult {
                 if let Some(e) = &st.steer_counts_error {
                     println!("  software-RSS counts unavailable: {e}");
                 }
-                for s in st.steer_counts.iter().flatten() {
+                // Per CPU, in one table (as netstat -Q): the lab's software-RSS queue (steered
+                // to it, arrived, dropped when full) and the kernel's receive path on that CPU
+                // (softnet_stat: the whole host's, every namespace shares it).
+                println!(
+                    "  {:<6} {:>12} {:>12} {:>12}   {:>14} {:>13} {:>13}",
+                    "cpu",
+                    "rss steered",
+                    "rss arrived",
+                    "rss q drops",
+                    "net processed",
+                    "backlog drops",
+                    "time squeeze"
+                );
+                let mut cpus: Vec<usize> = st.softnet.iter().map(|s| s.cpu).collect();
+                cpus.extend(st.steer_counts.iter().flatten().map(|s| s.cpu as usize));
+                cpus.sort_unstable();
+                cpus.dedup();
+                let dash = || "-".to_string();
+                for cpu in cpus {
+                    let rss = st
+                        .steer_counts
+                        .iter()
+                        .flatten()
+                        .find(|s| s.cpu as usize == cpu);
+                    let net = st.softnet.iter().find(|s| s.cpu == cpu);
                     println!(
-                        "  cpu{:<3} steered {}  arrived {}  queue drops {}",
-                        s.cpu,
-                        s.redirected,
-                        s.arrived,
-                        s.redirected.saturating_sub(s.arrived)
+                        "  cpu{:<3} {:>12} {:>12} {:>12}   {:>14} {:>13} {:>13}",
+                        cpu,
+                        rss.map_or_else(dash, |s| s.redirected.to_string()),
+                        rss.map_or_else(dash, |s| s.arrived.to_string()),
+                        rss.map_or_else(dash, |s| s
+                            .redirected
+                            .saturating_sub(s.arrived)
+                            .to_string()),
+                        net.map_or_else(dash, |s| s.processed.to_string()),
+                        net.map_or_else(dash, |s| s.dropped.to_string()),
+                        net.map_or_else(dash, |s| s.time_squeeze.to_string()),
                     );
                 }
                 for (ifname, addrs) in &st.addresses {

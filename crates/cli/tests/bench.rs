@@ -459,6 +459,18 @@ fn a_full_cpu_queue_drops_frames_and_bench_counts_every_one() {
         .map(|c| c["redirected"].as_u64().expect("n") - c["arrived"].as_u64().expect("n"))
         .sum();
     assert!(since_up >= total, "{since_up} >= {total}: {st}");
+    // Beside it, the kernel's receive path per CPU (softnet_stat): every online CPU once.
+    let softnet = st["status"]["softnet"].as_array().expect("softnet");
+    let mut cpus: Vec<u64> = softnet
+        .iter()
+        .map(|c| c["cpu"].as_u64().expect("cpu"))
+        .collect();
+    cpus.dedup();
+    assert_eq!(cpus.len(), softnet.len(), "{st}");
+    assert!(
+        softnet.iter().any(|c| c["processed"].as_u64() > Some(0)),
+        "{st}"
+    );
     // And the kernel counted the same drops, frame for frame.
     assert_eq!(trace.drops(map_id), since_up, "{st}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -201,3 +201,73 @@ mod tests {
         assert!(DevCounters::parse("a\nb\nlo: 1 2\n").is_err());
     }
 }
+
+/// One CPU's line of `/proc/net/softnet_stat`: what the kernel's receive path did on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Softnet {
+    /// The CPU.
+    pub cpu: usize,
+    /// Packets its backlog processed (`netif_receive_skb` and the RPS/backlog path).
+    pub processed: u64,
+    /// Packets dropped because its backlog queue was full (`netdev_max_backlog`).
+    pub dropped: u64,
+    /// Times its receive softirq ran out of budget or time with work left (`time_squeeze`).
+    pub time_squeeze: u64,
+}
+
+/// Reads `/proc/net/softnet_stat` text: one line per online CPU, hexadecimal columns
+/// (processed, dropped, time_squeeze, …; from Linux 5.10 the 13th column is the CPU's number,
+/// else the line's position is).
+pub fn parse_softnet(text: &str) -> Result<Vec<Softnet>, LabError> {
+    let bad = |l: &str| LabError {
+        what: "/proc/net/softnet_stat".into(),
+        detail: format!("a line that is not hexadecimal columns: {l:?}"),
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            let cols: Vec<u64> = l
+                .split_whitespace()
+                .map(|c| u64::from_str_radix(c, 16))
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad(l))?;
+            if cols.len() < 3 {
+                return Err(bad(l));
+            }
+            Ok(Softnet {
+                cpu: cols.get(12).map_or(i, |&c| c as usize),
+                processed: cols[0],
+                dropped: cols[1],
+                time_squeeze: cols[2],
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod softnet_tests {
+    use super::*;
+
+    #[test]
+    fn softnet_lines_with_and_without_the_cpu_column() {
+        let t = "17cf830e 00000000 00000058 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000\n\
+                 10447121 00000002 0000001f 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000003 00000000 00000000\n";
+        let v = parse_softnet(t).expect("valid");
+        assert_eq!(
+            v[0],
+            Softnet {
+                cpu: 0,
+                processed: 0x17cf830e,
+                dropped: 0,
+                time_squeeze: 0x58
+            }
+        );
+        assert_eq!((v[1].cpu, v[1].dropped, v[1].time_squeeze), (3, 2, 0x1f));
+        let old = parse_softnet("0000000a 00000000 00000001\n0000000b 00000001 00000000\n")
+            .expect("valid");
+        assert_eq!((old[1].cpu, old[1].processed), (1, 11));
+        assert!(parse_softnet("zz 1 2\n").is_err());
+        assert!(parse_softnet("1 2\n").is_err());
+    }
+}

@@ -749,6 +749,10 @@ pub struct LabStatus {
     pub steer_counts: Option<Vec<SteerCount>>,
     /// Why the software-RSS counts could not be read, if they could not.
     pub steer_counts_error: Option<String>,
+    /// What the kernel's receive path did on each CPU (`/proc/net/softnet_stat`: one table for
+    /// the whole host, every namespace shares it).
+    #[serde(default)]
+    pub softnet: Vec<crate::counters::Softnet>,
 }
 
 /// The state of lab `name` as the system shows it.
@@ -776,6 +780,9 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         counters: Vec::new(),
         steer_counts: None,
         steer_counts_error: None,
+        softnet: crate::counters::read_proc("softnet_stat")
+            .and_then(|t| crate::counters::parse_softnet(&t))
+            .unwrap_or_default(),
     };
     for (ns_name, ifname) in ends {
         if !netns_exists(ns_name) {
