@@ -215,20 +215,18 @@ pub fn html(r: &BenchReport) -> String {
             }
             v
         });
-    let worker_series: Vec<(String, Vec<Option<f64>>)> = cpus
-        .iter()
-        .map(|&c| {
-            (
-                format!("worker cpu{c}"),
-                series(&|s| {
-                    s.workers
-                        .iter()
-                        .find(|w| w.cpu == c)
-                        .map(|w| w.rx_packets as f64)
-                }),
-            )
-        })
-        .collect();
+    // One series per worker CPU, of what `f` reads from that worker in each step.
+    let per_worker = |f: &dyn Fn(&flowlane_tools::bench::BenchWorker) -> Option<f64>| {
+        cpus.iter()
+            .map(|&c| {
+                (
+                    format!("worker cpu{c}"),
+                    series(&|s| s.workers.iter().find(|w| w.cpu == c).and_then(f)),
+                )
+            })
+            .collect::<Vec<(String, Vec<Option<f64>>)>>()
+    };
+    let worker_series = per_worker(&|w| Some(w.rx_packets as f64));
     let dist_chart = bars(
         "Per-bucket distribution: datagrams each worker received",
         "Each worker owns the buckets whose RETA entries point at its CPU; with RSS-faithful steering a step with k buckets feeds k workers.",
@@ -236,20 +234,7 @@ pub fn html(r: &BenchReport) -> String {
         &worker_series,
         Scale::Linear,
     );
-    let cost_series: Vec<(String, Vec<Option<f64>>)> = cpus
-        .iter()
-        .map(|&c| {
-            (
-                format!("worker cpu{c}"),
-                series(&|s| {
-                    s.workers
-                        .iter()
-                        .find(|w| w.cpu == c)
-                        .and_then(|w| w.cpu_ns_per_packet)
-                }),
-            )
-        })
-        .collect();
+    let cost_series = per_worker(&|w| w.cpu_ns_per_packet);
     let cost_chart = bars(
         "CPU time per packet, per core (ns)",
         "Each server worker's own CPU time (its thread's CPU clock) per datagram it received: flat across k when adding cores adds no cost per packet. The kernel's receive path in softirq is not in it.",
