@@ -742,7 +742,13 @@ urls = [ { path = "/echo" } ]
     assert_eq!(code, Some(0), "{k}");
     let kr = u(&k, &["total", "responses"]);
     assert!(kr > 50, "{k}");
-    assert_eq!(u(&k, &["total", "connects"]), kr, "{k}");
+    // A connection made just before the end has no request to send: at most one per
+    // connection slot (4) beyond the answers.
+    let kc = u(&k, &["total", "connects"]);
+    assert!(
+        kr <= kc && kc <= kr + 4,
+        "{kc} connects for {kr} answers: {k}"
+    );
     let (_, s) = srv.finish();
     assert_eq!(u(&s, &["total", "requests"]), responses + kr, "{s}");
     // The api pool's request bodies, counted by the server; its echoes came back in full.
@@ -760,7 +766,7 @@ urls = [ { path = "/echo" } ]
     );
     assert_eq!(
         u(&s, &["total", "accepted"]),
-        u(&j, &["total", "connects"]) + kr,
+        u(&j, &["total", "connects"]) + kc,
         "{s}"
     );
 }
