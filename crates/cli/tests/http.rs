@@ -810,6 +810,7 @@ fn load_errors_and_usage() {
         vec![&url, "-R", "-5"],
         vec![&url, "--source", "198.18.0.0/99"],
         vec![&url, "--source", "198.18.200.0/24"],
+        vec![&url, "--body-size", "100000000000"],
     ] {
         let out = Command::new(BIN)
             .args(["http", "load"])
@@ -828,4 +829,23 @@ fn load_errors_and_usage() {
             "{bad:?}: {err}"
         );
     }
+    // A server asked to hold more than it will make in memory is told so, not killed.
+    let out = Command::new(BIN)
+        .args([
+            "http",
+            "serve",
+            "--bind",
+            "127.0.0.1:1",
+            "--max-size",
+            "1000000000000",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-size is at most"));
 }

@@ -57,18 +57,16 @@ impl<S: Counters> Collector for Workers<S> {
             None,
             up.metric_type(),
         )?)?;
-        let snaps: Vec<_> = self.stats.iter().map(|s| s.snapshot()).collect();
+        // Every worker's counters, read once per scrape.
+        let snaps: Vec<Vec<(&'static str, u64)>> =
+            self.stats.iter().map(|s| s.snapshot().fields()).collect();
         let Some(first) = snaps.first() else {
             return Ok(());
         };
-        for (i, (name, _)) in first.fields().into_iter().enumerate() {
+        for (i, &(name, _)) in first.iter().enumerate() {
             // Hardware counters read 0 on every worker only where there is no PMU (the report
             // says why): leave them out rather than export a zero that means "unknown".
-            if name.starts_with("pmu_")
-                && snaps
-                    .iter()
-                    .all(|s| s.fields().get(i).is_none_or(|f| f.1 == 0))
-            {
+            if name.starts_with("pmu_") && snaps.iter().all(|s| s.get(i).is_none_or(|f| f.1 == 0)) {
                 continue;
             }
             let metric = if LOOP.contains(&name) {
@@ -84,7 +82,7 @@ impl<S: Counters> Collector for Workers<S> {
                 prometheus_client::metrics::MetricType::Counter,
             )?;
             for (w, snap) in snaps.iter().enumerate() {
-                let value = snap.fields().get(i).map_or(0, |f| f.1);
+                let value = snap.get(i).map_or(0, |f| f.1);
                 let labels = [
                     ("worker".to_string(), w.to_string()),
                     (

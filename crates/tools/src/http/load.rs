@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 use super::config::{prefix_addresses, resolve, HttpLoadConfig, PoolConfig};
 use crate::{ToolError, WorkerError};
 
+/// The largest request body a pool may send (each request is kept whole in memory).
+pub const MAX_REQUEST_BODY: u64 = 64 << 20;
+
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatencyUs {
@@ -302,6 +305,13 @@ fn plans(p: &PoolConfig, n: usize) -> Result<Vec<PoolPlan>, ToolError> {
                 p.name
             )));
         }
+    }
+    // Each request is built whole (head and body) once at start.
+    if p.body_size > MAX_REQUEST_BODY {
+        return Err(ToolError::usage(format!(
+            "pool {:?}: body_size is at most {MAX_REQUEST_BODY} bytes, not {}",
+            p.name, p.body_size
+        )));
     }
     if !(p.think_ms.is_finite() && p.think_ms >= 0.0) {
         return Err(ToolError::usage(format!(

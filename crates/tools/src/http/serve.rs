@@ -17,6 +17,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ToolError, WorkerError};
 
+/// The largest body the server can be asked to hold (the memfd it sends from).
+pub const MAX_BODY: u64 = 256 << 20;
+/// The largest body copied from a buffer rather than sent by `sendfile`.
+pub const COPY_MAX: u64 = 1 << 20;
+
 /// What to serve.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HttpServeConfig {
@@ -234,6 +239,13 @@ pub fn run(
         return Err(ToolError::usage(
             "bind: name a port (0 would give each worker its own)",
         ));
+    }
+    // The body file and its copy are made in memory at start: bound them.
+    if cfg.max_size > MAX_BODY || cfg.copy_max as u64 > COPY_MAX {
+        return Err(ToolError::usage(format!(
+            "--max-size is at most {MAX_BODY} bytes and --copy-max at most {COPY_MAX} (asked {} and {})",
+            cfg.max_size, cfg.copy_max
+        )));
     }
     if cfg.cpus.is_empty() {
         return Err(ToolError::usage("no CPUs to run workers on"));
