@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use flowlane_tools::blast::{
-    self, BlastConfig, BlastEvent, BlastMode, BlastTick, Frames, ModelSpec, Placement, StepReport,
-    StepStart,
+    self, BlastConfig, BlastEvent, BlastMode, BlastTick, Frames, ModelSpec, PcapSource, Placement,
+    ReplayMode, StepReport, StepStart,
 };
 use serde_json::json;
 
@@ -43,6 +43,15 @@ enum ModeArg {
     XdpLive,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PcapModeArg {
+    /// UDP frames with room for it carry the flowlane header of their flow (the capture's
+    /// address and port pairs), checksums made valid; other frames are left out and counted.
+    Stamp,
+    /// Every frame byte for byte.
+    Verbatim,
+}
+
 /// Send traffic with exact counts, paced rates, and loss and latency from echoes.
 ///
 /// UDP sockets (default), AF_PACKET or AF_XDP frames, or live XDP frames (--mode). With --echo
@@ -63,6 +72,14 @@ enum ModeArg {
 ///   flowlane blast --to 198.18.0.2:9000 --count 100000
 ///   flowlane blast --to 198.18.0.2:9000 --rate 50k --duration 2 --echo --json
 ///   flowlane blast --to 198.18.0.2:9000 --queues 4 --per-queue 2 --size 510 --rate 1Gbit
+///   flowlane blast --mode raw --dev veth0 --pcap rx.pcap --dst-mac 02:00:00:00:00:02
+///
+/// Captures: --pcap FILE (pcap or pcapng, Ethernet) sends a capture's frames on --dev (raw or
+/// xdp mode) in the file's order, once — or round and round for --count frames or --duration
+/// seconds, at --rate. Stamped (default): each UDP frame with room for it carries the flowlane
+/// header of its flow, so `flowlane sink` accounts loss, order and latency per captured flow;
+/// --pcap-mode verbatim sends every frame byte for byte. The MACs are set to this interface's
+/// and the destination's when --dst-mac or --to names it, else kept as captured.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct BlastArgs {
@@ -87,9 +104,19 @@ pub struct BlastArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=255))]
     ttl: Option<u8>,
 
-    /// Destination IP:PORT ([V6]:PORT). Traffic goes only here.
-    #[arg(long, value_parser = parse_endpoint_with_port)]
-    to: Endpoint,
+    /// Destination IP:PORT ([V6]:PORT). Traffic goes only here. With --pcap: optional, only
+    /// to find the destination's MAC.
+    #[arg(long, value_parser = parse_endpoint_with_port, required_unless_present = "pcap")]
+    to: Option<Endpoint>,
+
+    /// Send the frames of this capture (pcap or pcapng, Ethernet) instead of built ones
+    /// (raw and xdp modes).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["size", "imix", "payload", "flows", "from", "sport", "per_queue", "vlan", "ttl", "echo"])]
+    pcap: Option<std::path::PathBuf>,
+
+    /// With --pcap: how its frames are sent.
+    #[arg(long, value_enum, default_value_t = PcapModeArg::Stamp, requires = "pcap")]
+    pcap_mode: PcapModeArg,
 
     /// Source address(es): IP, IP-IP or IP/LEN; each must be an address of this host. Default:
     /// the address the route to --to uses.
@@ -277,7 +304,11 @@ pub fn run(a: BlastArgs) -> CmdResult {
 
 /// The command line as blast's configuration.
 fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
-    let port = a.to.port.unwrap_or(0);
+    let to = match &a.to {
+        Some(e) => SocketAddr::new(e.addr, e.port.unwrap_or(0)),
+        // Only with --pcap (clap asks for --to otherwise): no destination named.
+        None => SocketAddr::from(([0, 0, 0, 0], 0)),
+    };
     let placement = match a.per_queue {
         Some(k) => Some(Placement {
             per_queue: k,
@@ -303,7 +334,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         dst_mac: a.dst_mac,
         vlan: a.vlan,
         ttl: a.ttl,
-        to: SocketAddr::new(a.to.addr, port),
+        to,
         from: a.from,
         sport: a.sport,
         flows: a.flows,
@@ -331,11 +362,46 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         linger_s: a.linger,
         rcvbuf: a.rcvbuf.map(|b| b as usize),
         interval_s: a.live.interval,
+        pcap: a.pcap.as_ref().map(|path| PcapSource {
+            path: path.clone(),
+            mode: match a.pcap_mode {
+                PcapModeArg::Stamp => ReplayMode::Stamp,
+                PcapModeArg::Verbatim => ReplayMode::Verbatim,
+            },
+        }),
     })
 }
 
 /// The line a step starts with (on stderr with --json).
 fn banner(s: &StepStart) -> String {
+    if let Some(r) = &s.replay {
+        return format!(
+            "flowlane blast ({}): {} of the {} frames of {} ({}{}{}) on {} thread(s) (CPUs {:?}), {}{}",
+            mode_name(s.mode),
+            r.frames_used,
+            r.frames_in_file,
+            r.file,
+            match r.mode {
+                ReplayMode::Stamp => format!("stamped, {} flow(s)", r.flows),
+                ReplayMode::Verbatim => "verbatim".into(),
+            },
+            if r.macs_rewritten { ", MACs set" } else { ", MACs as captured" },
+            r.left_out
+                .iter()
+                .map(|(why, n)| format!(", {n} left out: {why}"))
+                .collect::<String>(),
+            s.cpus.len(),
+            s.cpus,
+            match s.requested_pps {
+                Some(p) => format!("{p:.0} pps"),
+                None => "unpaced".into(),
+            },
+            match s.count {
+                Some(c) => format!(", {c} frames"),
+                None => String::new(),
+            },
+        );
+    }
     let sizes = match (s.frames.as_slice(), s.payloads.as_slice()) {
         ([frame], [payload]) => format!("{frame}-byte frames ({payload}-byte payload)"),
         (cycle, _) => format!(
@@ -346,12 +412,7 @@ fn banner(s: &StepStart) -> String {
     };
     format!(
         "flowlane blast ({}): {} flow(s) to {} on {} thread(s) (CPUs {:?}), {sizes}, {}{}{}",
-        match s.mode {
-            BlastMode::Udp => "udp",
-            BlastMode::Raw => "raw, AF_PACKET TX ring, qdisc bypass",
-            BlastMode::Xdp => "xdp, AF_XDP copy mode",
-            BlastMode::XdpLive => "xdp-live, XDP_TX of live test-run frames",
-        },
+        mode_name(s.mode),
         s.flows,
         s.to,
         s.cpus.len(),
@@ -366,6 +427,16 @@ fn banner(s: &StepStart) -> String {
         },
         if s.echo { ", echoes accounted" } else { "" }
     )
+}
+
+/// How a mode's frames leave, in words.
+fn mode_name(m: BlastMode) -> &'static str {
+    match m {
+        BlastMode::Udp => "udp",
+        BlastMode::Raw => "raw, AF_PACKET TX ring, qdisc bypass",
+        BlastMode::Xdp => "xdp, AF_XDP copy mode",
+        BlastMode::XdpLive => "xdp-live, XDP_TX of live test-run frames",
+    }
 }
 
 /// A status line: the interval's rates.
@@ -395,9 +466,10 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
         r.duration_s,
         r.tx_pps,
         r.mbps,
-        match r.frame_bytes {
-            Some(one) => format!("{one}-byte"),
-            None => format!("IMIX ({:.1}-byte mean)", r.mean_frame()),
+        match (r.frame_bytes, &r.replay) {
+            (Some(one), _) => format!("{one}-byte"),
+            (None, Some(_)) => format!("captured ({:.1}-byte mean)", r.mean_frame()),
+            (None, None) => format!("IMIX ({:.1}-byte mean)", r.mean_frame()),
         }
     );
     if let Some(b) = &r.backend {

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
+use flowlane_runtime::capture::CaptureSpec;
 use flowlane_tools::sink::{self, SinkConfig, SinkEvent, SinkReport};
 
 use crate::args::parse_duration;
@@ -34,6 +35,12 @@ use crate::{CmdResult, Failure};
 ///   flowlane sink --dev veth1 --port 9000 --duration 10
 ///   flowlane sink --dev veth1 --count 100000 --json
 ///   flowlane sink --dev veth1 --idle 2       # stop 2 s after the traffic stops
+///   flowlane sink --dev veth1 -t 5 --write rx.pcap --write-count 1000 --snaplen 128
+///
+/// Captures: `--write FILE` writes the frames read to a pcap file (nanosecond timestamps from
+/// the kernel, Ethernet; tcpdump, tshark and `flowlane blast --pcap` read it) — all of them,
+/// the first `--write-count`, every `--write-every`-th, cut to `--snaplen` bytes. The report
+/// says how many were written; a write that fails (disk full) ends the run with exit code 1.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SinkArgs {
@@ -45,6 +52,23 @@ pub struct SinkArgs {
     /// percentile-distribution text (.hgrm), in microseconds.
     #[arg(long)]
     histogram: Option<std::path::PathBuf>,
+
+    /// Write the frames read to this pcap file (created or truncated).
+    #[arg(long, value_name = "FILE")]
+    write: Option<std::path::PathBuf>,
+
+    /// With --write: keep only the first N frames chosen.
+    #[arg(long, value_name = "N", requires = "write", value_parser = clap::value_parser!(u64).range(1..))]
+    write_count: Option<u64>,
+
+    /// With --write: keep every Nth frame read (1: all).
+    #[arg(long, value_name = "N", requires = "write", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    write_every: u64,
+
+    /// With --write: keep at most this many bytes of each frame (the length on the wire is
+    /// kept beside it).
+    #[arg(long, value_name = "BYTES", requires = "write", default_value_t = 65_535, value_parser = clap::value_parser!(u32).range(14..=262_144))]
+    snaplen: u32,
 
     /// Account only UDP to this destination port (others are counted as `other`).
     #[arg(long)]
@@ -89,6 +113,12 @@ pub fn run(a: SinkArgs) -> CmdResult {
         },
         ring: a.ring as usize,
         interval_s: a.live.interval,
+        write: a.write.as_ref().map(|path| CaptureSpec {
+            path: path.clone(),
+            count: a.write_count,
+            every: a.write_every,
+            snaplen: a.snaplen,
+        }),
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
@@ -175,6 +205,16 @@ fn print_summary(r: &SinkReport) {
             "{} frames were stamped after they arrived: the sender's clock is not this host's, \
              latency is not meaningful",
             r.clock_skew
+        );
+    }
+    if let Some(c) = &r.capture {
+        println!(
+            "capture: {} of {} frames written to {} ({} cut to the snap length, {} bytes)",
+            c.written,
+            c.seen,
+            c.path.display(),
+            c.cut,
+            c.bytes
         );
     }
     if let Some(l) = latency_line(r.latency_ns.as_ref(), "one-way (send → sink)") {

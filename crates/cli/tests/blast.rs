@@ -1252,3 +1252,293 @@ fn xdp_live_frames_the_device_refused_are_reported_not_hidden() {
         );
     }
 }
+
+/// A temporary file removed when dropped (also when the test fails).
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("fl-{name}-{}.pcap", std::process::id())))
+    }
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The frames of a capture, read back by flowlane's own reader.
+fn captured_frames(f: &TempFile) -> Vec<Vec<u8>> {
+    let bytes = std::fs::read(&f.0).expect("the capture");
+    let limits = flowlane_wire::pcap::Limits {
+        frames: 1 << 20,
+        bytes: 1 << 30,
+    };
+    let c = flowlane_wire::pcap::read(&bytes, limits).expect("a capture flowlane reads");
+    assert_eq!(c.cut, 0);
+    c.frames
+}
+
+/// `sink --write` keeps every second frame of the first 600 read, and tshark — an independent
+/// dissector — reads exactly those: 300 frames of 100 bytes, UDP checksums good, each
+/// carrying the flow and sequence number the one sending thread gave the q-th frame (flow
+/// q % 3, sequence q / 3, for q = 0, 2, 4 …). `blast --pcap` sends the capture again: stamped,
+/// the sink accounts its three flows with no loss, round and round for --count; verbatim, a
+/// second capture holds the same bytes, frame for frame.
+#[test]
+fn sink_captures_what_tshark_reads_and_blast_replays_it() {
+    let Some((_one, p)) = pair() else { return };
+    if !common::need_program("tshark") {
+        return;
+    }
+    let to = format!("{DUT_ADDR}:9000");
+    let cap = TempFile::new("sink-cap");
+    let write = [
+        "--write",
+        cap.arg(),
+        "--write-every",
+        "2",
+        "--write-count",
+        "300",
+        "--snaplen",
+        "1514",
+    ];
+    let (s, iface) = sink_during(&p, &write, || {
+        blast(
+            &p,
+            &[
+                "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--count", "1000", "--flows",
+                "3", "--rate", "100k", "--size", "100",
+            ],
+        );
+    });
+    assert_eq!((iface, &s["rx_packets"]), (1000, &1000.into()), "{s}");
+    let c = &s["capture"];
+    assert_eq!(
+        (&c["seen"], &c["written"], &c["cut"], &c["bytes"]),
+        (&1000.into(), &300.into(), &0.into(), &30_000.into()),
+        "{s}"
+    );
+    let out = Command::new("tshark")
+        .args([
+            "-r",
+            cap.arg(),
+            "-o",
+            "udp.check_checksum:TRUE",
+            "-T",
+            "fields",
+        ])
+        .args([
+            "-e",
+            "frame.len",
+            "-e",
+            "frame.cap_len",
+            "-e",
+            "ip.src",
+            "-e",
+            "ip.dst",
+        ])
+        .args([
+            "-e",
+            "udp.dstport",
+            "-e",
+            "udp.checksum.status",
+            "-e",
+            "udp.payload",
+        ])
+        .output()
+        .expect("tshark runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 300, "tshark reads every frame written");
+    let ours = captured_frames(&cap);
+    assert_eq!(ours.len(), 300);
+    for (k, row) in rows.iter().enumerate() {
+        let q = 2 * k as u64;
+        assert_eq!(
+            &row[..6],
+            &["100", "100", "198.18.0.1", "198.18.0.2", "9000", "1"],
+            "{row:?}"
+        );
+        let payload: Vec<u8> = (0..row[6].len() / 2)
+            .map(|i| u8::from_str_radix(&row[6][2 * i..2 * i + 2], 16).expect("hex"))
+            .collect();
+        let h = flowlane_wire::FlowHeader::read(&payload).expect("a flowlane header");
+        assert_eq!(
+            (u64::from(h.flow), u64::from(h.seq)),
+            (q % 3, q / 3),
+            "frame {k}"
+        );
+        assert!(
+            ours[k].ends_with(&payload),
+            "the same bytes as tshark read, frame {k}"
+        );
+    }
+
+    // Stamped, twice round (600 of its 300 frames): three flows, 200 frames each, none lost.
+    let mut b = Value::Null;
+    let (s, iface) = sink_during(&p, &[], || {
+        b = blast(
+            &p,
+            &[
+                "--mode",
+                "raw",
+                "--dev",
+                &p.gen_if,
+                "--pcap",
+                cap.arg(),
+                "--count",
+                "600",
+            ],
+        );
+    });
+    let r = &b["replay"];
+    assert_eq!(
+        (
+            &r["mode"],
+            &r["frames_in_file"],
+            &r["frames_used"],
+            &r["flows"]
+        ),
+        (&"stamp".into(), &300.into(), &300.into(), &3.into()),
+        "{b}"
+    );
+    assert_eq!(r["macs_rewritten"], false, "no destination named: {b}");
+    assert_eq!(
+        (&b["tx_packets"], &b["tx_bytes"]),
+        (&600.into(), &60_000.into())
+    );
+    assert_eq!((iface, &s["flowlane_packets"]), (600, &600.into()), "{s}");
+    assert_eq!(
+        (&s["lost"], &s["reordered"], &s["malformed"]),
+        (&0.into(), &0.into(), &0.into())
+    );
+    let flows = s["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 3, "{s}");
+    for f in flows {
+        assert_eq!(
+            (&f["rx_packets"], &f["highest_seq"]),
+            (&200.into(), &199.into()),
+            "{f}"
+        );
+        assert_eq!(f["dst"], to);
+    }
+
+    // Verbatim, once, on AF_XDP: the far end's capture holds the very same frames.
+    let cap2 = TempFile::new("sink-cap2");
+    let (s, iface) = sink_during(&p, &["--write", cap2.arg()], || {
+        b = blast(
+            &p,
+            &[
+                "--mode",
+                "xdp",
+                "--dev",
+                &p.gen_if,
+                "--pcap",
+                cap.arg(),
+                "--pcap-mode",
+                "verbatim",
+                "--to",
+                &to,
+            ],
+        );
+    });
+    assert_eq!(
+        (&b["tx_packets"], &b["replay"]["mode"]),
+        (&300.into(), &"verbatim".into())
+    );
+    assert_eq!(
+        b["replay"]["macs_rewritten"], true,
+        "--to names the destination: {b}"
+    );
+    assert_eq!((iface, &s["capture"]["written"]), (300, &300.into()), "{s}");
+    assert_eq!(captured_frames(&cap2), ours, "byte for byte");
+}
+
+/// What `--pcap` cannot send is refused before anything is sent: a missing file, a file that
+/// is not a capture, a capture without a frame to stamp, the UDP mode, and a built-frame
+/// option beside it.
+#[test]
+fn replay_refusals_are_usage_errors() {
+    let Some((_one, p)) = pair() else { return };
+    let not_cap = TempFile::new("not-a-capture");
+    std::fs::write(&not_cap.0, b"hello, not a capture").expect("write");
+    let cap = TempFile::new("arp-only");
+    // A pcap (little-endian, µs, Ethernet) holding one ARP frame: nothing to stamp.
+    let mut pcap = Vec::new();
+    for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+        pcap.extend_from_slice(&w.to_le_bytes());
+    }
+    for w in [0u32, 0, 42, 42] {
+        pcap.extend_from_slice(&w.to_le_bytes());
+    }
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    arp.resize(42, 0);
+    pcap.extend_from_slice(&arp);
+    std::fs::write(&cap.0, &pcap).expect("write");
+    let dev = p.gen_if.as_str();
+    for (args, says) in [
+        (
+            vec!["--mode", "raw", "--dev", dev, "--pcap", "/nonexistent.pcap"],
+            "nonexistent",
+        ),
+        (
+            vec!["--mode", "raw", "--dev", dev, "--pcap", not_cap.arg()],
+            "not a pcap",
+        ),
+        (
+            vec!["--mode", "raw", "--dev", dev, "--pcap", cap.arg()],
+            "1 not IP",
+        ),
+        (
+            vec!["--mode", "udp", "--pcap", cap.arg()],
+            "--mode raw or xdp",
+        ),
+        (
+            vec![
+                "--mode",
+                "raw",
+                "--dev",
+                dev,
+                "--pcap",
+                cap.arg(),
+                "--size",
+                "100",
+            ],
+            "--size",
+        ),
+    ] {
+        let out = blast_output(&p, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // Verbatim, the same ARP frame goes (to no one: the peer's counter says it arrived).
+    let before = p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets;
+    let b = blast(
+        &p,
+        &[
+            "--mode",
+            "raw",
+            "--dev",
+            dev,
+            "--pcap",
+            cap.arg(),
+            "--pcap-mode",
+            "verbatim",
+        ],
+    );
+    assert_eq!(b["tx_packets"], 1, "{b}");
+    let after = p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets;
+    assert_eq!(after - before, 1);
+}

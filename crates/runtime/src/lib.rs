@@ -14,6 +14,7 @@
 
 pub mod blast;
 pub mod bridge;
+pub mod capture;
 pub mod counters;
 pub mod cpus;
 pub mod flowbook;

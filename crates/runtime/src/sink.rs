@@ -15,6 +15,7 @@ use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
 
+use crate::capture::{Capture, CaptureReport};
 use crate::{bump, counters, FlowBook, Poll, Recorded};
 
 counters! {
@@ -32,6 +33,8 @@ counters! {
         malformed,
         /// UDP frames without a flowlane header, or for another port.
         foreign,
+        /// Frames written to the capture file (`--write`).
+        captured,
     }
 }
 
@@ -215,6 +218,8 @@ pub struct SinkReport {
     pub ring_drops: u64,
     /// First and last frame read (CLOCK_MONOTONIC ns; 0 when none).
     pub window_ns: (u64, u64),
+    /// What the capture file got, or why it could not be completed.
+    pub capture: Option<Result<CaptureReport, String>>,
 }
 
 /// A sink worker on one interface's receive ring (any [`FrameRx`]).
@@ -226,10 +231,17 @@ pub struct SinkWorker<R: FrameRx = frame::RxRing> {
     ring_drops: u64,
     window: (u64, u64),
     finished: bool,
+    capture: Option<Capture>,
     report: Arc<Mutex<Option<SinkReport>>>,
 }
 
 impl<R: FrameRx> SinkWorker<R> {
+    /// Writes the frames read (as `capture` chooses them) to its file too.
+    pub fn with_capture(mut self, capture: Capture) -> SinkWorker<R> {
+        self.capture = Some(capture);
+        self
+    }
+
     /// A worker reading `ring`, watching UDP port `port`.
     pub fn new(
         ring: R,
@@ -244,6 +256,7 @@ impl<R: FrameRx> SinkWorker<R> {
             ring_drops: 0,
             window: (0, 0),
             finished: false,
+            capture: None,
             report,
         }
     }
@@ -267,6 +280,7 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
         let now = os::monotonic_ns();
         let mut n = 0;
         let (mut bytes, mut foreign, mut malformed, mut truncated) = (0u64, 0u64, 0u64, 0u64);
+        let captured_before = self.capture.as_ref().map_or(0, |c| c.report().written);
         while n < budget {
             if self
                 .stop
@@ -280,6 +294,9 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
             };
             n += 1;
             bytes += fr.data.len() as u64;
+            if let Some(c) = self.capture.as_mut() {
+                c.offer(fr.ts_ns, fr.data, fr.wire_len, fr.vlan)?;
+            }
             if fr.truncated() {
                 truncated += 1;
                 self.book.counts.frames += 1;
@@ -312,6 +329,9 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
             bump(&st.foreign, foreign);
             bump(&st.malformed, malformed);
             bump(&st.truncated, truncated);
+            if let Some(c) = &self.capture {
+                bump(&st.captured, c.report().written - captured_before);
+            }
         }
         self.check_done(now);
         Ok(n)
@@ -337,11 +357,13 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
     }
 
     fn finish(&mut self, _st: &SinkStats) {
+        let capture = self.capture.as_mut().map(Capture::finish);
         if let Ok(mut g) = self.report.lock() {
             *g = Some(SinkReport {
                 book: self.book.clone(),
                 ring_drops: self.ring_drops,
                 window_ns: self.window,
+                capture,
             });
         }
     }

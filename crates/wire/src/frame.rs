@@ -189,6 +189,54 @@ impl Template {
         })
     }
 
+    /// A template from a frame seen on a wire (a capture): Ethernet / [802.1Q] / IPv4 or IPv6 /
+    /// UDP with room for the flowlane header in its payload. The frame is kept as it is —
+    /// addresses, ports, IP options, TOS, Ethernet padding — except its checksums, which are
+    /// computed afresh (a capture may hold none, or one left for offload to fill), so that
+    /// [`Template::patch`] keeps them valid.
+    pub fn from_frame(mut bytes: Vec<u8>) -> Result<Template, FrameError> {
+        let (l3, l4, payload, ulen, v6) = {
+            let f = UdpFrame::parse(&bytes)?;
+            let payload = f.l4 + UDP_LEN;
+            if f.payload.len() < HEADER_LEN {
+                return Err(FrameError::TooShort {
+                    len: bytes.len(),
+                    need: payload + HEADER_LEN,
+                });
+            }
+            (
+                f.l3,
+                f.l4,
+                payload,
+                UDP_LEN + f.payload.len(),
+                f.src.is_ipv6(),
+            )
+        };
+        let (src, dst) = if v6 {
+            (l3 + 8..l3 + 24, l3 + 24..l3 + 40)
+        } else {
+            let ip = &mut bytes[l3..l4];
+            ip[10..12].fill(0);
+            let c = checksum::checksum(ip);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            (l3 + 12..l3 + 16, l3 + 16..l3 + 20)
+        };
+        bytes[l4 + 6..l4 + 8].fill(0);
+        let acc = checksum::pseudo_header(&bytes[src], &bytes[dst], ulen as u32);
+        let mut c = !checksum::fold(checksum::sum(&bytes[l4..l4 + ulen], acc));
+        if c == 0 {
+            c = 0xffff;
+        }
+        bytes[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+        Ok(Template {
+            bytes,
+            l3,
+            l4,
+            payload,
+            v6,
+        })
+    }
+
     /// Sets the IPv4 TTL (the header checksum updated by RFC 1624) or the IPv6 hop limit.
     /// The UDP checksum does not cover it.
     pub fn set_ttl(&mut self, ttl: u8) {
@@ -398,6 +446,50 @@ mod tests {
             assert_eq!(t6.bytes[t6.l3 + 7], ttl);
             assert!(checksum_ok(&t6.bytes));
         }
+    }
+
+    #[test]
+    fn a_captured_frame_becomes_a_template_with_valid_checksums() {
+        let built = Template::build(&spec("198.18.0.1:1000", "198.18.0.2:9000", 100, Some(5)))
+            .expect("builds");
+        // As a capture may hold it: checksums zeroed (offload), a TOS set, Ethernet padding.
+        let mut seen = built.bytes.clone();
+        seen[built.l3 + 1] = 0x10;
+        seen[built.l3 + 10..built.l3 + 12].fill(0);
+        seen[built.l4 + 6..built.l4 + 8].fill(0);
+        let ip_len = seen.len() - built.l3;
+        seen.extend_from_slice(&[0; 6]);
+        let t = Template::from_frame(seen.clone()).expect("a template");
+        assert_eq!((t.l3, t.l4, t.payload, t.v6), (18, 38, 46, false));
+        assert_eq!(t.bytes.len(), seen.len(), "padding kept");
+        assert_eq!(t.bytes[t.l3 + 1], 0x10, "TOS kept");
+        assert_eq!(checksum::checksum(&t.bytes[t.l3..t.l4]), 0);
+        assert!(checksum_ok(&t.bytes));
+        assert_eq!(ip_len, 100 - 18);
+        // Patched, it stays valid.
+        let mut f = t.bytes.clone();
+        assert!(t.patch(
+            &mut f,
+            &FlowHeader {
+                flow: 7,
+                seq: 3,
+                tx_ns: 99
+            }
+        ));
+        assert!(checksum_ok(&f));
+        assert_eq!(FlowHeader::read(&f[t.payload..]).expect("header").flow, 7);
+        // IPv6 too; and what cannot carry the header is refused.
+        let b6 = Template::build(&spec("[2001:2::1]:1", "[2001:2::2]:2", 90, None)).expect("v6");
+        let t6 = Template::from_frame(b6.bytes.clone()).expect("v6 template");
+        assert_eq!(t6.bytes, b6.bytes, "already valid: unchanged");
+        let small = Template::build(&spec("198.18.0.1:1", "198.18.0.2:2", 50, None)).expect("50");
+        assert!(matches!(
+            Template::from_frame(small.bytes),
+            Err(FrameError::TooShort { .. })
+        ));
+        let mut arp = built.bytes.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(Template::from_frame(arp), Err(FrameError::NotIp(0x0806)));
     }
 
     #[test]

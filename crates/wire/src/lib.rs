@@ -12,6 +12,7 @@
 //!   swapped, checksums still valid), TTL/hop-limit decrement (RFC 1624) — and why it refuses one.
 //! * [`http`]: HTTP/1.x heads read by `httparse` on the caller's buffer, chunked bodies walked,
 //!   heads written, what a request asks of flowlane's server, and the body pattern.
+//! * [`pcap`]: the Ethernet frames of a pcap or pcapng capture, read from bytes.
 //! * [`seq`]: per-flow loss, reordering and duplicate accounting from sequence numbers.
 
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod forward;
 pub mod frame;
 pub mod header;
 pub mod http;
+pub mod pcap;
 pub mod seq;
 
 pub use frame::{FrameError, Template, TemplateSpec, UdpFrame};

@@ -53,6 +53,10 @@ const LEN_OFF: usize = 4;
 const SNAPLEN_OFF: usize = 8;
 /// tpacket2_hdr.tp_mac (u16).
 const MAC_OFF: usize = 12;
+/// tpacket2_hdr.tp_sec (u32): when the kernel took the frame in, CLOCK_REALTIME seconds.
+const SEC_OFF: usize = 16;
+/// tpacket2_hdr.tp_nsec (u32).
+const NSEC_OFF: usize = 20;
 /// tpacket2_hdr.tp_vlan_tci (u16).
 const VLAN_TCI_OFF: usize = 24;
 /// The `sockaddr_ll` after the header (at TPACKET_ALIGN(32)), its `sll_pkttype` (u8, the low
@@ -388,6 +392,9 @@ pub struct RxFrame<'a> {
     /// [`PACKET_OUTGOING`] (sent by this host; a ring that cannot have the kernel leave those
     /// out hands them over, and its reader skips them).
     pub pkt_type: u8,
+    /// When the kernel took the frame in, CLOCK_REALTIME nanoseconds (0: not known, e.g. on
+    /// AF_XDP).
+    pub ts_ns: u64,
 }
 
 impl RxFrame<'_> {
@@ -514,12 +521,15 @@ impl RxRing {
         let vlan = (st & TP_STATUS_VLAN_VALID != 0)
             .then(|| self.ring.header_u16(i, VLAN_TCI_OFF) & 0x0fff);
         let pkt_type = (self.ring.header_u16(i, PKTTYPE_OFF) & 0xff) as u8;
+        let ts_ns = u64::from(self.ring.header_u32(i, SEC_OFF)) * 1_000_000_000
+            + u64::from(self.ring.header_u32(i, NSEC_OFF));
         Some(RxFrame {
             data,
             wire_len,
             status: st,
             vlan,
             pkt_type,
+            ts_ns,
         })
     }
 

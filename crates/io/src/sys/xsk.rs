@@ -751,6 +751,8 @@ impl Xsk {
             vlan: None,
             // Received (an XDP program redirected it here).
             pkt_type: 0,
+            // AF_XDP descriptors carry no time.
+            ts_ns: 0,
         })
     }
 

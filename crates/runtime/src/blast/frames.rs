@@ -8,7 +8,10 @@ use flowlane_io::{os, SysError};
 use flowlane_wire::FlowHeader;
 
 use super::BlastStats;
-use super::{BlastError, BlastJob, BlastReport, TxBook};
+use super::{BlastError, BlastJob, BlastReport, ReplayFrame, TxBook};
+
+/// A scheduled frame without a flow: sent as it is.
+const NO_FLOW: u32 = u32::MAX;
 use crate::Poll;
 
 /// Where raw frames go and how they are addressed.
@@ -39,8 +42,11 @@ pub struct RawLink {
 pub struct RawBlaster<T: FrameTx> {
     job: BlastJob,
     ring: T,
-    /// `templates[flow * sizes + size]`.
+    /// `templates[flow * sizes + size]`, or a capture's frames in order.
     templates: Vec<flowlane_wire::Template>,
+    /// A capture's order: per position, (template, flow or [`NO_FLOW`]); empty: round robin
+    /// over the flows, each cycling through the sizes.
+    schedule: Vec<(u32, u32)>,
     /// Per slot: the template index its frame was copied from (`u32::MAX`: none yet).
     slot_holds: Vec<u32>,
     seq: Vec<u64>,
@@ -69,6 +75,73 @@ impl<T: FrameTx> RawBlaster<T> {
         ring: T,
         report: Arc<Mutex<Option<BlastReport>>>,
     ) -> Result<RawBlaster<T>, BlastError> {
+        let (templates, schedule) = if job.replay.is_empty() {
+            (Self::build(&job, link)?, Vec::new())
+        } else {
+            Self::replay(&job)?
+        };
+        let mut ring = ring;
+        let largest = templates.iter().map(|t| t.bytes.len()).max().unwrap_or(0);
+        if ring.slot_buf(0).is_some_and(|b| b.len() < largest) {
+            return Err(BlastError::Job(format!(
+                "a {largest}-byte frame does not fit a ring slot"
+            )));
+        }
+        Ok(RawBlaster {
+            book: TxBook::new(&job),
+            seq: vec![0; job.flows.len()],
+            slot_holds: vec![u32::MAX; ring.slots()],
+            queued: 0,
+            ring,
+            templates,
+            schedule,
+            finished: false,
+            report,
+            job,
+        })
+    }
+
+    /// A capture's frames as templates, and the order they leave in.
+    #[allow(clippy::type_complexity)]
+    fn replay(
+        job: &BlastJob,
+    ) -> Result<(Vec<flowlane_wire::Template>, Vec<(u32, u32)>), BlastError> {
+        let mut templates = Vec::with_capacity(job.replay.len());
+        let mut schedule = Vec::with_capacity(job.replay.len());
+        for (i, r) in job.replay.iter().enumerate() {
+            let (t, flow) = match r {
+                ReplayFrame::Stamp { template, flow } if *flow < job.flows.len() => {
+                    (template.clone(), *flow as u32)
+                }
+                ReplayFrame::Stamp { flow, .. } => {
+                    return Err(BlastError::Job(format!(
+                        "captured frame {i} names flow {flow} of {}",
+                        job.flows.len()
+                    )))
+                }
+                // Offsets that `patch` never writes at (no room for a header past the end):
+                // the frame leaves as it is.
+                ReplayFrame::Verbatim(b) => (
+                    flowlane_wire::Template {
+                        bytes: b.clone(),
+                        l3: 0,
+                        l4: 0,
+                        payload: b.len(),
+                        v6: false,
+                    },
+                    NO_FLOW,
+                ),
+            };
+            let ti = u32::try_from(templates.len())
+                .map_err(|_| BlastError::Job("more than 2^32 captured frames".into()))?;
+            templates.push(t);
+            schedule.push((ti, flow));
+        }
+        Ok((templates, schedule))
+    }
+
+    /// One template per (flow, size).
+    fn build(job: &BlastJob, link: &RawLink) -> Result<Vec<flowlane_wire::Template>, BlastError> {
         if job.flows.is_empty() || job.payloads.is_empty() {
             return Err(BlastError::Job("a worker without flows or sizes".into()));
         }
@@ -90,24 +163,7 @@ impl<T: FrameTx> RawBlaster<T> {
                 templates.push(t);
             }
         }
-        let mut ring = ring;
-        let largest = templates.iter().map(|t| t.bytes.len()).max().unwrap_or(0);
-        if ring.slot_buf(0).is_some_and(|b| b.len() < largest) {
-            return Err(BlastError::Job(format!(
-                "a {largest}-byte frame does not fit a ring slot"
-            )));
-        }
-        Ok(RawBlaster {
-            book: TxBook::new(&job),
-            seq: vec![0; job.flows.len()],
-            slot_holds: vec![u32::MAX; ring.slots()],
-            queued: 0,
-            ring,
-            templates,
-            finished: false,
-            report,
-            job,
-        })
+        Ok(templates)
     }
 }
 
@@ -133,12 +189,17 @@ impl<T: FrameTx> Poll for RawBlaster<T> {
         let nflows = self.seq.len() as u64;
         let nsizes = self.job.payloads.len() as u64;
         let (templates, seq, flows) = (&self.templates, &mut self.seq, &self.job.flows);
-        let (holds, queued) = (&mut self.slot_holds, &mut self.queued);
+        let (holds, queued, schedule) = (&mut self.slot_holds, &mut self.queued, &self.schedule);
         let mut bytes = 0usize;
         let queued_now = self.ring.queue(n, &mut |slot, buf| {
-            let f = (*queued % nflows) as usize;
+            let (ti, f) = if schedule.is_empty() {
+                let f = (*queued % nflows) as usize;
+                (f * nsizes as usize + (seq[f] % nsizes) as usize, f)
+            } else {
+                let (ti, f) = schedule[(*queued % schedule.len() as u64) as usize];
+                (ti as usize, f as usize)
+            };
             *queued += 1;
-            let ti = f * nsizes as usize + (seq[f] % nsizes) as usize;
             let t = &templates[ti];
             let len = t.bytes.len();
             let Some(frame) = buf.get_mut(..len) else {
@@ -149,6 +210,10 @@ impl<T: FrameTx> Poll for RawBlaster<T> {
                 if let Some(h) = holds.get_mut(slot) {
                     *h = ti as u32;
                 }
+            }
+            if f == NO_FLOW as usize {
+                bytes += len;
+                return len;
             }
             let h = FlowHeader {
                 flow: flows[f].id,

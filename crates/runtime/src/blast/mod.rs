@@ -96,6 +96,24 @@ pub struct BlastJob {
     pub rcvbuf: Option<usize>,
     /// Stop sending at this CLOCK_MONOTONIC time (ns).
     pub deadline_ns: Option<u64>,
+    /// Frame modes: send these frames of a capture, in this order, round and round, instead
+    /// of building one per (flow, size) (`payloads` is then unused).
+    pub replay: Vec<ReplayFrame>,
+}
+
+/// A captured frame to send (`blast --pcap`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayFrame {
+    /// A UDP frame that carries the flowlane header of flow `flow` (an index into the job's
+    /// flows) — stamped per packet like a built template.
+    Stamp {
+        /// The frame, checksums valid.
+        template: flowlane_wire::Template,
+        /// Its flow: an index into [`BlastJob::flows`].
+        flow: usize,
+    },
+    /// A frame sent as it is, byte for byte.
+    Verbatim(Vec<u8>),
 }
 
 /// What a flow saw, for the summary.

@@ -181,6 +181,10 @@ pub struct BlastConfig {
     /// running (`--metrics`).
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Send a capture's frames instead of building them (frame modes). `to` is then optional:
+    /// 0.0.0.0:0 means none given (the MACs stay as captured unless `dst_mac` is given).
+    #[serde(default)]
+    pub pcap: Option<super::PcapSource>,
 }
 
 impl BlastConfig {
@@ -212,6 +216,7 @@ impl BlastConfig {
             linger_s: 1.0,
             rcvbuf: None,
             interval_s: 1.0,
+            pcap: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 mod config;
 mod flows;
 mod link;
+mod replay;
 mod report;
 mod step;
 
@@ -23,6 +24,7 @@ use flowlane_wire::HEADER_LEN;
 pub use config::{imix_sequence, BlastConfig, BlastMode, Frames, ModelSpec, Placement, Rate};
 pub use flows::route_source;
 pub use link::parse_mac;
+pub use replay::{PcapSource, ReplayMode, ReplayReport, MAX_BYTES, MAX_FRAMES};
 pub use report::{BlastReport, FlowReport, StepReport};
 
 use crate::backend::{self, Backend};
@@ -49,6 +51,8 @@ pub struct StepStart {
     pub count: Option<u64>,
     /// Echoes are taken back.
     pub echo: bool,
+    /// The capture sent (`--pcap`).
+    pub replay: Option<ReplayReport>,
 }
 
 /// Counters over one status interval of a step.
@@ -98,6 +102,9 @@ pub fn run(
     on_event: &mut dyn FnMut(BlastEvent),
 ) -> Result<BlastReport, ToolError> {
     let dst = a.to;
+    if let Some(src) = &a.pcap {
+        return replay(a, src, stop, on_event);
+    }
     if dst.port() == 0 {
         return Err(ToolError::usage(
             "the destination needs a port other than 0",
@@ -173,13 +180,26 @@ pub fn run(
         duration,
         interval,
         linger,
+        replay: None,
     };
+    run_steps(a, &plan, &steps, stop, on_event)
+}
+
+/// Runs the steps one after the other; a step with a sender error or refused frames ends
+/// the run.
+fn run_steps(
+    a: &BlastConfig,
+    plan: &step::Plan,
+    steps: &[Vec<usize>],
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(BlastEvent),
+) -> Result<BlastReport, ToolError> {
     let mut done = Vec::new();
-    for frames in &steps {
+    for frames in steps {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let r = step::run_step(a, &plan, frames, stop, on_event)?;
+        let r = step::run_step(a, plan, frames, stop, on_event)?;
         let broken =
             !r.errors.is_empty() || r.device_refused.is_some_and(|n| n > 0) || r.ring_refused > 0;
         on_event(BlastEvent::StepDone(Box::new(r.clone())));
@@ -192,6 +212,91 @@ pub fn run(
         steps: done,
         sweep: steps.len() > 1,
     })
+}
+
+/// `blast --pcap`: one step sending a capture's frames (stamped or verbatim) on the frame
+/// modes' rings.
+fn replay(
+    a: &BlastConfig,
+    src: &PcapSource,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(BlastEvent),
+) -> Result<BlastReport, ToolError> {
+    if !matches!(a.mode, BlastMode::Raw | BlastMode::Xdp) {
+        return Err(ToolError::usage(
+            "--pcap sends whole frames on a ring: --mode raw or xdp",
+        ));
+    }
+    let refused = [
+        (a.echo, "--echo"),
+        (a.ttl.is_some(), "--ttl"),
+        (a.vlan.is_some(), "--vlan"),
+        (a.placement.is_some(), "RSS placement"),
+        (a.from.is_some() || a.sport.is_some(), "--from/--sport"),
+        (a.flows != 1, "--flows"),
+        (a.frames != Frames::Auto, "a frame size"),
+    ];
+    if let Some((_, what)) = refused.iter().find(|r| r.0) {
+        return Err(ToolError::usage(format!(
+            "{what} does not go with --pcap: the capture's frames are sent as they are (and \
+             stamped)"
+        )));
+    }
+    if a.count == Some(0) {
+        return Err(ToolError::usage("--count must be at least 1"));
+    }
+    if a.cpus.is_empty() {
+        return Err(ToolError::usage("no CPU for a sender thread"));
+    }
+    let mut r = replay::Replay::load(src)?;
+    let dev = a
+        .dev
+        .as_deref()
+        .ok_or_else(|| ToolError::usage("--pcap needs an interface (--dev)"))?;
+    // MACs are rewritten when the destination is named (by MAC, or by address through the
+    // neighbour table); else they stay as captured.
+    let named = a.dst_mac.is_some() || !a.to.ip().is_unspecified();
+    let mut la = a.clone();
+    if !named {
+        la.dst_mac = Some([0; 6]);
+    }
+    let link = link::raw_link(&la, r.largest())?;
+    if named {
+        r.rewrite_macs(link.src_mac, link.dst_mac);
+    }
+    let sizes = r.sizes();
+    if let Some(rate) = a.rate {
+        link::check_line_rate(a, step::mean(&sizes), rate.pps(step::mean(&sizes)))?;
+    }
+    let backend = Some(backend::choose(
+        dev,
+        if a.mode == BlastMode::Xdp {
+            Backend::AfXdp
+        } else {
+            Backend::AfPacket
+        },
+    )?);
+    let shares = if r.flows.is_empty() {
+        r.frames.len()
+    } else {
+        r.flows.len()
+    };
+    let nthreads = a.cpus.len().min(shares).max(1);
+    let plan = step::Plan {
+        hdrs: 0,
+        flows: r.flows.iter().map(|f| (*f, None)).collect(),
+        link: Some(link),
+        backend,
+        cpus: a.cpus.iter().copied().take(nthreads).collect(),
+        duration: a
+            .duration_s
+            .map(|d| crate::seconds("duration", d))
+            .transpose()?,
+        interval: crate::seconds("interval", a.interval_s)?,
+        linger: crate::seconds("linger", a.linger_s)?,
+        replay: Some(Arc::new(r)),
+    };
+    run_steps(a, &plan, &[sizes], stop, on_event)
 }
 
 /// The steps of a run: each a cycle of frame sizes (FCS excluded) — one size, an IMIX

@@ -108,6 +108,9 @@ pub struct StepReport {
     /// Sender threads that stopped with an error.
     #[serde(default)]
     pub errors: Vec<WorkerError>,
+    /// The capture sent (`--pcap`): how its frames were used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<super::ReplayReport>,
 }
 
 impl StepReport {
@@ -116,6 +119,8 @@ impl StepReport {
         match (&self.frame_bytes, &self.imix_frame_bytes) {
             (Some(f), _) => *f as f64,
             (None, Some(c)) => c.iter().sum::<usize>() as f64 / c.len().max(1) as f64,
+            // A capture's frames: the mean of what left.
+            _ if self.tx_packets > 0 => self.tx_bytes as f64 / self.tx_packets as f64,
             _ => 0.0,
         }
     }

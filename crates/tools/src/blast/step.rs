@@ -31,6 +31,8 @@ pub(super) struct Plan {
     pub duration: Option<Duration>,
     pub interval: Duration,
     pub linger: Duration,
+    /// A capture's frames to send instead of built ones (`--pcap`).
+    pub replay: Option<Arc<super::replay::Replay>>,
 }
 
 /// Mean of a size cycle.
@@ -61,7 +63,8 @@ pub(super) fn run_step(
         .map(|d| start_ns.saturating_add(d.as_nanos() as u64));
     let reports: Vec<Arc<Mutex<Option<SenderReport>>>> =
         (0..nthreads).map(|_| Arc::new(Mutex::new(None))).collect();
-    let payloads: Vec<usize> = frames.iter().map(|f| f - plan.hdrs).collect();
+    // A capture's frames (`plan.replay`) may be shorter than the headers of built ones.
+    let payloads: Vec<usize> = frames.iter().map(|f| f.saturating_sub(plan.hdrs)).collect();
     // Worker w gets a contiguous share of the flows (ids stay contiguous per worker).
     let jobs: Vec<BlastJob> = (0..nthreads)
         .map(|w| {
@@ -69,11 +72,18 @@ pub(super) fn run_step(
             let extra = flows.len() % nthreads;
             let from = w * per + w.min(extra);
             let to = from + per + usize::from(w < extra);
-            BlastJob {
+            let replay = match &plan.replay {
+                Some(r) => r.share(w, nthreads, from..to)?,
+                None => Vec::new(),
+            };
+            // A capture without --count or --duration is sent once.
+            let once =
+                (!replay.is_empty() && plan.duration.is_none()).then_some(replay.len() as u64);
+            Ok(BlastJob {
                 flows: flows[from..to].iter().map(|(f, _)| *f).collect(),
                 payloads: payloads.clone(),
                 overhead: plan.hdrs,
-                quota: a.count.map(|c| split(c, nthreads, w)),
+                quota: a.count.map(|c| split(c, nthreads, w)).or(once),
                 pps: requested_pps.map(|p| p / nthreads as f64),
                 burst: a.burst,
                 batch: a.batch,
@@ -81,9 +91,10 @@ pub(super) fn run_step(
                 linger: plan.linger,
                 rcvbuf: a.rcvbuf,
                 deadline_ns,
-            }
+                replay,
+            })
         })
-        .collect();
+        .collect::<Result<_, ToolError>>()?;
     let (jobs2, reports2) = (jobs.clone(), reports.clone());
     let rt_cfg = Config {
         cpus: plan.cpus.clone(),
@@ -127,6 +138,7 @@ pub(super) fn run_step(
         requested_pps,
         count: a.count,
         echo: a.echo,
+        replay: plan.replay.as_ref().map(|r| r.report.clone()),
     }));
     // xdp-live frames are handed to the driver with nothing to say whether it took them (veth
     // without NAPI on the peer drops them uncounted); the device's own transmit counter says.
@@ -186,6 +198,12 @@ pub(super) fn run_step(
         device_tx,
     );
     r.backend = plan.backend.clone();
+    if let Some(replay) = &plan.replay {
+        // A capture's sizes are its own, not a cycle to print: the mean is what was sent.
+        r.frame_bytes = None;
+        r.imix_frame_bytes = None;
+        r.replay = Some(replay.report.clone());
+    }
     r.cpu_ns_per_packet = crate::ns_per(total.looped.cpu_ns, t.tx_packets);
     r.pmu = crate::PmuCost::of(&total.looped, t.tx_packets, rt.pmu_unavailable());
     Ok(r)
@@ -366,6 +384,7 @@ fn summarize(
         device_refused,
         ring_refused: t.ring_refused,
         backend: None,
+        replay: None,
         flows: flow_reports,
         errors,
     };

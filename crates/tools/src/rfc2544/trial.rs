@@ -111,6 +111,7 @@ impl Rig<'_> {
             cpu: c.rx_cpu,
             ring: c.ring,
             interval_s: 3600.0,
+            write: None,
         };
         let bcfg = self.blast_config(shot, &c.tx.dev, c.dst_mac);
         let sink_stop = Arc::new(AtomicBool::new(false));

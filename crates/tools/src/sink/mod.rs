@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::{frame, netdev, os, SysError};
+use flowlane_runtime::capture::{Capture, CaptureReport, CaptureSpec};
 use flowlane_runtime::sink::{SinkReport as Book, SinkStop, SinkWorker};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,9 @@ pub struct SinkConfig {
     /// running (`--metrics`).
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Write the frames read (all, or a choice of them) to a pcap file (`--write`).
+    #[serde(default)]
+    pub write: Option<CaptureSpec>,
 }
 
 /// What is known once the ring is open.
@@ -143,6 +147,9 @@ pub struct SinkReport {
     /// The frame backend (AF_PACKET's receive ring), as asked of the kernel once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendReport>,
+    /// What the capture file (`--write`) got: frames seen, written, cut to the snap length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureReport>,
     /// What each packet cost in cycles, instructions and cache misses, or why not known.
     #[serde(default)]
     pub pmu: crate::PmuCost,
@@ -176,6 +183,7 @@ impl SinkReport {
             pmu: crate::PmuCost::default(),
             flows: Vec::new(),
             backend: None,
+            capture: None,
             errors: Vec::new(),
         }
     }
@@ -209,6 +217,15 @@ pub fn run(
         deadline_ns: duration.map(|d| start_ns.saturating_add(d.as_nanos() as u64)),
         idle_ns: idle.map(|d| d.as_nanos() as u64),
     };
+    // The file is made before any thread starts: a path that cannot be written is the
+    // caller's to fix.
+    let capture = a
+        .write
+        .as_ref()
+        .map(Capture::create)
+        .transpose()
+        .map_err(ToolError::usage)?;
+    let capture = Mutex::new(capture);
     let book: Arc<Mutex<Option<Book>>> = Arc::new(Mutex::new(None));
     let book2 = book.clone();
     let (port, slots) = (a.port, a.ring);
@@ -223,7 +240,12 @@ pub fn run(
         stop.clone(),
         move |_, _| {
             let ring = frame::RxRing::open(ifindex, slots, max_frame)?;
-            Ok::<_, SysError>(SinkWorker::new(ring, port, rules, book2.clone()))
+            let w = SinkWorker::new(ring, port, rules, book2.clone());
+            let c = capture.lock().ok().and_then(|mut c| c.take());
+            Ok::<_, SysError>(match c {
+                Some(c) => w.with_capture(c),
+                None => w,
+            })
         },
     )
     .map_err(|e| match e {
@@ -258,7 +280,7 @@ pub fn run(
     });
     let looped = end.total().looped;
     let cpu_ns = looped.cpu_ns;
-    let errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
+    let mut errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
     let Some(b) = book.lock().ok().and_then(|mut g| g.take()) else {
         let why = errors
             .first()
@@ -266,7 +288,16 @@ pub fn run(
             .unwrap_or_else(|| "no report".into());
         return Err(ToolError::runtime(format!("the sink stopped: {why}")));
     };
+    let capture = match b.capture.clone() {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            errors.push(e);
+            None
+        }
+        None => None,
+    };
     let mut r = report(&b, errors, backend);
+    r.capture = capture;
     r.cpu_ns_per_packet = crate::ns_per(cpu_ns, r.rx_packets);
     r.pmu = crate::PmuCost::of(&looped, r.rx_packets, rt.pmu_unavailable());
     Ok(r)
@@ -315,6 +346,7 @@ fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
             })
             .collect(),
         backend: Some(backend),
+        capture: None,
         errors,
     }
 }
@@ -335,6 +367,7 @@ mod tests {
             cpu: 0,
             ring: 64,
             interval_s: 1.0,
+            write: None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let e = run(&cfg, &stop, &mut |_| {}).expect_err("no interface");
