@@ -769,12 +769,15 @@ impl Xsk {
         super::poll_readable(self.fd.as_raw_fd(), timeout_ms)
     }
 
-    /// Frames the kernel dropped for this socket since the last call: no room in the RX ring,
-    /// or no free frame in the fill ring (XDP_STATISTICS `rx_dropped` + `rx_ring_full` +
-    /// `rx_fill_ring_empty_descs`).
+    /// Frames the kernel dropped for this socket since the last call: no room in the RX ring
+    /// (XDP_STATISTICS `rx_ring_full`), or no free frame in the fill ring or a frame too
+    /// large (`rx_dropped`). Not `rx_fill_ring_empty_descs`: a frame dropped for an empty fill
+    /// ring is counted there *and* in `rx_dropped` (`xp_can_alloc` bumps the one, `__xsk_rcv`
+    /// the other) — summing all three counted such drops twice, measured as exactly twice the
+    /// frames the interface received and the socket never got.
     pub fn take_drops(&self) -> u64 {
         let s = statistics(&self.fd);
-        let total = s.rx_dropped + s.rx_ring_full + s.rx_fill_ring_empty_descs;
+        let total = s.rx_dropped + s.rx_ring_full;
         total.saturating_sub(self.drops_seen.replace(total))
     }
 

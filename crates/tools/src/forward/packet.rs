@@ -132,12 +132,7 @@ pub(super) fn run_xdp_sockets(
         },
     )
     .map_err(start_error)?;
-    let _link = bpf::attach_xdp(&prog, ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
-        bpf_err(
-            &format!("cannot attach the redirect program to {dev} in native mode"),
-            e.to_string(),
-        )
-    })?;
+    let _link = super::attach_native(&prog, ifindex, dev, "redirect program")?;
     let mut r = session(job, rt, &worker_cpus, &before, stop, &mut |_| {}, on_event)?;
     // What the program passed to the kernel was looked at there, never by a worker.
     let passed = passed.map_or(0, |m| (0..m.entries()).map(|i| m.get(i)).sum());
@@ -323,11 +318,7 @@ impl Redirects {
             .iter()
             .zip(&self.progs)
             .map(|((dev, ifindex), prog)| {
-                bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
-                    ToolError::runtime(format!(
-                        "cannot attach the redirect program to {dev} in native mode: {e}"
-                    ))
-                })
+                super::attach_native(prog, *ifindex, dev, "redirect program")
             })
             .collect()
     }

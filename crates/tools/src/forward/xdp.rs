@@ -10,7 +10,6 @@ use flowlane_io::ebpf::{
     bridge_program, bridge_stats, reflect_program, reflect_stats, route_hop, route_program,
     route_stats, Reflect, XdpBridge, XdpRoute,
 };
-use flowlane_io::netdev;
 use flowlane_runtime::route::PortInfo;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
@@ -119,13 +118,7 @@ pub(super) fn run(
         )
     })?;
     let before = dev_counters(dev);
-    let link = bpf::attach_xdp(&prog, ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
-        bpf_err(
-            &format!("cannot attach the reflector to {dev} in native mode"),
-            e.to_string(),
-            denied(&e),
-        )
-    })?;
+    let link = super::attach_native(&prog, ifindex, dev, "reflector")?;
     let start = tick_loop(job, stop, on_event, &|| sum(&read(&stats)), &mut || {});
     drop(link);
     Ok(report(job, start, read(&stats), &[before]))
@@ -204,14 +197,7 @@ fn attach_per_port(
     }
     let mut links = Vec::new();
     for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
-        links.push(
-            bpf::attach_xdp(prog, *ifindex, netdev::XDP_FLAGS_DRV_MODE).map_err(|e| {
-                bpf_err(
-                    &format!("cannot attach the {what} to {dev} in native mode"),
-                    &e,
-                )
-            })?,
-        );
+        links.push(super::attach_native(prog, *ifindex, dev, what)?);
     }
     Ok(links)
 }
