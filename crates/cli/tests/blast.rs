@@ -1542,3 +1542,142 @@ fn replay_refusals_are_usage_errors() {
     let after = p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets;
     assert_eq!(after - before, 1);
 }
+
+/// `sink --metrics` while a paced raw blast runs: the rate gauge says about the paced rate,
+/// and once the traffic is over the scraped one-way latency histogram holds every frame the
+/// final report timed, its buckets agreeing with the report's median and maximum.
+#[test]
+fn sink_metrics_carry_rates_and_the_latency_histogram() {
+    let Some((_one, p)) = pair() else { return };
+    let maddr = common::free_local_addr();
+    let mut sink = p
+        .dut
+        .command(BIN)
+        .args([
+            "sink", "--dev", &p.dut_if, "--port", "9000", "--json", "--quiet",
+        ])
+        .args(["--idle", "4", "--duration", "60", "--metrics", &maddr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sink");
+    let rest = after_banner(&mut sink, "flowlane sink:");
+    let to = format!("{DUT_ADDR}:9000");
+    let mut blast = p
+        .gen
+        .command(BIN)
+        .args(["blast", "--mode", "raw", "--dev", &p.gen_if, "--to", &to])
+        .args(["--count", "150000", "--rate", "50k", "--json", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("blast");
+    // The metrics endpoint runs in the sink's namespace; scrape from inside it.
+    let scrape = |addr: &str| {
+        p.dut
+            .run_with_sys(|| common::scrape(addr))
+            .expect("into the sink's namespace")
+    };
+    let key = "flowlane_sink_rx_packets_per_second{worker=\"0\",cpu=";
+    let mut rate = None;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(250));
+        let m = scrape(&maddr).expect("the sink's metrics");
+        rate = m
+            .iter()
+            .find(|(k, _)| k.starts_with(key))
+            .map(|(_, v)| *v)
+            .filter(|&v| v > 0.0);
+        if rate.is_some() {
+            break;
+        }
+    }
+    let rate = rate.expect("a rate within the first seconds of a 3-second run");
+    assert!(
+        (25_000.0..=75_000.0).contains(&rate),
+        "{rate} frames/s for 50k paced"
+    );
+    assert!(blast
+        .wait()
+        .expect("blast ends")
+        .code()
+        .is_some_and(|c| c <= 1));
+    // After the last frame the worker publishes its histogram within 200 ms.
+    let hist = "flowlane_sink_one_way_latency_seconds";
+    let mut m = Default::default();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        m = scrape(&maddr).expect("the sink's metrics");
+        let count = m
+            .iter()
+            .find(|(k, _)| k.starts_with(&format!("{hist}_count")));
+        if count.is_some_and(|(_, v)| *v == 150_000.0) {
+            break;
+        }
+    }
+    let out = sink.wait_with_output().expect("sink ends");
+    let err = rest.join().expect("stderr");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let s: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let timed = s["flowlane_packets"].as_u64().expect("n") - s["clock_skew"].as_u64().expect("n");
+    assert_eq!(timed, 150_000, "{s}");
+    let get = |suffix: &str| {
+        m.iter()
+            .find(|(k, _)| k.starts_with(&format!("{hist}_{suffix}")))
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{hist}_{suffix} in {m:?}"))
+    };
+    assert_eq!(
+        get("count"),
+        timed as f64,
+        "the scraped histogram holds every timed frame"
+    );
+    // Cumulative buckets, by bound in seconds.
+    let mut buckets: Vec<(f64, f64)> = m
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{hist}_bucket")))
+        .filter_map(|(k, v)| {
+            let le = k.split("le=\"").nth(1)?.split('"').next()?;
+            Some((
+                if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                },
+                *v,
+            ))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(buckets.last().map(|b| b.1), Some(timed as f64));
+    assert!(
+        buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+        "cumulative: {buckets:?}"
+    );
+    let l = &s["latency_ns"];
+    let secs = |v: &Value| v.as_u64().expect("ns") as f64 / 1e9;
+    let (p50, max) = (secs(&l["p50"]), secs(&l["max"]));
+    let below = |x: f64| {
+        buckets
+            .iter()
+            .filter(|b| b.0 < x)
+            .map(|b| b.1)
+            .next_back()
+            .unwrap_or(0.0)
+    };
+    let at_or_above = |x: f64| {
+        buckets
+            .iter()
+            .find(|b| b.0 >= x)
+            .map(|b| b.1)
+            .expect("a bucket")
+    };
+    let half = timed as f64 / 2.0;
+    assert!(
+        below(p50) < half && at_or_above(p50) >= half,
+        "median {p50}: {buckets:?}"
+    );
+    assert_eq!(at_or_above(max), timed as f64, "max {max}: {buckets:?}");
+    let mean = get("sum") / get("count");
+    assert!(mean > 0.0 && mean <= max, "mean {mean} s, max {max} s");
+}

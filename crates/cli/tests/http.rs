@@ -849,3 +849,89 @@ fn load_errors_and_usage() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-size is at most"));
 }
+
+/// `http load --metrics` while it runs: per-worker answer counters and rates, and the latency
+/// histogram each worker publishes, never ahead of what the final report counts.
+#[test]
+fn load_metrics_serve_counters_rates_and_latency_as_it_goes() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8081, &[]);
+    wait_listening(&ns, 8081);
+    let maddr = common::free_local_addr();
+    let child = ns
+        .command(BIN)
+        .args([
+            "http",
+            "load",
+            "http://198.18.0.1:8081/bytes/64",
+            "-c",
+            "8",
+            "-t",
+            "2",
+        ])
+        .args([
+            "-d",
+            "4",
+            "--max-errors",
+            "0",
+            "--json",
+            "--quiet",
+            "--metrics",
+            &maddr,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("load runs");
+    let scrape = || {
+        ns.run_with_sys(|| common::scrape(&maddr))
+            .expect("into the namespace")
+    };
+    let sum = |m: &std::collections::HashMap<String, f64>, prefix: &str| -> f64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    let mut seen = None;
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(200));
+        let Some(m) = scrape() else { continue };
+        let rate = sum(&m, "flowlane_http_load_responses_per_second{");
+        let timed = sum(&m, "flowlane_http_load_latency_seconds_count{");
+        if rate > 0.0 && timed > 0.0 {
+            seen = Some(m);
+            break;
+        }
+    }
+    let m = seen.expect("rates and latency within the run's first seconds");
+    let out = child.wait_with_output().expect("load ends");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let total = u(&j, &["total", "responses"]) as f64;
+    let answered = sum(&m, "flowlane_http_load_responses_total{");
+    let timed = sum(&m, "flowlane_http_load_latency_seconds_count{");
+    assert!(
+        answered > 0.0 && answered <= total,
+        "{answered} scraped of {total}"
+    );
+    assert!(timed <= total, "{timed} timed of {total}");
+    // One histogram per worker, labelled like the counters.
+    for w in 0..2 {
+        assert!(
+            m.keys().any(
+                |k| k.starts_with("flowlane_http_load_latency_seconds_bucket{")
+                    && k.contains(&format!("worker=\"{w}\""))
+                    && k.contains("le=\"+Inf\"")
+            ),
+            "worker {w}: {m:?}"
+        );
+    }
+    let (code, _) = srv.finish();
+    assert_eq!(code, Some(0));
+}

@@ -256,39 +256,19 @@ fn cpu_steering_delivers_each_cpus_packets_to_its_worker() {
     assert!(missteered > 0, "the detector must see mis-steering: {j}");
 }
 
-/// The OpenMetrics text read into (metric name with labels → value).
+/// The OpenMetrics text, counters as integers.
 fn scrape(addr: &str) -> std::collections::HashMap<String, u64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("ask");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("answer");
-    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.contains("application/openmetrics-text"), "{head}");
-    assert!(
-        body.trim_end().ends_with("# EOF"),
-        "OpenMetrics ends with # EOF: {body}"
-    );
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
+    common::scrape(addr)
+        .expect("the metrics endpoint answers")
+        .into_iter()
+        .filter(|(_, v)| v.fract() == 0.0 && *v >= 0.0)
+        .map(|(k, v)| (k, v as u64))
         .collect()
 }
 
 #[test]
 fn metrics_scraped_during_a_run_equal_the_final_report() {
-    let mport = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let maddr = format!("127.0.0.1:{mport}");
+    let maddr = common::free_local_addr();
     let srv = Server::start(&["--metrics", &maddr, "--mode", "sink"]);
     let to = format!("127.0.0.1:{}", srv.port);
     // Fed by blast: 20 000 datagrams from 8 flows, paced so loopback keeps them all.

@@ -20,6 +20,7 @@ pub mod cpus;
 pub mod flowbook;
 pub mod forward;
 pub mod http;
+pub mod latency;
 pub mod pace;
 pub mod ports;
 pub mod route;
@@ -54,6 +55,10 @@ pub trait Poll: Send + 'static {
     fn done(&self) -> bool {
         false
     }
+    /// Called before each sleep, every 1024 rounds, and once as the loop ends (before
+    /// `finish`, with `last`): a place to publish what other threads read while the run goes
+    /// on — the latency histogram `--metrics` serves ([`latency::Publisher`] keeps it cheap).
+    fn publish(&mut self, _last: bool) {}
     /// Called once when the loop has ended, after the last `idle`: hand results over.
     fn finish(&mut self, _stats: &Self::Stats) {}
 }
@@ -358,8 +363,9 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
     while !stop.load(Ordering::Relaxed) && !p.done() {
         bump(&lp.rounds, 1);
         rounds = rounds.wrapping_add(1);
-        if rounds % 1024 == 0 {
+        if rounds.is_multiple_of(1024) {
             cpu();
+            p.publish(false);
         }
         match p.poll(budget, st) {
             Ok(n) if n >= budget => {
@@ -376,12 +382,14 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
                     cpu();
                 }
                 p.idle(st);
+                p.publish(false);
                 if let Err(e) = p.wait(wait_ms) {
                     return fail(e);
                 }
             }
             Err(e) => {
                 p.idle(st);
+                p.publish(true);
                 p.finish(st);
                 cpu();
                 return fail(e);
@@ -389,6 +397,7 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
         }
     }
     p.idle(st);
+    p.publish(true);
     p.finish(st);
     cpu();
 }

@@ -232,10 +232,17 @@ pub struct SinkWorker<R: FrameRx = frame::RxRing> {
     window: (u64, u64),
     finished: bool,
     capture: Option<Capture>,
+    latency: crate::latency::Publisher,
     report: Arc<Mutex<Option<SinkReport>>>,
 }
 
 impl<R: FrameRx> SinkWorker<R> {
+    /// Publishes the one-way latency histogram into `share` as it goes (`--metrics`).
+    pub fn with_latency_share(mut self, share: crate::latency::LatencyShare) -> SinkWorker<R> {
+        self.latency = crate::latency::Publisher::to(share);
+        self
+    }
+
     /// Writes the frames read (as `capture` chooses them) to its file too.
     pub fn with_capture(mut self, capture: Capture) -> SinkWorker<R> {
         self.capture = Some(capture);
@@ -257,6 +264,7 @@ impl<R: FrameRx> SinkWorker<R> {
             window: (0, 0),
             finished: false,
             capture: None,
+            latency: crate::latency::Publisher::default(),
             report,
         }
     }
@@ -354,6 +362,13 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
 
     fn done(&self) -> bool {
         self.finished
+    }
+
+    fn publish(&mut self, last: bool) {
+        if self.latency.wanted() {
+            self.latency
+                .offer(os::monotonic_ns(), last, self.book.latency());
+        }
     }
 
     fn finish(&mut self, _st: &SinkStats) {

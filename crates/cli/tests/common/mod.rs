@@ -345,3 +345,41 @@ pub fn xdp_pass(ns: &Netns, dev: &str) -> std::os::fd::OwnedFd {
     })
     .expect("in the namespace")
 }
+
+/// A free TCP port on loopback, as `127.0.0.1:PORT`, for `--metrics`.
+pub fn free_local_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// The OpenMetrics text at `addr` read into (metric name with labels → value); `None` when
+/// nothing answers there (e.g. the run has not started or has ended).
+pub fn scrape(addr: &str) -> Option<std::collections::HashMap<String, f64>> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("ask");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(
+        body.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF: {body}"
+    );
+    Some(
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect(),
+    )
+}

@@ -342,6 +342,13 @@ impl Poll for Sender {
             Sender::Live(s) => s.done(),
         }
     }
+    fn publish(&mut self, last: bool) {
+        // Only UDP echoes are timed.
+        if let Sender::Udp(s) = self {
+            s.publish(last);
+        }
+    }
+
     fn finish(&mut self, st: &BlastStats) {
         match self {
             Sender::Udp(s) => s.finish(st),

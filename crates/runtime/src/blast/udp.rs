@@ -34,6 +34,7 @@ pub struct UdpBlaster {
     next_flow: usize,
     linger_until: Option<u64>,
     finished: bool,
+    latency: crate::latency::Publisher,
     report: Arc<Mutex<Option<BlastReport>>>,
 }
 
@@ -45,6 +46,12 @@ fn sock_err(src: SocketAddr, call: &'static str) -> impl FnOnce(std::io::Error) 
 }
 
 impl UdpBlaster {
+    /// Publishes the round-trip histogram into `share` as it goes (`--metrics`).
+    pub fn with_latency_share(mut self, share: crate::latency::LatencyShare) -> UdpBlaster {
+        self.latency = crate::latency::Publisher::to(share);
+        self
+    }
+
     /// Opens one socket per flow (bound to its source, connected to its destination, so only
     /// the destination's datagrams come back to it). The report appears in `report` when the
     /// worker's loop ends.
@@ -140,6 +147,7 @@ impl UdpBlaster {
             next_flow: 0,
             linger_until: None,
             finished: false,
+            latency: crate::latency::Publisher::default(),
             report,
             job,
         })
@@ -347,6 +355,13 @@ impl Poll for UdpBlaster {
                 .map(u64::from)
                 .sum();
             crate::set(&st.echo_socket_drops, drops);
+        }
+    }
+
+    fn publish(&mut self, last: bool) {
+        if self.job.echo && self.latency.wanted() {
+            self.latency
+                .offer(os::monotonic_ns(), last, self.rx.latency());
         }
     }
 

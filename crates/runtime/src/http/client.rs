@@ -257,6 +257,8 @@ pub struct ClientWorker {
     unopened: Vec<usize>,
     lat: Vec<PoolLatency>,
     slot: LatencySlot,
+    /// `--metrics`: the latency from the intended send, over the pools, as it goes.
+    latency: crate::latency::Publisher,
     rng: u64,
     last_scan: u64,
     closing: Vec<usize>,
@@ -299,12 +301,20 @@ impl ClientWorker {
             timers: BinaryHeap::new(),
             connecting: 0,
             slot,
+            latency: crate::latency::Publisher::default(),
             rng: seed | 1,
             last_scan: 0,
             closing: Vec::new(),
             in_flight: 0,
             finished: false,
         })
+    }
+
+    /// Publishes the latency from the intended send (all pools) into `share` as it goes
+    /// (`--metrics`).
+    pub fn with_latency_share(mut self, share: crate::latency::LatencyShare) -> ClientWorker {
+        self.latency = crate::latency::Publisher::to(share);
+        self
     }
 
     fn now(&self) -> u64 {
@@ -874,6 +884,23 @@ impl Poll for ClientWorker {
 
     fn done(&self) -> bool {
         self.finished
+    }
+
+    fn publish(&mut self, last: bool) {
+        let now = self.now();
+        if !self.latency.due(now, last) {
+            return;
+        }
+        match self.lat.as_slice() {
+            [one] => self.latency.offer(now, last, &one.intended),
+            pools => {
+                let mut all = histogram();
+                for p in pools {
+                    let _ = all.add(&p.intended);
+                }
+                self.latency.offer(now, last, &all);
+            }
+        }
     }
 
     fn finish(&mut self, st: &HttpLoadStats) {

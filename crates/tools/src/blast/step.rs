@@ -96,6 +96,11 @@ pub(super) fn run_step(
         })
         .collect::<Result<_, ToolError>>()?;
     let (jobs2, reports2) = (jobs.clone(), reports.clone());
+    // `--metrics` with echoes: each sender's round trips, published as they come.
+    let shares: Vec<flowlane_runtime::latency::LatencyShare> = (0..nthreads)
+        .map(|_| flowlane_runtime::latency::LatencyShare::new())
+        .collect();
+    let (shares2, timed) = (shares.clone(), a.echo && a.metrics.is_some());
     let rt_cfg = Config {
         cpus: plan.cpus.clone(),
         budget: a.batch,
@@ -124,7 +129,13 @@ pub(super) fn run_step(
                 let ring = packet_ring(l).map_err(sock_err)?;
                 RawBlaster::new(job, l, ring, report).map(|r| Sender::Raw(Box::new(r)))
             }
-            (None, _) => UdpBlaster::new(job, report).map(|u| Sender::Udp(Box::new(u))),
+            (None, _) => UdpBlaster::new(job, report).map(|u| {
+                let u = match shares2.get(idx).filter(|_| timed) {
+                    Some(s) => u.with_latency_share(s.clone()),
+                    None => u,
+                };
+                Sender::Udp(Box::new(u))
+            }),
         }
     })
     .map_err(start_error)?;
@@ -154,7 +165,14 @@ pub(super) fn run_step(
     };
     let _metrics = a
         .metrics
-        .map(|m| crate::metrics::Exporter::start(m, "blast", &plan.cpus, rt.stats()))
+        .map(|m| {
+            let latency = timed.then(|| crate::metrics::LatencyExport {
+                what: "round_trip",
+                help: "round-trip time of echoed datagrams, per sender",
+                shares: shares.clone(),
+            });
+            crate::metrics::Exporter::start_with(m, "blast", &plan.cpus, rt.stats(), latency)
+        })
         .transpose()?;
     let end = rt.session(Some(plan.interval), &rule, &mut |t| {
         let (d, cur) = (t.delta(), t.total());

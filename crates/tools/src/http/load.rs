@@ -457,6 +457,11 @@ pub fn run(
     };
     let slots: Vec<LatencySlot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
     let (slots2, plan2) = (slots.clone(), plan.clone());
+    // `--metrics`: each worker's latency, published as it goes.
+    let shares: Vec<flowlane_runtime::latency::LatencyShare> = (0..n)
+        .map(|_| flowlane_runtime::latency::LatencyShare::new())
+        .collect();
+    let (shares2, timed) = (shares.clone(), cfg.metrics.is_some());
     let rt_cfg = Config {
         cpus: cfg.cpus.clone(),
         budget: 512,
@@ -465,12 +470,16 @@ pub fn run(
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
     let mut rt: Runtime<HttpLoadStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
         let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
-        ClientWorker::new(
+        let w = ClientWorker::new(
             pools,
             plan2.clone(),
             slots2[idx].clone(),
             0x9e37_79b9_7f4a_7c15 ^ idx as u64,
-        )
+        )?;
+        Ok::<_, flowlane_io::SysError>(match shares2.get(idx).filter(|_| timed) {
+            Some(s) => w.with_latency_share(s.clone()),
+            None => w,
+        })
     })
     .map_err(|e| ToolError::runtime(e.to_string()))?;
     // After the workers made their buffers, before any connection.
@@ -494,7 +503,20 @@ pub fn run(
     let mut steady_counts: (Option<HttpLoadSnapshot>, Option<HttpLoadSnapshot>) = (None, None);
     let _metrics = cfg
         .metrics
-        .map(|a| crate::metrics::Exporter::start(a, "http_load", &cfg.cpus, rt.stats()))
+        .map(|a| {
+            let latency = crate::metrics::LatencyExport {
+                what: "latency",
+                help: "from each request's intended send to its whole answer, per worker",
+                shares: shares.clone(),
+            };
+            crate::metrics::Exporter::start_with(
+                a,
+                "http_load",
+                &cfg.cpus,
+                rt.stats(),
+                Some(latency),
+            )
+        })
         .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
         let total = t.total().role;

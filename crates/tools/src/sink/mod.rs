@@ -226,6 +226,8 @@ pub fn run(
         .transpose()
         .map_err(ToolError::usage)?;
     let capture = Mutex::new(capture);
+    let share = flowlane_runtime::latency::LatencyShare::new();
+    let (share2, timed) = (share.clone(), a.metrics.is_some());
     let book: Arc<Mutex<Option<Book>>> = Arc::new(Mutex::new(None));
     let book2 = book.clone();
     let (port, slots) = (a.port, a.ring);
@@ -240,7 +242,10 @@ pub fn run(
         stop.clone(),
         move |_, _| {
             let ring = frame::RxRing::open(ifindex, slots, max_frame)?;
-            let w = SinkWorker::new(ring, port, rules, book2.clone());
+            let mut w = SinkWorker::new(ring, port, rules, book2.clone());
+            if timed {
+                w = w.with_latency_share(share2.clone());
+            }
             let c = capture.lock().ok().and_then(|mut c| c.take());
             Ok::<_, SysError>(match c {
                 Some(c) => w.with_capture(c),
@@ -264,7 +269,15 @@ pub fn run(
     };
     let _metrics = a
         .metrics
-        .map(|m| crate::metrics::Exporter::start(m, "sink", &[a.cpu], rt.stats()))
+        .map(|m| {
+            let latency = crate::metrics::LatencyExport {
+                what: "one_way_latency",
+                help: "one-way latency of flowlane frames: the header's send time to this host's \
+                       read",
+                shares: vec![share.clone()],
+            };
+            crate::metrics::Exporter::start_with(m, "sink", &[a.cpu], rt.stats(), Some(latency))
+        })
         .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
         let (d, cur) = (t.delta(), t.total());
