@@ -361,6 +361,20 @@ pub fn run(c: LabCommand) -> CmdResult {
                         net.map_or_else(dash, |s| s.time_squeeze.to_string()),
                     );
                 }
+                if !st.dut_queues.is_empty() {
+                    // Per receive queue of the DUT's interface, as its driver counts them
+                    // (veth: frames through its NAPI/XDP path only).
+                    println!(
+                        "  {:<6} {:>12} {:>12} {:>12} {:>12}   ({DUT_IF}, driver counters)",
+                        "queue", "xdp packets", "redirected", "q drops", "xdp drops"
+                    );
+                    for q in &st.dut_queues {
+                        println!(
+                            "  rxq{:<3} {:>12} {:>12} {:>12} {:>12}",
+                            q.queue, q.xdp_packets, q.xdp_redirect, q.drops, q.xdp_drops
+                        );
+                    }
+                }
                 for (ifname, addrs) in &st.addresses {
                     let a: Vec<String> = addrs.iter().map(|x| x.to_string()).collect();
                     println!("  {ifname:<6} {}", a.join(" "));

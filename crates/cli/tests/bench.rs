@@ -471,6 +471,24 @@ fn a_full_cpu_queue_drops_frames_and_bench_counts_every_one() {
         softnet.iter().any(|c| c["processed"].as_u64() > Some(0)),
         "{st}"
     );
+    // Per receive queue of the DUT's veth, as its driver counts them: with the steering
+    // program attached every frame the interface received went through a queue's XDP path.
+    let queues = st["status"]["dut_queues"]
+        .as_array()
+        .expect("per-queue counters");
+    assert_eq!(queues.len(), 2, "the lab's two queues: {st}");
+    let through_xdp: u64 = queues
+        .iter()
+        .map(|q| q["xdp_packets"].as_u64().expect("n"))
+        .sum();
+    let dut_rx = st["status"]["counters"]
+        .as_array()
+        .expect("counters")
+        .iter()
+        .find(|c| c[0] == "fldut")
+        .and_then(|c| c[1][0].as_u64())
+        .expect("fldut's rx packets");
+    assert_eq!(through_xdp, dut_rx, "{st}");
     // And the kernel counted the same drops, frame for frame.
     assert_eq!(trace.drops(map_id), since_up, "{st}");
     let _ = std::fs::remove_dir_all(&dir);

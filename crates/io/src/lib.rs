@@ -72,7 +72,7 @@ pub mod socket {
 /// interface a route leaves by — no `ip` run.
 pub mod netdev {
     pub use crate::link::{counter, mac, mtu, parse_mac, speed_mbps};
-    pub use crate::sys::netdev::{offload, set_offload, Offload};
+    pub use crate::sys::netdev::{driver_stats, offload, set_offload, Offload};
     pub use crate::sys::netlink::{
         attach_xdp_to_link, ifname, neighbour_entry, neighbour_mac, neighbours, parse_ack,
         route_changes, route_get, route_of, route_oif, routes, xdp_features, xdp_features_of,

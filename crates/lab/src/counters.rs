@@ -202,6 +202,100 @@ mod tests {
     }
 }
 
+/// One receive queue of an interface as its driver counts it (`ethtool -S`: veth names
+/// `rx_queue_N_xdp_packets`, `rx_queue_N_xdp_redirect`, `rx_queue_N_drops`,
+/// `rx_queue_N_xdp_drops`; veth counts only frames that went through its NAPI/XDP path).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RxQueue {
+    /// The queue.
+    pub queue: u32,
+    /// Frames its XDP program saw.
+    pub xdp_packets: u64,
+    /// Frames the program redirected (e.g. to a CPU's queue: software RSS).
+    pub xdp_redirect: u64,
+    /// Frames dropped on the queue (ring full).
+    pub drops: u64,
+    /// Frames the program dropped.
+    pub xdp_drops: u64,
+}
+
+/// The per-queue receive counters among a driver's statistics (`rx_queue_N_…`), by queue;
+/// names of other forms are ignored.
+pub fn rx_queues(stats: &[(String, u64)]) -> Vec<RxQueue> {
+    let mut out: Vec<RxQueue> = Vec::new();
+    for (name, v) in stats {
+        let Some(rest) = name.strip_prefix("rx_queue_") else {
+            continue;
+        };
+        let Some((q, field)) = rest.split_once('_') else {
+            continue;
+        };
+        let Ok(q) = q.parse::<u32>() else { continue };
+        let i = match out.iter().position(|r| r.queue == q) {
+            Some(i) => i,
+            None => {
+                out.push(RxQueue {
+                    queue: q,
+                    ..RxQueue::default()
+                });
+                out.len() - 1
+            }
+        };
+        let r = &mut out[i];
+        match field {
+            "xdp_packets" | "packets" => r.xdp_packets = *v,
+            "xdp_redirect" => r.xdp_redirect = *v,
+            "drops" => r.drops = *v,
+            "xdp_drops" => r.xdp_drops = *v,
+            _ => {}
+        }
+    }
+    out.sort_by_key(|r| r.queue);
+    out
+}
+
+#[cfg(test)]
+mod rx_queue_tests {
+    use super::*;
+
+    #[test]
+    fn veth_statistics_become_one_row_per_queue() {
+        let s: Vec<(String, u64)> = [
+            ("peer_ifindex", 9),
+            ("rx_queue_1_xdp_packets", 5),
+            ("rx_queue_0_xdp_packets", 7),
+            ("rx_queue_0_xdp_redirect", 6),
+            ("rx_queue_0_drops", 1),
+            ("rx_queue_0_xdp_drops", 0),
+            ("rx_queue_1_xdp_tx", 3),
+            ("rx_queue_x_drops", 4),
+            ("tx_queue_0_xdp_xmit", 2),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+        let q = rx_queues(&s);
+        assert_eq!(
+            q,
+            vec![
+                RxQueue {
+                    queue: 0,
+                    xdp_packets: 7,
+                    xdp_redirect: 6,
+                    drops: 1,
+                    xdp_drops: 0
+                },
+                RxQueue {
+                    queue: 1,
+                    xdp_packets: 5,
+                    ..RxQueue::default()
+                }
+            ]
+        );
+        assert!(rx_queues(&[]).is_empty());
+    }
+}
+
 /// One CPU's line of `/proc/net/softnet_stat`: what the kernel's receive path did on it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Softnet {

@@ -753,6 +753,9 @@ pub struct LabStatus {
     /// the whole host, every namespace shares it).
     #[serde(default)]
     pub softnet: Vec<crate::counters::Softnet>,
+    /// The DUT interface's receive queues as its driver counts them (`ethtool -S`).
+    #[serde(default)]
+    pub dut_queues: Vec<crate::counters::RxQueue>,
 }
 
 /// The state of lab `name` as the system shows it.
@@ -783,6 +786,7 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         softnet: crate::counters::read_proc("softnet_stat")
             .and_then(|t| crate::counters::parse_softnet(&t))
             .unwrap_or_default(),
+        dut_queues: Vec::new(),
     };
     for (ns_name, ifname) in ends {
         if !netns_exists(ns_name) {
@@ -817,6 +821,12 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
             }
         }
         if ifname == DUT_IF {
+            st.dut_queues = ns
+                .run(|| flowlane_io::netdev::driver_stats(DUT_IF))
+                .ok()
+                .and_then(Result::ok)
+                .map(|s| crate::counters::rx_queues(&s))
+                .unwrap_or_default();
             st.dut_rx_queues = ns
                 .list_sys(&format!("/sys/class/net/{DUT_IF}/queues"))
                 .ok()

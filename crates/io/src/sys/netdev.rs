@@ -102,6 +102,88 @@ pub fn offload(ifname: &str, offload: Offload) -> Result<bool, SysError> {
     ethtool(ifname, get, 0, "ioctl(SIOCETHTOOL, get offload)").map(|v| v != 0)
 }
 
+/// `ETHTOOL_GSSET_INFO`, `ETHTOOL_GSTRINGS`, `ETHTOOL_GSTATS`; the statistics string set.
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
+const ETH_SS_STATS: u32 = 1;
+/// `ETH_GSTRING_LEN`.
+const GSTRING_LEN: usize = 32;
+/// More statistics than any driver names (mlx5 has a few thousand): a bound on what is asked.
+const MAX_STATS: usize = 1 << 16;
+
+/// Issues one SIOCETHTOOL command whose request and answer live in `buf` (the command word
+/// first, as every ethtool structure begins).
+fn ethtool_buf(ifname: &str, buf: &mut [u64], call: &'static str) -> Result<(), SysError> {
+    let sock = dgram_socket(call)?;
+    let mut req = IfreqData {
+        name: ifname_bytes(ifname, call)?,
+        data: buf.as_mut_ptr().cast(),
+        _pad: [0; 16],
+    };
+    // SAFETY: `req` is a valid ifreq whose data pointer points at `buf`, which outlives the
+    // call; each caller sizes `buf` for the command's structure and the lengths it states in
+    // it, which bound what the kernel writes back.
+    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
+    check(call, ret).map(drop)
+}
+
+/// The driver's own statistics of `ifname` by name (`ethtool -S IF`): veth's per-queue
+/// `rx_queue_N_xdp_packets`, `rx_queue_N_drops` …, a NIC's per-queue packets and drops.
+/// An interface whose driver names none gives an empty list.
+pub fn driver_stats(ifname: &str) -> Result<Vec<(String, u64)>, SysError> {
+    const CALL: &str = "ioctl(SIOCETHTOOL, ETHTOOL_GSTATS)";
+    // ethtool_sset_info: cmd, reserved (u32 each), sset_mask (u64), then one u32 per set.
+    let mut info = [0u64; 3];
+    info[0] = u64::from(ETHTOOL_GSSET_INFO);
+    info[1] = 1 << ETH_SS_STATS;
+    ethtool_buf(ifname, &mut info, "ioctl(SIOCETHTOOL, ETHTOOL_GSSET_INFO)")?;
+    let n = if info[1] & (1 << ETH_SS_STATS) != 0 {
+        (info[2] & 0xffff_ffff) as usize
+    } else {
+        0
+    };
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if n > MAX_STATS {
+        return Err(SysError {
+            call: CALL,
+            source: io::Error::new(io::ErrorKind::InvalidData, format!("{n} statistics")),
+        });
+    }
+    // ethtool_gstrings: cmd, string_set, len (u32 each, 12 bytes), then len × 32 bytes — in
+    // u64 words: 12 bytes round up into 2 words with the strings starting at byte 12.
+    let mut strings = vec![0u64; (12 + n * GSTRING_LEN).div_ceil(8)];
+    let head = [ETHTOOL_GSTRINGS, ETH_SS_STATS, n as u32];
+    let mut bytes: Vec<u8> = head.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    bytes.resize(strings.len() * 8, 0);
+    for (w, c) in strings.iter_mut().zip(bytes.chunks_exact(8)) {
+        *w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+    }
+    ethtool_buf(ifname, &mut strings, "ioctl(SIOCETHTOOL, ETHTOOL_GSTRINGS)")?;
+    let raw: Vec<u8> = strings.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let got = u32::from_ne_bytes([raw[8], raw[9], raw[10], raw[11]]) as usize;
+    let names: Vec<String> = raw[12..]
+        .chunks_exact(GSTRING_LEN)
+        .take(got.min(n))
+        .map(|c| {
+            let end = c.iter().position(|&b| b == 0).unwrap_or(GSTRING_LEN);
+            String::from_utf8_lossy(&c[..end]).into_owned()
+        })
+        .collect();
+    // ethtool_stats: cmd, n_stats (u32 each: one word), then n × u64.
+    let mut stats = vec![0u64; 1 + n];
+    stats[0] = u64::from(ETHTOOL_GSTATS)
+        | if cfg!(target_endian = "little") {
+            (n as u64) << 32
+        } else {
+            n as u64
+        };
+    ethtool_buf(ifname, &mut stats, CALL)?;
+    Ok(names.into_iter().zip(stats[1..].iter().copied()).collect())
+}
+
 /// Gives the calling *thread* its own mount namespace with a fresh sysfs on `/sys`, so that
 /// `/sys/class/net` shows the thread's network namespace (as `ip netns exec` arranges for the
 /// programs it runs). Mounts made here do not propagate back; they vanish with the thread.
@@ -162,6 +244,17 @@ pub fn mount_fs(fstype: &str, target: &std::path::Path) -> Result<(), SysError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_has_no_driver_statistics_and_a_missing_interface_is_an_error() {
+        // Loopback's driver has no ethtool statistics: none, or "not supported".
+        match driver_stats("lo") {
+            Ok(v) => assert!(v.is_empty(), "{v:?}"),
+            Err(e) => assert_eq!(e.source.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
+        }
+        let e = driver_stats("fl-no-such-if").expect_err("no such interface");
+        assert_eq!(e.source.raw_os_error(), Some(libc::ENODEV), "{e}");
+    }
 
     #[test]
     fn a_long_interface_name_is_refused_before_any_call() {
