@@ -271,9 +271,31 @@ pub fn html(r: &BenchReport) -> String {
             })
             .collect();
         let busy: Vec<String> = s.cpu_busy_pct.iter().map(|x| format!("{x}%")).collect();
+        let kernel: Vec<String> = s
+            .kernel_cpus
+            .iter()
+            .map(|c| {
+                format!(
+                    "cpu{}: {} / {} / {}",
+                    c.cpu, c.processed, c.backlog_drops, c.time_squeeze
+                )
+            })
+            .collect();
+        let queues: Vec<String> = s
+            .server_queues
+            .iter()
+            .map(|q| {
+                format!(
+                    "rxq{}: {} / {}",
+                    q.queue,
+                    q.xdp_packets,
+                    q.drops + q.xdp_drops
+                )
+            })
+            .collect();
         let _ = write!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&s.mode),
             s.buckets,
             opt(f.client_sent),
@@ -286,7 +308,9 @@ pub fn html(r: &BenchReport) -> String {
             s.missteered,
             s.socket_drops,
             opt(s.queue_drops),
-            esc(&busy.join(" "))
+            esc(&busy.join(" ")),
+            esc(&kernel.join(", ")),
+            esc(&queues.join(", "))
         );
     }
     let problems: Vec<String> = r
@@ -335,7 +359,7 @@ figcaption {{ font-size: 12px; color: #555; }}
 {dist_chart}
 {lat_chart}
 <h2>Steps</h2>
-<table><tr><th>mode</th><th>buckets</th><th>sent</th><th>received</th><th>seen</th><th>echoed</th><th>back</th><th>seen pps</th><th>per worker (got / expected, worker CPU per packet)</th><th>missteered</th><th>socket drops</th><th>queue drops</th><th>CPU busy</th></tr>
+<table><tr><th>mode</th><th>buckets</th><th>sent</th><th>received</th><th>seen</th><th>echoed</th><th>back</th><th>seen pps</th><th>per worker (got / expected, worker CPU per packet)</th><th>missteered</th><th>socket drops</th><th>queue drops</th><th>CPU busy</th><th>kernel per CPU (processed / backlog drops / squeezed)</th><th>server queues (XDP packets / drops)</th></tr>
 {rows}</table>
 </body></html>
 "#,

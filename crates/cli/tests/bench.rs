@@ -441,6 +441,19 @@ fn a_full_cpu_queue_drops_frames_and_bench_counts_every_one() {
             per_worker += q;
         }
         assert_eq!(per_worker, qdrops, "{s}");
+        // The server interface's queues, as its driver counted the step: every frame it
+        // received went through one queue's XDP path (the steering program).
+        let through_xdp: u64 = s["server_queues"]
+            .as_array()
+            .expect("per-queue counts")
+            .iter()
+            .map(|q| q["xdp_packets"].as_u64().expect("n"))
+            .sum();
+        assert_eq!(Some(through_xdp), f["server_received"].as_u64(), "{s}");
+        assert!(
+            !s["kernel_cpus"].as_array().expect("per CPU").is_empty(),
+            "{s}"
+        );
         total += qdrops;
     }
     assert!(

@@ -15,7 +15,9 @@ use flowlane_lab::setup::{self, LabConfig, LAB_DUT_V4};
 use flowlane_lab::Netns;
 use serde::{Deserialize, Serialize};
 
-pub use report::{BenchReport, BenchStep, BenchWorker, Five, Host, LabInfo, Pps, SCHEMA};
+pub use report::{
+    BenchReport, BenchStep, BenchWorker, Five, Host, KernelCpu, LabInfo, Pps, SCHEMA,
+};
 
 use crate::blast::Rate;
 use crate::{Cause, ToolError};

@@ -85,6 +85,19 @@ pub struct BenchWorker {
     pub cpu_ns_per_packet: Option<f64>,
 }
 
+/// One CPU's receive path over a step (`softnet_stat` differences).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelCpu {
+    /// The CPU.
+    pub cpu: u64,
+    /// Frames its receive path processed.
+    pub processed: u64,
+    /// Frames dropped because its backlog was full.
+    pub backlog_drops: u64,
+    /// Times its receive softirq ran out of budget or time with work left.
+    pub time_squeeze: u64,
+}
+
 /// One step: k active buckets, echo or sink.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchStep {
@@ -127,6 +140,14 @@ pub struct BenchStep {
     pub queue_drops: Option<u64>,
     /// Per CPU, busy share of the step (/proc/stat).
     pub cpu_busy_pct: Vec<f64>,
+    /// Per CPU, what the kernel's receive path did over the step (`/proc/net/softnet_stat`
+    /// differences: the whole host's, as `netstat -Q` shows it).
+    #[serde(default)]
+    pub kernel_cpus: Vec<KernelCpu>,
+    /// Per receive queue of the server's interface, what its driver counted over the step
+    /// (`ethtool -S` differences; empty on loopback).
+    #[serde(default)]
+    pub server_queues: Vec<flowlane_lab::counters::RxQueue>,
     /// Round-trip percentiles (echo steps).
     pub latency_ns: Option<Latency>,
     /// What did not add up, in words.

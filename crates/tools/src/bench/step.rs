@@ -64,6 +64,74 @@ fn counters(ns: &Netns, ifname: &str) -> Result<IfCounters, ToolError> {
         .ok_or_else(|| ToolError::runtime(format!("no interface {ifname} in {}", ns.name())))
 }
 
+/// What the kernel did per CPU (softnet_stat: the host's) and per receive queue of the
+/// server's interface (its driver's counters), read before and after a step.
+struct KernelView {
+    softnet: Vec<flowlane_lab::counters::Softnet>,
+    queues: Vec<flowlane_lab::counters::RxQueue>,
+}
+
+fn kernel_view(t: &Target) -> KernelView {
+    use flowlane_lab::counters::{parse_softnet, read_proc, rx_queues};
+    KernelView {
+        softnet: read_proc("softnet_stat")
+            .and_then(|text| parse_softnet(&text))
+            .unwrap_or_default(),
+        queues: match &t.lab {
+            Some((_, d, _)) => d
+                .run(|| flowlane_io::netdev::driver_stats(DUT_IF))
+                .ok()
+                .and_then(Result::ok)
+                .map(|s| rx_queues(&s))
+                .unwrap_or_default(),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// The differences over a step, per CPU and per queue.
+fn kernel_deltas(
+    a: &KernelView,
+    b: &KernelView,
+) -> (Vec<super::KernelCpu>, Vec<flowlane_lab::counters::RxQueue>) {
+    let cpus = b
+        .softnet
+        .iter()
+        .map(|y| {
+            let x = a.softnet.iter().find(|x| x.cpu == y.cpu);
+            let d = |f: fn(&flowlane_lab::counters::Softnet) -> u64| {
+                f(y).saturating_sub(x.map_or(0, f))
+            };
+            super::KernelCpu {
+                cpu: y.cpu as u64,
+                processed: d(|s| s.processed),
+                backlog_drops: d(|s| s.dropped),
+                time_squeeze: d(|s| s.time_squeeze),
+            }
+        })
+        .collect();
+    let queues = b
+        .queues
+        .iter()
+        .map(|y| {
+            let x = a
+                .queues
+                .iter()
+                .find(|x| x.queue == y.queue)
+                .copied()
+                .unwrap_or_default();
+            flowlane_lab::counters::RxQueue {
+                queue: y.queue,
+                xdp_packets: y.xdp_packets.saturating_sub(x.xdp_packets),
+                xdp_redirect: y.xdp_redirect.saturating_sub(x.xdp_redirect),
+                drops: y.drops.saturating_sub(x.drops),
+                xdp_drops: y.xdp_drops.saturating_sub(x.xdp_drops),
+            }
+        })
+        .collect();
+    (cpus, queues)
+}
+
 /// The lab's software-RSS counts per CPU (None: loopback, or steering other than rss).
 fn steer_counts(t: &Target) -> Result<Option<Vec<setup::SteerCount>>, ToolError> {
     match &t.lab {
@@ -157,6 +225,7 @@ pub(super) fn step(
         _ => None,
     };
     let steer0 = steer_counts(t)?;
+    let kernel0 = kernel_view(t);
     let server_stop = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = mpsc::channel();
     let srv = std::thread::scope(|s| -> Result<_, ToolError> {
@@ -206,7 +275,8 @@ pub(super) fn step(
         _ => None,
     };
     let qdrops = queue_drops(&steer0, &steer_counts(t)?);
-    Ok(account(
+    let (kernel_cpus, server_queues) = kernel_deltas(&kernel0, &kernel_view(t));
+    let mut s = account(
         t,
         k,
         echo,
@@ -218,7 +288,10 @@ pub(super) fn step(
         qdrops,
         (cpu0, cpu1),
         elapsed,
-    ))
+    );
+    s.kernel_cpus = kernel_cpus;
+    s.server_queues = server_queues;
+    Ok(s)
 }
 
 /// The step's numbers and checks.
@@ -411,6 +484,8 @@ fn account(
         socket_drops: drops,
         queue_drops: qdrops_total,
         cpu_busy_pct: busy,
+        kernel_cpus: Vec::new(),
+        server_queues: Vec::new(),
         latency_ns: if echo { b.latency_ns.clone() } else { None },
         problems,
     }
