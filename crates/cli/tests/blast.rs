@@ -1550,6 +1550,7 @@ fn replay_refusals_are_usage_errors() {
 fn sink_metrics_carry_rates_and_the_latency_histogram() {
     let Some((_one, p)) = pair() else { return };
     let maddr = common::free_local_addr();
+    let hgrm = std::env::temp_dir().join(format!("fl-sink-{}.hgrm", std::process::id()));
     let mut sink = p
         .dut
         .command(BIN)
@@ -1557,6 +1558,8 @@ fn sink_metrics_carry_rates_and_the_latency_histogram() {
             "sink", "--dev", &p.dut_if, "--port", "9000", "--json", "--quiet",
         ])
         .args(["--idle", "4", "--duration", "60", "--metrics", &maddr])
+        .arg("--histogram")
+        .arg(&hgrm)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1680,4 +1683,15 @@ fn sink_metrics_carry_rates_and_the_latency_histogram() {
     assert_eq!(at_or_above(max), timed as f64, "max {max}: {buckets:?}");
     let mean = get("sum") / get("count");
     assert!(mean > 0.0 && mean <= max, "mean {mean} s, max {max} s");
+    // `--histogram`: the same distribution kept whole, in microseconds: every timed frame,
+    // its median the report's.
+    let rows = common::hgrm_rows(&hgrm);
+    let last = rows.last().expect("rows");
+    assert_eq!((last[1], last[2]), (1.0, timed as f64), "{rows:?}");
+    let median = rows.iter().find(|r| r[1] >= 0.5).expect("a median row");
+    let p50_us = p50 * 1e6;
+    assert!(
+        (median[0] - p50_us).abs() <= p50_us * 0.01 + 0.01,
+        "{median:?} vs {p50_us} µs"
+    );
 }
