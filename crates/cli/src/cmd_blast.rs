@@ -251,17 +251,7 @@ pub fn run(a: BlastArgs) -> CmdResult {
     })
     .map_err(Failure::from_tool)?;
     if a.histogram.is_some() {
-        // Every step's round trips (a sweep's sizes together).
-        let mut all: Option<hdrhistogram::Histogram<u64>> = None;
-        for h in report.steps.iter().filter_map(|s| s.histogram.as_ref()) {
-            match all.as_mut() {
-                Some(a) => {
-                    let _ = a.add(h);
-                }
-                None => all = Some(h.clone()),
-            }
-        }
-        crate::live::write_histogram(a.histogram.as_deref(), all.as_ref())?;
+        crate::live::write_histogram(a.histogram.as_deref(), report.round_trips().as_ref())?;
     }
     if a.live.json || stream.on() {
         let out = match report.steps.as_slice() {
@@ -376,7 +366,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
 fn banner(s: &StepStart) -> String {
     if let Some(r) = &s.replay {
         return format!(
-            "flowlane blast ({}): {} of the {} frames of {} ({}{}{}) on {} thread(s) (CPUs {:?}), {}{}",
+            "flowlane blast ({}): {} of the {} frames of {} ({}{}{}) on {} thread(s) (CPUs {:?}), {}",
             mode_name(s.mode),
             r.frames_used,
             r.frames_in_file,
@@ -392,14 +382,7 @@ fn banner(s: &StepStart) -> String {
                 .collect::<String>(),
             s.cpus.len(),
             s.cpus,
-            match s.requested_pps {
-                Some(p) => format!("{p:.0} pps"),
-                None => "unpaced".into(),
-            },
-            match s.count {
-                Some(c) => format!(", {c} frames"),
-                None => String::new(),
-            },
+            pace(s, "frames"),
         );
     }
     let sizes = match (s.frames.as_slice(), s.payloads.as_slice()) {
@@ -411,22 +394,27 @@ fn banner(s: &StepStart) -> String {
         ),
     };
     format!(
-        "flowlane blast ({}): {} flow(s) to {} on {} thread(s) (CPUs {:?}), {sizes}, {}{}{}",
+        "flowlane blast ({}): {} flow(s) to {} on {} thread(s) (CPUs {:?}), {sizes}, {}{}",
         mode_name(s.mode),
         s.flows,
         s.to,
         s.cpus.len(),
         s.cpus,
-        match s.requested_pps {
-            Some(p) => format!("{p:.0} pps"),
-            None => "unpaced".into(),
-        },
-        match s.count {
-            Some(c) => format!(", {c} datagrams"),
-            None => String::new(),
-        },
+        pace(s, "datagrams"),
         if s.echo { ", echoes accounted" } else { "" }
     )
+}
+
+/// The rate and count a step was asked for, in words (`50000 pps, 1000 datagrams`).
+fn pace(s: &StepStart, unit: &str) -> String {
+    let rate = match s.requested_pps {
+        Some(p) => format!("{p:.0} pps"),
+        None => "unpaced".into(),
+    };
+    match s.count {
+        Some(c) => format!("{rate}, {c} {unit}"),
+        None => rate,
+    }
 }
 
 /// How a mode's frames leave, in words.

@@ -145,4 +145,19 @@ impl BlastReport {
     pub fn ok(&self) -> bool {
         self.steps.iter().all(StepReport::ok)
     }
+
+    /// Every step's round trips in one distribution (a sweep's sizes together; `None`: no
+    /// echo was timed), for `--histogram`.
+    pub fn round_trips(&self) -> Option<hdrhistogram::Histogram<u64>> {
+        let mut all: Option<hdrhistogram::Histogram<u64>> = None;
+        for h in self.steps.iter().filter_map(|s| s.histogram.as_ref()) {
+            match all.as_mut() {
+                Some(a) => {
+                    let _ = a.add(h);
+                }
+                None => all = Some(h.clone()),
+            }
+        }
+        all
+    }
 }
