@@ -1695,3 +1695,48 @@ fn sink_metrics_carry_rates_and_the_latency_histogram() {
         "{median:?} vs {p50_us} µs"
     );
 }
+
+/// `sink --backend af-xdp`: the frames are taken before the kernel makes an skb of them — its
+/// IP layer counts none — and every frame the interface received is accounted, or in the
+/// sockets' own drop count.
+#[test]
+fn an_af_xdp_sink_takes_every_frame_from_the_kernel_and_accounts_it() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    let ip_before = p.dut.snmp().expect("snmp");
+    let (s, iface) = sink_during(&p, &["--backend", "af-xdp", "--cpus", "1"], || {
+        blast(
+            &p,
+            &[
+                "--mode", "raw", "--dev", &p.gen_if, "--to", &to, "--count", "100000", "--flows",
+                "3", "--rate", "100k",
+            ],
+        );
+    });
+    let ip_after = p.dut.snmp().expect("snmp");
+    assert_eq!(iface, 100_000, "the DUT's interface got every frame");
+    assert_backend(&s, "af-xdp", &p.dut_if);
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
+    assert_eq!(n("rx_packets") + n("ring_drops"), iface, "{s}");
+    assert_eq!(n("flowlane_packets"), n("rx_packets"), "{s}");
+    assert_eq!((n("malformed"), n("foreign"), n("other")), (0, 0, 0), "{s}");
+    assert_eq!(
+        ip_after.delta(&ip_before, "Ip", "InReceives"),
+        0,
+        "the kernel's IP layer saw none of them"
+    );
+    let flows = s["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 3, "{s}");
+    for f in flows {
+        assert_eq!(f["queue"], 0, "the pair's one queue: {f}");
+    }
+    assert_eq!(s["split_flows"], 0);
+    if n("ring_drops") == 0 {
+        assert_eq!(n("lost"), 0, "{s}");
+    }
+    assert!(
+        s["cpu_ns_per_packet"].as_f64().is_some_and(|c| c > 0.0),
+        "{s}"
+    );
+    assert_one_way_latency(&s);
+}

@@ -147,6 +147,33 @@ pub fn report(dev: &str, want: Backend, c: &Capabilities) -> Result<BackendRepor
     })
 }
 
+/// Attaches XDP program `prog` (the `what`) to `dev` in native mode — a BPF link, detached
+/// when dropped — and says how to fix what usually stops it: privileges, or an XDP program
+/// already on the interface (a lab made with `--steer rss` steers with one).
+pub fn attach_native(
+    prog: &std::os::fd::OwnedFd,
+    ifindex: u32,
+    dev: &str,
+    what: &str,
+) -> Result<std::os::fd::OwnedFd, ToolError> {
+    flowlane_io::bpf::attach_xdp(prog, ifindex, flowlane_io::netdev::XDP_FLAGS_DRV_MODE).map_err(
+        |e| {
+            let msg = format!("cannot attach the {what} to {dev} in native mode: {e}");
+            match e.source.kind() {
+                std::io::ErrorKind::PermissionDenied => ToolError::privilege(format!(
+                    "{msg} (needs CAP_BPF and CAP_NET_ADMIN: run as root)"
+                )),
+                std::io::ErrorKind::ResourceBusy => ToolError::usage(format!(
+                    "{msg}: {dev} already has an XDP program (`ip link show {dev}` names it; a \
+                     lab made with --steer rss steers with one): detach it, or use a lab with \
+                     --steer rps or none"
+                )),
+                _ => ToolError::runtime(msg),
+            }
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

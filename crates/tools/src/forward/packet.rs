@@ -132,7 +132,7 @@ pub(super) fn run_xdp_sockets(
         },
     )
     .map_err(start_error)?;
-    let _link = super::attach_native(&prog, ifindex, dev, "redirect program")?;
+    let _link = crate::backend::attach_native(&prog, ifindex, dev, "redirect program")?;
     let mut r = session(job, rt, &worker_cpus, &before, stop, &mut |_| {}, on_event)?;
     // What the program passed to the kernel was looked at there, never by a worker.
     let passed = passed.map_or(0, |m| (0..m.entries()).map(|i| m.get(i)).sum());
@@ -318,7 +318,7 @@ impl Redirects {
             .iter()
             .zip(&self.progs)
             .map(|((dev, ifindex), prog)| {
-                super::attach_native(prog, *ifindex, dev, "redirect program")
+                crate::backend::attach_native(prog, *ifindex, dev, "redirect program")
             })
             .collect()
     }

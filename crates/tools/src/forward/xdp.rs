@@ -118,7 +118,7 @@ pub(super) fn run(
         )
     })?;
     let before = dev_counters(dev);
-    let link = super::attach_native(&prog, ifindex, dev, "reflector")?;
+    let link = crate::backend::attach_native(&prog, ifindex, dev, "reflector")?;
     let start = tick_loop(job, stop, on_event, &|| sum(&read(&stats)), &mut || {});
     drop(link);
     Ok(report(job, start, read(&stats), &[before]))
@@ -197,7 +197,7 @@ fn attach_per_port(
     }
     let mut links = Vec::new();
     for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
-        links.push(super::attach_native(prog, *ifindex, dev, what)?);
+        links.push(crate::backend::attach_native(prog, *ifindex, dev, what)?);
     }
     Ok(links)
 }

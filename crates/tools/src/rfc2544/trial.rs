@@ -112,6 +112,8 @@ impl Rig<'_> {
             ring: c.ring,
             interval_s: 3600.0,
             write: None,
+            backend: crate::sink::SinkBackend::AfPacket,
+            cpus: Vec::new(),
         };
         let bcfg = self.blast_config(shot, &c.tx.dev, c.dst_mac);
         let sink_stop = Arc::new(AtomicBool::new(false));

@@ -41,6 +41,24 @@ pub struct SinkConfig {
     /// Write the frames read (all, or a choice of them) to a pcap file (`--write`).
     #[serde(default)]
     pub write: Option<CaptureSpec>,
+    /// How frames are read.
+    #[serde(default)]
+    pub backend: SinkBackend,
+    /// AF_XDP: the CPUs of the queue workers, in turn (empty: `cpu`).
+    #[serde(default)]
+    pub cpus: Vec<usize>,
+}
+
+/// How the sink reads frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkBackend {
+    /// An AF_PACKET RX ring: a copy of every frame; the kernel's own path still runs.
+    #[default]
+    AfPacket,
+    /// AF_XDP sockets, one worker per receive queue, an XDP program redirecting each queue's
+    /// frames to its socket: the frames are taken from the kernel (no skb is ever made).
+    AfXdp,
 }
 
 /// What is known once the ring is open.
@@ -97,6 +115,10 @@ pub struct SinkFlowReport {
     pub duplicates: u64,
     /// The highest sequence number seen.
     pub highest_seq: Option<u64>,
+    /// AF_XDP: the receive queue this flow's frames came in on (a flow seen on several has
+    /// a row per queue, its loss and order counted per queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
 }
 
 /// What `sink` reports (`flowlane sink --json`).
@@ -153,6 +175,10 @@ pub struct SinkReport {
     /// What each packet cost in cycles, instructions and cache misses, or why not known.
     #[serde(default)]
     pub pmu: crate::PmuCost,
+    /// AF_XDP: flows whose frames came in on more than one queue (each has a row per queue;
+    /// loss and order are then per queue, not per flow).
+    #[serde(default)]
+    pub split_flows: u64,
     /// Why the sink stopped early, if it did (the run's exit code is then 1).
     #[serde(default)]
     pub errors: Vec<String>,
@@ -184,6 +210,7 @@ impl SinkReport {
             flows: Vec::new(),
             backend: None,
             capture: None,
+            split_flows: 0,
             errors: Vec::new(),
         }
     }
@@ -206,11 +233,56 @@ pub fn run(
     if a.count == Some(0) {
         return Err(ToolError::usage("--count must be at least 1"));
     }
-    let backend = backend::choose(&a.dev, Backend::AfPacket)?;
+    let xdp = a.backend == SinkBackend::AfXdp;
+    if !xdp && !a.cpus.is_empty() {
+        return Err(ToolError::usage(
+            "--cpus places AF_XDP queue workers (--backend af-xdp); an AF_PACKET sink has one \
+             worker: --cpu",
+        ));
+    }
+    let backend = backend::choose(
+        &a.dev,
+        if xdp {
+            Backend::AfXdp
+        } else {
+            Backend::AfPacket
+        },
+    )?;
     let secs = crate::seconds;
     let duration = a.duration_s.map(|d| secs("duration", d)).transpose()?;
     let idle = a.idle_s.map(|d| secs("idle time", d)).transpose()?;
     let interval = secs("interval", a.interval_s)?;
+    // AF_XDP: a worker per receive queue, on the given CPUs in turn.
+    let worker_cpus: Vec<usize> = if xdp {
+        let cpus = if a.cpus.is_empty() {
+            vec![a.cpu]
+        } else {
+            a.cpus.clone()
+        };
+        let queues = backend.rx_queues.unwrap_or(1).max(1) as usize;
+        (0..queues).map(|q| cpus[q % cpus.len()]).collect()
+    } else {
+        vec![a.cpu]
+    };
+    if a.write.is_some() && worker_cpus.len() > 1 {
+        return Err(ToolError::usage(format!(
+            "--write keeps one capture: {} has {} receive queues, each its own AF_XDP worker \
+             (use --backend af-packet to capture)",
+            a.dev,
+            worker_cpus.len()
+        )));
+    }
+    // Room for a VLAN tag besides the Ethernet header.
+    let max_frame = mtu + 18;
+    // AF_XDP frames: a UMEM frame holds the frame after the kernel's 256 bytes of headroom.
+    let xsk_frame = if max_frame + 256 <= 2048 { 2048 } else { 4096 };
+    if xdp && max_frame + 256 > 4096 {
+        return Err(ToolError::usage(format!(
+            "{}'s MTU {mtu} is more than an AF_XDP frame holds (4096 with 256 of headroom): \
+             use --backend af-packet",
+            a.dev
+        )));
+    }
     let start_ns = os::monotonic_ns();
     let rules = SinkStop {
         count: a.count,
@@ -226,42 +298,59 @@ pub fn run(
         .transpose()
         .map_err(ToolError::usage)?;
     let capture = Mutex::new(capture);
-    let share = flowlane_runtime::latency::LatencyShare::new();
-    let (share2, timed) = (share.clone(), a.metrics.is_some());
-    let book: Arc<Mutex<Option<Book>>> = Arc::new(Mutex::new(None));
-    let book2 = book.clone();
+    let shares: Vec<flowlane_runtime::latency::LatencyShare> = worker_cpus
+        .iter()
+        .map(|_| flowlane_runtime::latency::LatencyShare::new())
+        .collect();
+    let timed = a.metrics.is_some();
+    let books: Vec<Arc<Mutex<Option<Book>>>> = worker_cpus
+        .iter()
+        .map(|_| Arc::new(Mutex::new(None)))
+        .collect();
     let (port, slots) = (a.port, a.ring);
-    // Room for a VLAN tag besides the Ethernet header.
-    let max_frame = mtu + 18;
-    let mut rt = Runtime::start(
-        &Config {
-            cpus: vec![a.cpu],
-            budget: 256,
-            wait_ms: 50,
-        },
-        stop.clone(),
-        move |_, _| {
-            let ring = frame::RxRing::open(ifindex, slots, max_frame)?;
-            let mut w = SinkWorker::new(ring, port, rules, book2.clone());
-            if timed {
-                w = w.with_latency_share(share2.clone());
-            }
-            let c = capture.lock().ok().and_then(|mut c| c.take());
-            Ok::<_, SysError>(match c {
-                Some(c) => w.with_capture(c),
-                None => w,
-            })
-        },
-    )
-    .map_err(|e| match e {
-        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
-            ToolError::privilege(format!(
-                "{e}: the sink needs CAP_NET_RAW (run as root or grant the capability)"
-            ))
-        }
-        StartError::Pin { .. } => ToolError::usage(e.to_string()),
-        _ => ToolError::runtime(e.to_string()),
-    })?;
+    let rt_cfg = Config {
+        cpus: worker_cpus.clone(),
+        budget: 256,
+        wait_ms: 50,
+    };
+    // Every worker is made the same way around its ring.
+    let make = Maker {
+        books: books.clone(),
+        shares: shares.clone(),
+        capture,
+        timed,
+        port,
+        rules,
+    };
+    let (mut rt, _redirect) = if xdp {
+        let map = Arc::new(
+            flowlane_io::bpf::XskMap::create("fl_sink_xsks", worker_cpus.len() as u32)
+                .map_err(|e| ToolError::runtime(format!("cannot make the XSKMAP: {e}")))?,
+        );
+        let insns = flowlane_io::ebpf::xsk_redirect_program(map.raw_fd())
+            .map_err(|e| ToolError::runtime(format!("the redirect does not assemble: {e:?}")))?;
+        let prog = flowlane_io::bpf::prog_load(flowlane_io::bpf::PROG_XDP, "fl_sink_redir", &insns)
+            .map_err(|e| {
+                ToolError::runtime(format!("the kernel refused the redirect program: {e}"))
+            })?;
+        let map2 = map.clone();
+        let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _| {
+            let xsk = frame::Xsk::open(ifindex, idx as u32, slots as u32, xsk_frame)?;
+            map2.set(idx as u32, &xsk)?;
+            Ok::<_, SysError>(make.worker(idx, xsk))
+        })
+        .map_err(start_error)?;
+        // Attached once every queue's socket is in the map: no frame is passed by for want
+        // of one.
+        let link = crate::backend::attach_native(&prog, ifindex, &a.dev, "redirect program")?;
+        (rt, Some((link, map)))
+    } else {
+        let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _| {
+            Ok::<_, SysError>(make.worker(idx, frame::RxRing::open(ifindex, slots, max_frame)?))
+        })
+        .map_err(start_error)?;
+        (rt, None)
+    };
     on_event(SinkEvent::Started(SinkStart { mtu }));
     let rule = StopRule {
         external: stop.clone(),
@@ -274,9 +363,9 @@ pub fn run(
                 what: "one_way_latency",
                 help: "one-way latency of flowlane frames: the header's send time to this host's \
                        read",
-                shares: vec![share.clone()],
+                shares: shares.clone(),
             };
-            crate::metrics::Exporter::start_with(m, "sink", &[a.cpu], rt.stats(), Some(latency))
+            crate::metrics::Exporter::start_with(m, "sink", &worker_cpus, rt.stats(), Some(latency))
         })
         .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
@@ -294,32 +383,134 @@ pub fn run(
     let looped = end.total().looped;
     let cpu_ns = looped.cpu_ns;
     let mut errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
-    let Some(b) = book.lock().ok().and_then(|mut g| g.take()) else {
+    let got: Vec<Book> = books
+        .iter()
+        .filter_map(|b| b.lock().ok().and_then(|mut g| g.take()))
+        .collect();
+    if got.len() < books.len() {
         let why = errors
             .first()
             .cloned()
             .unwrap_or_else(|| "no report".into());
         return Err(ToolError::runtime(format!("the sink stopped: {why}")));
-    };
-    let capture = match b.capture.clone() {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => {
-            errors.push(e);
-            None
+    }
+    let mut capture = None;
+    for b in &got {
+        match b.capture.clone() {
+            Some(Ok(c)) => capture = Some(c),
+            Some(Err(e)) => errors.push(e),
+            None => {}
         }
-        None => None,
-    };
-    let mut r = report(&b, errors, backend);
+    }
+    let mut r = report(&got, xdp, errors, backend);
     r.capture = capture;
     r.cpu_ns_per_packet = crate::ns_per(cpu_ns, r.rx_packets);
     r.pmu = crate::PmuCost::of(&looped, r.rx_packets, rt.pmu_unavailable());
     Ok(r)
 }
 
-fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
-    let c = &r.book.counts;
-    let secs = r.window_ns.1.saturating_sub(r.window_ns.0) as f64 / 1e9;
-    let (_, lost, reordered, duplicates) = r.book.totals();
+/// What every sink worker is made with, whatever its ring.
+struct Maker {
+    books: Vec<Arc<Mutex<Option<Book>>>>,
+    shares: Vec<flowlane_runtime::latency::LatencyShare>,
+    capture: Mutex<Option<Capture>>,
+    timed: bool,
+    port: Option<u16>,
+    rules: SinkStop,
+}
+
+impl Maker {
+    /// Worker `idx` on `ring`: its book, its latency share, and the capture (the first
+    /// worker to ask takes it).
+    fn worker<R: flowlane_io::frame::FrameRx>(&self, idx: usize, ring: R) -> SinkWorker<R> {
+        let book = self.books.get(idx).cloned().unwrap_or_default();
+        let mut w = SinkWorker::new(ring, self.port, self.rules, book);
+        if self.timed {
+            if let Some(s) = self.shares.get(idx) {
+                w = w.with_latency_share(s.clone());
+            }
+        }
+        match self.capture.lock().ok().and_then(|mut c| c.take()) {
+            Some(c) => w.with_capture(c),
+            None => w,
+        }
+    }
+}
+
+/// Who can fix a sink that could not start, and how.
+fn start_error(e: StartError<SysError>) -> ToolError {
+    match e {
+        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
+            ToolError::privilege(format!(
+                "{e}: the sink needs CAP_NET_RAW (AF_XDP: CAP_NET_ADMIN and CAP_BPF too; run as \
+                 root or grant the capabilities)"
+            ))
+        }
+        StartError::Pin { .. } => ToolError::usage(e.to_string()),
+        _ => ToolError::runtime(e.to_string()),
+    }
+}
+
+/// One report from the workers' books (AF_XDP: one per receive queue, `per_queue`).
+fn report(
+    books: &[Book],
+    per_queue: bool,
+    errors: Vec<String>,
+    backend: BackendReport,
+) -> SinkReport {
+    let mut c = flowlane_runtime::sink::SinkCounts::default();
+    let (mut lost, mut reordered, mut duplicates, mut ring_drops) = (0, 0, 0, 0);
+    let mut window: Option<(u64, u64)> = None;
+    let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
+    let mut flows = Vec::new();
+    for (q, r) in books.iter().enumerate() {
+        let k = &r.book.counts;
+        c.frames += k.frames;
+        c.bytes += k.bytes;
+        c.flowlane += k.flowlane;
+        c.foreign += k.foreign;
+        c.other += k.other;
+        c.malformed += k.malformed;
+        c.bad_checksum += k.bad_checksum;
+        c.truncated += k.truncated;
+        c.clock_skew += k.clock_skew;
+        let (_, l, o, d) = r.book.totals();
+        (lost, reordered, duplicates) = (lost + l, reordered + o, duplicates + d);
+        ring_drops += r.ring_drops;
+        if r.window_ns.0 > 0 {
+            window = Some(match window {
+                Some((a, b)) => (a.min(r.window_ns.0), b.max(r.window_ns.1)),
+                None => r.window_ns,
+            });
+        }
+        match latency.as_mut() {
+            Some(h) => {
+                let _ = h.add(r.book.latency());
+            }
+            None => latency = Some(r.book.latency().clone()),
+        }
+        flows.extend(r.book.seen_flows().map(|(id, f)| SinkFlowReport {
+            id,
+            src: Some(f.src.to_string()),
+            dst: Some(f.dst.to_string()),
+            rx_packets: f.seq.unique + f.seq.duplicates,
+            lost: f.seq.lost(None),
+            reordered: f.seq.reordered,
+            duplicates: f.seq.duplicates,
+            highest_seq: f.seq.expected().checked_sub(1),
+            queue: per_queue.then_some(q as u32),
+        }));
+    }
+    flows.sort_by_key(|f| (f.id, f.queue));
+    let split_flows = flows
+        .windows(2)
+        .filter(|w| w[0].id == w[1].id)
+        .map(|w| w[0].id)
+        .collect::<std::collections::BTreeSet<u16>>()
+        .len() as u64;
+    let (first, last) = window.unwrap_or((0, 0));
+    let secs = last.saturating_sub(first) as f64 / 1e9;
+    let latency = latency.filter(|h| !h.is_empty());
     SinkReport {
         rx_packets: c.frames,
         rx_bytes: c.bytes,
@@ -332,7 +523,7 @@ fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
         malformed: c.malformed + c.bad_checksum,
         bad_checksum: c.bad_checksum,
         truncated: c.truncated,
-        ring_drops: r.ring_drops,
+        ring_drops,
         clock_skew: c.clock_skew,
         duration_s: (secs * 1000.0).round() / 1000.0,
         rx_pps: if secs > 0.0 {
@@ -340,26 +531,14 @@ fn report(r: &Book, errors: Vec<String>, backend: BackendReport) -> SinkReport {
         } else {
             0.0
         },
-        latency_ns: Latency::of(Some(r.book.latency()), "one-way"),
-        histogram: Some(r.book.latency().clone()).filter(|h| !h.is_empty()),
+        latency_ns: Latency::of(latency.as_ref(), "one-way"),
+        histogram: latency,
         cpu_ns_per_packet: None,
         pmu: crate::PmuCost::default(),
-        flows: r
-            .book
-            .seen_flows()
-            .map(|(id, f)| SinkFlowReport {
-                id,
-                src: Some(f.src.to_string()),
-                dst: Some(f.dst.to_string()),
-                rx_packets: f.seq.unique + f.seq.duplicates,
-                lost: f.seq.lost(None),
-                reordered: f.seq.reordered,
-                duplicates: f.seq.duplicates,
-                highest_seq: f.seq.expected().checked_sub(1),
-            })
-            .collect(),
+        flows,
         backend: Some(backend),
         capture: None,
+        split_flows,
         errors,
     }
 }
@@ -381,6 +560,8 @@ mod tests {
             ring: 64,
             interval_s: 1.0,
             write: None,
+            backend: SinkBackend::AfPacket,
+            cpus: Vec::new(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let e = run(&cfg, &stop, &mut |_| {}).expect_err("no interface");

@@ -1,0 +1,247 @@
+//! Userland receive on one core (issue 29): `flowlane sink --backend af-xdp` against the
+//! socket receivers, in the same run. The generator is `blast --mode xdp-live` on CPU 0 (the
+//! fastest sender) into a veth pair; every receiver is pinned to CPU 1:
+//!
+//! * `serve --mode sink` — flowlane's socket receiver (`recvmmsg`), with RPS sending the
+//!   kernel's IP/UDP receive work to CPU 1 as well ("the stack on that core");
+//! * `sink --backend af-packet` — an AF_PACKET ring (a copy; the kernel path still runs and an
+//!   nftables rule drops the frames in prerouting);
+//! * `sink --backend af-xdp` — an XDP program redirects the frames into an AF_XDP socket; no
+//!   skb is made.
+//!
+//! veth runs its receive NAPI (and so the XDP program or GRO) on the sending CPU, CPU 0, for
+//! every receiver alike. Per receiver: frames the interface received, frames the receiver
+//! accounted, its drops, CPU 1's busy share (/proc/stat), and frames per busy second of CPU 1
+//! — the per-core figure. The ratio is AF_XDP against the best socket receiver of the run.
+//!
+//! Run (root): `cargo bench -p flowlane --bench receive_veth` (FLOWLANE_BENCH_SECS, default 3).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+use flowlane_lab::{Offload, Pair, DUT_ADDR};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+/// CPU 1's (busy, total) jiffies.
+fn cpu1() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu1 "))
+        .expect("a cpu1 line");
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    // idle + iowait are not busy.
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Waits for a child's first stderr line (its banner); the rest is dropped.
+fn banner(child: &mut Child, prefix: &str) {
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("banner");
+    assert!(line.starts_with(prefix), "{line}");
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        while err.read_line(&mut rest).is_ok_and(|n| n > 0) {
+            rest.clear();
+        }
+    });
+}
+
+struct Row {
+    name: &'static str,
+    iface: u64,
+    got: u64,
+    drops: u64,
+    busy: f64,
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("receive_veth: needs root for network namespaces; skipped");
+        return;
+    }
+    let secs: f64 = std::env::var("FLOWLANE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let p = Pair::create("flb-recv", 1).expect("namespaces");
+    // xdp-live frames reach a veth peer only if it runs NAPI: GRO on (the AF_XDP sink's
+    // program does the same while it is attached).
+    p.dut
+        .set_offload(&p.dut_if, Offload::Gro, true)
+        .expect("GRO on");
+    // The socket receiver's stack on CPU 1, beside it.
+    p.dut
+        .write_sys(
+            &format!("/sys/class/net/{}/queues/rx-0/rps_cpus", p.dut_if),
+            "2",
+        )
+        .expect("RPS to CPU 1");
+    let to = format!("{DUT_ADDR}:9000");
+    let d = secs.to_string();
+    let run = |name: &'static str,
+               receiver: &[&str],
+               banner_prefix: &str,
+               count: &dyn Fn(&Value) -> (u64, u64)| {
+        let before = p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets;
+        let mut r = p
+            .dut
+            .command(BIN)
+            .args(receiver)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("receiver runs");
+        banner(&mut r, banner_prefix);
+        let c0 = cpu1();
+        let out = p
+            .gen
+            .command(BIN)
+            .args([
+                "blast", "--mode", "xdp-live", "--dev", &p.gen_if, "--to", &to,
+            ])
+            .args(["--cpus", "0", "--duration", &d, "--json", "--quiet"])
+            .output()
+            .expect("blast runs");
+        let c1 = cpu1();
+        assert!(out.status.code().is_some_and(|c| c <= 1), "blast failed");
+        let out = r.wait_with_output().expect("receiver ends");
+        assert!(out.status.success(), "{name} failed");
+        let j: Value = serde_json::from_slice(&out.stdout).expect("receiver JSON");
+        let iface = p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets - before;
+        let (got, drops) = count(&j);
+        let busy = (c1.0 - c0.0) as f64 / (c1.1 - c0.1).max(1) as f64;
+        Row {
+            name,
+            iface,
+            got,
+            drops,
+            busy,
+        }
+    };
+    let sink_count = |j: &Value| {
+        (
+            j["flowlane_packets"].as_u64().unwrap_or(0),
+            j["ring_drops"].as_u64().unwrap_or(0),
+        )
+    };
+    let serve_count = |j: &Value| {
+        (
+            j["total"]["rx_packets"].as_u64().unwrap_or(0),
+            j["total"]["socket_drops"].as_u64().unwrap_or(0),
+        )
+    };
+    let idle = ["--idle", "1", "--duration", "120", "--json", "--quiet"];
+    let sink = |backend: &'static str| -> Vec<&'static str> {
+        let mut v = vec!["sink", "--port", "9000", "--backend", backend];
+        v.extend(if backend == "af-xdp" {
+            ["--cpus", "1"]
+        } else {
+            ["--cpu", "1"]
+        });
+        v.extend(idle);
+        v
+    };
+    let with_dev = |mut v: Vec<&'static str>| -> Vec<String> {
+        let mut out: Vec<String> = v.drain(..1).map(String::from).collect();
+        out.extend(["--dev".to_string(), p.dut_if.clone()]);
+        out.extend(v.into_iter().map(String::from));
+        out
+    };
+    let serve_dur = format!("{}", secs + 1.5);
+    let mut rows = Vec::new();
+    for round in 0..3 {
+        // Rotated so no receiver always runs first.
+        for k in 0..3 {
+            match (k + round) % 3 {
+                0 => {
+                    let bind = format!("{DUT_ADDR}:9000");
+                    let args = [
+                        "serve",
+                        "--mode",
+                        "sink",
+                        "--bind",
+                        &bind,
+                        "--cpus",
+                        "1",
+                        "--duration",
+                        &serve_dur,
+                        "--json",
+                        "--quiet",
+                    ];
+                    rows.push(run(
+                        "serve (socket, recvmmsg)",
+                        &args,
+                        "flowlane serve",
+                        &serve_count,
+                    ));
+                }
+                1 => {
+                    p.dut.nft_drop_prerouting().expect("nft drop chain");
+                    let a = with_dev(sink("af-packet"));
+                    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                    rows.push(run("sink af-packet", &a, "flowlane sink", &sink_count));
+                    p.dut
+                        .command("nft")
+                        .args(["flush", "ruleset"])
+                        .status()
+                        .expect("nft flush");
+                }
+                _ => {
+                    let a = with_dev(sink("af-xdp"));
+                    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                    rows.push(run("sink af-xdp", &a, "flowlane sink", &sink_count));
+                }
+            }
+        }
+    }
+    println!(
+        "userland receive over veth: blast xdp-live on CPU 0 -> one receiver on CPU 1, 60-byte \
+         frames, {secs} s per step, 3 rotated rounds"
+    );
+    println!(
+        "{:<26} {:>12} {:>12} {:>10} {:>9} {:>16}",
+        "receiver", "iface pps", "got pps", "drops", "CPU1 busy", "got per CPU1-s"
+    );
+    let per_core = |r: &Row| r.got as f64 / secs / r.busy.max(1e-6);
+    for r in &rows {
+        println!(
+            "{:<26} {:>12.0} {:>12.0} {:>10} {:>8.1}% {:>16.0}",
+            r.name,
+            r.iface as f64 / secs,
+            r.got as f64 / secs,
+            r.drops,
+            r.busy * 100.0,
+            per_core(r)
+        );
+    }
+    // Medians per receiver.
+    let median = |name: &str, f: &dyn Fn(&Row) -> f64| {
+        let mut v: Vec<f64> = rows.iter().filter(|r| r.name == name).map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let got = |r: &Row| r.got as f64 / secs;
+    let xdp = median("sink af-xdp", &got);
+    let best_socket = median("serve (socket, recvmmsg)", &got);
+    let xdp_core = median("sink af-xdp", &per_core);
+    let socket_core = median("serve (socket, recvmmsg)", &per_core);
+    println!(
+        "median frames/s: af-xdp {xdp:.0}, best socket {best_socket:.0}: {:.2}x; per busy \
+         second of CPU 1: {xdp_core:.0} vs {socket_core:.0}: {:.2}x (target >= 1.5x)",
+        xdp / best_socket.max(1.0),
+        xdp_core / socket_core.max(1.0)
+    );
+}
