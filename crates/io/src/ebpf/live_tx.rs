@@ -45,7 +45,9 @@ pub mod live_pace {
 /// What the live-frames generator program is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveTx {
-    /// Array map (one u64) counting the frames run; also the source of sequence numbers.
+    /// Array map (one u64) counting the frames run; also the source of sequence numbers. The
+    /// program is its only writer (one program per sending thread; a test run calls it on
+    /// that thread only, one frame after the other), so it adds without an atomic.
     pub counter_fd: i32,
     /// Array map of `flows` entries laid out as [`live_flow`].
     pub flows_fd: i32,
@@ -65,77 +67,137 @@ pub struct LiveTx {
     /// few ns). The run loop then spins at the rate the program can decide, so frames leave
     /// evenly spaced to within a batch, not in bursts of a whole kernel call.
     pub pace_fd: Option<i32>,
+    /// One flow: its checksum seed ([`live_flow::SEED`]), built into the program. The frame
+    /// run is that flow's, so there is no flow to look up and no header to copy — only the
+    /// sequence number, the time and the checksum are written, every frame.
+    pub one_flow_seed: Option<u32>,
+    /// Unpaced: read the clock for one frame in this many (a power of two; 1: every frame)
+    /// and stamp the others with that reading, kept in the counter map's entry 1. Live
+    /// frames leave in batches (the kernel flushes a batch after running the program on all
+    /// of it), so a frame's stamp is already up to a batch earlier than its departure; with
+    /// a reading shared by at most as many frames as a batch holds, the stamp is still never
+    /// later than the departure, and at most two batches earlier. Paced runs read the clock
+    /// for every frame anyway (the gate needs it) and stamp that reading.
+    pub clock_every: u32,
 }
 
 /// The generator of `flowlane blast --mode xdp-live`, run by `BPF_PROG_TEST_RUN` in
 /// live-frames mode on copies of one frame. Each run takes a frame number `n` from the
-/// counter (an atomic fetch-add), writes the headers of flow `n % flows` from its map entry
-/// over the frame, stamps the flowlane header with sequence number `n / flows` and
-/// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, the clock the receivers compare with), updates the
-/// UDP checksum for those 12 bytes (RFC 1624, through `bpf_csum_diff`), and returns XDP_TX.
-/// With one program per sending thread, the flows of a thread get consecutive sequence
-/// numbers and the counter says exactly how many frames the program released.
+/// counter, writes the headers of flow `n % flows` from its map entry over the frame (not
+/// with one flow: the frame is that flow's), stamps the flowlane header with sequence number
+/// `n / flows` and `bpf_ktime_get_ns()` (CLOCK_MONOTONIC, the clock the receivers compare
+/// with; paced, the time the gate read), sets the UDP checksum from the flow's seed and those
+/// 12 bytes (RFC 1624, summed in registers: no helper call), and returns XDP_TX. With one
+/// program per sending thread, the flows of a thread get consecutive sequence numbers and the
+/// counter says exactly how many frames the program released.
 pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
     let mut a = Asm::new();
     let drop = a.label();
     let csum_nonzero = a.label();
     let (seq_off, csum_off) = (p.seq_off as i16, p.csum_off as i16);
+    let flows = p.flows.max(1) as i32;
     a.mov(R6, R1);
     if let Some(pace_fd) = p.pace_fd {
         pace_gate(&mut a, pace_fd, p.counter_fd, drop);
     }
     a
-        // n = counter[0]++
+        // n = counter[0]++ (the only writer: a plain add)
         .store_imm(Size::W, R10, -4, 0)
         .mov(R2, R10)
         .alu_imm(Alu::Add, R2, -4)
         .load_map_fd(R1, p.counter_fd)
         .call(Helper::MapLookupElem)
         .jump_imm(Cond::Eq, R0, 0, drop)
-        .mov_imm(R7, 1)
-        .atomic_fetch_add(Size::Dw, R0, 0, R7)
-        // flow k = n % flows, sequence number n / flows
-        .mov(R8, R7)
-        .alu_imm(Alu::Mod, R8, p.flows.max(1) as i32)
-        .alu_imm(Alu::Div, R7, p.flows.max(1) as i32)
-        .store(Size::W, R10, -8, R8)
-        .mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -8)
-        .load_map_fd(R1, p.flows_fd)
-        .call(Helper::MapLookupElem)
-        .jump_imm(Cond::Eq, R0, 0, drop)
-        .mov(R9, R0)
-        .call(Helper::KtimeGetNs)
-        .mov(R8, R0)
-        .load(Size::W, R2, R6, xdp_md::DATA)
+        .load(Size::Dw, R7, R0, 0)
+        .mov(R1, R7)
+        .alu_imm(Alu::Add, R1, 1)
+        .store(Size::Dw, R0, 0, R1);
+    // R8 = the time: the gate's reading when paced (one clock read per frame); else now, or
+    // the reading shared by this frame's group (`clock_every`).
+    if p.pace_fd.is_some() {
+        a.load(Size::Dw, R8, R10, -16);
+    } else if p.clock_every > 1 {
+        let (cached, timed) = (a.label(), a.label());
+        a.store_imm(Size::W, R10, -12, 1)
+            .mov(R2, R10)
+            .alu_imm(Alu::Add, R2, -12)
+            .load_map_fd(R1, p.counter_fd)
+            .call(Helper::MapLookupElem)
+            .jump_imm(Cond::Eq, R0, 0, drop)
+            .mov(R1, R7)
+            .alu_imm(Alu::And, R1, (p.clock_every.next_power_of_two() - 1) as i32)
+            .jump_imm(Cond::Ne, R1, 0, cached)
+            .mov(R9, R0)
+            .call(Helper::KtimeGetNs)
+            .mov(R8, R0)
+            .store(Size::Dw, R9, 0, R8)
+            .jump(timed)
+            .bind(cached)
+            .load(Size::Dw, R8, R0, 0)
+            .bind(timed);
+    } else {
+        a.call(Helper::KtimeGetNs).mov(R8, R0);
+    }
+    if p.one_flow_seed.is_none() {
+        // flow k = n % flows, sequence number n / flows; R9 = the flow's entry
+        a.mov(R1, R7)
+            .alu_imm(Alu::Mod, R1, flows)
+            .alu_imm(Alu::Div, R7, flows)
+            .store(Size::W, R10, -8, R1)
+            .mov(R2, R10)
+            .alu_imm(Alu::Add, R2, -8)
+            .load_map_fd(R1, p.flows_fd)
+            .call(Helper::MapLookupElem)
+            .jump_imm(Cond::Eq, R0, 0, drop)
+            .mov(R9, R0);
+    }
+    let need = if p.one_flow_seed.is_some() {
+        (p.seq_off + 12).max(p.csum_off + 2)
+    } else {
+        p.hdr_len
+    };
+    a.load(Size::W, R2, R6, xdp_md::DATA)
         .load(Size::W, R3, R6, xdp_md::DATA_END)
         .mov(R6, R2)
-        .alu_imm(Alu::Add, R2, p.hdr_len as i32)
+        .alu_imm(Alu::Add, R2, need as i32)
         .jump_reg(Cond::Gt, R2, R3, drop);
-    // The flow's headers, widest moves first.
-    let mut off = 0usize;
-    for (size, width) in [(Size::Dw, 8), (Size::W, 4), (Size::H, 2)] {
-        while off + width <= p.hdr_len {
-            a.load(size, R1, R9, off as i16)
-                .store(size, R6, off as i16, R1);
-            off += width;
+    match p.one_flow_seed {
+        Some(seed) => {
+            // An immediate is sign-extended: keep its low 32 bits.
+            a.mov_imm(R5, seed as i32)
+                .alu_imm(Alu::Lsh, R5, 32)
+                .alu_imm(Alu::Rsh, R5, 32);
+        }
+        None => {
+            // The flow's headers, widest moves first.
+            let mut off = 0usize;
+            for (size, width) in [(Size::Dw, 8), (Size::W, 4), (Size::H, 2)] {
+                while off + width <= p.hdr_len {
+                    a.load(size, R1, R9, off as i16)
+                        .store(size, R6, off as i16, R1);
+                    off += width;
+                }
+            }
+            a.load(Size::W, R5, R9, live_flow::SEED as i16);
         }
     }
     a.mov(R1, R7)
         .to_be(R1, 32)
         .store(Size::W, R6, seq_off, R1)
-        .mov(R1, R8)
-        .to_be(R1, 64)
-        .store(Size::Dw, R6, seq_off + 4, R1)
-        // checksum = ~fold(seed + sum(sequence, time))
-        .load(Size::W, R5, R9, live_flow::SEED as i16)
-        .mov_imm(R1, 0)
-        .mov_imm(R2, 0)
-        .mov(R3, R6)
-        .alu_imm(Alu::Add, R3, seq_off as i32)
-        .mov_imm(R4, 12)
-        .call(Helper::CsumDiff);
-    for _ in 0..2 {
+        .mov(R2, R8)
+        .to_be(R2, 64)
+        .store(Size::Dw, R6, seq_off + 4, R2)
+        // sum = seed + the 12 bytes as native 32-bit words (the sequence number as stored, the
+        // time's two halves): one's-complement sums do not care how the words are cut.
+        .mov(R0, R5)
+        .alu_reg(Alu::Add, R0, R1)
+        .mov(R3, R2)
+        .alu_imm(Alu::Lsh, R3, 32)
+        .alu_imm(Alu::Rsh, R3, 32)
+        .alu_reg(Alu::Add, R0, R3)
+        .alu_imm(Alu::Rsh, R2, 32)
+        .alu_reg(Alu::Add, R0, R2);
+    for _ in 0..3 {
         a.mov(R1, R0)
             .alu_imm(Alu::And, R1, 0xffff)
             .alu_imm(Alu::Rsh, R0, 16)
@@ -209,4 +271,134 @@ fn pace_gate(a: &mut Asm, pace_fd: i32, counter_fd: i32, drop: Label) {
         .jump_imm(Cond::Ne, R1, 0, stamped)
         .store(Size::Dw, R9, FIRST as i16, R2)
         .bind(stamped);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::bpf;
+
+    /// One 60-byte IPv4/UDP frame with a valid checksum and the flowlane header zeroed after
+    /// the magic; (frame, seq offset, checksum offset, seed).
+    fn frame() -> (Vec<u8>, usize, usize, u32) {
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&46u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
+        ip[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        f[34..36].copy_from_slice(&1000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&9000u16.to_be_bytes());
+        f[38..40].copy_from_slice(&26u16.to_be_bytes());
+        f[42..44].copy_from_slice(&0xF10Eu16.to_be_bytes());
+        let c = udp_sum(&f);
+        f[40..42].copy_from_slice(&c.to_be_bytes());
+        (
+            f.clone(),
+            46,
+            40,
+            u32::from(!u16::from_ne_bytes([f[40], f[41]])),
+        )
+    }
+
+    /// The UDP checksum field `f` should hold (computed over the whole datagram with the
+    /// field taken as zero).
+    fn udp_sum(f: &[u8]) -> u16 {
+        let mut acc: u64 = 0;
+        let mut add = |b: &[u8]| {
+            for w in b.chunks(2) {
+                acc += u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+            }
+        };
+        add(&f[26..34]);
+        add(&[0, 17]);
+        add(&26u16.to_be_bytes());
+        add(&f[34..40]);
+        add(&f[42..60]);
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        let c = !(acc as u16);
+        if c == 0 {
+            0xffff
+        } else {
+            c
+        }
+    }
+
+    /// Run by the kernel's test runner (needs CAP_BPF; skipped without it): every frame gets
+    /// the next sequence number, a checksum an independent computation agrees with, and — one
+    /// reading per group of four — times that step up group by group and never go back.
+    #[test]
+    fn every_frame_is_stamped_with_a_valid_checksum_and_groups_share_a_reading() {
+        let counter = match bpf::MappedArray::new("fl_t_live_c", 2) {
+            Ok(m) => m,
+            Err(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
+                eprintln!("SKIP: needs CAP_BPF");
+                return;
+            }
+            Err(e) => panic!("map: {e}"),
+        };
+        let flows = crate::maps::ArrayMap::create("fl_t_live_f", live_flow::VALUE_SIZE, 1)
+            .expect("flows map");
+        let (f, seq_off, csum_off, seed) = frame();
+        for (every, one) in [(4u32, true), (1, false)] {
+            let insns = live_tx_program(&LiveTx {
+                counter_fd: counter.fd(),
+                flows_fd: flows.raw_fd(),
+                flows: 1,
+                hdr_len: seq_off + 12,
+                seq_off,
+                csum_off,
+                pace_fd: None,
+                one_flow_seed: one.then_some(seed),
+                clock_every: every,
+            })
+            .expect("assembles");
+            if !one {
+                let mut v = [0u8; live_flow::VALUE_SIZE];
+                v[..seq_off + 12].copy_from_slice(&f[..seq_off + 12]);
+                v[live_flow::SEED..live_flow::SEED + 4].copy_from_slice(&seed.to_ne_bytes());
+                flows.set(0, &v).expect("flow entry");
+            }
+            let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_live", &insns).expect("verified");
+            let start = counter.get(0);
+            let mut times = Vec::new();
+            for k in 0..12u64 {
+                let (ret, out) = bpf::xdp_test_run(&prog, &f).expect("test run");
+                assert_eq!(ret, xdp::TX as u32);
+                let seq = u32::from_be_bytes([
+                    out[seq_off],
+                    out[seq_off + 1],
+                    out[seq_off + 2],
+                    out[seq_off + 3],
+                ]);
+                assert_eq!(u64::from(seq), start + k, "every {every}");
+                let mut t = [0u8; 8];
+                t.copy_from_slice(&out[seq_off + 4..seq_off + 12]);
+                times.push(u64::from_be_bytes(t));
+                let want = udp_sum(&out);
+                assert_eq!(
+                    u16::from_be_bytes([out[csum_off], out[csum_off + 1]]),
+                    want,
+                    "frame {k}, every {every}"
+                );
+            }
+            assert_eq!(counter.get(0), start + 12);
+            assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+            assert!(times[0] > 0);
+            if every == 4 {
+                for g in times.chunks(4) {
+                    assert!(
+                        g.iter().all(|&t| t == g[0]),
+                        "one reading a group: {times:?}"
+                    );
+                }
+                assert!(times[0] < times[4] && times[4] < times[8], "{times:?}");
+            }
+        }
+    }
 }

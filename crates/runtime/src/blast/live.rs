@@ -20,6 +20,8 @@ const LIVE_RUN_NS: u64 = 200_000_000;
 const LIVE_FIRST: usize = 65_536;
 const LIVE_MIN: usize = 4096;
 const LIVE_MAX: usize = 1 << 24;
+/// Unpaced, frames in a group sharing one clock reading (a power of two, at most a batch).
+const LIVE_CLOCK_EVERY: u32 = 8;
 
 /// A sending worker that makes no socket at all: an XDP program, generated for its flows
 /// ([`flowlane_io::ebpf::live_tx_program`]), is run by `BPF_PROG_TEST_RUN` in live-frames
@@ -174,6 +176,7 @@ impl LiveBlaster {
         .map_err(bpf_err)?;
         let mut frame = Vec::new();
         let mut layout = (0, 0, 0);
+        let mut seed0 = 0u32;
         for (k, f) in job.flows.iter().enumerate() {
             let mut t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
                 src_mac: link.src_mac,
@@ -212,9 +215,11 @@ impl LiveBlaster {
             if k == 0 {
                 frame = bytes;
                 layout = (hdr_len, t.payload + 4, t.l4 + 6);
+                seed0 = u32::from(!csum);
             }
         }
-        let counter = flowlane_io::bpf::MappedArray::new("fl_live_count", 1).map_err(bpf_err)?;
+        // Entry 0: frames released; entry 1: the clock reading unpaced frames share.
+        let counter = flowlane_io::bpf::MappedArray::new("fl_live_count", 2).map_err(bpf_err)?;
         // Zeroed until sending begins (deadline 0: nothing leaves).
         let pace = match job.pps {
             Some(_) => Some(
@@ -235,6 +240,10 @@ impl LiveBlaster {
             hdr_len: layout.0,
             seq_off: layout.1,
             csum_off: layout.2,
+            one_flow_seed: (job.flows.len() == 1).then_some(seed0),
+            // At most a batch of frames shares a reading (see `LiveTx::clock_every`).
+            clock_every: LIVE_CLOCK_EVERY
+                .min(((job.batch as u32).clamp(1, 256) + 1).next_power_of_two() / 2),
         })
         .map_err(|e| BlastError::Program(format!("live-frames program: {e}")))?;
         // The program holds its maps: `flows_map` may close when this returns.
