@@ -8,6 +8,8 @@
 //!
 //! Run (root): `cargo bench -p flowlane --bench live_veth` (FLOWLANE_BENCH_SECS, default 3).
 
+mod common;
+
 use std::time::Instant;
 
 use flowlane_io::ebpf::{xdp, Asm, R0};
@@ -18,30 +20,16 @@ use flowlane_lab::{Pair, DUT_ADDR};
 const REF_CALL: u32 = 1 << 22;
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    let Some(secs) = common::start("live_veth") else {
         return;
-    }
-    if !flowlane_lab::can_create_namespaces() {
-        eprintln!("live_veth: needs root for network namespaces; skipped");
-        return;
-    }
-    let secs: f64 = std::env::var("FLOWLANE_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    };
     let p = Pair::create("flb-live", 1).expect("namespaces");
     let xdp_prog = |ret: i32, name: &str| {
         let mut a = Asm::new();
         a.mov_imm(R0, ret).exit();
         bpf::prog_load(bpf::PROG_XDP, name, &a.finish().expect("asm")).expect("load")
     };
-    let drop_prog = xdp_prog(xdp::DROP, "fl_bench_drop");
-    let dut_if = p.dut_if.clone();
-    let _drop_all = p
-        .dut
-        .run(|| bpf::attach_xdp(&drop_prog, ifindex(&dut_if).expect("ifindex"), 0))
-        .expect("in the DUT namespace")
-        .expect("attach");
+    let _drop_all = common::verdict(&p.dut, &p.dut_if, xdp::DROP);
     let counted = || p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets;
     let to = format!("{DUT_ADDR}:9000");
     let d = secs.to_string();

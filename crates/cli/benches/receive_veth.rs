@@ -20,6 +20,8 @@
 //!
 //! Run (root): `cargo bench -p flowlane --bench receive_veth` (FLOWLANE_BENCH_SECS, default 3).
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 
@@ -74,17 +76,9 @@ struct Row {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    let Some(secs) = common::start("receive_veth") else {
         return;
-    }
-    if !flowlane_lab::can_create_namespaces() {
-        eprintln!("receive_veth: needs root for network namespaces; skipped");
-        return;
-    }
-    let secs: f64 = std::env::var("FLOWLANE_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    };
     let p = Pair::create("flb-recv", 1).expect("namespaces");
     // xdp-live frames reach a veth peer only if it runs NAPI: GRO on (the AF_XDP sink's
     // program does the same while it is attached).

@@ -13,6 +13,19 @@ use flowlane_lab::Netns;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
 
+/// What every namespace bench checks first: nothing to do for `cargo test --benches`'
+/// `--list`, and a skip (said) without root. The seconds per row when it may run.
+pub fn start(name: &str) -> Option<f64> {
+    if std::env::args().any(|a| a == "--list") {
+        return None;
+    }
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("{name}: needs root for network namespaces; skipped");
+        return None;
+    }
+    Some(secs())
+}
+
 /// Seconds per row (FLOWLANE_BENCH_SECS, default 3).
 pub fn secs() -> f64 {
     std::env::var("FLOWLANE_BENCH_SECS")
