@@ -935,3 +935,62 @@ fn load_metrics_serve_counters_rates_and_latency_as_it_goes() {
     let (code, _) = srv.finish();
     assert_eq!(code, Some(0));
 }
+
+/// A browser as the client: headless chromium loads two pages from `http serve` and renders
+/// exactly the bodies the pattern says (text/plain, shown in a `<pre>`); every request it made
+/// (the pages, and whatever else a browser asks for, such as /favicon.ico) was answered and
+/// counted.
+#[test]
+fn a_browser_renders_what_serve_sends() {
+    let Some((_g, ns)) = netns() else { return };
+    if !need_program("chromium") {
+        return;
+    }
+    let srv = serve(&ns, 8082, &[]);
+    wait_listening(&ns, 8082);
+    for n in [100usize, 20_000] {
+        let o = ns
+            .command("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+            .args([
+                "--disable-background-networking",
+                "--disable-component-update",
+            ])
+            .args(["--no-first-run", "--disable-sync"])
+            .arg(format!(
+                "--user-data-dir={}",
+                std::env::temp_dir()
+                    .join(format!("flh-chromium-{}", std::process::id()))
+                    .display()
+            ))
+            .arg(format!("http://{ADDR}:8082/bytes/{n}"))
+            .output()
+            .expect("chromium runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let dom = String::from_utf8_lossy(&o.stdout);
+        let body = String::from_utf8(body(n)).expect("the pattern is text");
+        let pre = dom
+            .split_once("<pre")
+            .and_then(|(_, rest)| rest.split_once('>'))
+            .and_then(|(_, rest)| rest.split_once("</pre>"))
+            .map(|(inner, _)| inner)
+            .unwrap_or_else(|| panic!("a <pre> with the body: {dom}"));
+        assert_eq!(pre, body, "{n} bytes as rendered");
+    }
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("flh-chromium-{}", std::process::id())),
+    );
+    let (code, j) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    let t = &j["total"];
+    let requests = u(t, &["requests"]);
+    assert!(requests >= 2, "{j}");
+    assert_eq!(
+        u(t, &["status_2xx"]) + u(t, &["status_4xx"]),
+        requests,
+        "every request answered: {j}"
+    );
+    assert!(u(t, &["status_2xx"]) >= 2, "{j}");
+    // Whatever a browser sends parses (how it closes its connections is its own affair).
+    assert_eq!(u(t, &["parse_errors"]), 0, "{j}");
+}
