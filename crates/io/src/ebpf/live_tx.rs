@@ -67,10 +67,12 @@ pub struct LiveTx {
     /// few ns). The run loop then spins at the rate the program can decide, so frames leave
     /// evenly spaced to within a batch, not in bursts of a whole kernel call.
     pub pace_fd: Option<i32>,
-    /// One flow: its checksum seed ([`live_flow::SEED`]), built into the program. The frame
-    /// run is that flow's, so there is no flow to look up and no header to copy — only the
-    /// sequence number, the time and the checksum are written, every frame.
-    pub one_flow_seed: Option<u32>,
+    /// One flow: its map entry ([`live_flow`]: the header bytes, then the checksum seed),
+    /// built into the program — the headers written as immediates, no flow to look up. They
+    /// are written every frame all the same: in live-frames mode a sent frame's page comes
+    /// back to the run's pool as the receiver left it, and a receiver that forwards in place
+    /// (a router decrementing the TTL, rewriting MACs) changes it.
+    pub one_flow: Option<[u8; live_flow::VALUE_SIZE]>,
     /// Unpaced: read the clock for one frame in this many (a power of two; 1: every frame)
     /// and stamp the others with that reading, kept in the counter map's entry 1. Live
     /// frames leave in batches (the kernel flushes a batch after running the program on all
@@ -138,7 +140,7 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
     } else {
         a.call(Helper::KtimeGetNs).mov(R8, R0);
     }
-    if p.one_flow_seed.is_none() {
+    if p.one_flow.is_none() {
         // flow k = n % flows, sequence number n / flows; R9 = the flow's entry
         a.mov(R1, R7)
             .alu_imm(Alu::Mod, R1, flows)
@@ -151,18 +153,27 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
             .jump_imm(Cond::Eq, R0, 0, drop)
             .mov(R9, R0);
     }
-    let need = if p.one_flow_seed.is_some() {
-        (p.seq_off + 12).max(p.csum_off + 2)
-    } else {
-        p.hdr_len
-    };
     a.load(Size::W, R2, R6, xdp_md::DATA)
         .load(Size::W, R3, R6, xdp_md::DATA_END)
         .mov(R6, R2)
-        .alu_imm(Alu::Add, R2, need as i32)
+        .alu_imm(Alu::Add, R2, p.hdr_len as i32)
         .jump_reg(Cond::Gt, R2, R3, drop);
-    match p.one_flow_seed {
-        Some(seed) => {
+    match &p.one_flow {
+        Some(entry) => {
+            // The headers as immediates, four bytes a store (the flowlane header's sequence
+            // number and time are written below).
+            let mut off = 0usize;
+            while off + 4 <= p.hdr_len {
+                let w = [entry[off], entry[off + 1], entry[off + 2], entry[off + 3]];
+                a.store_imm(Size::W, R6, off as i16, i32::from_ne_bytes(w));
+                off += 4;
+            }
+            if off + 2 <= p.hdr_len {
+                let h = u16::from_ne_bytes([entry[off], entry[off + 1]]);
+                a.store_imm(Size::H, R6, off as i16, i32::from(h));
+            }
+            let s = live_flow::SEED;
+            let seed = u32::from_ne_bytes([entry[s], entry[s + 1], entry[s + 2], entry[s + 3]]);
             // An immediate is sign-extended: keep its low 32 bits.
             a.mov_imm(R5, seed as i32)
                 .alu_imm(Alu::Lsh, R5, 32)
@@ -282,6 +293,7 @@ mod tests {
     /// the magic; (frame, seq offset, checksum offset, seed).
     fn frame() -> (Vec<u8>, usize, usize, u32) {
         let mut f = vec![0u8; 60];
+        f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
         f[12..14].copy_from_slice(&[0x08, 0x00]);
         let ip = &mut f[14..34];
         ip[0] = 0x45;
@@ -329,9 +341,10 @@ mod tests {
         }
     }
 
-    /// Run by the kernel's test runner (needs CAP_BPF; skipped without it): every frame gets
-    /// the next sequence number, a checksum an independent computation agrees with, and — one
-    /// reading per group of four — times that step up group by group and never go back.
+    /// Run by the kernel's test runner (needs CAP_BPF; skipped without it) on a frame a
+    /// forwarder changed in place: every frame gets its flow's headers back, the next sequence
+    /// number, a checksum an independent computation agrees with, and — one reading per group
+    /// of four — times that step up group by group and never go back.
     #[test]
     fn every_frame_is_stamped_with_a_valid_checksum_and_groups_share_a_reading() {
         let counter = match bpf::MappedArray::new("fl_t_live_c", 2) {
@@ -345,6 +358,17 @@ mod tests {
         let flows = crate::maps::ArrayMap::create("fl_t_live_f", live_flow::VALUE_SIZE, 1)
             .expect("flows map");
         let (f, seq_off, csum_off, seed) = frame();
+        let mut entry = [0u8; live_flow::VALUE_SIZE];
+        entry[..seq_off + 12].copy_from_slice(&f[..seq_off + 12]);
+        entry[live_flow::SEED..live_flow::SEED + 4].copy_from_slice(&seed.to_ne_bytes());
+        flows.set(0, &entry).expect("flow entry");
+        // The frame each run starts from, as a router that forwarded it in place left it:
+        // MACs swapped, TTL decremented, the IP checksum adjusted — the program writes the
+        // flow's headers back.
+        let mut used = f.clone();
+        used[..12].rotate_left(6);
+        used[22] -= 1;
+        used[24..26].fill(0x5a);
         for (every, one) in [(4u32, true), (1, false)] {
             let insns = live_tx_program(&LiveTx {
                 counter_fd: counter.fd(),
@@ -354,22 +378,18 @@ mod tests {
                 seq_off,
                 csum_off,
                 pace_fd: None,
-                one_flow_seed: one.then_some(seed),
+                one_flow: one.then_some(entry),
                 clock_every: every,
             })
             .expect("assembles");
-            if !one {
-                let mut v = [0u8; live_flow::VALUE_SIZE];
-                v[..seq_off + 12].copy_from_slice(&f[..seq_off + 12]);
-                v[live_flow::SEED..live_flow::SEED + 4].copy_from_slice(&seed.to_ne_bytes());
-                flows.set(0, &v).expect("flow entry");
-            }
             let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_live", &insns).expect("verified");
             let start = counter.get(0);
             let mut times = Vec::new();
             for k in 0..12u64 {
-                let (ret, out) = bpf::xdp_test_run(&prog, &f).expect("test run");
+                let (ret, out) = bpf::xdp_test_run(&prog, &used).expect("test run");
                 assert_eq!(ret, xdp::TX as u32);
+                assert_eq!(out[..csum_off], f[..csum_off], "the flow's headers, every {every}");
+                assert_eq!(out[csum_off + 2..seq_off], f[csum_off + 2..seq_off]);
                 let seq = u32::from_be_bytes([
                     out[seq_off],
                     out[seq_off + 1],

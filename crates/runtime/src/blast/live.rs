@@ -176,7 +176,7 @@ impl LiveBlaster {
         .map_err(bpf_err)?;
         let mut frame = Vec::new();
         let mut layout = (0, 0, 0);
-        let mut seed0 = 0u32;
+        let mut entry0 = [0u8; live_flow::VALUE_SIZE];
         for (k, f) in job.flows.iter().enumerate() {
             let mut t = flowlane_wire::Template::build(&flowlane_wire::TemplateSpec {
                 src_mac: link.src_mac,
@@ -215,7 +215,7 @@ impl LiveBlaster {
             if k == 0 {
                 frame = bytes;
                 layout = (hdr_len, t.payload + 4, t.l4 + 6);
-                seed0 = u32::from(!csum);
+                entry0 = value;
             }
         }
         // Entry 0: frames released; entry 1: the clock reading unpaced frames share.
@@ -240,7 +240,7 @@ impl LiveBlaster {
             hdr_len: layout.0,
             seq_off: layout.1,
             csum_off: layout.2,
-            one_flow_seed: (job.flows.len() == 1).then_some(seed0),
+            one_flow: (job.flows.len() == 1).then_some(entry0),
             // At most a batch of frames shares a reading (see `LiveTx::clock_every`).
             clock_every: LIVE_CLOCK_EVERY
                 .min(((job.batch as u32).clamp(1, 256) + 1).next_power_of_two() / 2),
