@@ -157,6 +157,40 @@ pub(crate) fn bind(s: &Socket, addr: SocketAddr) -> Result<(), GroupError> {
     })
 }
 
+/// One member of a `SO_REUSEPORT` group kept aside (a duplicate of its descriptor) by the
+/// worker that opened it, so the control thread can attach steering once every member is
+/// bound — each worker binds its own socket on its own CPU, in order. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct GroupMember(std::sync::Arc<std::sync::Mutex<Option<std::os::fd::OwnedFd>>>);
+
+impl GroupMember {
+    /// Keeps a duplicate of `s` (the first call wins).
+    pub fn keep(&self, s: &impl std::os::fd::AsFd) -> Result<(), GroupError> {
+        let dup = s
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| GroupError::Sys(sys_err("dup", e)))?;
+        if let Ok(mut g) = self.0.lock() {
+            g.get_or_insert(dup);
+        }
+        Ok(())
+    }
+
+    /// Attaches steering through the kept member ([`attach_steering`]) and hands it back (to
+    /// read its buffer sizes), or says there was none to attach to.
+    pub fn attach(&self, cpus: &[usize], steer: bool) -> (Steering, Option<std::os::fd::OwnedFd>) {
+        match self.0.lock().ok().and_then(|mut g| g.take()) {
+            Some(fd) => (attach_steering(&fd, cpus, steer), Some(fd)),
+            None => (
+                Steering::ReuseportHash {
+                    reason: "no socket to attach to".into(),
+                },
+                None,
+            ),
+        }
+    }
+}
+
 /// Attaches CPU steering to a group (through any one member, once all are bound). Never fails:
 /// when the program is refused, the group keeps reuseport hashing and the reason is returned.
 pub fn attach_steering(member: &impl AsRawFd, cpus: &[usize], steer: bool) -> Steering {

@@ -388,7 +388,11 @@ mod tests {
             for k in 0..12u64 {
                 let (ret, out) = bpf::xdp_test_run(&prog, &used).expect("test run");
                 assert_eq!(ret, xdp::TX as u32);
-                assert_eq!(out[..csum_off], f[..csum_off], "the flow's headers, every {every}");
+                assert_eq!(
+                    out[..csum_off],
+                    f[..csum_off],
+                    "the flow's headers, every {every}"
+                );
                 assert_eq!(out[csum_off + 2..seq_off], f[csum_off + 2..seq_off]);
                 let seq = u32::from_be_bytes([
                     out[seq_off],

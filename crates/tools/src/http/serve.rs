@@ -4,9 +4,9 @@
 //! `GET /bytes/N` (or `size=N` in the query) with N bytes of the pattern, `/echo` with the
 //! request's body, `/` with the default size.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use flowlane_io::tcp::{self, GroupError, ListenConfig, Steering};
 use flowlane_runtime::http::server::{
@@ -262,7 +262,8 @@ pub fn run(
         backlog: cfg.backlog,
         v6only: false,
     };
-    let first: Arc<Mutex<Option<TcpListener>>> = Arc::new(Mutex::new(None));
+    // Worker 0 keeps its listener aside so steering is attached once all are bound.
+    let first = tcp::GroupMember::default();
     let f2 = first.clone();
     let scfg = ServerConfig {
         default_size: cfg.default_size,
@@ -276,15 +277,7 @@ pub fn run(
     let mut rt: Runtime<HttpServeStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
         let l = tcp::listen_one(&lcfg)?;
         if idx == 0 {
-            let c = l.try_clone().map_err(|source| {
-                GroupError::Sys(flowlane_io::SysError {
-                    call: "dup",
-                    source,
-                })
-            })?;
-            if let Ok(mut g) = f2.lock() {
-                *g = Some(c);
-            }
+            f2.keep(&l)?;
         }
         ServerWorker::new(l, cpu, bodies.clone(), scfg.clone()).map_err(GroupError::Sys)
     })
@@ -292,12 +285,7 @@ pub fn run(
         StartError::Open(g) => group_error(g),
         other => ToolError::runtime(other.to_string()),
     })?;
-    let steering = match first.lock().ok().and_then(|mut g| g.take()) {
-        Some(l) => tcp::attach_steering(&l, &cfg.cpus, cfg.steer),
-        None => Steering::ReuseportHash {
-            reason: "no listener to attach to".into(),
-        },
-    };
+    let (steering, _) = first.attach(&cfg.cpus, cfg.steer);
     let steering_reason = match &steering {
         Steering::ReuseportHash { reason } => Some(reason.clone()),
         Steering::CpuBpf => None,

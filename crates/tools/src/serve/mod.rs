@@ -7,12 +7,10 @@
 mod config;
 mod report;
 
-use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
-use flowlane_io::SysError;
 use flowlane_runtime::serve::{Mode, ServeStats, ServeWorker, SourceCounts};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
@@ -201,7 +199,7 @@ impl Startup {
         };
         // Worker 0 hands a clone of its socket back so steering can be attached once all are
         // bound.
-        let first: Arc<Mutex<Option<UdpSocket>>> = Arc::new(Mutex::new(None));
+        let first = udp::GroupMember::default();
         let drop_counter = Arc::new(AtomicBool::new(true));
         // Why the detector is off, if it is (first failure wins; the run goes on without it).
         let no_detect: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(
@@ -241,15 +239,7 @@ impl Startup {
                 o2.store(false, Ordering::Relaxed);
             }
             if idx == 0 {
-                let c = sock.try_clone().map_err(|source| {
-                    GroupError::Sys(SysError {
-                        call: "dup",
-                        source,
-                    })
-                })?;
-                if let Ok(mut g) = f2.lock() {
-                    *g = Some(c);
-                }
+                f2.keep(&sock)?;
             }
             let mut det = None;
             if detect {
@@ -318,19 +308,8 @@ impl Startup {
             })
         })
         .map_err(start_error)?;
-        let member = first.lock().ok().and_then(|mut g| g.take());
-        let (steering, bufs) = match &member {
-            Some(s) => (
-                udp::attach_steering(s, &cfg.cpus, gcfg.steer),
-                udp::buffer_sizes(s).ok(),
-            ),
-            None => (
-                Steering::ReuseportHash {
-                    reason: "no socket".into(),
-                },
-                None,
-            ),
-        };
+        let (steering, member) = first.attach(&cfg.cpus, gcfg.steer);
+        let bufs = member.as_ref().and_then(|s| udp::buffer_sizes(s).ok());
         drop(member);
         let (rcvbuf, sndbuf) = bufs.unwrap_or((0, 0));
         let detector_off = no_detect.lock().ok().and_then(|g| g.clone());
@@ -365,6 +344,7 @@ fn start_error(e: StartError<GroupError>) -> ToolError {
 
 #[cfg(test)]
 mod tests {
+    use std::net::UdpSocket;
     use std::time::Duration;
 
     use super::*;
