@@ -994,3 +994,81 @@ fn a_browser_renders_what_serve_sends() {
     // Whatever a browser sends parses (how it closes its connections is its own affair).
     assert_eq!(u(t, &["parse_errors"]), 0, "{j}");
 }
+
+/// The TCP form of serve's steering, checked from the client side: connections made from a
+/// thread pinned to CPU c (on loopback the kernel handles a connection's packets on the
+/// sender's CPU) are accepted by CPU c's worker — each worker's `accepted` equals the
+/// connections made from its CPU, none missteered. With `--no-steer` the kernel's reuseport
+/// hash spreads them regardless of CPU, and the workers count what landed elsewhere.
+#[test]
+fn steered_connections_are_accepted_on_the_cpu_that_made_them() {
+    let Some((_g, ns)) = netns() else { return };
+    if flowlane_io::os::allowed_cpus().map_or(0, |c| c.len()) < 2 {
+        eprintln!("SKIP: needs 2 CPUs");
+        return;
+    }
+    const PER_CPU: usize = 40;
+    // PER_CPU connections from a thread pinned to each CPU, one request each.
+    let connect_from = |port: u16| {
+        std::thread::scope(|s| {
+            for cpu in [0usize, 1] {
+                let ns = &ns;
+                s.spawn(move || {
+                    ns.run(|| {
+                        flowlane_io::os::pin_current_thread(cpu).expect("pin");
+                        for _ in 0..PER_CPU {
+                            let mut c = TcpStream::connect((ADDR, port)).expect("connect");
+                            c.set_read_timeout(Some(Duration::from_secs(10)))
+                                .expect("timeout");
+                            c.write_all(
+                                b"GET /bytes/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                            )
+                            .expect("write");
+                            let mut v = Vec::new();
+                            c.read_to_end(&mut v).expect("read");
+                            assert!(v.starts_with(b"HTTP/1.1 200"), "{v:?}");
+                        }
+                    })
+                    .expect("in the namespace");
+                });
+            }
+        });
+    };
+    for (port, steer) in [(8083u16, true), (8084, false)] {
+        let mut extra = vec!["--cpus", "0,1"];
+        if !steer {
+            extra.push("--no-steer");
+        }
+        let srv = serve(&ns, port, &extra);
+        wait_listening(&ns, port);
+        connect_from(port);
+        let (code, j) = srv.finish();
+        assert_eq!(code, Some(0), "{j}");
+        let workers = j["workers"].as_array().expect("workers");
+        assert_eq!(workers.len(), 2, "{j}");
+        // wait_listening connected once, from the test's own thread, wherever it ran.
+        let accepted: u64 = workers.iter().map(|w| u(w, &["counts", "accepted"])).sum();
+        assert_eq!(accepted, 2 * PER_CPU as u64 + 1, "{j}");
+        let missteered: u64 = workers
+            .iter()
+            .map(|w| u(w, &["counts", "missteered"]))
+            .sum();
+        if steer {
+            assert_eq!(j["steering"], "cpu-bpf", "{j}");
+            assert!(
+                missteered <= 1,
+                "only the probe connection may land off: {j}"
+            );
+            for w in workers {
+                let got = u(w, &["counts", "accepted"]);
+                assert!(
+                    (PER_CPU as u64..=PER_CPU as u64 + 1).contains(&got),
+                    "CPU {}'s worker accepted {got} of the {PER_CPU} made there: {j}",
+                    w["cpu"]
+                );
+            }
+        } else {
+            assert!(missteered > 0 && missteered <= accepted, "{j}");
+        }
+    }
+}
