@@ -1740,3 +1740,39 @@ fn an_af_xdp_sink_takes_every_frame_from_the_kernel_and_accounts_it() {
     );
     assert_one_way_latency(&s);
 }
+
+/// What the sink cannot do is refused before it starts, with exit code 2 and the reason: a
+/// capture file it cannot create, queue CPUs for the AF_PACKET backend, a capture over
+/// several AF_XDP queues, an XDP hook another program holds.
+#[test]
+fn sink_refusals_are_usage_errors() {
+    let Some((_one, p)) = pair() else { return };
+    let dev = p.dut_if.as_str();
+    let run = |args: &[&str]| {
+        let out = p
+            .dut
+            .command(BIN)
+            .args(["sink", "--dev", dev, "--duration", "1", "--json", "--quiet"])
+            .args(args)
+            .output()
+            .expect("sink runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, says) in [
+        (vec!["--write", "/nonexistent-dir/x.pcap"], "cannot create"),
+        (vec!["--cpus", "1"], "--backend af-xdp"),
+        (vec!["--write-count", "5"], "--write"),
+    ] {
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // Another XDP program on the interface: the AF_XDP sink says whose hook it is.
+    let _held = common::xdp_pass(&p.dut, dev);
+    let (code, err) = run(&["--backend", "af-xdp"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("already has an XDP program"), "{err}");
+}
