@@ -200,6 +200,10 @@ impl<R: FrameRx, T: FrameTx> BridgeWorker<R, T> {
 impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
     type Stats = ForwardStats;
 
+    fn drains(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let mut t = Tally::default();
         let (table, rx, tx) = (&self.table, &mut self.rx, &mut self.tx);
@@ -297,6 +301,10 @@ impl XskBridgeWorker {
 
 impl Poll for XskBridgeWorker {
     type Stats = ForwardStats;
+
+    fn drains(&self) -> bool {
+        true
+    }
 
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let ports = self.group.ports();

@@ -100,6 +100,10 @@ fn copy_frame(data: &[u8], vlan: Option<u16>, buf: &mut [u8]) -> usize {
 impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
     type Stats = ForwardStats;
 
+    fn drains(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let (mut n, mut fwd, mut not_ip, mut malformed, mut trunc, mut full) = (0, 0, 0, 0, 0, 0);
         while n < budget {
@@ -219,6 +223,10 @@ impl XskReflectWorker {
 
 impl Poll for XskReflectWorker {
     type Stats = ForwardStats;
+
+    fn drains(&self) -> bool {
+        true
+    }
 
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let (mut not_ip, mut malformed) = (0u64, 0u64);

@@ -59,6 +59,11 @@ pub trait Poll: Send + 'static {
     /// `finish`, with `last`): a place to publish what other threads read while the run goes
     /// on — the latency histogram `--metrics` serves ([`latency::Publisher`] keeps it cheap).
     fn publish(&mut self, _last: bool) {}
+    /// Whether the worker receives frames that must all be counted: stopped by request, it
+    /// then polls until its rings are empty (bounded) before its last `idle` and `finish`.
+    fn drains(&self) -> bool {
+        false
+    }
     /// Called once when the loop has ended, after the last `idle`: hand results over.
     fn finish(&mut self, _stats: &Self::Stats) {}
 }
@@ -396,6 +401,26 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
             }
         }
     }
+    // A receiver stopped by request first reads what already waits in its rings: frames that
+    // arrived before the stop are then counted, not left between the last read and the
+    // interface counters the report is checked against (bounded: 64 rounds, 20 ms).
+    if p.drains() && !p.done() {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(20);
+        for _ in 0..64 {
+            match p.poll(budget, st) {
+                Ok(0) => break,
+                Ok(_) if std::time::Instant::now() >= until => break,
+                Ok(_) => {}
+                Err(e) => {
+                    p.idle(st);
+                    p.publish(true);
+                    p.finish(st);
+                    cpu();
+                    return fail(e);
+                }
+            }
+        }
+    }
     p.idle(st);
     p.publish(true);
     p.finish(st);
@@ -430,6 +455,69 @@ mod tests {
         fn wait(&mut self, _ms: i32) -> Result<(), String> {
             std::thread::sleep(std::time::Duration::from_millis(1));
             Ok(())
+        }
+    }
+
+    /// A receiver whose frames wait in its ring when the stop comes: they are read before it
+    /// finishes — if it says it drains — and left otherwise.
+    struct Ring {
+        waiting: usize,
+        drains: bool,
+        left_at_finish: Arc<Mutex<Option<usize>>>,
+    }
+
+    impl Poll for Ring {
+        type Stats = FakeStats;
+        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
+            let n = self.waiting.min(budget);
+            self.waiting -= n;
+            bump(&st.rx_packets, n as u64);
+            Ok(n)
+        }
+        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+            Ok(())
+        }
+        fn drains(&self) -> bool {
+            self.drains
+        }
+        fn finish(&mut self, _st: &FakeStats) {
+            if let Ok(mut g) = self.left_at_finish.lock() {
+                *g = Some(self.waiting);
+            }
+        }
+    }
+
+    #[test]
+    fn a_draining_receiver_reads_its_ring_after_the_stop() {
+        let here = flowlane_io::os::current_cpu().unwrap_or(0);
+        for drains in [true, false] {
+            // Stopped before it ever polls: 1000 frames wait.
+            let stop = Arc::new(AtomicBool::new(true));
+            let left = Arc::new(Mutex::new(None));
+            let l2 = left.clone();
+            let cfg = Config {
+                cpus: vec![here],
+                budget: 64,
+                wait_ms: 5,
+            };
+            let mut rt = Runtime::start(&cfg, stop.clone(), move |_, _| {
+                Ok::<_, ()>(Ring {
+                    waiting: 1000,
+                    drains,
+                    left_at_finish: l2.clone(),
+                })
+            })
+            .expect("start");
+            rt.go();
+            rt.join();
+            let got = rt.stats()[0].snapshot().role.rx_packets;
+            let left = left.lock().expect("lock").expect("finished");
+            assert_eq!(got + left as u64, 1000);
+            if drains {
+                assert_eq!((got, left), (1000, 0), "read before finishing");
+            } else {
+                assert_eq!(got, 0, "left in the ring");
+            }
         }
     }
 

@@ -313,6 +313,10 @@ impl XskRouteWorker {
 impl Poll for XskRouteWorker {
     type Stats = ForwardStats;
 
+    fn drains(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let view = self.tables.view();
         let mut t = Tally::default();
@@ -359,6 +363,10 @@ pub(crate) fn drain_group(group: &mut XskGroup) {
 
 impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
     type Stats = ForwardStats;
+
+    fn drains(&self) -> bool {
+        true
+    }
 
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let view = self.tables.view();

@@ -284,6 +284,10 @@ impl<R: FrameRx> SinkWorker<R> {
 impl<R: FrameRx> Poll for SinkWorker<R> {
     type Stats = SinkStats;
 
+    fn drains(&self) -> bool {
+        true
+    }
+
     fn poll(&mut self, budget: usize, st: &SinkStats) -> Result<usize, String> {
         let now = os::monotonic_ns();
         let mut n = 0;
