@@ -27,6 +27,8 @@ use crate::{CmdResult, Failure};
 /// frames are taken instead: an XDP program redirects each receive queue's frames to an
 /// AF_XDP socket read by a worker of its own (on `--cpus` in turn), and the kernel never
 /// makes an skb of them — the fastest way in; the interface must have no other XDP program.
+/// Only unicast IP is taken: ARP, neighbour discovery, multicast and broadcast go on to the
+/// kernel (counted as `to_kernel`), so senders can still resolve this host's address.
 ///
 /// What is counted where: `malformed` (headers cut short or inconsistent, or a wrong UDP
 /// checksum where one can be checked), `foreign` (UDP to the watched port without the flowlane
@@ -262,6 +264,16 @@ fn print_summary(r: &SinkReport) {
         println!("cost: {c:.0} ns of sink CPU per frame (thread CPU clock)");
     }
     println!("{}", crate::live::pmu_line("frame", &r.pmu));
+    if r.checksum_not_filled > 0 {
+        println!(
+            "{} frames carried a checksum left to the sender's offload (not filled in): accounted, \
+             not judged",
+            r.checksum_not_filled
+        );
+    }
+    if let Some(k) = r.to_kernel {
+        println!("left to the kernel (not unicast IP: ARP, neighbour discovery, multicast): {k}");
+    }
     if r.split_flows > 0 {
         println!(
             "{} flows came in on more than one receive queue: their loss and order are counted \

@@ -1253,6 +1253,24 @@ fn xdp_live_frames_the_device_refused_are_reported_not_hidden() {
     }
 }
 
+/// A pcap (little-endian, µs, Ethernet) holding one broadcast ARP frame: nothing to stamp.
+fn arp_pcap(name: &str) -> TempFile {
+    let cap = TempFile::new(name);
+    let mut pcap = Vec::new();
+    for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+        pcap.extend_from_slice(&w.to_le_bytes());
+    }
+    for w in [0u32, 0, 42, 42] {
+        pcap.extend_from_slice(&w.to_le_bytes());
+    }
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    arp.resize(42, 0);
+    pcap.extend_from_slice(&arp);
+    std::fs::write(&cap.0, &pcap).expect("write");
+    cap
+}
+
 /// A temporary file removed when dropped (also when the test fails).
 struct TempFile(std::path::PathBuf);
 
@@ -1472,20 +1490,7 @@ fn replay_refusals_are_usage_errors() {
     let Some((_one, p)) = pair() else { return };
     let not_cap = TempFile::new("not-a-capture");
     std::fs::write(&not_cap.0, b"hello, not a capture").expect("write");
-    let cap = TempFile::new("arp-only");
-    // A pcap (little-endian, µs, Ethernet) holding one ARP frame: nothing to stamp.
-    let mut pcap = Vec::new();
-    for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
-        pcap.extend_from_slice(&w.to_le_bytes());
-    }
-    for w in [0u32, 0, 42, 42] {
-        pcap.extend_from_slice(&w.to_le_bytes());
-    }
-    let mut arp = vec![0xffu8; 6];
-    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
-    arp.resize(42, 0);
-    pcap.extend_from_slice(&arp);
-    std::fs::write(&cap.0, &pcap).expect("write");
+    let cap = arp_pcap("arp-only");
     let dev = p.gen_if.as_str();
     for (args, says) in [
         (
@@ -1696,13 +1701,15 @@ fn sink_metrics_carry_rates_and_the_latency_histogram() {
     );
 }
 
-/// `sink --backend af-xdp`: the frames are taken before the kernel makes an skb of them — its
-/// IP layer counts none — and every frame the interface received is accounted, or in the
-/// sockets' own drop count.
+/// `sink --backend af-xdp`: unicast IP frames are taken before the kernel makes an skb of
+/// them — its IP layer counts none — the rest (here one broadcast ARP frame) goes on to the
+/// kernel, counted, and every frame the interface received is accounted, in the sockets' own
+/// drop count, or in that count.
 #[test]
 fn an_af_xdp_sink_takes_every_frame_from_the_kernel_and_accounts_it() {
     let Some((_one, p)) = pair() else { return };
     let to = format!("{DUT_ADDR}:9000");
+    let arp = arp_pcap("af-xdp-arp");
     let ip_before = p.dut.snmp().expect("snmp");
     let (s, iface) = sink_during(&p, &["--backend", "af-xdp", "--cpus", "1"], || {
         blast(
@@ -1712,12 +1719,30 @@ fn an_af_xdp_sink_takes_every_frame_from_the_kernel_and_accounts_it() {
                 "3", "--rate", "100k",
             ],
         );
+        blast(
+            &p,
+            &[
+                "--mode",
+                "raw",
+                "--dev",
+                &p.gen_if,
+                "--pcap",
+                arp.arg(),
+                "--pcap-mode",
+                "verbatim",
+            ],
+        );
     });
     let ip_after = p.dut.snmp().expect("snmp");
-    assert_eq!(iface, 100_000, "the DUT's interface got every frame");
+    assert_eq!(iface, 100_001, "the DUT's interface got every frame");
     assert_backend(&s, "af-xdp", &p.dut_if);
     let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
-    assert_eq!(n("rx_packets") + n("ring_drops"), iface, "{s}");
+    assert_eq!(n("to_kernel"), 1, "the ARP frame: {s}");
+    assert_eq!(
+        n("rx_packets") + n("ring_drops") + n("to_kernel"),
+        iface,
+        "{s}"
+    );
     assert_eq!(n("flowlane_packets"), n("rx_packets"), "{s}");
     assert_eq!((n("malformed"), n("foreign"), n("other")), (0, 0, 0), "{s}");
     assert_eq!(

@@ -461,7 +461,8 @@ mod tests {
     /// A receiver whose frames wait in its ring when the stop comes: they are read before it
     /// finishes — if it says it drains — and left otherwise.
     struct Ring {
-        waiting: usize,
+        /// Its frames, as [`Fake`] hands them out.
+        waiting: Fake,
         drains: bool,
         left_at_finish: Arc<Mutex<Option<usize>>>,
     }
@@ -469,20 +470,17 @@ mod tests {
     impl Poll for Ring {
         type Stats = FakeStats;
         fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
-            let n = self.waiting.min(budget);
-            self.waiting -= n;
-            bump(&st.rx_packets, n as u64);
-            Ok(n)
+            self.waiting.poll(budget, st)
         }
-        fn wait(&mut self, _ms: i32) -> Result<(), String> {
-            Ok(())
+        fn wait(&mut self, ms: i32) -> Result<(), String> {
+            self.waiting.wait(ms)
         }
         fn drains(&self) -> bool {
             self.drains
         }
         fn finish(&mut self, _st: &FakeStats) {
             if let Ok(mut g) = self.left_at_finish.lock() {
-                *g = Some(self.waiting);
+                *g = Some(self.waiting.left);
             }
         }
     }
@@ -502,7 +500,7 @@ mod tests {
             };
             let mut rt = Runtime::start(&cfg, stop.clone(), move |_, _| {
                 Ok::<_, ()>(Ring {
-                    waiting: 1000,
+                    waiting: Fake { left: 1000 },
                     drains,
                     left_at_finish: l2.clone(),
                 })

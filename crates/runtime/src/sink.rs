@@ -66,6 +66,10 @@ pub struct SinkCounts {
     pub malformed: u64,
     /// UDP frames with a wrong checksum (also not accounted per flow).
     pub bad_checksum: u64,
+    /// UDP frames whose checksum field holds only the pseudo-header's sum (sent from this
+    /// host with checksum offload; a reader without the kernel's word on it, AF_XDP, sees
+    /// them so): accounted, their checksum not judged.
+    pub checksum_not_filled: u64,
     /// Frames longer than a ring slot (cut short; counted, not parsed).
     pub truncated: u64,
     /// Flowlane frames stamped later than they were read (clocks differ: not one host).
@@ -140,8 +144,13 @@ impl SinkBook {
             return Verdict::Other;
         }
         if csum == Checksum::Verify && !f.checksum_ok(data) {
-            self.counts.bad_checksum += 1;
-            return Verdict::Malformed;
+            if f.checksum_partial(data) {
+                // Sent from this host with checksum offload: not filled in, not corrupt.
+                self.counts.checksum_not_filled += 1;
+            } else {
+                self.counts.bad_checksum += 1;
+                return Verdict::Malformed;
+            }
         }
         let h = match FlowHeader::read(f.payload) {
             Ok(h) => h,
@@ -432,6 +441,29 @@ mod tests {
         assert_eq!(book.latency().len(), 12);
         assert_eq!(book.latency().min(), 1_000);
         assert!(book.latency().max().abs_diff(5_000) <= 5);
+    }
+
+    #[test]
+    fn a_checksum_left_to_offload_is_accounted_and_said_so() {
+        let mut book = SinkBook::new(Some(9000));
+        let mut f = frame(2, 0, 10, 9000);
+        // What a sender with checksum offload leaves in the field: the pseudo-header's sum.
+        let (l4, udp_len) = (34, (f.len() - 34) as u32);
+        let pseudo = flowlane_wire::checksum::fold(flowlane_wire::checksum::pseudo_header(
+            &f[26..30],
+            &f[30..34],
+            udp_len,
+        ));
+        f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.to_be_bytes());
+        assert_eq!(book.frame(&f, Checksum::Verify, 20), Verdict::Flowlane);
+        assert_eq!(
+            (book.counts.checksum_not_filled, book.counts.bad_checksum),
+            (1, 0)
+        );
+        // Any other wrong value is still a bad checksum.
+        f[l4 + 6] ^= 0x10;
+        assert_eq!(book.frame(&f, Checksum::Verify, 20), Verdict::Malformed);
+        assert_eq!(book.counts.bad_checksum, 1);
     }
 
     #[test]

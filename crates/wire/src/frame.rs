@@ -382,6 +382,27 @@ impl<'a> UdpFrame<'a> {
         })
     }
 
+    /// Whether the UDP checksum field holds only the pseudo-header's sum: a datagram sent from
+    /// this host with checksum offload, not filled in yet (`CHECKSUM_PARTIAL`: the device
+    /// would add the rest). A reader that is not told so (AF_XDP) can tell such a frame from a
+    /// corrupt one by this.
+    pub fn checksum_partial(&self, frame: &[u8]) -> bool {
+        let udp_len = UDP_LEN + self.payload.len();
+        let Some(ip) = frame.get(self.l3..) else {
+            return false;
+        };
+        let (s, d) = if self.src.is_ipv6() {
+            (ip.get(8..24), ip.get(24..40))
+        } else {
+            (ip.get(12..16), ip.get(16..20))
+        };
+        let (Some(s), Some(d), Some(field)) = (s, d, frame.get(self.l4 + 6..self.l4 + 8)) else {
+            return false;
+        };
+        let pseudo = checksum::fold(checksum::pseudo_header(s, d, udp_len as u32));
+        u16::from_be_bytes([field[0], field[1]]) == pseudo
+    }
+
     /// Verifies the UDP checksum against `frame`, the bytes this view was parsed from. An IPv4
     /// checksum of 0 means "none" and passes; in IPv6 it is mandatory.
     pub fn checksum_ok(&self, frame: &[u8]) -> bool {

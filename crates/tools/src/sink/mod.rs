@@ -57,7 +57,8 @@ pub enum SinkBackend {
     #[default]
     AfPacket,
     /// AF_XDP sockets, one worker per receive queue, an XDP program redirecting each queue's
-    /// frames to its socket: the frames are taken from the kernel (no skb is ever made).
+    /// unicast IP frames to its socket: those are taken from the kernel (no skb is ever made);
+    /// the rest (ARP, neighbour discovery, multicast) goes on to the kernel, counted.
     AfXdp,
 }
 
@@ -144,6 +145,10 @@ pub struct SinkReport {
     pub malformed: u64,
     /// Of the malformed, those with a wrong UDP checksum.
     pub bad_checksum: u64,
+    /// Accounted frames whose UDP checksum was not filled in (sent from this host with
+    /// checksum offload; seen so through AF_XDP), not judged.
+    #[serde(default)]
+    pub checksum_not_filled: u64,
     /// Frames longer than a ring slot.
     pub truncated: u64,
     /// Frames the kernel could not copy in because the ring was full (the sink was the limit).
@@ -175,6 +180,11 @@ pub struct SinkReport {
     /// What each packet cost in cycles, instructions and cache misses, or why not known.
     #[serde(default)]
     pub pmu: crate::PmuCost,
+    /// AF_XDP: frames the redirect program left to the kernel instead (not unicast IP: ARP,
+    /// neighbour discovery, multicast, broadcast), its own count. The interface's received
+    /// frames = `rx_packets` + `ring_drops` + this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_kernel: Option<u64>,
     /// AF_XDP: flows whose frames came in on more than one queue (each has a row per queue;
     /// loss and order are then per queue, not per flow).
     #[serde(default)]
@@ -198,6 +208,7 @@ impl SinkReport {
             other: 0,
             malformed: 0,
             bad_checksum: 0,
+            checksum_not_filled: 0,
             truncated: 0,
             ring_drops: 0,
             clock_skew: 0,
@@ -210,6 +221,7 @@ impl SinkReport {
             flows: Vec::new(),
             backend: None,
             capture: None,
+            to_kernel: None,
             split_flows: 0,
             errors: Vec::new(),
         }
@@ -327,8 +339,17 @@ pub fn run(
             flowlane_io::bpf::XskMap::create("fl_sink_xsks", worker_cpus.len() as u32)
                 .map_err(|e| ToolError::runtime(format!("cannot make the XSKMAP: {e}")))?,
         );
-        let insns = flowlane_io::ebpf::xsk_redirect_program(map.raw_fd())
-            .map_err(|e| ToolError::runtime(format!("the redirect does not assemble: {e:?}")))?;
+        // Unicast IP only: ARP, neighbour discovery, multicast and broadcast go on to the
+        // kernel (counted), or a sender that must resolve this host's MAC never could.
+        let passed = flowlane_io::bpf::MappedArray::new(
+            "fl_sink_passed",
+            flowlane_io::os::possible_cpus() as u32,
+        )
+        .map_err(|e| ToolError::runtime(format!("cannot make the counter map: {e}")))?;
+        let insns = flowlane_io::ebpf::xsk_redirect_unicast_ip_program(map.raw_fd(), passed.fd())
+            .map_err(|e| {
+            ToolError::runtime(format!("the redirect does not assemble: {e:?}"))
+        })?;
         let prog = flowlane_io::bpf::prog_load(flowlane_io::bpf::PROG_XDP, "fl_sink_redir", &insns)
             .map_err(|e| {
                 ToolError::runtime(format!("the kernel refused the redirect program: {e}"))
@@ -343,7 +364,7 @@ pub fn run(
         // Attached once every queue's socket is in the map: no frame is passed by for want
         // of one.
         let link = crate::backend::attach_native(&prog, ifindex, &a.dev, "redirect program")?;
-        (rt, Some((link, map)))
+        (rt, Some((link, map, passed)))
     } else {
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _| {
             Ok::<_, SysError>(make.worker(idx, frame::RxRing::open(ifindex, slots, max_frame)?))
@@ -404,6 +425,9 @@ pub fn run(
     }
     let mut r = report(&got, xdp, errors, backend);
     r.capture = capture;
+    if let Some((_, _, passed)) = &_redirect {
+        r.to_kernel = Some((0..passed.entries()).map(|i| passed.get(i)).sum());
+    }
     r.cpu_ns_per_packet = crate::ns_per(cpu_ns, r.rx_packets);
     r.pmu = crate::PmuCost::of(&looped, r.rx_packets, rt.pmu_unavailable());
     Ok(r)
@@ -472,6 +496,7 @@ fn report(
         c.other += k.other;
         c.malformed += k.malformed;
         c.bad_checksum += k.bad_checksum;
+        c.checksum_not_filled += k.checksum_not_filled;
         c.truncated += k.truncated;
         c.clock_skew += k.clock_skew;
         let (_, l, o, d) = r.book.totals();
@@ -522,6 +547,7 @@ fn report(
         other: c.other,
         malformed: c.malformed + c.bad_checksum,
         bad_checksum: c.bad_checksum,
+        checksum_not_filled: c.checksum_not_filled,
         truncated: c.truncated,
         ring_drops,
         clock_skew: c.clock_skew,
@@ -538,6 +564,7 @@ fn report(
         flows,
         backend: Some(backend),
         capture: None,
+        to_kernel: None,
         split_flows,
         errors,
     }
