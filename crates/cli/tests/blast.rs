@@ -1587,23 +1587,24 @@ fn sink_metrics_carry_rates_and_the_latency_histogram() {
             .expect("into the sink's namespace")
     };
     let key = "flowlane_sink_rx_packets_per_second{worker=\"0\",cpu=";
-    let mut rate = None;
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(250));
+    // The gauge is the last whole second's count; the first one seen may straddle the start
+    // of the traffic, so the highest seen over the 3-second run (which holds whole seconds of
+    // it) is the one compared with the paced rate.
+    let mut rate: Option<f64> = None;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(200));
         let m = scrape(&maddr).expect("the sink's metrics");
-        rate = m
-            .iter()
-            .find(|(k, _)| k.starts_with(key))
-            .map(|(_, v)| *v)
-            .filter(|&v| v > 0.0);
-        if rate.is_some() {
+        if let Some(v) = m.iter().find(|(k, _)| k.starts_with(key)).map(|(_, v)| *v) {
+            rate = Some(rate.map_or(v, |r: f64| r.max(v)));
+        }
+        if blast.try_wait().expect("blast").is_some() {
             break;
         }
     }
-    let rate = rate.expect("a rate within the first seconds of a 3-second run");
+    let rate = rate.expect("a rate while the 3-second run went on");
     assert!(
         (25_000.0..=75_000.0).contains(&rate),
-        "{rate} frames/s for 50k paced"
+        "{rate} frames/s at most for 50k paced"
     );
     assert!(blast
         .wait()
