@@ -91,6 +91,24 @@ fn bench(c: &mut Criterion) {
                 e
             })
         });
+        if Backend::Clmul.is_supported() {
+            let h = Toeplitz::with_backend(&key, Backend::Clmul).expect("checked");
+            g.bench_function("clmul_single", |b| {
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    let mut acc = 0u32;
+                    for _ in 0..iters {
+                        for t in black_box(&ts) {
+                            acc ^= h.hash(t);
+                        }
+                    }
+                    black_box(acc);
+                    let e = start.elapsed();
+                    record(len, "pclmul-ssse3 single", iters as u128 * BATCH as u128, e);
+                    e
+                })
+            });
+        }
         for backend in Backend::available() {
             let h = Toeplitz::with_backend(&key, backend).expect("listed as available");
             let name = format!("{} batch", backend.name());

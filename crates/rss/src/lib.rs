@@ -4,7 +4,8 @@
 //!
 //! * [`Key`]: Toeplitz keys (40–52 bytes), parsing, generation, analysis (period, entropy).
 //! * [`toeplitz`]: the hash — bit-serial [`toeplitz::reference`], table-driven
-//!   [`Toeplitz`], and an AVX-512 GFNI/VPCLMULQDQ batch path picked at run time. Every path
+//!   [`Toeplitz`], a carry-less (PCLMULQDQ) single path and an AVX-512 GFNI/VPCLMULQDQ
+//!   batch path, picked at run time. Every path
 //!   passes the 16 published verification values ([`vectors`]).
 //! * [`Tuple`]: flows in the byte layout NICs hash (IPv4/IPv6, 2- or 4-tuple), with the NIC
 //!   models of symmetric hashing ([`Symmetric`]).
@@ -13,7 +14,7 @@
 //! * [`analysis`]: how evenly a key spreads a population over a model's queues.
 //!
 //! Guarantees: no function here panics on any input (keys, tuples, files) — errors are small
-//! `Copy`/`Clone` enums. `unsafe` is denied except in the one x86-64 SIMD module, where every
+//! `Copy`/`Clone` enums. `unsafe` is denied except in the two x86-64 SIMD modules, where every
 //! block carries a `// SAFETY:` comment.
 
 #![deny(unsafe_code)]

@@ -8,10 +8,14 @@
 //! * [`reference`] follows the definition literally, one input bit at a time.
 //! * [`Toeplitz`] precomputes, per input byte position, the XOR of windows for each of the 256
 //!   byte values, so an IPv4 4-tuple costs 12 table loads.
-//! * On x86-64 with AVX-512 (F, BW, VL), GFNI and VPCLMULQDQ, [`Toeplitz::hash_batch`] hashes
-//!   four tuples per instruction stream using carry-less multiplication: Toeplitz hashing is a
-//!   window of the carry-less product of the (per-byte bit-reversed) input and the key. The
-//!   path is chosen at run time; everywhere else the table path runs.
+//! * On x86-64 with PCLMULQDQ and SSSE3 (nearly every x86-64 CPU since 2010), one tuple at a
+//!   time by carry-less multiplication: Toeplitz hashing is a window of the carry-less product
+//!   of the (per-byte bit-reversed) input and the key — 3 products for IPv4, 9 for IPv6,
+//!   against 12 (36) table loads. [`Toeplitz::hash`] takes it whenever the CPU has it.
+//! * With AVX-512 (F, BW, VL), GFNI and VPCLMULQDQ besides, [`Toeplitz::hash_batch`] hashes
+//!   four tuples per instruction stream the same way.
+//!
+//! Paths are chosen once, when the hasher is built; the table path runs everywhere else.
 
 use crate::key::{Key, KEY_MAX_LEN};
 use crate::tuple::Tuple;
@@ -19,6 +23,9 @@ use crate::tuple::Tuple;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod clmul;
 
 /// Rows of the byte table: one per input byte a 52-byte key can hash.
 const TABLE_ROWS: usize = KEY_MAX_LEN - 4;
@@ -48,6 +55,8 @@ pub fn reference(key: &Key, input: &[u8]) -> u32 {
 pub enum Backend {
     /// Per-byte lookup tables (portable).
     Table,
+    /// PCLMULQDQ + SSSE3 carry-less multiplication, one tuple at a time.
+    Clmul,
     /// AVX-512 + GFNI + VPCLMULQDQ carry-less multiplication, four tuples per vector.
     Avx512Clmul,
 }
@@ -56,6 +65,9 @@ impl Backend {
     /// Every backend this CPU can run, portable first.
     pub fn available() -> Vec<Backend> {
         let mut v = vec![Backend::Table];
+        if Backend::Clmul.is_supported() {
+            v.push(Backend::Clmul);
+        }
         if Backend::Avx512Clmul.is_supported() {
             v.push(Backend::Avx512Clmul);
         }
@@ -67,9 +79,11 @@ impl Backend {
         match self {
             Backend::Table => true,
             #[cfg(target_arch = "x86_64")]
+            Backend::Clmul => clmul::Cpu::detect().is_some(),
+            #[cfg(target_arch = "x86_64")]
             Backend::Avx512Clmul => avx512::supported(),
             #[cfg(not(target_arch = "x86_64"))]
-            Backend::Avx512Clmul => false,
+            Backend::Clmul | Backend::Avx512Clmul => false,
         }
     }
 
@@ -77,6 +91,7 @@ impl Backend {
     pub fn name(self) -> &'static str {
         match self {
             Backend::Table => "table",
+            Backend::Clmul => "pclmul-ssse3",
             Backend::Avx512Clmul => "avx512-gfni-clmul",
         }
     }
@@ -104,6 +119,10 @@ pub struct Toeplitz {
     key: Key,
     table: Box<[[u32; 256]; TABLE_ROWS]>,
     backend: Backend,
+    /// Set when [`Toeplitz::hash`] takes the carry-less path (every backend but `Table`, on a
+    /// CPU with PCLMULQDQ): the CPU check, made once.
+    #[cfg(target_arch = "x86_64")]
+    single: Option<clmul::Cpu>,
     /// Key bits 0..127 and 0..319 as little-endian polynomials, for the carry-less path.
     clmul_keys: ClmulKeys,
 }
@@ -118,6 +137,10 @@ pub(crate) struct ClmulKeys {
     pub(crate) short: [u64; 2],
     /// For inputs of up to 36 bytes (IPv6).
     pub(crate) long: [u64; 5],
+    /// `long` arranged for two 128-bit lanes (low word first): K2, K3, K0, K1 and K4, K3,
+    /// K2, K1 (see `clmul.rs`).
+    pub(crate) wide_x: [u64; 4],
+    pub(crate) wide_y: [u64; 4],
 }
 
 impl ClmulKeys {
@@ -132,9 +155,13 @@ impl ClmulKeys {
                 u64::from_be_bytes(b)
             })
         }
+        let long = pack::<5>(key);
+        let [k0, k1, k2, k3, k4] = long;
         ClmulKeys {
             short: pack::<2>(key),
-            long: pack::<5>(key),
+            long,
+            wide_x: [k2, k3, k0, k1],
+            wide_y: [k4, k3, k2, k1],
         }
     }
 }
@@ -149,7 +176,7 @@ impl std::fmt::Debug for Toeplitz {
 }
 
 impl Toeplitz {
-    /// A hasher for `key` using the fastest batch backend this CPU supports.
+    /// A hasher for `key` using the fastest paths this CPU supports.
     pub fn new(key: &Key) -> Toeplitz {
         let best = Backend::available()
             .last()
@@ -158,7 +185,8 @@ impl Toeplitz {
         Toeplitz::build(key, best)
     }
 
-    /// A hasher whose batch path is `backend` (for tests and benchmarks).
+    /// A hasher whose batch path is `backend` (for tests and benchmarks). With
+    /// [`Backend::Table`] single hashes take the table path too.
     pub fn with_backend(key: &Key, backend: Backend) -> Result<Toeplitz, Unsupported> {
         if !backend.is_supported() {
             return Err(Unsupported(backend));
@@ -180,6 +208,11 @@ impl Toeplitz {
             key: *key,
             table,
             backend,
+            #[cfg(target_arch = "x86_64")]
+            single: match backend {
+                Backend::Table => None,
+                Backend::Clmul | Backend::Avx512Clmul => clmul::Cpu::detect(),
+            },
             clmul_keys: ClmulKeys::new(key),
         }
     }
@@ -211,9 +244,13 @@ impl Toeplitz {
             .fold(0, |h, (row, &b)| h ^ row[b as usize])
     }
 
-    /// Hash of a tuple (table path).
+    /// Hash of a tuple: carry-less where the CPU has it, else the table path.
     #[inline]
     pub fn hash(&self, tuple: &Tuple) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(cpu) = self.single {
+            return clmul::hash(cpu, &self.clmul_keys, tuple);
+        }
         self.hash_table(tuple)
     }
 
@@ -258,9 +295,21 @@ impl Toeplitz {
                     *o = self.hash_table(t);
                 }
             }
+            Backend::Clmul => self.hash_batch_single(tuples, out),
             Backend::Avx512Clmul => self.hash_batch_simd(tuples, out),
         }
         n
+    }
+
+    /// One carry-less hash after another (the CPU check made once, outside the loop).
+    fn hash_batch_single(&self, tuples: &[Tuple], out: &mut [u32]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(cpu) = self.single {
+            return clmul::hash_all(cpu, &self.clmul_keys, tuples, out);
+        }
+        for (t, o) in tuples.iter().zip(out.iter_mut()) {
+            *o = self.hash_table(t);
+        }
     }
 
     #[cfg(target_arch = "x86_64")]

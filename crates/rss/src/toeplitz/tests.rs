@@ -60,6 +60,30 @@ fn every_batch_backend_passes_verification_suite() {
     }
 }
 
+/// `hash` (one tuple) on every backend's hasher: the carry-less single path where the CPU has
+/// it, the table path otherwise.
+#[test]
+fn every_single_path_passes_verification_suite() {
+    for backend in Backend::available() {
+        let h = Toeplitz::with_backend(&Key::MICROSOFT, backend).expect("listed as available");
+        for (t, want) in sixteen() {
+            assert_eq!(h.hash(&t), want, "backend {backend:?}: {t}");
+        }
+    }
+}
+
+#[test]
+fn clmul_path_is_tested_where_the_cpu_has_it() {
+    let names: Vec<&str> = Backend::available().iter().map(|b| b.name()).collect();
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("pclmulqdq") && std::is_x86_feature_detected!("sse4.1") {
+        assert!(names.contains(&"pclmul-ssse3"), "{names:?}");
+        // The default hasher takes it for single hashes.
+        assert_ne!(Toeplitz::new(&Key::MICROSOFT).backend(), Backend::Table);
+    }
+    assert!(names.contains(&"table"));
+}
+
 #[test]
 fn avx512_path_is_tested_where_the_cpu_has_it() {
     // Make it visible in test output which paths ran on this machine.
@@ -127,6 +151,26 @@ proptest! {
     fn table_equals_reference(key in any_key(), t in any_tuple()) {
         let h = Toeplitz::with_backend(&key, Backend::Table).expect("table always runs");
         prop_assert_eq!(h.hash(&t), reference(&key, t.input()));
+    }
+
+    #[test]
+    fn every_single_path_equals_reference(key in any_key(), t in any_tuple()) {
+        for backend in Backend::available() {
+            let h = Toeplitz::with_backend(&key, backend).expect("listed as available");
+            prop_assert_eq!(h.hash(&t), reference(&key, t.input()), "backend {:?}", backend);
+        }
+    }
+
+    /// Both carry-less kernels (128-bit, and 256-bit where the CPU has it) on every kind.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn both_clmul_kernels_equal_reference(key in any_key(), t in any_tuple()) {
+        if let Some(cpu) = clmul::Cpu::detect() {
+            let keys = ClmulKeys::new(&key);
+            let want = reference(&key, t.input());
+            prop_assert_eq!(clmul::hash(cpu.narrow(), &keys, &t), want, "narrow");
+            prop_assert_eq!(clmul::hash(cpu, &keys, &t), want, "wide: {}", cpu.is_wide());
+        }
     }
 
     #[test]

@@ -1,0 +1,248 @@
+//! One tuple at a time by carry-less multiplication: PCLMULQDQ after a per-byte bit reversal
+//! done with two SSSE3 nibble shuffles (no GFNI needed). The same products as the AVX-512
+//! batch (see `avx512.rs` for why a window of `R·K` is the hash), on one 128-bit lane: three
+//! for an IPv4 tuple, nine for an IPv6 one, against 12 (36) table loads on the table path.
+//! Where the CPU has VPCLMULQDQ and AVX2 (Zen 3, Ice Lake and later), an IPv6 tuple's first
+//! 32 bytes are reversed in one 256-bit register and eight of the nine products come from
+//! four instructions, two per lane.
+//!
+//! The CPU check is made once, when a [`Toeplitz`](super::Toeplitz) is built: it keeps the
+//! [`Cpu`] token this module hands out only after the check, and every call goes through it.
+
+use std::arch::x86_64::*;
+
+use super::ClmulKeys;
+use crate::tuple::Tuple;
+
+/// Proof that this CPU has PCLMULQDQ, SSSE3 and SSE4.1 (and with `wide`, AVX2 and
+/// VPCLMULQDQ): only [`Cpu::detect`] makes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cpu {
+    wide: bool,
+}
+
+impl Cpu {
+    pub(crate) fn detect() -> Option<Cpu> {
+        let narrow = is_x86_feature_detected!("pclmulqdq")
+            && is_x86_feature_detected!("ssse3")
+            && is_x86_feature_detected!("sse4.1");
+        let wide =
+            narrow && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("vpclmulqdq");
+        narrow.then_some(Cpu { wide })
+    }
+
+    /// The same CPU, kept to 128-bit registers (so tests cover both kernels on a CPU that
+    /// has both).
+    #[cfg(test)]
+    pub(crate) fn narrow(self) -> Cpu {
+        Cpu { wide: false }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_wide(self) -> bool {
+        self.wide
+    }
+}
+
+/// The hash of `t`.
+#[inline(always)]
+pub(crate) fn hash(cpu: Cpu, keys: &ClmulKeys, t: &Tuple) -> u32 {
+    // SAFETY: a `Cpu` exists only when the features the functions enable were detected
+    // (`wide` only with AVX2 and VPCLMULQDQ).
+    unsafe {
+        if cpu.wide {
+            one_wide(keys, t)
+        } else {
+            one(keys, t)
+        }
+    }
+}
+
+/// Hashes `tuples[i]` into `out[i]` (as many as the shorter holds).
+pub(crate) fn hash_all(cpu: Cpu, keys: &ClmulKeys, tuples: &[Tuple], out: &mut [u32]) {
+    // SAFETY: as in `hash`.
+    unsafe {
+        if cpu.wide {
+            all_wide(keys, tuples, out)
+        } else {
+            all(keys, tuples, out)
+        }
+    }
+}
+
+#[target_feature(enable = "pclmulqdq,ssse3,sse4.1")]
+fn all(keys: &ClmulKeys, tuples: &[Tuple], out: &mut [u32]) {
+    for (t, o) in tuples.iter().zip(out.iter_mut()) {
+        *o = one(keys, t);
+    }
+}
+
+#[target_feature(enable = "pclmulqdq,ssse3,sse4.1,avx2,vpclmulqdq")]
+fn all_wide(keys: &ClmulKeys, tuples: &[Tuple], out: &mut [u32]) {
+    for (t, o) in tuples.iter().zip(out.iter_mut()) {
+        *o = one_wide(keys, t);
+    }
+}
+
+/// The nibble tables of [`bitrev`]: `rev4(n) << 4`, for a byte's low nibble, and `rev4(n)`,
+/// for its high one.
+#[inline]
+#[target_feature(enable = "sse2")]
+fn nibble_tables() -> (__m128i, __m128i) {
+    const REV4: [u8; 16] = [
+        0x0, 0x8, 0x4, 0xC, 0x2, 0xA, 0x6, 0xE, 0x1, 0x9, 0x5, 0xD, 0x3, 0xB, 0x7, 0xF,
+    ];
+    let lo = i128::from_le_bytes(REV4.map(|r| r << 4));
+    let hi = i128::from_le_bytes(REV4);
+    // SAFETY: reads of two 16-byte locals.
+    unsafe {
+        (
+            _mm_loadu_si128(&lo as *const i128 as *const __m128i),
+            _mm_loadu_si128(&hi as *const i128 as *const __m128i),
+        )
+    }
+}
+
+/// Reverses the bits of every byte: each nibble through a 16-entry table, swapped.
+#[inline]
+#[target_feature(enable = "ssse3")]
+fn bitrev(x: __m128i) -> __m128i {
+    let (lo_tab, hi_tab) = nibble_tables();
+    let m = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(x, m);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(x), m);
+    _mm_or_si128(_mm_shuffle_epi8(lo_tab, lo), _mm_shuffle_epi8(hi_tab, hi))
+}
+
+/// [`bitrev`] on both 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bitrev256(x: __m256i) -> __m256i {
+    let (lo_tab, hi_tab) = nibble_tables();
+    let (lo_tab, hi_tab) = (
+        _mm256_broadcastsi128_si256(lo_tab),
+        _mm256_broadcastsi128_si256(hi_tab),
+    );
+    let m = _mm256_set1_epi8(0x0F);
+    let lo = _mm256_and_si256(x, m);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), m);
+    _mm256_or_si256(
+        _mm256_shuffle_epi8(lo_tab, lo),
+        _mm256_shuffle_epi8(hi_tab, hi),
+    )
+}
+
+/// Two key words as one vector (`lo` in the low qword).
+#[inline]
+#[target_feature(enable = "sse2")]
+fn pair(lo: u64, hi: u64) -> __m128i {
+    _mm_set_epi64x(hi as i64, lo as i64)
+}
+
+/// An IPv4 tuple (8 or 12 bytes, zero-padded to 16 in `a01`, reversed): the window
+/// 96..128 = hi(R0·K0) ^ lo(R0·K1 ^ R1·K0), in dword 1.
+#[inline]
+#[target_feature(enable = "pclmulqdq,sse4.1")]
+fn short(keys: &ClmulKeys, a01: __m128i) -> u32 {
+    let k = pair(keys.short[0], keys.short[1]);
+    let p0 = _mm_clmulepi64_si128::<0x00>(a01, k);
+    let q1 = _mm_clmulepi64_si128::<0x10>(a01, k);
+    let q2 = _mm_clmulepi64_si128::<0x01>(a01, k);
+    let x = _mm_xor_si128(_mm_srli_si128::<8>(p0), _mm_xor_si128(q1, q2));
+    _mm_extract_epi32::<1>(x) as u32
+}
+
+/// Bytes 32..36 of a tuple's input (R4), reversed, in the low dword.
+#[inline]
+#[target_feature(enable = "ssse3")]
+fn last4(t: &Tuple) -> __m128i {
+    let b = t.padded_input();
+    bitrev(_mm_cvtsi32_si128(i32::from_le_bytes([
+        b[32], b[33], b[34], b[35],
+    ])))
+}
+
+/// Bytes 0..16 of a tuple's input, reversed.
+#[inline]
+#[target_feature(enable = "ssse3")]
+fn first16(t: &Tuple) -> __m128i {
+    // SAFETY: a `Tuple` is a 40-byte `repr(C)` record whose first 36 bytes are the input
+    // zero-padded, so bytes 0..16 are inside it.
+    bitrev(unsafe { _mm_loadu_si128(t as *const Tuple as *const __m128i) })
+}
+
+#[inline]
+#[target_feature(enable = "pclmulqdq,ssse3,sse4.1,avx2,vpclmulqdq")]
+fn one_wide(keys: &ClmulKeys, t: &Tuple) -> u32 {
+    if t.input_len() & 32 == 0 {
+        return short(keys, first16(t));
+    }
+    // SAFETY: bytes 0..32 of the 40-byte record (see `first16`).
+    let r = bitrev256(unsafe { _mm256_loadu_si256(t as *const Tuple as *const __m256i) });
+    // Lane 0 holds R0, R1 and lane 1 R2, R3. With `wide.x` = (K2, K3 | K0, K1) the two
+    // cross products give R0·K3, R1·K2 | R2·K1, R3·K0 (index sum 3); with `wide.y` =
+    // (K4, K3 | K2, K1) the straight ones give R0·K4, R1·K3 | R2·K2, R3·K1 (sum 4).
+    // SAFETY: each array is 32 bytes.
+    let (kx, ky) = unsafe {
+        (
+            _mm256_loadu_si256(keys.wide_x.as_ptr() as *const __m256i),
+            _mm256_loadu_si256(keys.wide_y.as_ptr() as *const __m256i),
+        )
+    };
+    let s3 = _mm256_xor_si256(
+        _mm256_clmulepi64_epi128::<0x10>(r, kx),
+        _mm256_clmulepi64_epi128::<0x01>(r, kx),
+    );
+    let s4 = _mm256_xor_si256(
+        _mm256_clmulepi64_epi128::<0x00>(r, ky),
+        _mm256_clmulepi64_epi128::<0x11>(r, ky),
+    );
+    // hi(S3) ^ lo(S4) in each lane (the byte shift stays in its lane), then the lanes folded.
+    let w = _mm256_xor_si256(_mm256_srli_si256::<8>(s3), s4);
+    let w = _mm_xor_si128(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+    // R4·K0: K0 is the low word of `wide.x`'s upper lane.
+    let k0 = _mm256_extracti128_si256::<1>(kx);
+    let w = _mm_xor_si128(w, _mm_clmulepi64_si128::<0x00>(last4(t), k0));
+    _mm_extract_epi32::<1>(w) as u32
+}
+
+#[inline]
+#[target_feature(enable = "pclmulqdq,ssse3,sse4.1")]
+fn one(keys: &ClmulKeys, t: &Tuple) -> u32 {
+    let a01 = first16(t);
+    if t.input_len() & 32 == 0 {
+        return short(keys, a01);
+    }
+    let p = t as *const Tuple as *const u8;
+    // SAFETY: bytes 16..32 of the 40-byte record (see `first16`).
+    let a23 = bitrev(unsafe { _mm_loadu_si128(p.add(16) as *const __m128i) });
+    let a4 = last4(t);
+    let [k0, k1, k2, k3, k4] = keys.long;
+    let (ka, kb, kc) = (pair(k0, k1), pair(k2, k3), pair(k4, 0));
+    // Products whose index sum is 3 land at 192..320, sum 4 at 256..384; the hash is the
+    // window 288..320 = hi(S3) ^ lo(S4), in dword 1.
+    let s3 = _mm_xor_si128(
+        _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x10>(a01, kb), // R0·K3
+            _mm_clmulepi64_si128::<0x01>(a01, kb), // R1·K2
+        ),
+        _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x10>(a23, ka), // R2·K1
+            _mm_clmulepi64_si128::<0x01>(a23, ka), // R3·K0
+        ),
+    );
+    let s4 = _mm_xor_si128(
+        _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(a01, kc), // R0·K4
+            _mm_clmulepi64_si128::<0x11>(a01, kb), // R1·K3
+        ),
+        _mm_xor_si128(
+            _mm_xor_si128(
+                _mm_clmulepi64_si128::<0x00>(a23, kb), // R2·K2
+                _mm_clmulepi64_si128::<0x11>(a23, ka), // R3·K1
+            ),
+            _mm_clmulepi64_si128::<0x00>(a4, ka), // R4·K0
+        ),
+    );
+    _mm_extract_epi32::<1>(_mm_xor_si128(_mm_srli_si128::<8>(s3), s4)) as u32
+}
