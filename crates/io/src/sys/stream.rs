@@ -288,6 +288,8 @@ pub struct ChildUsage {
     pub code: Option<i32>,
     /// CPU time, user and system, nanoseconds.
     pub cpu_ns: u64,
+    /// The user part of `cpu_ns` (the rest is the kernel's work on the child's behalf).
+    pub user_ns: u64,
     /// Largest resident set, KiB.
     pub max_rss_kib: u64,
 }
@@ -316,6 +318,7 @@ pub fn wait_child(pid: u32) -> Result<ChildUsage, SysError> {
     Ok(ChildUsage {
         code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
         cpu_ns: t(r.ru_utime) + t(r.ru_stime),
+        user_ns: t(r.ru_utime),
         max_rss_kib: r.ru_maxrss as u64,
     })
 }
