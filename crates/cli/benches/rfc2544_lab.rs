@@ -6,7 +6,10 @@
 //!   aimed 1..3   our search three times: NDR per size, trials per size, seconds per run —
 //!                the spread of the three NDRs is the repeatability;
 //!   halving      the plain binary search once: its trials and seconds;
-//!   forwarding   the overload rate per size, and NDR / that rate.
+//!   af-packet rx our search with the AF_PACKET sink instead of the default AF_XDP one (on
+//!                veth the receiver's work runs on the DUT's CPU);
+//!   forwarding   the overload rate per size (an AF_XDP sink receiving, as in the trials),
+//!                and NDR / that rate (both sinks).
 //! Sizes 64, 512, 1518 (with FCS); trials 1 s, confirmation 2 s, pause 0.3 s.
 //!
 //! Run (root): `cargo bench -p flowlane --bench rfc2544_lab`.
@@ -127,6 +130,10 @@ fn main() {
     }
     let halving = run(lab, &["--halving-only"]);
     show("halving", &halving);
+    // The receiver's cost is the DUT's on veth: the AF_PACKET sink (a copy of every frame and
+    // the kernel's own path) against the default AF_XDP one.
+    let packet = run(lab, &["--rx-backend", "af-packet"]);
+    show("af-packet rx", &packet);
     // Repeatability: spread of the three NDRs per size, percent of their mean.
     let spread: Vec<String> = (0..SIZES.len())
         .map(|i| {
@@ -145,9 +152,27 @@ fn main() {
         "{:<12} {:>26} {:>26} {:>26}",
         "spread", spread[0], spread[1], spread[2]
     );
-    // The forwarding rate under overload, by blast and the sink's interface counter.
+    // The forwarding rate under overload, by blast and the sink's interface counter, with the
+    // same receiver as the trials (an AF_XDP sink on flsink: on veth its work is the DUT's
+    // CPU's, so leaving it out would measure a different DUT).
     let mut fwd = Vec::new();
     for size in SIZES {
+        let receiver = sink
+            .command(BIN)
+            .args([
+                "sink",
+                "--dev",
+                "flsink",
+                "--backend",
+                "af-xdp",
+                "--cpu",
+                "1",
+            ])
+            .args(["--duration", &(secs + 3.0).to_string(), "--quiet"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("sink starts");
+        std::thread::sleep(std::time::Duration::from_secs(1));
         let before = rx(&sink, "flsink");
         let out = gen
             .command(BIN)
@@ -174,10 +199,17 @@ fn main() {
         let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         let window = b["duration_s"].as_f64().unwrap_or(secs).max(1e-9);
         fwd.push((rx(&sink, "flsink") - before) as f64 / window);
+        let mut receiver = receiver;
+        let _ = receiver.wait();
     }
     let ratio = |i: usize| {
         let ndr = aimed.iter().map(|r| r.0[i].0).sum::<f64>() / aimed.len() as f64;
-        format!("{:.0} ({:.2})", fwd[i], ndr / fwd[i].max(1e-9))
+        format!(
+            "{:.0} ({:.2}; {:.2})",
+            fwd[i],
+            ndr / fwd[i].max(1e-9),
+            packet.0[i].0 / fwd[i].max(1e-9)
+        )
     };
     println!(
         "{:<12} {:>26} {:>26} {:>26}",
@@ -186,7 +218,10 @@ fn main() {
         ratio(1),
         ratio(2)
     );
-    println!("(forwarding: frames/s the DUT delivered when overloaded; in brackets mean NDR / it)");
+    println!(
+        "(forwarding: frames/s the DUT delivered when overloaded; in brackets mean NDR / it, \
+         then the af-packet row's NDR / it)"
+    );
     let _ = Command::new(BIN)
         .args(["lab", "down", "--name", lab])
         .output();

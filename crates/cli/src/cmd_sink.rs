@@ -114,19 +114,25 @@ pub struct SinkArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum BackendArg {
+pub(crate) enum BackendArg {
     /// An AF_PACKET RX ring: a copy of every frame.
     AfPacket,
     /// AF_XDP sockets: the frames taken from the kernel.
     AfXdp,
 }
 
-pub fn run(a: SinkArgs) -> CmdResult {
-    let cfg = SinkConfig {
-        backend: match a.backend {
+impl From<BackendArg> for SinkBackend {
+    fn from(b: BackendArg) -> SinkBackend {
+        match b {
             BackendArg::AfPacket => SinkBackend::AfPacket,
             BackendArg::AfXdp => SinkBackend::AfXdp,
-        },
+        }
+    }
+}
+
+pub fn run(a: SinkArgs) -> CmdResult {
+    let cfg = SinkConfig {
+        backend: a.backend.into(),
         cpus: match &a.cpus {
             Some(c) => usable_cpus(Some(c))?,
             None => Vec::new(),

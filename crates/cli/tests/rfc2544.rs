@@ -139,10 +139,14 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         assert!(counted
             .iter()
             .any(|t| t["verdict"] == "fail" && t["rate_pps"].as_f64().expect("r") > CAPACITY_PPS));
-        // IPv6 through the same bucket: 124-byte frames (128 with FCS), 24 194 per second.
+        assert_eq!(j["receiver"], "af-xdp", "the default receiver");
+        // IPv6 through the same bucket: 124-byte frames (128 with FCS), 24 194 per second;
+        // received by the AF_PACKET sink, the other receiver.
         let (code, j, err) = rfc2544(
             &lab,
             &[
+                "--rx-backend",
+                "af-packet",
                 "--ipv6",
                 "--tests",
                 "throughput",
@@ -161,6 +165,7 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
             j["to"].as_str().expect("to").starts_with("[2001:2:0:1::2]"),
             "{j}"
         );
+        assert_eq!(j["receiver"], "af-packet");
         let t = &j["sizes"][0]["throughput"];
         let v6 = t["ndr"]["pps"].as_f64().expect("ndr");
         let (cap6, step6) = (24e6 / (124.0 * 8.0), 1e8 / (148.0 * 8.0) * 0.01);

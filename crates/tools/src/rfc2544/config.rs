@@ -109,6 +109,12 @@ pub struct Rfc2544Config {
     pub burst: u32,
     /// The sink's receive ring, slots.
     pub ring: usize,
+    /// How the sink reads what the DUT forwarded. On veth the receive path runs on the CPU
+    /// that sent the frame — the DUT's: an AF_PACKET copy (with the kernel's own IP and UDP
+    /// path behind it) is paid by the DUT during trials, AF_XDP (frames taken in XDP, no skb)
+    /// costs it far less.
+    #[serde(default)]
+    pub rx_backend: crate::sink::SinkBackend,
 }
 
 impl Rfc2544Config {
@@ -140,6 +146,7 @@ impl Rfc2544Config {
             rx_cpu: 0,
             burst: 256,
             ring: 262_144,
+            rx_backend: crate::sink::SinkBackend::AfXdp,
         }
     }
 }

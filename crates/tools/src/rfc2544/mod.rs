@@ -126,6 +126,7 @@ pub fn run(
             SizeSpec::List(_) => "xdp-live (paced in its XDP program)".into(),
             SizeSpec::Imix(_) => "AF_XDP (paced in user space)".into(),
         },
+        receiver: cfg.rx_backend,
         sizes: Vec::new(),
         trials: Vec::new(),
         duration_s: 0.0,

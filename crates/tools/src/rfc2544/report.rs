@@ -187,6 +187,8 @@ pub struct Rfc2544Report {
     pub to: String,
     /// How frames were generated.
     pub generator: String,
+    /// How the sink read them: `af-xdp` or `af-packet`.
+    pub receiver: crate::sink::SinkBackend,
     /// Per size, in the order run (fewer than asked if stopped).
     pub sizes: Vec<SizeReport>,
     /// Every trial, in the order run.

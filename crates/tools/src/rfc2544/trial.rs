@@ -109,10 +109,14 @@ impl Rig<'_> {
             duration_s: None,
             idle_s: None,
             cpu: c.rx_cpu,
-            ring: c.ring,
+            // An AF_XDP ring's slots are UMEM frames of 2 KiB each, per queue.
+            ring: match c.rx_backend {
+                crate::sink::SinkBackend::AfXdp => c.ring.min(32_768),
+                crate::sink::SinkBackend::AfPacket => c.ring,
+            },
             interval_s: 3600.0,
             write: None,
-            backend: crate::sink::SinkBackend::AfPacket,
+            backend: c.rx_backend,
             cpus: Vec::new(),
         };
         let bcfg = self.blast_config(shot, &c.tx.dev, c.dst_mac);
