@@ -420,3 +420,47 @@ fn an_imix_through_the_known_dut_finds_its_bit_rate() {
     }
     panic!("the tester was the limit in all three attempts: {limited:?}");
 }
+
+/// The default receiver needs the receiving interface's queues for its AF_XDP sockets: when
+/// another program holds them, the run stops with a usage error that names the way out.
+#[test]
+fn a_taken_receiver_queue_is_a_usage_error_naming_the_way_out() {
+    let Some(lab) = Line::up("x", &["--kernel", "route"]) else {
+        return;
+    };
+    quiet(&lab);
+    // Another program holds flsink's hook: an AF_XDP sink of our own, for the whole test (its
+    // banner comes once its program is attached).
+    let mut sink_cmd = lab.sink.command(BIN);
+    sink_cmd.args([
+        "sink",
+        "--dev",
+        "flsink",
+        "--backend",
+        "af-xdp",
+        "--duration",
+        "120",
+        "--json",
+    ]);
+    let holder = common::Running::start_with(sink_cmd, "flowlane sink:");
+    let args = [
+        "--tests",
+        "throughput",
+        "--line-rate",
+        "100M",
+        "--trial-secs",
+        "0.5",
+        "--max-trials",
+        "2",
+    ];
+    let (code, _, err) = rfc2544(&lab, &args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("already has an AF_XDP socket") && err.contains("--rx-backend af-packet"),
+        "{err}"
+    );
+    // The holder was left alone: it still runs and ends with its summary. (The AF_PACKET
+    // receiver itself is run in the known-capacity test.)
+    let (code, j) = holder.finish();
+    assert_eq!(code, Some(0), "{j}");
+}

@@ -145,7 +145,19 @@ impl Rig<'_> {
             sink_stop.store(true, Ordering::Relaxed);
             let s = sink
                 .join()
-                .map_err(|_| ToolError::runtime("the sink thread panicked"))???;
+                .map_err(|_| ToolError::runtime("the sink thread panicked"))??
+                .map_err(|mut e| {
+                    // The sink names its own flag; here the choice is rfc2544's.
+                    if c.rx_backend == crate::sink::SinkBackend::AfXdp
+                        && e.kind != crate::ErrorKind::Privilege
+                    {
+                        e.message.push_str(
+                            " (the receiver is AF_XDP by default: --rx-backend af-packet \
+                             reads with a copy instead, without an XDP program)",
+                        );
+                    }
+                    e
+                })?;
             Ok((s, b))
         })?;
         let b = b.ok_or_else(|| ToolError::runtime("the sink did not start within 20 s"))???;

@@ -360,7 +360,7 @@ pub fn run(
             map2.set(idx as u32, &xsk)?;
             Ok::<_, SysError>(make.worker(idx, xsk))
         })
-        .map_err(start_error)?;
+        .map_err(|e| start_error(e, &a.dev))?;
         // Attached once every queue's socket is in the map: no frame is passed by for want
         // of one.
         let link = crate::backend::attach_native(&prog, ifindex, &a.dev, "redirect program")?;
@@ -369,7 +369,7 @@ pub fn run(
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _| {
             Ok::<_, SysError>(make.worker(idx, frame::RxRing::open(ifindex, slots, max_frame)?))
         })
-        .map_err(start_error)?;
+        .map_err(|e| start_error(e, &a.dev))?;
         (rt, None)
     };
     on_event(SinkEvent::Started(SinkStart { mtu }));
@@ -462,8 +462,17 @@ impl Maker {
 }
 
 /// Who can fix a sink that could not start, and how.
-fn start_error(e: StartError<SysError>) -> ToolError {
+fn start_error(e: StartError<SysError>, dev: &str) -> ToolError {
     match e {
+        StartError::Open(ref err)
+            if err.call == "bind(AF_XDP)"
+                && err.source.kind() == std::io::ErrorKind::ResourceBusy =>
+        {
+            ToolError::usage(format!(
+                "{e}: a receive queue of {dev} already has an AF_XDP socket (another sink or \
+                 forwarder on this interface?): stop it, or read with --backend af-packet"
+            ))
+        }
         StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
             ToolError::privilege(format!(
                 "{e}: the sink needs CAP_NET_RAW (AF_XDP: CAP_NET_ADMIN and CAP_BPF too; run as \
