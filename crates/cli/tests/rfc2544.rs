@@ -464,3 +464,69 @@ fn a_taken_receiver_queue_is_a_usage_error_naming_the_way_out() {
     let (code, j) = holder.finish();
     assert_eq!(code, Some(0), "{j}");
 }
+
+/// The software-RSS program's per-CPU counts on the DUT (`lab status`): frames it saw per
+/// CPU it steered to.
+fn steered(lab: &Line) -> Vec<u64> {
+    let out = Command::new(BIN)
+        .args(["lab", "status", "--name", &lab.name, "--json"])
+        .output()
+        .expect("lab status");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    j["status"]["steer_counts"]
+        .as_array()
+        .expect("steer_counts (the lab steers with --steer rss)")
+        .iter()
+        .map(|c| c["arrived"].as_u64().expect("arrived"))
+        .collect()
+}
+
+/// `--per-queue K` places K flows on each of the DUT's RSS queues with the picker: the DUT's
+/// own steering program, which hashes every frame itself, counts the same share on each CPU.
+#[test]
+fn per_queue_flows_land_evenly_on_the_duts_queues() {
+    let Some(lab) = Line::up("q", &["--kernel", "route", "--steer", "rss"]) else {
+        return;
+    };
+    quiet(&lab);
+    let before = steered(&lab);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let (code, j, err) = rfc2544(
+        &lab,
+        &[
+            "--tests",
+            "throughput",
+            "--sizes",
+            "512",
+            "--line-rate",
+            "100M",
+            "--trial-secs",
+            "0.5",
+            "--confirm-secs",
+            "1",
+            "--per-queue",
+            "2",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let after = steered(&lab);
+    let got: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    // Every frame the trials delivered to the DUT went through its program (plus learning
+    // frames and the odd neighbour frame).
+    let sent: u64 = trials(&j)
+        .iter()
+        .filter(|t| t["test"] != "ceiling")
+        .map(|t| t["sent"].as_u64().expect("n") - t["refused"].as_u64().expect("n"))
+        .sum();
+    let total: u64 = got.iter().sum();
+    assert!(
+        (sent + 100..=sent + 120).contains(&total),
+        "{got:?} for {sent} sent + 100 learning"
+    );
+    // Four flows, two on each queue, sent in turn: each CPU half of them, within a few
+    // frames (a trial's count need not divide by four; neighbour frames).
+    for g in &got {
+        let share = *g as f64 / total as f64;
+        assert!((0.49..=0.51).contains(&share), "{got:?}: {err}");
+    }
+}

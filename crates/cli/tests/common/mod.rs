@@ -179,7 +179,8 @@ pub struct Line {
 }
 
 impl Line {
-    /// A line lab (`lab up --topology line`, two queues, no steering) with `extra` options.
+    /// A line lab (`lab up --topology line`, two queues, no steering unless `extra` says
+    /// `--steer`) with `extra` options.
     pub fn up(tag: &str, extra: &[&str]) -> Option<Line> {
         if !flowlane_lab::can_create_namespaces() {
             eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
@@ -199,7 +200,11 @@ impl Line {
                 "--queues",
                 "2",
             ])
-            .args(["--steer", "none"])
+            .args(if extra.contains(&"--steer") {
+                &[][..]
+            } else {
+                &["--steer", "none"][..]
+            })
             .args(extra)
             .output()
             .expect("runs");
