@@ -1767,6 +1767,49 @@ fn an_af_xdp_sink_takes_every_frame_from_the_kernel_and_accounts_it() {
     assert_one_way_latency(&s);
 }
 
+/// Datagrams from a UDP socket on the other end of the veth leave with checksum offload: the
+/// UDP checksum field holds only the pseudo-header's sum, and AF_XDP carries no "checksum
+/// partial" mark. The AF_XDP sink counts each such datagram as `checksum_not_filled` and
+/// accounts it — none is called a bad checksum — while the AF_PACKET sink, which sees the
+/// kernel's mark, judges the same traffic good.
+#[test]
+fn an_af_xdp_sink_accounts_offloaded_checksums_from_a_socket_sender() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    let send = || {
+        blast(
+            &p,
+            &[
+                "--mode", "udp", "--to", &to, "--count", "2000", "--flows", "2", "--rate", "20k",
+            ],
+        );
+    };
+    let (s, iface) = sink_during(&p, &["--backend", "af-xdp", "--cpus", "1"], send);
+    let n = |s: &Value, k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
+    assert_backend(&s, "af-xdp", &p.dut_if);
+    assert_eq!(n(&s, "flowlane_packets"), 2000, "{s}");
+    assert_eq!(n(&s, "checksum_not_filled"), 2000, "{s}");
+    assert_eq!((n(&s, "malformed"), n(&s, "bad_checksum")), (0, 0), "{s}");
+    assert_eq!(n(&s, "lost"), 0, "{s}");
+    // Neighbour frames (if the sender had to resolve the DUT) went on to the kernel.
+    assert_eq!(
+        n(&s, "rx_packets") + n(&s, "ring_drops") + n(&s, "to_kernel"),
+        iface,
+        "{s}"
+    );
+    let (s, _) = sink_during(&p, &[], send);
+    assert_eq!(n(&s, "flowlane_packets"), 2000, "{s}");
+    assert_eq!(
+        (
+            n(&s, "checksum_not_filled"),
+            n(&s, "malformed"),
+            n(&s, "bad_checksum")
+        ),
+        (0, 0, 0),
+        "{s}"
+    );
+}
+
 /// What the sink cannot do is refused before it starts, with exit code 2 and the reason: a
 /// capture file it cannot create, queue CPUs for the AF_PACKET backend, a capture over
 /// several AF_XDP queues, an XDP hook another program holds.
