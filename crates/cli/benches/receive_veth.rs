@@ -32,20 +32,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
 
 /// CPU 1's (busy, total) jiffies.
 fn cpu1() -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("cpu1 "))
-        .expect("a cpu1 line");
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let total: u64 = v.iter().take(8).sum();
-    // idle + iowait are not busy.
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    (total - idle, total)
+    let c = flowlane_lab::counters::cpu_times().expect("/proc/stat");
+    let one = c.iter().find(|c| c.cpu == 1).expect("a cpu1 line");
+    (one.busy, one.total)
 }
 
 /// Waits for a child's first stderr line (its banner); the rest is dropped.

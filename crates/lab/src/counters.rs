@@ -1,4 +1,5 @@
-//! Kernel counters: `/proc/net/snmp` (per-protocol MIBs) and `/proc/net/dev` (per-interface).
+//! Kernel counters: `/proc/net/snmp` (per-protocol MIBs), `/proc/net/dev` (per-interface),
+//! `/proc/net/softnet_stat` and `/proc/stat` (per CPU).
 
 use std::collections::BTreeMap;
 
@@ -337,6 +338,79 @@ pub fn parse_softnet(text: &str) -> Result<Vec<Softnet>, LabError> {
             })
         })
         .collect()
+}
+
+/// One CPU's time from `/proc/stat`, in jiffies (USER_HZ).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    /// The CPU (`cpuN`).
+    pub cpu: usize,
+    /// Not idle and not waiting for I/O: user, nice, system, irq, softirq, steal.
+    pub busy: u64,
+    /// All of the first eight columns.
+    pub total: u64,
+}
+
+/// Reads `/proc/stat` text: the per-CPU `cpuN` lines (the summed `cpu` line is left out).
+/// Lines too short to read are left out too.
+pub fn parse_cpu_times(text: &str) -> Vec<CpuTime> {
+    text.lines()
+        .filter_map(|l| {
+            let mut cols = l.split_whitespace();
+            let cpu = cols.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = cols.take(8).map_while(|x| x.parse().ok()).collect();
+            if v.len() < 5 {
+                return None;
+            }
+            let total: u64 = v.iter().sum();
+            // idle + iowait are not busy.
+            let idle = v[3] + v[4];
+            Some(CpuTime {
+                cpu,
+                busy: total - idle.min(total),
+                total,
+            })
+        })
+        .collect()
+}
+
+/// This host's per-CPU times now (`/proc/stat` is not per namespace).
+pub fn cpu_times() -> Result<Vec<CpuTime>, LabError> {
+    std::fs::read_to_string("/proc/stat")
+        .map(|t| parse_cpu_times(&t))
+        .map_err(|e| LabError {
+            what: "read /proc/stat".into(),
+            detail: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod cpu_time_tests {
+    use super::*;
+
+    #[test]
+    fn per_cpu_lines_are_read_and_the_sum_line_is_not() {
+        let text = "cpu  10 0 10 100 5 0 0 0 0 0\n\
+                    cpu0 4 1 3 50 2 1 1 1 0 0\n\
+                    cpu1 6 0 7 50 3 0 0 0 0 0\n\
+                    intr 12345\n\
+                    cpu2 1 2\n";
+        assert_eq!(
+            parse_cpu_times(text),
+            vec![
+                CpuTime {
+                    cpu: 0,
+                    busy: 4 + 1 + 3 + 1 + 1 + 1,
+                    total: 63
+                },
+                CpuTime {
+                    cpu: 1,
+                    busy: 13,
+                    total: 66
+                },
+            ]
+        );
+    }
 }
 
 #[cfg(test)]

@@ -31,24 +31,15 @@ pub(super) struct Target {
     pub key: String,
 }
 
-/// Per-CPU (busy, total) jiffies from /proc/stat.
+/// Per-CPU (busy, total) jiffies from /proc/stat, by position (none if it cannot be read:
+/// the step then reports no CPU shares).
 type CpuTimes = Vec<(u64, u64)>;
 
-/// Per-CPU busy and total jiffies from /proc/stat.
 fn cpu_times() -> CpuTimes {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-        .map(|l| {
-            let v: Vec<u64> = l
-                .split_whitespace()
-                .skip(1)
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            let total: u64 = v.iter().take(8).sum();
-            let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-            (total - idle.min(total), total)
-        })
+    flowlane_lab::counters::cpu_times()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.busy, c.total))
         .collect()
 }
 
