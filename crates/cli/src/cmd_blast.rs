@@ -294,11 +294,10 @@ pub fn run(a: BlastArgs) -> CmdResult {
 
 /// The command line as blast's configuration.
 fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
-    let to = match &a.to {
-        Some(e) => SocketAddr::new(e.addr, e.port.unwrap_or(0)),
-        // Only with --pcap (clap asks for --to otherwise): no destination named.
-        None => SocketAddr::from(([0, 0, 0, 0], 0)),
-    };
+    // None only with --pcap (clap asks for --to otherwise).
+    let to =
+        a.to.as_ref()
+            .map(|e| SocketAddr::new(e.addr, e.port.unwrap_or(0)));
     let placement = match a.per_queue {
         Some(k) => Some(Placement {
             per_queue: k,
@@ -397,7 +396,10 @@ fn banner(s: &StepStart) -> String {
         "flowlane blast ({}): {} flow(s) to {} on {} thread(s) (CPUs {:?}), {sizes}, {}{}",
         mode_name(s.mode),
         s.flows,
-        s.to,
+        s.to.map_or_else(
+            || "the captured destinations".to_string(),
+            |t| t.to_string()
+        ),
         s.cpus.len(),
         s.cpus,
         pace(s, "datagrams"),

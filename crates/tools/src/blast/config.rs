@@ -139,8 +139,10 @@ pub struct BlastConfig {
     /// Frame modes: the IPv4 TTL / IPv6 hop limit (default 64).
     #[serde(default)]
     pub ttl: Option<u8>,
-    /// Where traffic goes (a port other than 0).
-    pub to: SocketAddr,
+    /// Where traffic goes (a port other than 0). Only a capture replay (`pcap`) runs
+    /// without one: its frames then keep their captured MACs unless `dst_mac` is given.
+    #[serde(default)]
+    pub to: Option<SocketAddr>,
     /// Source address range (default: the address the route to `to` uses).
     pub from: Option<(IpAddr, IpAddr)>,
     /// Source port range (default: chosen by the kernel; with placement 1024-65535).
@@ -181,13 +183,21 @@ pub struct BlastConfig {
     /// running (`--metrics`).
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
-    /// Send a capture's frames instead of building them (frame modes). `to` is then optional:
-    /// 0.0.0.0:0 means none given (the MACs stay as captured unless `dst_mac` is given).
+    /// Send a capture's frames instead of building them (frame modes). `to` is then optional.
     #[serde(default)]
     pub pcap: Option<super::PcapSource>,
 }
 
 impl BlastConfig {
+    /// The destination, which everything but a capture replay needs.
+    pub fn dest(&self) -> Result<SocketAddr, crate::ToolError> {
+        self.to.ok_or_else(|| {
+            crate::ToolError::usage(
+                "blast needs a destination: --to IP:PORT (only --pcap runs without one)",
+            )
+        })
+    }
+
     /// A configuration with flowlane's defaults: one UDP flow to `to` from CPU `cpu`.
     pub fn new(to: SocketAddr, cpu: usize) -> BlastConfig {
         BlastConfig {
@@ -197,7 +207,7 @@ impl BlastConfig {
             dst_mac: None,
             vlan: None,
             ttl: None,
-            to,
+            to: Some(to),
             from: None,
             sport: None,
             flows: 1,

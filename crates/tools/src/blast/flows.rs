@@ -30,7 +30,7 @@ pub fn route_source(dst: SocketAddr) -> Result<IpAddr, ToolError> {
 
 /// Flows with their RSS queue (when placed).
 pub fn make_flows(a: &BlastConfig) -> Result<Vec<(Flow, Option<u32>)>, ToolError> {
-    let dst = a.to;
+    let dst = a.dest()?;
     let (lo, hi) = match a.from {
         Some(r) => r,
         None => {
@@ -116,7 +116,7 @@ fn placed(
     p: &super::Placement,
     (lo, hi): (IpAddr, IpAddr),
 ) -> Result<Vec<(Flow, Option<u32>)>, ToolError> {
-    let dst = a.to;
+    let dst = a.dest()?;
     let model = p.model.build()?;
     let key = Key::parse(&p.key).map_err(|e| ToolError::usage(e.to_string()))?;
     let spec = PickSpec {

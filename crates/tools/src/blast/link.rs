@@ -18,7 +18,6 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 /// `frame` bytes: index, MACs (the destination's from the neighbour table unless given), and
 /// a check against its MTU.
 pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
-    let dst = a.to;
     let dev = a
         .dev
         .as_deref()
@@ -40,7 +39,7 @@ pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
         flowlane_io::netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
     let dst_mac = match a.dst_mac {
         Some(m) => m,
-        None => neighbour_mac(dst, dev)?,
+        None => neighbour_mac(a.dest()?, dev)?,
     };
     Ok(RawLink {
         ifindex,
@@ -87,7 +86,7 @@ pub fn check_line_rate(a: &BlastConfig, frame: f64, pps: f64) -> Result<(), Tool
     let dev = match &a.dev {
         Some(d) => d.clone(),
         // The interface the route to the destination leaves by (rtnetlink, as `ip route get`).
-        None => match netdev::route_oif(a.to.ip()).ok().flatten() {
+        None => match a.to.and_then(|t| netdev::route_oif(t.ip()).ok().flatten()) {
             Some(i) => match netdev::ifname(i) {
                 Ok(name) => name,
                 Err(_) => return Ok(()),

@@ -37,8 +37,8 @@ pub struct StepStart {
     pub mode: BlastMode,
     /// Flows in the run.
     pub flows: usize,
-    /// The destination.
-    pub to: SocketAddr,
+    /// The destination (none for a capture replayed with its own addresses).
+    pub to: Option<SocketAddr>,
     /// Sender threads' CPUs.
     pub cpus: Vec<usize>,
     /// The step's frame sizes (one, or a cycle).
@@ -101,10 +101,10 @@ pub fn run(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(BlastEvent),
 ) -> Result<BlastReport, ToolError> {
-    let dst = a.to;
     if let Some(src) = &a.pcap {
         return replay(a, src, stop, on_event);
     }
+    let dst = a.dest()?;
     if dst.port() == 0 {
         return Err(ToolError::usage(
             "the destination needs a port other than 0",
@@ -255,7 +255,7 @@ fn replay(
         .ok_or_else(|| ToolError::usage("--pcap needs an interface (--dev)"))?;
     // MACs are rewritten when the destination is named (by MAC, or by address through the
     // neighbour table); else they stay as captured.
-    let named = a.dst_mac.is_some() || !a.to.ip().is_unspecified();
+    let named = a.dst_mac.is_some() || a.to.is_some();
     let mut la = a.clone();
     if !named {
         la.dst_mac = Some([0; 6]);
@@ -409,8 +409,10 @@ mod tests {
     fn impossible_configurations_are_usage_errors() {
         let to: SocketAddr = "127.0.0.1:9".parse().expect("addr");
         let stop = Arc::new(AtomicBool::new(false));
-        let bad: [fn(&mut BlastConfig); 5] = [
-            |c| c.to = "127.0.0.1:0".parse().expect("addr"),
+        let bad: [fn(&mut BlastConfig); 6] = [
+            |c| c.to = Some("127.0.0.1:0".parse().expect("addr")),
+            // Only a capture replay runs without a destination.
+            |c| c.to = None,
             |c| c.frames = Frames::Sizes(vec![40]),
             |c| {
                 c.frames = Frames::Sizes(vec![60, 100]);
