@@ -7,6 +7,8 @@
 //!   XDP_TX ceil   a one-line program sending every frame back untouched (XDP_TX): what the
 //!                 mechanism itself carries when the generator's CPU also receives the
 //!                 frames back (on veth it does, for every row below);
+//!   xdp-bench tx  xdp-tools' XDP_TX reflector (`-p swap-macs`), where installed
+//!                 (bench/xdp_tools.sh);
 //!   xdp / af-xdp / af-packet  the reflector with that backend: frames back at the
 //!                 generator's interface per second, and the ratio to the ceiling.
 //!   testpmd …     DPDK's testpmd `macswap` over its AF_XDP and AF_PACKET PMDs on the DUT's
@@ -65,6 +67,43 @@ fn main() {
         );
         got
     };
+    // xdp-tools' XDP_TX reflector, MACs swapped (ours swaps addresses and ports too).
+    if flowlane_lab::have_program("xdp-bench") {
+        let mut bench = p
+            .dut
+            .command("xdp-bench")
+            .args(["tx", "-p", "swap-macs", &p.dut_if])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("xdp-bench runs");
+        // Bounded wait until its program is on the interface.
+        let on = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            p.dut
+                .command("ip")
+                .args(["link", "show", &p.dut_if])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("xdp"))
+        });
+        if on {
+            let (offered, got) = blast(&p.gen, &p.gen_if);
+            println!(
+                "{:<14} {:>14.0} {:>14.0} {:>10.3}   (xdp-bench tx -p swap-macs)",
+                "xdp-bench tx",
+                offered,
+                got,
+                got / ceiling.max(1.0)
+            );
+        }
+        let _ = flowlane_io::os::signal_process(bench.id(), flowlane_io::os::Signal::Interrupt);
+        let _ = bench.wait();
+    } else {
+        eprintln!(
+            "(no xdp-bench row: xdp-tools >= 1.5.6 is not installed; bench/xdp_tools.sh builds \
+             it from a checkout)"
+        );
+    }
     for backend in ["xdp", "af-xdp", "af-packet"] {
         if backend == "af-packet" {
             // AF_PACKET takes a copy: the DUT's stack must not answer, and veth needs NAPI on

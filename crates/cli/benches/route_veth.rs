@@ -11,6 +11,8 @@
 //!   af-xdp          flowlane's router over AF_XDP (one UMEM across both ports), one worker
 //!                   pinned to CPU 1;
 //!   af-packet       the same over AF_PACKET rings;
+//!   xdp-forward     xdp-tools' native XDP forwarder (the kernel's FIB through
+//!                   `bpf_fib_lookup`), where installed (bench/xdp_tools.sh);
 //!   testpmd …       DPDK's testpmd (dpdk-dev) forwarding with MAC rewrite (`mac`) over its
 //!                   AF_XDP and AF_PACKET PMDs, forwarding core on CPU 1;
 //!   l3fwd af-xdp    DPDK's l3fwd example (LPM, its own 16 routes; built from dpdk-doc's
@@ -32,6 +34,9 @@ mod common;
 use common::{blast_live, verdict, with_forwarder, BIN};
 use flowlane_lab::setup::{self, KernelDut, LabConfig, Steer, Topology};
 use flowlane_lab::Netns;
+
+/// Alternated rounds of ours against xdp-forward.
+const ROUNDS: usize = 5;
 
 struct Down(String);
 
@@ -114,24 +119,55 @@ fn main() {
     forwarder_rows(&dut, "route", ceiling, kernel, &|| {
         blast(&sink, setup::SINK_IF)
     });
+    // xdp-tools' xdp-forward: native XDP too, the kernel's FIB (the same routes) looked up
+    // from the program.
+    let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
+    if let Some(r) = common::with_xdp_forward(&dut, &ports, || blast(&sink, setup::SINK_IF)) {
+        peer_row(
+            "xdp-forward",
+            "kernel FIB through bpf_fib_lookup",
+            r,
+            ceiling,
+            kernel,
+        );
+    }
+    // Ours against xdp-forward again, alternated: single rows move by ±20 % on this host.
+    if flowlane_lab::have_program("xdp-forward") {
+        let mut ratios = Vec::new();
+        for round in 0..ROUNDS {
+            let (mut ours, mut peer) = (0.0, 0.0);
+            for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+                if which == 0 {
+                    ours = forwarder_run(&dut, "route", "xdp", &|| blast(&sink, setup::SINK_IF))
+                        .0
+                         .1;
+                } else {
+                    peer = common::with_xdp_forward(&dut, &ports, || blast(&sink, setup::SINK_IF))
+                        .map_or(0.0, |r| r.1);
+                }
+            }
+            ratios.push(ours / peer.max(1.0));
+        }
+        let mut sorted = ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "xdp / xdp-forward, {ROUNDS} alternated rounds: {} — median {:.3}",
+            ratios
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            sorted[sorted.len() / 2]
+        );
+    }
     // testpmd's MAC forwarding (the peers' MACs written in, no lookup, no TTL).
     let peers = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
     testpmd_rows(&dut, "mac", &peers, ceiling, kernel, &|| {
         blast(&sink, setup::SINK_IF)
     });
     // DPDK's l3fwd (LPM, its own sixteen 198.18.N.0/24 routes) over AF_XDP.
-    let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
-    if let Some((offered, got)) =
-        common::with_l3fwd(&dut, &ports, &peers, || blast(&sink, setup::SINK_IF))
-    {
-        println!(
-            "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (l3fwd LPM over af_xdp)",
-            "l3fwd af-xdp",
-            offered,
-            got,
-            got / ceiling.max(1.0),
-            got / kernel.max(1.0)
-        );
+    if let Some(r) = common::with_l3fwd(&dut, &ports, &peers, || blast(&sink, setup::SINK_IF)) {
+        peer_row("l3fwd af-xdp", "l3fwd LPM over af_xdp", r, ceiling, kernel);
     }
     drop(_down);
     bridge(secs);
@@ -263,17 +299,29 @@ fn testpmd_rows(
 ) {
     for pmd in ["af_xdp", "af_packet"] {
         let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
-        if let Some((offered, got)) = common::with_testpmd(dut, &ports, pmd, mode, peers, measure) {
-            println!(
-                "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (testpmd {mode} over {pmd})",
-                format!("testpmd {}", pmd.replace('_', "-")),
-                offered,
-                got,
-                got / ceiling.max(1.0),
-                got / kernel.max(1.0)
+        if let Some(r) = common::with_testpmd(dut, &ports, pmd, mode, peers, measure) {
+            peer_row(
+                &format!("testpmd {}", pmd.replace('_', "-")),
+                &format!("testpmd {mode} over {pmd}"),
+                r,
+                ceiling,
+                kernel,
             );
         }
     }
+}
+
+/// A peer's row: `(offered, received)` pps against the drop ceiling and the kernel, and what
+/// the peer is.
+fn peer_row(name: &str, what: &str, (offered, got): (f64, f64), ceiling: f64, kernel: f64) {
+    println!(
+        "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   ({what})",
+        name,
+        offered,
+        got,
+        got / ceiling.max(1.0),
+        got / kernel.max(1.0)
+    );
 }
 
 /// A program on `from` redirecting every frame to `to` (a device map), attached while the
@@ -314,6 +362,29 @@ fn forwarder_row(
     kernel: f64,
     measure: &dyn Fn() -> (f64, f64),
 ) -> f64 {
+    let ((offered, got), f) = forwarder_run(dut, mode, backend, measure);
+    println!(
+        "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, flooded {}, ring drops {})",
+        backend,
+        offered,
+        got,
+        got / ceiling.max(1.0),
+        got / kernel.max(1.0),
+        f["total"]["forwarded"],
+        f["total"]["flooded"],
+        f["total"]["ring_drops"]
+    );
+    got
+}
+
+/// `flowlane forward --mode MODE` with `backend` (on CPU 1 unless native XDP) in `dut`
+/// while `measure` runs: what `measure` returned, and the forwarder's summary.
+fn forwarder_run(
+    dut: &Netns,
+    mode: &str,
+    backend: &str,
+    measure: &dyn Fn() -> (f64, f64),
+) -> ((f64, f64), serde_json::Value) {
     let mut fwd = dut.command(BIN);
     fwd.args([
         "forward",
@@ -328,17 +399,5 @@ fn forwarder_row(
     if backend != "xdp" {
         fwd.args(["--cpus", "1"]);
     }
-    let ((offered, got), f) = with_forwarder(fwd, measure);
-    println!(
-        "{:<14} {:>14.0} {:>14.0} {:>10.3} {:>10.3}   (forwarded {}, flooded {}, ring drops {})",
-        backend,
-        offered,
-        got,
-        got / ceiling.max(1.0),
-        got / kernel.max(1.0),
-        f["total"]["forwarded"],
-        f["total"]["flooded"],
-        f["total"]["ring_drops"]
-    );
-    got
+    with_forwarder(fwd, measure)
 }

@@ -101,6 +101,39 @@ pub fn with_forwarder<T>(mut cmd: Command, measure: impl FnOnce() -> T) -> (T, s
 /// DPDK's testpmd forwarding between `ports` of `ns` on CPU 1 (its main lcore on CPU 0) in
 /// `mode` (`io`, `mac` with the peers' MACs, …) over `pmd` (`af_xdp` or `af_packet`), while
 /// `measure` runs; `None` (and a hint) where testpmd is not installed.
+/// xdp-tools' `xdp-forward` (fib mode: the kernel's FIB looked up from XDP with
+/// `bpf_fib_lookup`, native XDP) loaded on `ports` in `ns` while `measure` runs, IPv4
+/// forwarding enabled there for the helper; `None` (and a note) where it is not installed.
+pub fn with_xdp_forward<T>(ns: &Netns, ports: &[&str], measure: impl FnOnce() -> T) -> Option<T> {
+    if !flowlane_lab::have_program("xdp-forward") {
+        eprintln!(
+            "(no xdp-forward row: xdp-tools >= 1.5.6 is not installed; bench/xdp_tools.sh \
+             builds it from a checkout)"
+        );
+        return None;
+    }
+    let load = ns
+        .command("xdp-forward")
+        .arg("load")
+        .args(ports)
+        .output()
+        .expect("xdp-forward runs");
+    if !load.status.success() {
+        eprintln!(
+            "(no xdp-forward row: load failed: {})",
+            String::from_utf8_lossy(&load.stderr).trim()
+        );
+        return None;
+    }
+    ns.write_file("/proc/sys/net/ipv4/ip_forward", "1")
+        .expect("sysctl");
+    let out = measure();
+    ns.write_file("/proc/sys/net/ipv4/ip_forward", "0")
+        .expect("sysctl");
+    let _ = ns.command("xdp-forward").arg("unload").args(ports).output();
+    Some(out)
+}
+
 pub fn with_testpmd<T>(
     ns: &Netns,
     ports: &[&str],
