@@ -90,18 +90,73 @@ fn main() {
         );
         n as f64 / j["duration_s"].as_f64().unwrap_or(secs).max(1e-9)
     };
+    // xdp-tools' xdp-trafficgen (static UDP frames, the same mechanism; IPv6 only), where
+    // installed:
+    // started from a thread pinned to CPU 0 (it inherits that), stopped by SIGINT.
+    let trafficgen = flowlane_lab::have_program("xdp-trafficgen");
+    if !trafficgen {
+        eprintln!(
+            "(no xdp-trafficgen column: xdp-tools >= 1.5.6 is not installed; bench/xdp_tools.sh \
+             builds it from a checkout)"
+        );
+    }
+    let dut_mac = {
+        let dev = p.dut_if.clone();
+        p.dut
+            .run_with_sys(move || flowlane_io::netdev::mac(&dev))
+            .expect("in the DUT's namespace")
+            .expect("the DUT's MAC")
+            .map(|b| format!("{b:02x}"))
+            .join(":")
+    };
+    let peer = || {
+        let gen_if = p.gen_if.clone();
+        let before = counted();
+        let t0 = Instant::now();
+        let mut child = p
+            .gen
+            .run(|| {
+                flowlane_io::os::pin_current_thread(0).expect("pin to CPU 0");
+                std::process::Command::new("xdp-trafficgen")
+                    // Its UDP mode sends IPv6 only: the smallest frame, 62 bytes (66 with FCS,
+                    // its `-s`), to an address nobody needs to own (the peer drops all in XDP).
+                    .args([
+                        "udp",
+                        &gen_if,
+                        "-m",
+                        &dut_mac,
+                        "-a",
+                        "2001:2::2",
+                        "-A",
+                        "2001:2::1",
+                    ])
+                    .args(["-p", "9000", "-t", "1", "-s", "66"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("xdp-trafficgen starts")
+            })
+            .expect("in the generator's namespace");
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        let _ = flowlane_io::os::signal_process(child.id(), flowlane_io::os::Signal::Interrupt);
+        let _ = child.wait();
+        (counted() - before) as f64 / t0.elapsed().as_secs_f64()
+    };
     println!(
         "live frames over veth, 60-byte frames, CPU 0, counted at the peer's XDP_DROP, {secs} s \
          per step"
     );
     // Per round: each generator's rate over the reference's of the same round (they run
     // back to back, the order alternating); the figure is the median of those ratios.
-    let names = [
+    let mut names = vec![
         "xdp-live, 1 flow, batch 64",
         "xdp-live, 64 flows, batch 64",
         "xdp-live, 1 flow, batch 128",
         "xdp-live, 64 flows, batch 128",
     ];
+    if trafficgen {
+        names.push("xdp-trafficgen (static, IPv6 62 B)");
+    }
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut refs = Vec::new();
     let rounds: usize = std::env::var("FLOWLANE_BENCH_ROUNDS")
@@ -120,7 +175,8 @@ fn main() {
                 1 => live("1", "64"),
                 2 => live("64", "64"),
                 3 => live("1", "128"),
-                _ => live("64", "128"),
+                4 => live("64", "128"),
+                _ => peer(),
             };
         }
         println!(
@@ -146,7 +202,25 @@ fn main() {
         "median of per-round ratios to the static XDP_TX reference ({:.0} pps median):",
         median(&mut refs)
     );
+    // Ours against the peer, round by round (both over the same round's reference).
+    if trafficgen {
+        let tg = ratios[names.len() - 1].clone();
+        let mut vs: Vec<f64> = ratios[0]
+            .iter()
+            .zip(&tg)
+            .map(|(a, b)| a / b.max(1e-9))
+            .collect();
+        println!(
+            "  xdp-live (1 flow, batch 64) / xdp-trafficgen, per round: median {:.2}x",
+            median(&mut vs)
+        );
+    }
     for (n, v) in names.iter().zip(ratios.iter_mut()) {
-        println!("  {n:<32} {:.2}x (target >= 1.0x)", median(v));
+        let target = if n.starts_with("xdp-live") {
+            " (target >= 1.0x)"
+        } else {
+            ""
+        };
+        println!("  {n:<32} {:.2}x{target}", median(v));
     }
 }
