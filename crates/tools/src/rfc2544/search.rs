@@ -120,7 +120,8 @@ pub struct Found {
     pub failed_pps: Option<f64>,
     /// The confirming trial passed at `pps`.
     pub confirmed: bool,
-    /// The trial at `pps` was tester-limited: the DUT's throughput is at least
+    /// The trial at `pps` was tester-limited, or the failure just above it was (its loss was
+    /// the tester's, e.g. its receiver overflowed): the DUT's throughput is at least
     /// `delivered_pps`, and no more is known.
     pub tester_limited: bool,
     /// The rate the passing trial at `pps` really delivered.
@@ -134,6 +135,9 @@ struct Goal {
     lo: Option<(f64, bool, f64)>,
     /// Lowest rate that failed.
     hi: Option<f64>,
+    /// The trial that failed at `hi` was tester-limited (e.g. the receiver overflowed): the
+    /// loss that bounds the answer from above was not the DUT's.
+    hi_limited: bool,
     /// A confirmation passed at `lo`.
     confirmed: bool,
     /// The last rate was aimed from an estimate (so the next probe goes one step above).
@@ -148,6 +152,7 @@ impl Goal {
             tolerance,
             lo: None,
             hi: None,
+            hi_limited: false,
             confirmed: false,
             estimated: false,
             estimate: None,
@@ -272,6 +277,7 @@ impl Search {
                     goal.confirmed = false;
                     goal.lo = None;
                     goal.hi = Some(t.pps);
+                    goal.hi_limited = t.tester_limited;
                     goal.estimate = Some(t.received_pps());
                 }
                 continue;
@@ -290,6 +296,10 @@ impl Search {
             } else {
                 if goal.hi.is_none_or(|h| t.pps < h) {
                     goal.hi = Some(t.pps);
+                    goal.hi_limited = t.tester_limited;
+                } else if goal.hi == Some(t.pps) {
+                    // Failed again at the same rate: limited only if both were.
+                    goal.hi_limited &= t.tester_limited;
                 }
                 if t.pps <= goal.lo_pps() {
                     // A rate that passed before fails now (noise, or the confirmation):
@@ -317,7 +327,9 @@ impl Search {
             pps: g.lo_pps(),
             failed_pps: g.hi,
             confirmed: g.confirmed,
-            tester_limited: g.lo.is_some_and(|l| l.1),
+            // The passing trial was the tester's limit, or the failure above it was: either
+            // way the DUT's throughput is at least the answer, and no more is known.
+            tester_limited: g.lo.is_some_and(|l| l.1) || (g.hi.is_some() && g.hi_limited),
             delivered_pps: g.lo.map_or(0.0, |l| l.2),
         };
         (f(&self.goals[NDR]), f(&self.goals[PDR]))
@@ -522,6 +534,35 @@ mod tests {
         assert!(s.exhausted());
         let (ndr, _) = s.found();
         assert!(ndr.tester_limited || ndr.pps == 0.0, "{ndr:?}");
+    }
+
+    /// Losses above 480k that the tester itself caused (its receiver overflowed) bound the
+    /// search as any loss does, but the answer below them is the tester's limit, not the
+    /// DUT's; the same losses caused by the DUT leave the answer the DUT's.
+    #[test]
+    fn an_answer_bounded_by_the_testers_own_loss_is_tester_limited() {
+        for receiver_overflows in [true, false] {
+            let mut s = Search::new(cfg());
+            let mut n = 0;
+            while let Step::Trial { pps, .. } = s.next_step() {
+                let sent = pps as u64;
+                let over = pps > 480_000.0;
+                s.record(Trial {
+                    pps,
+                    sent,
+                    received: if over { 480_000.min(sent) } else { sent },
+                    secs: 1.0,
+                    offered_pps: pps,
+                    tester_limited: over && receiver_overflows,
+                });
+                n += 1;
+                assert!(n <= 30);
+            }
+            let (ndr, _) = s.found();
+            assert!(ndr.confirmed, "{ndr:?}");
+            assert!((470_000.0..=480_000.0).contains(&ndr.pps), "{ndr:?}");
+            assert_eq!(ndr.tester_limited, receiver_overflows, "{ndr:?}");
+        }
     }
 
     #[test]
