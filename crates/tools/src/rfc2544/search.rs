@@ -240,7 +240,12 @@ impl Search {
             (max, TrialKind::Search)
         } else if let Some(e) = goal
             .estimate
-            .filter(|&e| e > lo && e < hi && !self.cfg.halving_only)
+            // A failure whose received rate is at or above its own rate lost a hair (the
+            // pacer offers a little over the rate asked): the edge is just below it, so aim
+            // there rather than halve from the last pass (or from zero, after a failed
+            // confirmation cleared every pass).
+            .map(|e| e.min(hi))
+            .filter(|&e| e > lo && e <= hi && !self.cfg.halving_only)
         {
             self.goals[g].estimated = true;
             self.goals[g].estimate = None;
@@ -563,6 +568,55 @@ mod tests {
             assert!((470_000.0..=480_000.0).contains(&ndr.pps), "{ndr:?}");
             assert_eq!(ndr.tester_limited, receiver_overflows, "{ndr:?}");
         }
+    }
+
+    /// The full default run's 1280 B search (2026-11-25, a token bucket): the 10 s
+    /// confirmation at the NDR lost 6 of 23 276 frames; its received rate (2 333, the pacer
+    /// offered a little over the 2 328 asked) lay above the failed rate, and the search went
+    /// on from half of it (1 164) — six trials more. Now it aims just below the failure.
+    #[test]
+    fn a_confirmation_failed_by_a_hair_reopens_the_search_just_below_it() {
+        let rows = [
+            (9615.384615384615, 19224u64, 4704u64, 1.98),
+            (2327.680652680653, 4654, 4654, 1.984),
+            (2423.8344988344993, 4846, 4687, 1.976),
+            (2349.8221077168446, 4698, 4691, 1.984),
+            (2349.8221077168446, 23497, 23490, 9.976),
+            (2327.680652680653, 23276, 23270, 9.976),
+        ];
+        let mut s = Search::new(SearchConfig {
+            max_pps: 9615.384615384615,
+            resolution: 0.01,
+            loss_tolerance: 0.005,
+            max_trials: 16,
+            halving_only: false,
+        });
+        for (pps, sent, received, secs) in rows {
+            let Step::Trial { pps: asked, .. } = s.next_step() else {
+                panic!("the search stopped early");
+            };
+            assert!(
+                (asked - pps).abs() < 1e-6,
+                "asked {asked}, the run had {pps}"
+            );
+            s.record(Trial {
+                pps,
+                sent,
+                received,
+                secs,
+                offered_pps: pps,
+                tester_limited: false,
+            });
+        }
+        let Step::Trial { pps, kind } = s.next_step() else {
+            panic!("the NDR is still open");
+        };
+        assert_eq!(kind, TrialKind::Search);
+        let step = 96.15;
+        assert!(
+            (2327.68 - step..2327.68).contains(&pps),
+            "{pps}: within a step below the failure"
+        );
     }
 
     #[test]
