@@ -42,6 +42,31 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Rounds of lookup_bulk and lookupx4 over `addr`: M lookups/s per round in `bulk` and `x4`,
+ * sorted (the median is in the middle); returns results folded so none is optimised away. */
+static uint64_t measure(struct rte_lpm *lpm, const uint32_t *addr, uint32_t *out,
+			double bulk[ROUNDS], double x4[ROUNDS])
+{
+	uint64_t sum = 0;
+	for (int r = 0; r < ROUNDS; r++) {
+		double t0 = now();
+		for (uint32_t i = 0; i < N_ADDR; i += 64)
+			rte_lpm_lookup_bulk(lpm, addr + i, out + i, 64);
+		bulk[r] = N_ADDR / (now() - t0) / 1e6;
+		sum += out[r];
+		t0 = now();
+		for (uint32_t i = 0; i < N_ADDR; i += 4) {
+			xmm_t ip = _mm_loadu_si128((const __m128i *)(addr + i));
+			rte_lpm_lookupx4(lpm, ip, out + i, UINT32_MAX);
+		}
+		x4[r] = N_ADDR / (now() - t0) / 1e6;
+		sum += out[r];
+	}
+	qsort(bulk, ROUNDS, sizeof(double), cmp_double);
+	qsort(x4, ROUNDS, sizeof(double), cmp_double);
+	return sum;
+}
+
 int main(int argc, char **argv)
 {
 	/* Hugepages, as DPDK runs in production, when FLOWLANE_DPDK_HUGE is set (reserve them
@@ -121,22 +146,7 @@ int main(int argc, char **argv)
 	}
 	double bulk[ROUNDS], x4[ROUNDS];
 	uint64_t sum = 0;
-	for (int r = 0; r < ROUNDS; r++) {
-		t0 = now();
-		for (uint32_t i = 0; i < N_ADDR; i += 64)
-			rte_lpm_lookup_bulk(lpm, addr + i, out + i, 64);
-		bulk[r] = N_ADDR / (now() - t0) / 1e6;
-		sum += out[r];
-		t0 = now();
-		for (uint32_t i = 0; i < N_ADDR; i += 4) {
-			xmm_t ip = _mm_loadu_si128((const __m128i *)(addr + i));
-			rte_lpm_lookupx4(lpm, ip, out + i, UINT32_MAX);
-		}
-		x4[r] = N_ADDR / (now() - t0) / 1e6;
-		sum += out[r];
-	}
-	qsort(bulk, ROUNDS, sizeof(double), cmp_double);
-	qsort(x4, ROUNDS, sizeof(double), cmp_double);
+	sum += measure(lpm, addr, out, bulk, x4);
 	printf("rte_lpm (DPDK %s, %s): %u IPv4 routes added in %.0f ms; inside routed prefixes, "
 	       "%u addresses: lookup_bulk %.1f M/s, lookupx4 %.1f M/s (medians of %d rounds) [%llu]\n",
 	       rte_version(), huge && *huge ? "hugepages" : "no hugepages", n, build * 1e3, N_ADDR, bulk[ROUNDS / 2], x4[ROUNDS / 2], ROUNDS,
@@ -145,22 +155,7 @@ int main(int argc, char **argv)
 	 * cycled in order (cache-resident tables). */
 	for (uint32_t i = WORKING_SET; i < N_ADDR; i++)
 		addr[i] = addr[i % WORKING_SET];
-	for (int r = 0; r < ROUNDS; r++) {
-		t0 = now();
-		for (uint32_t i = 0; i < N_ADDR; i += 64)
-			rte_lpm_lookup_bulk(lpm, addr + i, out + i, 64);
-		bulk[r] = N_ADDR / (now() - t0) / 1e6;
-		sum += out[r];
-		t0 = now();
-		for (uint32_t i = 0; i < N_ADDR; i += 4) {
-			xmm_t ip = _mm_loadu_si128((const __m128i *)(addr + i));
-			rte_lpm_lookupx4(lpm, ip, out + i, UINT32_MAX);
-		}
-		x4[r] = N_ADDR / (now() - t0) / 1e6;
-		sum += out[r];
-	}
-	qsort(bulk, ROUNDS, sizeof(double), cmp_double);
-	qsort(x4, ROUNDS, sizeof(double), cmp_double);
+	sum += measure(lpm, addr, out, bulk, x4);
 	printf("rte_lpm: repeated working set (%u addresses): lookup_bulk %.1f M/s, lookupx4 %.1f M/s "
 	       "(medians of %d rounds) [%llu]\n",
 	       WORKING_SET, bulk[ROUNDS / 2], x4[ROUNDS / 2], ROUNDS, (unsigned long long)(sum & 1));

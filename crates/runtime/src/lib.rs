@@ -364,67 +364,63 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
             set(&lp.pmu_llc_misses, v[2]);
         }
     };
+    // A poll error ends the loop as a stop does: the worker finishes (its counts are kept),
+    // then the error is reported.
     let (mut rounds, mut sleeps) = (0u32, 0u32);
-    while !stop.load(Ordering::Relaxed) && !p.done() {
-        bump(&lp.rounds, 1);
-        rounds = rounds.wrapping_add(1);
-        if rounds.is_multiple_of(1024) {
-            cpu();
-            p.publish(false);
-        }
-        match p.poll(budget, st) {
-            Ok(n) if n >= budget => {
-                bump(&lp.full_rounds, 1);
-                bump(&lp.busy_rounds, 1);
+    let outcome = 'run: {
+        while !stop.load(Ordering::Relaxed) && !p.done() {
+            bump(&lp.rounds, 1);
+            rounds = rounds.wrapping_add(1);
+            if rounds.is_multiple_of(1024) {
+                cpu();
+                p.publish(false);
             }
-            Ok(n) => {
-                if n > 0 {
+            match p.poll(budget, st) {
+                Ok(n) if n >= budget => {
+                    bump(&lp.full_rounds, 1);
                     bump(&lp.busy_rounds, 1);
                 }
-                bump(&lp.sleeps, 1);
-                sleeps = sleeps.wrapping_add(1);
-                if sleeps % 64 == 0 {
-                    cpu();
-                }
-                p.idle(st);
-                p.publish(false);
-                if let Err(e) = p.wait(wait_ms) {
-                    return fail(e);
-                }
-            }
-            Err(e) => {
-                p.idle(st);
-                p.publish(true);
-                p.finish(st);
-                cpu();
-                return fail(e);
-            }
-        }
-    }
-    // A receiver stopped by request first reads what already waits in its rings: frames that
-    // arrived before the stop are then counted, not left between the last read and the
-    // interface counters the report is checked against (bounded: 64 rounds, 20 ms).
-    if p.drains() && !p.done() {
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(20);
-        for _ in 0..64 {
-            match p.poll(budget, st) {
-                Ok(0) => break,
-                Ok(_) if std::time::Instant::now() >= until => break,
-                Ok(_) => {}
-                Err(e) => {
+                Ok(n) => {
+                    if n > 0 {
+                        bump(&lp.busy_rounds, 1);
+                    }
+                    bump(&lp.sleeps, 1);
+                    sleeps = sleeps.wrapping_add(1);
+                    if sleeps % 64 == 0 {
+                        cpu();
+                    }
                     p.idle(st);
-                    p.publish(true);
-                    p.finish(st);
-                    cpu();
-                    return fail(e);
+                    p.publish(false);
+                    if let Err(e) = p.wait(wait_ms) {
+                        return fail(e);
+                    }
+                }
+                Err(e) => break 'run Err(e),
+            }
+        }
+        // A receiver stopped by request first reads what already waits in its rings: frames that
+        // arrived before the stop are then counted, not left between the last read and the
+        // interface counters the report is checked against (bounded: 64 rounds, 20 ms).
+        if p.drains() && !p.done() {
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(20);
+            for _ in 0..64 {
+                match p.poll(budget, st) {
+                    Ok(0) => break,
+                    Ok(_) if std::time::Instant::now() >= until => break,
+                    Ok(_) => {}
+                    Err(e) => break 'run Err(e),
                 }
             }
         }
-    }
+        Ok(())
+    };
     p.idle(st);
     p.publish(true);
     p.finish(st);
     cpu();
+    if let Err(e) = outcome {
+        fail(e);
+    }
 }
 
 #[cfg(test)]
