@@ -48,7 +48,12 @@ use crate::{CmdResult, Failure};
 /// unicast IP to the sockets and passes the rest — ARP, neighbour discovery — to the kernel,
 /// counted) or on AF_PACKET (one worker per CPU, a receive and a transmit ring on every port;
 /// the kernel gets a copy of every frame: turn its own forwarding off, sysctl
-/// net.ipv4.ip_forward=0, or every frame is forwarded twice).
+/// net.ipv4.ip_forward=0, or every frame is forwarded twice). With --backend xdp (the
+/// default) no user space is on the path for IPv4: a generated program on every port looks
+/// the destination up in a DIR-24-8 table held in BPF maps and redirects the frame; IPv6 and
+/// the rest go to the kernel. Route and neighbour changes are applied each --interval on
+/// every backend (here: the table is rebuilt beside the one in use and switched to, so no
+/// frame meets a half-written table).
 ///
 /// `--mode bridge` is a learning bridge between its interfaces (--dev, twice or more): the
 /// source MAC of every frame is learnt into one table all workers share (entries unseen for

@@ -516,10 +516,20 @@ impl LiveTables {
         s
     }
 
+    /// The IPv4 routes as they are now.
+    pub fn v4(&self) -> &Rib<u32> {
+        self.w4.rib()
+    }
+
+    /// The next hops as they are now.
+    pub fn next_hops(&self) -> &NextHops {
+        &self.hops.table
+    }
+
     /// Applies the kernel's route changes since the last call and the neighbour table as it
     /// is now; publishes what changed (next hops first, so a route's new next hop exists
-    /// before the route does).
-    pub fn upkeep(&mut self) -> Result<(), ToolError> {
+    /// before the route does). Whether anything changed.
+    pub fn upkeep(&mut self) -> Result<bool, ToolError> {
         let neigh = netdev::neighbours().map_err(sys)?;
         let mut hops_changed = self.hops.resolve(&neigh);
         let mut c4: Vec<(Prefix<u32>, Option<u32>)> = Vec::new();
@@ -564,12 +574,13 @@ impl LiveTables {
             self.w4.apply_batch(&mut c4).map_err(bad)?;
             self.w4.publish();
         }
+        let changed = hops_changed || !c4.is_empty() || !c6.is_empty();
         if !c6.is_empty() {
             self.summary.changes_applied += c6.len() as u64;
             self.w6.apply_batch(&mut c6).map_err(bad)?;
             self.w6.publish();
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// Changes lost: the whole main table again, as changes against what the FIBs hold.

@@ -274,11 +274,12 @@ pub(super) fn run_bridge(
     Ok(r)
 }
 
-/// The XDP router's next-hop entries (laid out as `ebpf::route_hop`) for the loaded tables,
-/// and the IPv4 routes with a /32 for every known neighbour on a connected link (the program
-/// has no neighbour table of its own: a connected host gets its own route to its MAC).
+/// The XDP router's next-hop entries (laid out as `ebpf::route_hop`) for the tables as they
+/// are, and the IPv4 routes with a /32 for every known neighbour on a connected link (the
+/// program has no neighbour table of its own: a connected host gets its own route to its MAC).
 pub(super) fn xdp_tables(
-    l: &super::routes::Loaded,
+    v4: &flowlane_lpm::Rib<u32>,
+    table: &flowlane_runtime::route::NextHops,
     ports: &[PortInfo],
 ) -> Result<(flowlane_lpm::Rib<u32>, Vec<[u8; route_hop::SIZE]>), ToolError> {
     use flowlane_runtime::route::Hop;
@@ -294,7 +295,6 @@ pub(super) fn xdp_tables(
         e
     };
     let marker = |port: u32| entry(port, [0; 6]);
-    let table = &l.hops.table;
     let mut hops: Vec<[u8; route_hop::SIZE]> = table
         .hops
         .iter()
@@ -304,7 +304,7 @@ pub(super) fn xdp_tables(
             Hop::Nowhere => marker(route_hop::NOWHERE),
         })
         .collect();
-    let mut rib = l.v4.clone();
+    let mut rib = v4.clone();
     let mut hosts: Vec<(&(u16, u128), &[u8; 6])> = table.hosts.iter().collect();
     hosts.sort();
     for (&(port, key), mac) in hosts {
@@ -326,38 +326,136 @@ pub(super) fn xdp_tables(
     Ok((rib, hops))
 }
 
+/// The native router's table in BPF array maps the program reads (DIR-24-8: `tbl24`, `tbl8`
+/// groups, next hops), kept up to date while it runs. The groups and next hops are held
+/// twice over, in two halves: a new table is written whole into the half not in use, and
+/// then each `tbl24` entry is switched to it with one 4-byte store. A program run that read
+/// an old entry finds the old half intact (it is overwritten only by the next change, an
+/// interval later; a run lasts microseconds), so no frame meets a half-written table — as
+/// with the FIB's snapshots on the other backends.
+struct RouteMaps {
+    tbl24: WritableArray,
+    tbl8: WritableArray,
+    hops: WritableArray,
+    /// `tbl8` groups and next hops per half.
+    groups_half: usize,
+    hops_half: usize,
+    /// The half the program reads.
+    half: usize,
+}
+
+impl RouteMaps {
+    /// Maps for `dir` and `hops` with room for the table to grow (to twice its size, and at
+    /// least 256 groups and next hops more), written into the first half.
+    fn new(
+        dir: &flowlane_lpm::Dir24_8,
+        hops: &[[u8; route_hop::SIZE]],
+    ) -> Result<RouteMaps, ToolError> {
+        let (t24, t8) = dir.tables();
+        let groups = t8.len() / 256;
+        let groups_half = (2 * groups).max(groups + 256);
+        let hops_half = (2 * hops.len()).max(hops.len() + 256);
+        let make = |name: &str, size: usize, n: usize| {
+            let n = u32::try_from(n).map_err(|_| ToolError::runtime(format!("{name}: too big")))?;
+            WritableArray::new(name, size as u32, n)
+                .map_err(|e| bpf_err("cannot make the route table's maps", &e))
+        };
+        let mut m = RouteMaps {
+            tbl24: make("fl_rt_tbl24", 4, t24.len())?,
+            tbl8: make("fl_rt_tbl8", 4, 2 * groups_half * 256)?,
+            hops: make("fl_rt_hops", route_hop::SIZE, 2 * hops_half)?,
+            groups_half,
+            hops_half,
+            half: 1,
+        };
+        m.write(dir, hops).map_err(ToolError::runtime)?;
+        Ok(m)
+    }
+
+    /// Writes `dir` and `hops` into the half not in use, then points every `tbl24` entry at
+    /// it. Refused (nothing written) when the table outgrew a half.
+    fn write(
+        &mut self,
+        dir: &flowlane_lpm::Dir24_8,
+        hops: &[[u8; route_hop::SIZE]],
+    ) -> Result<(), String> {
+        use flowlane_lpm::Dir24_8;
+        let (t24, t8) = dir.tables();
+        let groups = t8.len() / 256;
+        if groups > self.groups_half || hops.len() > self.hops_half {
+            return Err(format!(
+                "the table outgrew the maps made at start ({groups} groups and {} next hops \
+                 for room of {} and {}); restart the router to size them anew",
+                hops.len(),
+                self.groups_half,
+                self.hops_half
+            ));
+        }
+        let h = 1 - self.half;
+        let (gbase, hbase) = ((h * self.groups_half) as u32, (h * self.hops_half) as u32);
+        // Values sit at 8-byte strides; a 4-byte value is one aligned store.
+        let put = |bytes: &mut [u8], i: usize, v: u32| {
+            if let Some(b) = bytes.get_mut(i * 8..i * 8 + 4) {
+                b.copy_from_slice(&v.to_ne_bytes());
+            }
+        };
+        let stride = route_hop::SIZE.next_multiple_of(8);
+        let hb = self.hops.bytes_mut();
+        for (i, e) in hops.iter().enumerate() {
+            let at = (hbase as usize + i) * stride;
+            if let Some(b) = hb.get_mut(at..at + e.len()) {
+                b.copy_from_slice(e);
+            }
+        }
+        let b8 = self.tbl8.bytes_mut();
+        let base8 = gbase as usize * 256;
+        for (i, &v) in t8.iter().enumerate() {
+            put(
+                b8,
+                base8 + i,
+                if v == flowlane_lpm::NO_ROUTE {
+                    v
+                } else {
+                    v + hbase
+                },
+            );
+        }
+        // Everything the new entries lead to is in place before the first of them is.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let b24 = self.tbl24.bytes_mut();
+        for (i, &v) in t24.iter().enumerate() {
+            let v = if v == Dir24_8::NONE {
+                v
+            } else if v & Dir24_8::EXTENDED != 0 {
+                Dir24_8::EXTENDED | ((v & !Dir24_8::EXTENDED) + gbase)
+            } else {
+                v + hbase
+            };
+            put(b24, i, v);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.half = h;
+        Ok(())
+    }
+}
+
 /// The native-XDP router (IPv4): one program per port (BPF links, native mode) over a
-/// DIR-24-8 table built once from the loaded routes; IPv6 and the rest go to the kernel.
+/// DIR-24-8 table in BPF maps ([`RouteMaps`]), rebuilt and switched to whenever a route or a
+/// neighbour changes (checked each interval); IPv6 and the rest go to the kernel.
 pub(super) fn run_route(
     mut job: Job<'_>,
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let (loaded, _) = super::packet::load_tables(&job, false)?;
+    let (loaded, monitor) = super::packet::load_tables(&job, true)?;
     job.routes = Some(loaded.summary.clone());
+    let mut live = super::routes::LiveTables::new(loaded, monitor);
     let infos: Vec<PortInfo> = super::packet::port_infos(&job)?
         .into_iter()
         .map(|p| p.1)
         .collect();
-    let (rib, hops) = xdp_tables(&loaded, &infos)?;
-    let dir = flowlane_lpm::Dir24_8::build(&rib);
-    let (t24, t8) = dir.tables();
-    // Each value of `size` bytes in `data`, written at the map's stride (8-byte aligned).
-    let array = |name: &str, size: u32, n: usize, data: &[u8]| {
-        let mut a = WritableArray::new(name, size, n.max(1) as u32)
-            .map_err(|e| bpf_err("cannot make the route table's maps", &e))?;
-        let stride = (size as usize).next_multiple_of(8);
-        let bytes = a.bytes_mut();
-        for (i, v) in data.chunks_exact(size as usize).enumerate() {
-            bytes[i * stride..i * stride + v.len()].copy_from_slice(v);
-        }
-        Ok::<_, ToolError>(a)
-    };
-    let bytes32 = |v: &[u32]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
-    let tbl24 = array("fl_rt_tbl24", 4, t24.len(), &bytes32(t24))?;
-    let tbl8 = array("fl_rt_tbl8", 4, t8.len(), &bytes32(t8))?;
-    let hop_bytes: Vec<u8> = hops.iter().flatten().copied().collect();
-    let hop_map = array("fl_rt_hops", route_hop::SIZE as u32, hops.len(), &hop_bytes)?;
+    let (rib, hops) = xdp_tables(live.v4(), live.next_hops(), &infos)?;
+    let mut maps = RouteMaps::new(&flowlane_lpm::Dir24_8::build(&rib), &hops)?;
     let devmap = BridgeMaps::create().map_err(|e| bpf_err("cannot make the device map", &e))?;
     for (i, (dev, ifindex)) in job.ports.iter().enumerate() {
         devmap
@@ -369,23 +467,43 @@ pub(super) fn run_route(
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
     let links = attach_per_port(&job, "router", &|i| {
         route_program(&XdpRoute {
-            tbl24_fd: tbl24.fd(),
-            tbl8_fd: tbl8.fd(),
-            hops_fd: hop_map.fd(),
+            tbl24_fd: maps.tbl24.fd(),
+            tbl8_fd: maps.tbl8.fd(),
+            hops_fd: maps.hops.fd(),
             ports_fd: devmap.fds().1,
             stats_fd: stats.raw_fd(),
             mac: infos[i].mac,
         })
     })?;
+    let mut upkeep_error = None;
+    let mut upkeep = || {
+        let rebuilt = live.upkeep().and_then(|changed| {
+            if !changed {
+                return Ok(());
+            }
+            let (rib, hops) = xdp_tables(live.v4(), live.next_hops(), &infos)?;
+            maps.write(&flowlane_lpm::Dir24_8::build(&rib), &hops)
+                .map_err(ToolError::runtime)
+        });
+        if let Err(e) = rebuilt {
+            upkeep_error.get_or_insert(e.to_string());
+        }
+    };
     let start = tick_loop(
         &job,
         stop,
         on_event,
         &|| sum(&read_route(&stats)),
-        &mut || {},
+        &mut upkeep,
     );
     drop(links);
-    Ok(report(&job, start, read_route(&stats), &before))
+    job.routes = Some(live.summary());
+    let mut r = report(&job, start, read_route(&stats), &before);
+    if let Some(e) = upkeep_error {
+        r.problems
+            .push(format!("the tables could not be kept up to date: {e}"));
+    }
+    Ok(r)
 }
 
 /// The router's counters per CPU.
