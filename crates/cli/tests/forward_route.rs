@@ -276,6 +276,9 @@ fn routed_run(lab: &Line, backend: &str) {
     // Dropped, each for its reason (IPv6 ones passed where IPv6 is not routed).
     let no_route = send("198.19.9.9:9000", 1000, &[]);
     let no_neigh = send("198.19.7.7:9000", 500, &[]);
+    // To the router's own address: the kernel's (it answers with port unreachables), never
+    // a neighbour without a MAC.
+    passed += send("198.18.0.2:9000", 200, &[]);
     let (mut too_big, mut ttl) = (
         send(v4, 300, &["--size", "1400"]),
         send(v4, 200, &["--ttl", "1"]),

@@ -13,7 +13,8 @@ use super::*;
 pub mod route_stats {
     /// Frames routed (redirected out of their port).
     pub const FORWARDED: usize = 0;
-    /// Frames passed to the kernel: not unicast IPv4 to this port's MAC, or with options.
+    /// Frames passed to the kernel: not unicast IPv4 to this port's MAC, with options, or to
+    /// one of this host's own addresses.
     pub const PASSED: usize = 1;
     /// No route (or a route to nowhere: a blackhole, another interface).
     pub const NO_ROUTE: usize = 2;
@@ -45,6 +46,8 @@ pub mod route_hop {
     pub const NO_NEIGHBOUR: u32 = u32::MAX;
     /// `PORT` of a next hop nowhere (blackhole, another interface).
     pub const NOWHERE: u32 = u32::MAX - 1;
+    /// `PORT` of this host's own addresses: the frame is passed to the kernel.
+    pub const HOST: u32 = u32::MAX - 2;
 }
 
 /// What one port's program is generated for.
@@ -143,6 +146,8 @@ pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
         .jump_reg(Cond::Eq, R6, R1, no_neigh)
         .load_imm64(R1, u64::from(route_hop::NOWHERE))
         .jump_reg(Cond::Eq, R6, R1, no_route)
+        .load_imm64(R1, u64::from(route_hop::HOST))
+        .jump_reg(Cond::Eq, R6, R1, pass)
         .mov(R1, R8)
         .alu_reg(Alu::Sub, R1, R7)
         .alu_imm(Alu::Add, R1, -14)

@@ -276,7 +276,8 @@ pub(super) fn run_bridge(
 
 /// The XDP router's next-hop entries (laid out as `ebpf::route_hop`) for the tables as they
 /// are, and the IPv4 routes with a /32 for every known neighbour on a connected link (the
-/// program has no neighbour table of its own: a connected host gets its own route to its MAC).
+/// program has no neighbour table of its own: a connected host gets its own route to its MAC)
+/// and for each of this host's own addresses (to the kernel).
 pub(super) fn xdp_tables(
     v4: &flowlane_lpm::Rib<u32>,
     table: &flowlane_runtime::route::NextHops,
@@ -321,6 +322,25 @@ pub(super) fn xdp_tables(
                 .map_err(|e| ToolError::runtime(format!("host route: {e}")))?;
             rib.insert(p, hops.len() as u32 - 1)
                 .map_err(|e| ToolError::runtime(format!("host route: {e}")))?;
+        }
+    }
+    // This host's own addresses: a /32 each to an entry that passes the frame to the kernel
+    // (without it, one on a connected link read as a neighbour without a MAC: dropped).
+    let mut local: Vec<u32> = table
+        .local
+        .iter()
+        .filter(|&&k| k >> 32 == 0xffff)
+        .map(|&k| k as u32)
+        .collect();
+    if !local.is_empty() {
+        local.sort_unstable();
+        hops.push(marker(route_hop::HOST));
+        let host = hops.len() as u32 - 1;
+        for addr in local {
+            let p = flowlane_lpm::Prefix::new(addr, 32)
+                .map_err(|e| ToolError::runtime(format!("local address: {e}")))?;
+            rib.insert(p, host)
+                .map_err(|e| ToolError::runtime(format!("local address: {e}")))?;
         }
     }
     Ok((rib, hops))
