@@ -49,9 +49,9 @@ use crate::{CmdResult, Failure};
 /// counted) or on AF_PACKET (one worker per CPU, a receive and a transmit ring on every port;
 /// the kernel gets a copy of every frame: turn its own forwarding off, sysctl
 /// net.ipv4.ip_forward=0, or every frame is forwarded twice). With --backend xdp (the
-/// default) no user space is on the path for IPv4: a generated program on every port looks
-/// the destination up in a DIR-24-8 table held in BPF maps and redirects the frame; IPv6 and
-/// the rest go to the kernel. Route and neighbour changes are applied each --interval on
+/// default) no user space is on the path: a generated program on every port looks the
+/// destination up in BPF maps (IPv4 in a DIR-24-8 table, IPv6 in the kernel's LPM trie) and
+/// redirects the frame; the rest (ARP, neighbour discovery, link-local) goes to the kernel. Route and neighbour changes are applied each --interval on
 /// every backend (here: the table is rebuilt beside the one in use and switched to, so no
 /// frame meets a half-written table).
 ///

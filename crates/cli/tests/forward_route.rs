@@ -231,9 +231,7 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
 
 /// One router run with `backend`: traffic routed, and dropped for every reason.
 fn routed_run(lab: &Line, backend: &str) {
-    // The native XDP router routes IPv4 and passes IPv6 to the kernel (here, whose forwarding
-    // is off, it goes no further); it redirects into veth, whose far ends then run XDP.
-    let v6_routed = backend != "xdp";
+    // The native XDP router redirects into veth, whose far ends then run XDP.
     let _pass = (backend == "xdp").then(|| {
         (
             common::xdp_pass(&lab.gen, "flgen"),
@@ -264,14 +262,10 @@ fn routed_run(lab: &Line, backend: &str) {
     // run).
     let mut good = 0;
     let mut passed = 0;
-    for (to, count, routed) in [(v4, 20_000, true), (v6, 10_000, v6_routed)] {
-        if routed {
-            let sink = sink_start(lab, count);
-            good += send(to, count, &flows);
-            sink_check(sink, count);
-        } else {
-            passed += send(to, count, &flows);
-        }
+    for (to, count) in [(v4, 20_000), (v6, 10_000)] {
+        let sink = sink_start(lab, count);
+        good += send(to, count, &flows);
+        sink_check(sink, count);
     }
     // Dropped, each for its reason (IPv6 ones passed where IPv6 is not routed).
     let no_route = send("198.19.9.9:9000", 1000, &[]);
@@ -279,19 +273,8 @@ fn routed_run(lab: &Line, backend: &str) {
     // To the router's own address: the kernel's (it answers with port unreachables), never
     // a neighbour without a MAC.
     passed += send("198.18.0.2:9000", 200, &[]);
-    let (mut too_big, mut ttl) = (
-        send(v4, 300, &["--size", "1400"]),
-        send(v4, 200, &["--ttl", "1"]),
-    );
-    let (big6, ttl6) = (
-        send(v6, 100, &["--size", "1400"]),
-        send(v6, 100, &["--ttl", "1"]),
-    );
-    if v6_routed {
-        (too_big, ttl) = (too_big + big6, ttl + ttl6);
-    } else {
-        passed += big6 + ttl6;
-    }
+    let too_big = send(v4, 300, &["--size", "1400"]) + send(v6, 100, &["--size", "1400"]);
+    let ttl = send(v4, 200, &["--ttl", "1"]) + send(v6, 100, &["--ttl", "1"]);
     // The last ICMP errors the sink's kernel answers with have come back through.
     quiet(lab);
     let (code, r) = fwd.finish();
@@ -431,45 +414,47 @@ fn route_changes_run(lab: &Line, backend: &str) {
     sink_check(sink, 60_000);
     // A change that matters: the upper half of the sink's link becomes a blackhole, and once
     // the router has applied it (it does each interval, 0.2 s here) frames there are dropped.
-    ok(&lab
-        .dut
-        .command("ip")
-        .args(["route", "add", "blackhole", "198.18.1.128/25"])
-        .output()
-        .expect("ip"));
+    // IPv6 too: the upper half of the sink's /64.
+    for blackhole in ["198.18.1.128/25", "2001:2:0:1:8000::/65"] {
+        ok(&lab
+            .dut
+            .command("ip")
+            .args(["route", "add", "blackhole", blackhole])
+            .output()
+            .expect("ip"));
+    }
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let out = lab
-        .gen
-        .command(BIN)
-        .args([
-            "blast",
-            "--mode",
-            "raw",
-            "--dev",
-            "flgen",
-            "--to",
-            "198.18.1.200:9000",
-        ])
-        .args(["--count", "100", "--json", "--quiet"])
-        .output()
-        .expect("blast runs");
-    common::blast_judged_ok(
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).expect("JSON"),
-    );
+    for to in ["198.18.1.200:9000", "[2001:2:0:1:8000::5]:9000"] {
+        let out = lab
+            .gen
+            .command(BIN)
+            .args(["blast", "--mode", "raw", "--dev", "flgen", "--to", to])
+            .args(["--count", "100", "--json", "--quiet"])
+            .output()
+            .expect("blast runs");
+        common::blast_judged_ok(
+            out.status.code(),
+            serde_json::from_slice(&out.stdout).expect("JSON"),
+        );
+    }
     quiet(lab);
     let (code, r) = fwd.finish();
     assert_eq!(code, Some(0), "{r}");
     let t = &r["total"];
-    assert_eq!(t["dropped"]["no_route"].as_u64(), Some(100), "{r}");
+    assert_eq!(t["dropped"]["no_route"].as_u64(), Some(200), "{r}");
+    assert_eq!(t["dropped"]["no_neighbour"].as_u64(), Some(0), "{r}");
     let rt = &r["routes"];
-    // Two connected routes + 50 000 − 20 000 + the /25 + the blackhole, each change applied.
+    // Two connected routes + 50 000 − 20 000 + the /25 + the blackhole, each change applied
+    // — one by one, or, where the kernel's change messages overran the monitor's socket
+    // (a native-router rebuild of a debug build takes long enough), by reading the whole
+    // table again and applying what differs.
     assert_eq!(rt["routes_v4"].as_u64(), Some(30_004), "{rt}");
     assert!(
-        rt["changes_applied"].as_u64().expect("changes") >= 70_002,
+        rt["changes_applied"].as_u64().expect("changes") >= 70_003
+            || rt["reloads"].as_u64().expect("reloads") > 0,
         "{rt}"
     );
-    assert_eq!(rt["discard"].as_u64(), Some(1), "{rt}");
+    assert_eq!(rt["discard"].as_u64(), Some(2), "{rt}");
 }
 
 #[test]

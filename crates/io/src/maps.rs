@@ -85,6 +85,68 @@ impl ArrayMap {
     }
 }
 
+/// An IPv6 longest-prefix-match map (`BPF_MAP_TYPE_LPM_TRIE`): keys are a prefix length and
+/// 16 address bytes (network order), values a u32. A program looks up an address with length
+/// 128 and gets the value of the longest prefix that covers it; each update or removal is
+/// atomic for readers (the kernel's trie is RCU-protected).
+#[derive(Debug)]
+pub struct LpmTrie6 {
+    fd: OwnedFd,
+}
+
+impl LpmTrie6 {
+    /// Bytes of a key: the length (u32, native order), then the address.
+    pub const KEY_SIZE: usize = 20;
+
+    /// Creates the map for up to `entries` prefixes.
+    pub fn create(name: &str, entries: u32) -> Result<LpmTrie6, SysError> {
+        let fd = bpf::create_map(
+            bpf::MAP_LPM_TRIE,
+            Self::KEY_SIZE as u32,
+            4,
+            entries,
+            bpf::F_NO_PREALLOC,
+            name,
+        )?;
+        Ok(LpmTrie6 { fd })
+    }
+
+    fn key(len: u8, addr: [u8; 16]) -> Result<[u8; 20], SysError> {
+        if len > 128 {
+            return Err(invalid(
+                "bpf(BPF_MAP_UPDATE_ELEM)",
+                format!("prefix length {len} of an IPv6 address"),
+            ));
+        }
+        let mut k = [0u8; Self::KEY_SIZE];
+        k[..4].copy_from_slice(&u32::from(len).to_ne_bytes());
+        k[4..].copy_from_slice(&addr);
+        Ok(k)
+    }
+
+    /// Sets the value of `addr/len`.
+    pub fn set(&self, len: u8, addr: [u8; 16], value: u32) -> Result<(), SysError> {
+        let k = Self::key(len, addr)?;
+        bpf::map_update(&self.fd, &k, &value.to_ne_bytes(), Self::KEY_SIZE, 4)
+    }
+
+    /// Removes `addr/len`; whether it was there.
+    pub fn remove(&self, len: u8, addr: [u8; 16]) -> Result<bool, SysError> {
+        bpf::map_delete(&self.fd, &Self::key(len, addr)?)
+    }
+
+    /// The value of the longest prefix covering `addr` (a lookup with length 128).
+    pub fn lookup(&self, addr: [u8; 16]) -> Result<Option<u32>, SysError> {
+        let v = bpf::map_lookup(&self.fd, &Self::key(128, addr)?, 4)?;
+        Ok(v.and_then(|v| Some(u32::from_ne_bytes(v.try_into().ok()?))))
+    }
+
+    /// The descriptor programs refer to the map by.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// A cpumap: per CPU, a queue of frames that CPU's kernel thread takes off and gives the
 /// stack, with a program that runs on each frame as it does.
 #[derive(Debug)]
@@ -313,5 +375,32 @@ mod tests {
             e.to_string().contains("8-byte value for 16-byte entries"),
             "{e}"
         );
+    }
+
+    /// The kernel's trie answers the longest prefix, and removals and replacements take.
+    #[test]
+    fn an_lpm_trie_answers_the_longest_prefix() {
+        let t = match LpmTrie6::create("fl_test_lpm", 16) {
+            Ok(t) => t,
+            Err(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
+                eprintln!("SKIP: creating a BPF map needs CAP_BPF");
+                return;
+            }
+            Err(e) => panic!("create: {e}"),
+        };
+        let a = |s: &str| s.parse::<std::net::Ipv6Addr>().expect("address").octets();
+        t.set(32, a("2001:2::"), 1).expect("set");
+        t.set(48, a("2001:2:0:1::"), 2).expect("set");
+        t.set(128, a("2001:2:0:1::7"), 3).expect("set");
+        assert_eq!(t.lookup(a("2001:2:0:1::7")).expect("lookup"), Some(3));
+        assert_eq!(t.lookup(a("2001:2:0:1::8")).expect("lookup"), Some(2));
+        assert_eq!(t.lookup(a("2001:2:5::1")).expect("lookup"), Some(1));
+        assert_eq!(t.lookup(a("2001:3::1")).expect("lookup"), None);
+        t.set(48, a("2001:2:0:1::"), 4).expect("replace");
+        assert_eq!(t.lookup(a("2001:2:0:1::8")).expect("lookup"), Some(4));
+        assert!(t.remove(48, a("2001:2:0:1::")).expect("remove"));
+        assert!(!t.remove(48, a("2001:2:0:1::")).expect("remove again"));
+        assert_eq!(t.lookup(a("2001:2:0:1::8")).expect("lookup"), Some(1));
+        assert!(t.set(129, a("::"), 0).is_err(), "a length past 128");
     }
 }

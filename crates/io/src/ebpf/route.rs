@@ -1,11 +1,14 @@
-//! The XDP-native IPv4 router behind `flowlane forward --mode route --backend xdp`: port `i`
-//! runs this program generated for its own MAC. A unicast IPv4 frame to that MAC is looked
-//! up in a DIR-24-8 table built by the lpm crate (two array maps: the verifier inlines both
-//! lookups), its next hop read from a third array (port, MTU, the next hop's MAC and the
-//! port's), its MACs rewritten and its TTL decremented with the checksum updated as the
-//! kernel's `ip_decrease_ttl` does, and it is redirected out of its port through a device
-//! map. Everything else — IPv6, ARP, multicast, IPv4 with options, frames to another MAC — is
-//! passed to the kernel, counted. No user space on the path.
+//! The XDP-native router behind `flowlane forward --mode route --backend xdp`: port `i` runs
+//! this program generated for its own MAC. A unicast IPv4 frame to that MAC is looked up in a
+//! DIR-24-8 table built by the lpm crate (two array maps: the verifier inlines both lookups),
+//! an IPv6 one in the kernel's LPM trie (one of two, see [`XdpRoute::trie6_fds`]); its next
+//! hop is read from an array (port, MTU, the next hop's MAC and the port's), its MACs
+//! rewritten, its TTL decremented with the checksum updated as the kernel's
+//! `ip_decrease_ttl` does (IPv6: the hop limit, no checksum), and it is redirected out of its
+//! port through a device map. Everything else — ARP, neighbour discovery, multicast, IPv4
+//! with options, IPv6 to link-local addresses, frames to another MAC or to one of this host's
+//! addresses (a host route to a [`route_hop::HOST`] entry) — is passed to the kernel,
+//! counted. No user space on the path.
 
 use super::*;
 
@@ -13,14 +16,14 @@ use super::*;
 pub mod route_stats {
     /// Frames routed (redirected out of their port).
     pub const FORWARDED: usize = 0;
-    /// Frames passed to the kernel: not unicast IPv4 to this port's MAC, with options, or to
-    /// one of this host's own addresses.
+    /// Frames passed to the kernel: not unicast IP to this port's MAC, IPv4 with options, IPv6
+    /// to a link-local address, or to one of this host's own addresses.
     pub const PASSED: usize = 1;
     /// No route (or a route to nowhere: a blackhole, another interface).
     pub const NO_ROUTE: usize = 2;
     /// A route whose next hop has no MAC.
     pub const NO_NEIGHBOUR: usize = 3;
-    /// TTL 1 or 0.
+    /// TTL (IPv6: hop limit) 1 or 0.
     pub const TTL_EXCEEDED: usize = 4;
     /// Larger than the outgoing port's MTU.
     pub const TOO_BIG: usize = 5;
@@ -59,6 +62,11 @@ pub struct XdpRoute {
     pub tbl8_fd: i32,
     /// Array of [`route_hop::SIZE`]-byte next hops.
     pub hops_fd: i32,
+    /// Two IPv6 LPM tries (`LpmTrie6`) of next-hop indices, and an array of one u32 saying
+    /// which is in use (0 or 1): the table is rebuilt in the other and switched with one
+    /// store, so no lookup meets it half changed.
+    pub trie6_fds: [i32; 2],
+    pub half_fd: i32,
     /// `BPF_MAP_TYPE_DEVMAP`: port → ifindex.
     pub ports_fd: i32,
     /// Per-CPU array of [`route_stats::COUNT`] u64.
@@ -77,6 +85,67 @@ fn lookup(a: &mut Asm, map_fd: i32, none: Label) {
         .jump_imm(Cond::Eq, R0, 0, none);
 }
 
+/// Where the shared tail jumps for a verdict.
+struct Drops {
+    pass: Label,
+    no_route: Label,
+    no_neigh: Label,
+    too_big: Label,
+}
+
+/// From a next-hop index in R2 to the redirect: the next hop's entry, its verdicts, the MTU,
+/// the MACs, the TTL (IPv4, with the checksum as the kernel's `ip_decrease_ttl`) or hop limit
+/// (IPv6, no checksum) one lower, counted and redirected out of its port.
+fn tail(a: &mut Asm, p: &XdpRoute, v6: bool, d: &Drops) {
+    lookup(a, p.hops_fd, d.no_route);
+    // R9 = the next hop, R6 = its port.
+    a.mov(R9, R0)
+        .load(Size::W, R6, R9, route_hop::PORT as i16)
+        .load_imm64(R1, u64::from(route_hop::NO_NEIGHBOUR))
+        .jump_reg(Cond::Eq, R6, R1, d.no_neigh)
+        .load_imm64(R1, u64::from(route_hop::NOWHERE))
+        .jump_reg(Cond::Eq, R6, R1, d.no_route)
+        .load_imm64(R1, u64::from(route_hop::HOST))
+        .jump_reg(Cond::Eq, R6, R1, d.pass)
+        .mov(R1, R8)
+        .alu_reg(Alu::Sub, R1, R7)
+        .alu_imm(Alu::Add, R1, -14)
+        .load(Size::W, R2, R9, route_hop::MTU as i16)
+        .jump_reg(Cond::Gt, R1, R2, d.too_big)
+        // The MACs: the next hop's, the port's.
+        .load(Size::W, R1, R9, route_hop::DST_MAC as i16)
+        .store(Size::W, R7, 0, R1)
+        .load(Size::H, R1, R9, route_hop::DST_MAC as i16 + 4)
+        .store(Size::H, R7, 4, R1)
+        .load(Size::W, R1, R9, route_hop::SRC_MAC as i16)
+        .store(Size::W, R7, 6, R1)
+        .load(Size::H, R1, R9, route_hop::SRC_MAC as i16 + 4)
+        .store(Size::H, R7, 10, R1);
+    if v6 {
+        a.load(Size::B, R1, R7, 21)
+            .alu_imm(Alu::Add, R1, -1)
+            .store(Size::B, R7, 21, R1);
+    } else {
+        // TTL − 1, and the checksum as ip_decrease_ttl: + htons(0x0100), end-around carry.
+        a.load(Size::B, R1, R7, 22)
+            .alu_imm(Alu::Add, R1, -1)
+            .store(Size::B, R7, 22, R1);
+        let carry = a.label();
+        a.load(Size::H, R1, R7, 24)
+            .alu_imm(Alu::Add, R1, 1)
+            .jump_imm(Cond::Lt, R1, 0xffff, carry)
+            .alu_imm(Alu::Add, R1, 1)
+            .bind(carry)
+            .store(Size::H, R7, 24, R1);
+    }
+    count_percpu(a, p.stats_fd, route_stats::FORWARDED);
+    a.mov(R2, R6)
+        .load_map_fd(R1, p.ports_fd)
+        .mov_imm(R3, 0)
+        .call(Helper::RedirectMap)
+        .exit();
+}
+
 /// One port's program: see the module's comment.
 pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
     use route_stats::*;
@@ -89,8 +158,14 @@ pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
         a.label(),
         a.label(),
     );
+    let drops = Drops {
+        pass,
+        no_route,
+        no_neigh,
+        too_big,
+    };
     let direct = a.label();
-    let have_hop = a.label();
+    let (have_hop, v6) = (a.label(), a.label());
     let mac_lo = u32::from_le_bytes([p.mac[0], p.mac[1], p.mac[2], p.mac[3]]);
     let mac_hi = u16::from_le_bytes([p.mac[4], p.mac[5]]);
     // R7 = data, R8 = data_end.
@@ -99,14 +174,15 @@ pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
         .mov(R1, R7)
         .alu_imm(Alu::Add, R1, 14)
         .jump_reg(Cond::Gt, R1, R8, malformed)
-        // IPv4 (0x0800 as loaded little-endian), to this port's MAC.
-        .load(Size::H, R1, R7, 12)
-        .jump_imm(Cond::Ne, R1, 0x0008, pass)
+        // To this port's MAC; IPv6 (0x86dd as loaded little-endian) or IPv4 (0x0800).
         .load(Size::W, R1, R7, 0)
         .load_imm64(R2, u64::from(mac_lo))
         .jump_reg(Cond::Ne, R1, R2, pass)
         .load(Size::H, R1, R7, 4)
         .jump_imm(Cond::Ne, R1, i32::from(mac_hi), pass)
+        .load(Size::H, R1, R7, 12)
+        .jump_imm(Cond::Eq, R1, 0xdd86, v6)
+        .jump_imm(Cond::Ne, R1, 0x0008, pass)
         .mov(R1, R7)
         .alu_imm(Alu::Add, R1, 34)
         .jump_reg(Cond::Gt, R1, R8, malformed)
@@ -138,47 +214,49 @@ pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
         .load_imm64(R1, u64::from(u32::MAX))
         .jump_reg(Cond::Eq, R2, R1, no_route)
         .bind(have_hop);
-    lookup(&mut a, p.hops_fd, no_route);
-    // R9 = the next hop, R6 = its port.
-    a.mov(R9, R0)
-        .load(Size::W, R6, R9, route_hop::PORT as i16)
-        .load_imm64(R1, u64::from(route_hop::NO_NEIGHBOUR))
-        .jump_reg(Cond::Eq, R6, R1, no_neigh)
-        .load_imm64(R1, u64::from(route_hop::NOWHERE))
-        .jump_reg(Cond::Eq, R6, R1, no_route)
-        .load_imm64(R1, u64::from(route_hop::HOST))
-        .jump_reg(Cond::Eq, R6, R1, pass)
-        .mov(R1, R8)
-        .alu_reg(Alu::Sub, R1, R7)
-        .alu_imm(Alu::Add, R1, -14)
-        .load(Size::W, R2, R9, route_hop::MTU as i16)
-        .jump_reg(Cond::Gt, R1, R2, too_big)
-        // The MACs: the next hop's, the port's.
-        .load(Size::W, R1, R9, route_hop::DST_MAC as i16)
-        .store(Size::W, R7, 0, R1)
-        .load(Size::H, R1, R9, route_hop::DST_MAC as i16 + 4)
-        .store(Size::H, R7, 4, R1)
-        .load(Size::W, R1, R9, route_hop::SRC_MAC as i16)
-        .store(Size::W, R7, 6, R1)
-        .load(Size::H, R1, R9, route_hop::SRC_MAC as i16 + 4)
-        .store(Size::H, R7, 10, R1)
-        // TTL − 1, and the checksum as ip_decrease_ttl: + htons(0x0100), end-around carry.
-        .load(Size::B, R1, R7, 22)
-        .alu_imm(Alu::Add, R1, -1)
-        .store(Size::B, R7, 22, R1);
-    let carry = a.label();
-    a.load(Size::H, R1, R7, 24)
-        .alu_imm(Alu::Add, R1, 1)
-        .jump_imm(Cond::Lt, R1, 0xffff, carry)
-        .alu_imm(Alu::Add, R1, 1)
-        .bind(carry)
-        .store(Size::H, R7, 24, R1);
-    count_percpu(&mut a, p.stats_fd, FORWARDED);
-    a.mov(R2, R6)
-        .load_map_fd(R1, p.ports_fd)
-        .mov_imm(R3, 0)
-        .call(Helper::RedirectMap)
-        .exit();
+    tail(&mut a, p, false, &drops);
+    // IPv6: a whole header; link-local destinations are the kernel's (multicast ones came to
+    // a multicast MAC, not this port's); hop limit above 1.
+    let (trie1, key_done) = (a.label(), a.label());
+    a.bind(v6)
+        .mov(R1, R7)
+        .alu_imm(Alu::Add, R1, 54)
+        .jump_reg(Cond::Gt, R1, R8, malformed)
+        .load(Size::B, R1, R7, 14)
+        .alu_imm(Alu::And, R1, 0xf0)
+        .jump_imm(Cond::Ne, R1, 0x60, pass)
+        .load(Size::B, R1, R7, 38)
+        .jump_imm(Cond::Eq, R1, 0xff, pass);
+    let not_link_local = a.label();
+    a.jump_imm(Cond::Ne, R1, 0xfe, not_link_local)
+        .load(Size::B, R1, R7, 39)
+        .alu_imm(Alu::And, R1, 0xc0)
+        .jump_imm(Cond::Eq, R1, 0x80, pass)
+        .bind(not_link_local)
+        .load(Size::B, R1, R7, 21)
+        .jump_imm(Cond::Le, R1, 1, ttl)
+        // The trie's key on the stack at R10 − 24: length 128, then the destination.
+        .store_imm(Size::W, R10, -24, 128);
+    for k in 0..4i16 {
+        a.load(Size::W, R1, R7, 38 + 4 * k)
+            .store(Size::W, R10, -20 + 4 * k, R1);
+    }
+    // Which of the two tries is in use (see `XdpRoute::trie6_fds`).
+    a.mov_imm(R2, 0);
+    lookup(&mut a, p.half_fd, no_route);
+    a.load(Size::W, R1, R0, 0)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, -24)
+        .jump_imm(Cond::Ne, R1, 0, trie1)
+        .load_map_fd(R1, p.trie6_fds[0])
+        .jump(key_done)
+        .bind(trie1)
+        .load_map_fd(R1, p.trie6_fds[1])
+        .bind(key_done)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, no_route)
+        .load(Size::W, R2, R0, 0);
+    tail(&mut a, p, true, &drops);
     for (l, which, verdict) in [
         (pass, PASSED, xdp::PASS),
         (malformed, MALFORMED, xdp::DROP),

@@ -43,6 +43,10 @@ pub const MAP_ARRAY: u32 = 2;
 pub const MAP_PERCPU_ARRAY: u32 = 6;
 /// `BPF_MAP_TYPE_DEVMAP`: redirect targets that are interfaces, by index.
 pub const MAP_DEVMAP: u32 = 14;
+/// `BPF_MAP_TYPE_LPM_TRIE`: longest-prefix match on keys of a u32 length and the address.
+pub const MAP_LPM_TRIE: u32 = 11;
+/// `BPF_F_NO_PREALLOC`, which an LPM trie requires.
+pub const F_NO_PREALLOC: u32 = 1;
 /// `BPF_MAP_TYPE_CPUMAP`: redirect targets that are CPUs (a kernel thread per entry runs the
 /// stack for the frames redirected to it).
 pub const MAP_CPUMAP: u32 = 16;

@@ -521,6 +521,11 @@ impl LiveTables {
         self.w4.rib()
     }
 
+    /// The IPv6 routes as they are now.
+    pub fn v6(&self) -> &Rib<u128> {
+        self.w6.rib()
+    }
+
     /// The next hops as they are now.
     pub fn next_hops(&self) -> &NextHops {
         &self.hops.table

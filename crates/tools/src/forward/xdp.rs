@@ -1,11 +1,12 @@
 //! The native-XDP reflector: a generated program attached through a BPF link (detached when
 //! the run ends, also when the process dies), its per-CPU counters read from a mapped array.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_io::bpf::{self, BridgeMaps, PerCpuCounters, WritableArray};
+use flowlane_io::bpf::{self, BridgeMaps, LpmTrie6, PerCpuCounters, WritableArray};
 use flowlane_io::ebpf::{
     bridge_program, bridge_stats, reflect_program, reflect_stats, route_hop, route_program,
     route_stats, Reflect, XdpBridge, XdpRoute,
@@ -274,15 +275,25 @@ pub(super) fn run_bridge(
     Ok(r)
 }
 
-/// The XDP router's next-hop entries (laid out as `ebpf::route_hop`) for the tables as they
-/// are, and the IPv4 routes with a /32 for every known neighbour on a connected link (the
-/// program has no neighbour table of its own: a connected host gets its own route to its MAC)
-/// and for each of this host's own addresses (to the kernel).
+/// What the native router's maps hold: the IPv4 routes (for DIR-24-8), the IPv6 routes (for
+/// the trie), and the next-hop entries both index.
+pub(super) struct XdpTables {
+    v4: flowlane_lpm::Rib<u32>,
+    v6: HashMap<(u8, u128), u32>,
+    hops: Vec<[u8; route_hop::SIZE]>,
+}
+
+/// The native router's tables for the routes and next hops as they are: the next-hop entries
+/// (laid out as `ebpf::route_hop`), and the routes with a host route for every known
+/// neighbour on a connected link (the program has no neighbour table of its own: a connected
+/// host gets its own route to its MAC) and for each of this host's own addresses (to the
+/// kernel).
 pub(super) fn xdp_tables(
     v4: &flowlane_lpm::Rib<u32>,
+    v6: &flowlane_lpm::Rib<u128>,
     table: &flowlane_runtime::route::NextHops,
     ports: &[PortInfo],
-) -> Result<(flowlane_lpm::Rib<u32>, Vec<[u8; route_hop::SIZE]>), ToolError> {
+) -> Result<XdpTables, ToolError> {
     use flowlane_runtime::route::Hop;
     let entry = |port: u32, dst: [u8; 6]| {
         let mut e = [0u8; route_hop::SIZE];
@@ -305,110 +316,135 @@ pub(super) fn xdp_tables(
             Hop::Nowhere => marker(route_hop::NOWHERE),
         })
         .collect();
+    let connected = |h: Option<u32>, port: u16| {
+        h.and_then(|h| table.hops.get(h as usize))
+            .is_some_and(|h| *h == Hop::Connected { port })
+    };
     let mut rib = v4.clone();
+    let mut rib6: HashMap<(u8, u128), u32> =
+        v6.iter().map(|(p, h)| ((p.len(), p.addr()), h)).collect();
     let mut hosts: Vec<(&(u16, u128), &[u8; 6])> = table.hosts.iter().collect();
     hosts.sort();
+    let bad = |e: flowlane_lpm::PrefixError| ToolError::runtime(format!("host route: {e}"));
     for (&(port, key), mac) in hosts {
-        let Some(addr) = (key >> 32 == 0xffff).then_some(key as u32) else {
-            continue;
-        };
-        let connected = rib
-            .matching(addr)
-            .and_then(|(_, h)| table.hops.get(h as usize))
-            .is_some_and(|h| *h == Hop::Connected { port });
-        if connected {
+        if key >> 32 == 0xffff {
+            let addr = key as u32;
+            if connected(rib.matching(addr).map(|m| m.1), port) {
+                hops.push(entry(u32::from(port), *mac));
+                let p = flowlane_lpm::Prefix::new(addr, 32).map_err(bad)?;
+                rib.insert(p, hops.len() as u32 - 1).map_err(bad)?;
+            }
+        } else if connected(v6.matching(key).map(|m| m.1), port) {
             hops.push(entry(u32::from(port), *mac));
-            let p = flowlane_lpm::Prefix::new(addr, 32)
-                .map_err(|e| ToolError::runtime(format!("host route: {e}")))?;
-            rib.insert(p, hops.len() as u32 - 1)
-                .map_err(|e| ToolError::runtime(format!("host route: {e}")))?;
+            rib6.insert((128, key), hops.len() as u32 - 1);
         }
     }
-    // This host's own addresses: a /32 each to an entry that passes the frame to the kernel
-    // (without it, one on a connected link read as a neighbour without a MAC: dropped).
-    let mut local: Vec<u32> = table
-        .local
-        .iter()
-        .filter(|&&k| k >> 32 == 0xffff)
-        .map(|&k| k as u32)
-        .collect();
+    // This host's own addresses: a host route each to an entry that passes the frame to the
+    // kernel (without it, one on a connected link read as a neighbour without a MAC: dropped).
+    let mut local: Vec<u128> = table.local.iter().copied().collect();
     if !local.is_empty() {
         local.sort_unstable();
         hops.push(marker(route_hop::HOST));
         let host = hops.len() as u32 - 1;
-        for addr in local {
-            let p = flowlane_lpm::Prefix::new(addr, 32)
-                .map_err(|e| ToolError::runtime(format!("local address: {e}")))?;
-            rib.insert(p, host)
-                .map_err(|e| ToolError::runtime(format!("local address: {e}")))?;
+        for key in local {
+            if key >> 32 == 0xffff {
+                let p = flowlane_lpm::Prefix::new(key as u32, 32).map_err(bad)?;
+                rib.insert(p, host).map_err(bad)?;
+            } else {
+                rib6.insert((128, key), host);
+            }
         }
     }
-    Ok((rib, hops))
+    Ok(XdpTables {
+        v4: rib,
+        v6: rib6,
+        hops,
+    })
 }
 
-/// The native router's table in BPF array maps the program reads (DIR-24-8: `tbl24`, `tbl8`
-/// groups, next hops), kept up to date while it runs. The groups and next hops are held
-/// twice over, in two halves: a new table is written whole into the half not in use, and
-/// then each `tbl24` entry is switched to it with one 4-byte store. A program run that read
-/// an old entry finds the old half intact (it is overwritten only by the next change, an
-/// interval later; a run lasts microseconds), so no frame meets a half-written table — as
-/// with the FIB's snapshots on the other backends.
+/// The native router's table in BPF maps the program reads — DIR-24-8 for IPv4 (`tbl24`,
+/// `tbl8` groups), an LPM trie for IPv6, and the next hops both lead to — kept up to date
+/// while it runs. The groups, the next hops and the trie are held twice over, in two halves:
+/// a new table is written whole into the half not in use, then each `tbl24` entry is switched
+/// to it with one 4-byte store, and IPv6 lookups with one store of the half in use. A program
+/// run that read an old entry finds the old half intact (it is overwritten only by the next
+/// change, an interval later; a run lasts microseconds), so no frame meets a half-written
+/// table — as with the FIB's snapshots on the other backends.
 struct RouteMaps {
     tbl24: WritableArray,
     tbl8: WritableArray,
     hops: WritableArray,
-    /// `tbl8` groups and next hops per half.
+    tries: [LpmTrie6; 2],
+    /// What each trie holds (kept exact: a trie is brought to a new table by the difference).
+    in_trie: [HashMap<(u8, u128), u32>; 2],
+    /// One u32: the trie IPv6 lookups use.
+    which: WritableArray,
+    /// `tbl8` groups, next hops and IPv6 routes per half.
     groups_half: usize,
     hops_half: usize,
+    routes6_half: usize,
     /// The half the program reads.
     half: usize,
 }
 
+/// Room for a table to grow while the router runs: twice its size, and at least `floor` more.
+fn room(n: usize, floor: usize) -> usize {
+    (2 * n).max(n + floor)
+}
+
 impl RouteMaps {
-    /// Maps for `dir` and `hops` with room for the table to grow (to twice its size, and at
-    /// least 256 groups and next hops more), written into the first half.
-    fn new(
-        dir: &flowlane_lpm::Dir24_8,
-        hops: &[[u8; route_hop::SIZE]],
-    ) -> Result<RouteMaps, ToolError> {
+    /// Maps for `t` with room for the table to grow, written into the first half.
+    fn new(t: &XdpTables, dir: &flowlane_lpm::Dir24_8) -> Result<RouteMaps, ToolError> {
         let (t24, t8) = dir.tables();
-        let groups = t8.len() / 256;
-        let groups_half = (2 * groups).max(groups + 256);
-        let hops_half = (2 * hops.len()).max(hops.len() + 256);
-        let make = |name: &str, size: usize, n: usize| {
-            let n = u32::try_from(n).map_err(|_| ToolError::runtime(format!("{name}: too big")))?;
-            WritableArray::new(name, size as u32, n)
+        let groups_half = room(t8.len() / 256, 256);
+        let hops_half = room(t.hops.len(), 256);
+        let routes6_half = room(t.v6.len(), 4096);
+        let n = |name: &str, n: usize| {
+            u32::try_from(n).map_err(|_| ToolError::runtime(format!("{name}: too big")))
+        };
+        let make = |name: &str, size: usize, entries: usize| {
+            WritableArray::new(name, size as u32, n(name, entries)?)
                 .map_err(|e| bpf_err("cannot make the route table's maps", &e))
+        };
+        let trie = |name: &str| {
+            LpmTrie6::create(name, n(name, routes6_half)?)
+                .map_err(|e| bpf_err("cannot make the IPv6 route trie", &e))
         };
         let mut m = RouteMaps {
             tbl24: make("fl_rt_tbl24", 4, t24.len())?,
             tbl8: make("fl_rt_tbl8", 4, 2 * groups_half * 256)?,
             hops: make("fl_rt_hops", route_hop::SIZE, 2 * hops_half)?,
+            tries: [trie("fl_rt_v6a")?, trie("fl_rt_v6b")?],
+            in_trie: [HashMap::new(), HashMap::new()],
+            which: make("fl_rt_which", 4, 1)?,
             groups_half,
             hops_half,
+            routes6_half,
             half: 1,
         };
-        m.write(dir, hops).map_err(ToolError::runtime)?;
+        m.write(t, dir).map_err(ToolError::runtime)?;
         Ok(m)
     }
 
-    /// Writes `dir` and `hops` into the half not in use, then points every `tbl24` entry at
-    /// it. Refused (nothing written) when the table outgrew a half.
-    fn write(
-        &mut self,
-        dir: &flowlane_lpm::Dir24_8,
-        hops: &[[u8; route_hop::SIZE]],
-    ) -> Result<(), String> {
+    /// Writes `t` (IPv4 as `dir`) into the half not in use, then switches lookups to it.
+    /// Refused, with the half in use untouched, when the table outgrew a half or the trie
+    /// refused a change.
+    fn write(&mut self, t: &XdpTables, dir: &flowlane_lpm::Dir24_8) -> Result<(), String> {
         use flowlane_lpm::Dir24_8;
         let (t24, t8) = dir.tables();
         let groups = t8.len() / 256;
-        if groups > self.groups_half || hops.len() > self.hops_half {
+        if groups > self.groups_half
+            || t.hops.len() > self.hops_half
+            || t.v6.len() > self.routes6_half
+        {
             return Err(format!(
-                "the table outgrew the maps made at start ({groups} groups and {} next hops \
-                 for room of {} and {}); restart the router to size them anew",
-                hops.len(),
+                "the table outgrew the maps made at start ({groups} groups, {} next hops and {} \
+                 IPv6 routes for room of {}, {} and {}); restart the router to size them anew",
+                t.hops.len(),
+                t.v6.len(),
                 self.groups_half,
-                self.hops_half
+                self.hops_half,
+                self.routes6_half
             ));
         }
         let h = 1 - self.half;
@@ -421,7 +457,7 @@ impl RouteMaps {
         };
         let stride = route_hop::SIZE.next_multiple_of(8);
         let hb = self.hops.bytes_mut();
-        for (i, e) in hops.iter().enumerate() {
+        for (i, e) in t.hops.iter().enumerate() {
             let at = (hbase as usize + i) * stride;
             if let Some(b) = hb.get_mut(at..at + e.len()) {
                 b.copy_from_slice(e);
@@ -440,6 +476,25 @@ impl RouteMaps {
                 },
             );
         }
+        // The trie of this half, brought to the new routes by their difference.
+        let (trie, held) = (&self.tries[h], &mut self.in_trie[h]);
+        let fail = |e: flowlane_io::SysError| format!("the IPv6 route trie refused a change: {e}");
+        let gone: Vec<(u8, u128)> = held
+            .keys()
+            .filter(|k| !t.v6.contains_key(k))
+            .copied()
+            .collect();
+        for k in gone {
+            trie.remove(k.0, k.1.to_be_bytes()).map_err(fail)?;
+            held.remove(&k);
+        }
+        for (&k, &hop) in &t.v6 {
+            let v = hop + hbase;
+            if held.get(&k) != Some(&v) {
+                trie.set(k.0, k.1.to_be_bytes(), v).map_err(fail)?;
+                held.insert(k, v);
+            }
+        }
         // Everything the new entries lead to is in place before the first of them is.
         std::sync::atomic::fence(Ordering::SeqCst);
         let b24 = self.tbl24.bytes_mut();
@@ -453,15 +508,16 @@ impl RouteMaps {
             };
             put(b24, i, v);
         }
+        put(self.which.bytes_mut(), 0, h as u32);
         std::sync::atomic::fence(Ordering::SeqCst);
         self.half = h;
         Ok(())
     }
 }
 
-/// The native-XDP router (IPv4): one program per port (BPF links, native mode) over a
-/// DIR-24-8 table in BPF maps ([`RouteMaps`]), rebuilt and switched to whenever a route or a
-/// neighbour changes (checked each interval); IPv6 and the rest go to the kernel.
+/// The native-XDP router: one program per port (BPF links, native mode) over the tables in
+/// BPF maps ([`RouteMaps`]), rebuilt and switched to whenever a route or a neighbour changes
+/// (checked each interval); what is not unicast IP to a port goes to the kernel.
 pub(super) fn run_route(
     mut job: Job<'_>,
     stop: &Arc<AtomicBool>,
@@ -474,8 +530,14 @@ pub(super) fn run_route(
         .into_iter()
         .map(|p| p.1)
         .collect();
-    let (rib, hops) = xdp_tables(live.v4(), live.next_hops(), &infos)?;
-    let mut maps = RouteMaps::new(&flowlane_lpm::Dir24_8::build(&rib), &hops)?;
+    let tables = |live: &super::routes::LiveTables| {
+        let t = xdp_tables(live.v4(), live.v6(), live.next_hops(), &infos)?;
+        let dir = flowlane_lpm::Dir24_8::build(&t.v4);
+        Ok::<_, ToolError>((t, dir))
+    };
+    let (t, dir) = tables(&live)?;
+    let mut maps = RouteMaps::new(&t, &dir)?;
+    drop((t, dir));
     let devmap = BridgeMaps::create().map_err(|e| bpf_err("cannot make the device map", &e))?;
     for (i, (dev, ifindex)) in job.ports.iter().enumerate() {
         devmap
@@ -490,6 +552,8 @@ pub(super) fn run_route(
             tbl24_fd: maps.tbl24.fd(),
             tbl8_fd: maps.tbl8.fd(),
             hops_fd: maps.hops.fd(),
+            trie6_fds: [maps.tries[0].raw_fd(), maps.tries[1].raw_fd()],
+            half_fd: maps.which.fd(),
             ports_fd: devmap.fds().1,
             stats_fd: stats.raw_fd(),
             mac: infos[i].mac,
@@ -501,9 +565,8 @@ pub(super) fn run_route(
             if !changed {
                 return Ok(());
             }
-            let (rib, hops) = xdp_tables(live.v4(), live.next_hops(), &infos)?;
-            maps.write(&flowlane_lpm::Dir24_8::build(&rib), &hops)
-                .map_err(ToolError::runtime)
+            let (t, dir) = tables(&live)?;
+            maps.write(&t, &dir).map_err(ToolError::runtime)
         });
         if let Err(e) = rebuilt {
             upkeep_error.get_or_insert(e.to_string());
