@@ -160,6 +160,7 @@ fn main() {
             sorted[sorted.len() / 2]
         );
     }
+    ipv6(&gen, &dut, &sink, secs, ceiling);
     // testpmd's MAC forwarding (the peers' MACs written in, no lookup, no TTL).
     let peers = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
     testpmd_rows(&dut, "mac", &peers, ceiling, kernel, &|| {
@@ -171,6 +172,97 @@ fn main() {
     }
     drop(_down);
     bridge(secs);
+}
+
+/// IPv6 routing: FLOWLANE_BENCH_ROUTES6 routes (default 220 000, shaped like the public
+/// table) in the kernel and so in ours, 60-byte frames to the sink's IPv6 address (the
+/// drop ceiling is the IPv4 one: the generator's rate does not depend on the family). Ours
+/// (the native router's LPM trie) against the kernel's IPv6 forwarding and xdp-forward,
+/// alternated over rounds.
+fn ipv6(gen: &Netns, dut: &Netns, sink: &Netns, secs: f64, ceiling: f64) {
+    let routes: usize = std::env::var("FLOWLANE_BENCH_ROUTES6")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(220_000);
+    let lab: u128 = 0x2001_0002 << 96;
+    let mut batch = String::with_capacity(routes * 50);
+    for (p, _) in flowlane_lpm::gen::ipv6(routes, 1, 1) {
+        // Not over the lab's own 2001:2::/48, nor inside it.
+        let (a, len) = (p.addr(), u32::from(p.len()));
+        let covers = len <= 48 && (a ^ lab) >> (128 - len.max(1)) == 0;
+        if covers || (a >> 80) == (lab >> 80) {
+            continue;
+        }
+        batch += &format!("route add {p} via {}\n", setup::LAB_SINK_V6);
+    }
+    let mut child = dut
+        .command("ip")
+        .args(["-6", "-batch", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("ip -batch");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), batch.as_bytes())
+        .expect("routes");
+    assert!(child.wait().expect("ip").success(), "ip -6 -batch failed");
+    println!(
+        "IPv6: {} routes in the kernel's FIB and ours, frames to {}",
+        batch.lines().count(),
+        setup::LAB_SINK_V6
+    );
+    let to = format!("[{}]:9000", setup::LAB_SINK_V6);
+    let blast = || blast_live(gen, setup::GEN_IF, &to, secs, sink, setup::SINK_IF);
+    let kernel = || {
+        dut.write_file("/proc/sys/net/ipv6/conf/all/forwarding", "1")
+            .expect("sysctl");
+        let r = blast();
+        dut.write_file("/proc/sys/net/ipv6/conf/all/forwarding", "0")
+            .expect("sysctl");
+        r
+    };
+    let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
+    let peer = flowlane_lab::have_program("xdp-forward");
+    let (mut k, mut ours, mut xf) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..3 {
+        let mut order = vec![0, 1, 2];
+        order.rotate_left(round);
+        for which in order {
+            match which {
+                0 => k.push(kernel().1),
+                1 => ours.push(forwarder_run(dut, "route", "xdp", &blast).0 .1),
+                _ if peer => {
+                    if let Some(r) = common::with_xdp_forward(dut, &ports, blast) {
+                        xf.push(r.1);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let (k, o, x) = (med(&mut k), med(&mut ours), med(&mut xf));
+    println!(
+        "{:<14} {:>14} {:>14} {:>10} {:>10}",
+        "IPv6 row", "", "received pps", "/ceiling", "/kernel"
+    );
+    for (name, got) in [("kernel v6", k), ("xdp v6", o), ("xdp-forward v6", x)] {
+        if got > 0.0 {
+            println!(
+                "{name:<14} {:>14} {got:>14.0} {:>10.3} {:>10.3}",
+                "",
+                got / ceiling.max(1.0),
+                got / k.max(1.0)
+            );
+        }
+    }
+    if x > 0.0 {
+        println!(
+            "xdp v6 / xdp-forward v6 (medians of 3 rotated rounds): {:.3}",
+            o / x
+        );
+    }
 }
 
 /// The bridge rows, in a switched line lab: the drop ceiling, the kernel's bridge, ours.

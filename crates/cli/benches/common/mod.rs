@@ -98,12 +98,10 @@ pub fn with_forwarder<T>(mut cmd: Command, measure: impl FnOnce() -> T) -> (T, s
     (t, f)
 }
 
-/// DPDK's testpmd forwarding between `ports` of `ns` on CPU 1 (its main lcore on CPU 0) in
-/// `mode` (`io`, `mac` with the peers' MACs, …) over `pmd` (`af_xdp` or `af_packet`), while
-/// `measure` runs; `None` (and a hint) where testpmd is not installed.
 /// xdp-tools' `xdp-forward` (fib mode: the kernel's FIB looked up from XDP with
-/// `bpf_fib_lookup`, native XDP) loaded on `ports` in `ns` while `measure` runs, IPv4
-/// forwarding enabled there for the helper; `None` (and a note) where it is not installed.
+/// `bpf_fib_lookup`, native XDP) loaded on `ports` in `ns` while `measure` runs, IPv4 and
+/// IPv6 forwarding enabled there for the helper (it refuses to forward a family whose
+/// forwarding is off); `None` (and a note) where it is not installed.
 pub fn with_xdp_forward<T>(ns: &Netns, ports: &[&str], measure: impl FnOnce() -> T) -> Option<T> {
     if !flowlane_lab::have_program("xdp-forward") {
         eprintln!(
@@ -125,15 +123,24 @@ pub fn with_xdp_forward<T>(ns: &Netns, ports: &[&str], measure: impl FnOnce() ->
         );
         return None;
     }
-    ns.write_file("/proc/sys/net/ipv4/ip_forward", "1")
-        .expect("sysctl");
+    let forwarding = [
+        "/proc/sys/net/ipv4/ip_forward",
+        "/proc/sys/net/ipv6/conf/all/forwarding",
+    ];
+    for f in forwarding {
+        ns.write_file(f, "1").expect("sysctl");
+    }
     let out = measure();
-    ns.write_file("/proc/sys/net/ipv4/ip_forward", "0")
-        .expect("sysctl");
+    for f in forwarding {
+        ns.write_file(f, "0").expect("sysctl");
+    }
     let _ = ns.command("xdp-forward").arg("unload").args(ports).output();
     Some(out)
 }
 
+/// DPDK's testpmd forwarding between `ports` of `ns` on CPU 1 (its main lcore on CPU 0) in
+/// `mode` (`io`, `mac` with the peers' MACs, …) over `pmd` (`af_xdp` or `af_packet`), while
+/// `measure` runs; `None` (and a hint) where testpmd is not installed.
 pub fn with_testpmd<T>(
     ns: &Netns,
     ports: &[&str],
