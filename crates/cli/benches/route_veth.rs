@@ -82,15 +82,7 @@ fn main() {
         batch += &format!("route add {p} via 198.18.1.2\n");
     }
     let t0 = std::time::Instant::now();
-    let mut child = dut
-        .command("ip")
-        .args(["-batch", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("ip -batch");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), batch.as_bytes())
-        .expect("routes");
-    assert!(child.wait().expect("ip").success(), "ip -batch failed");
+    ip_batch(&dut, "-4", &batch);
     let loaded = batch.lines().count();
     let _sink_drop = verdict(&sink, setup::SINK_IF, 1);
     let to = format!("{}:9000", setup::LAB_SINK_V4);
@@ -174,6 +166,22 @@ fn main() {
     bridge(secs);
 }
 
+/// `ip FAMILY -batch -` in `ns` with `batch` on its standard input (route adds).
+fn ip_batch(ns: &Netns, family: &str, batch: &str) {
+    let mut child = ns
+        .command("ip")
+        .args([family, "-batch", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("ip -batch");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), batch.as_bytes())
+        .expect("routes");
+    assert!(
+        child.wait().expect("ip").success(),
+        "ip {family} -batch failed"
+    );
+}
+
 /// IPv6 routing: FLOWLANE_BENCH_ROUTES6 routes (default 220 000, shaped like the public
 /// table) in the kernel and so in ours, 60-byte frames to the sink's IPv6 address (the
 /// drop ceiling is the IPv4 one: the generator's rate does not depend on the family). Ours
@@ -195,15 +203,7 @@ fn ipv6(gen: &Netns, dut: &Netns, sink: &Netns, secs: f64, ceiling: f64) {
         }
         batch += &format!("route add {p} via {}\n", setup::LAB_SINK_V6);
     }
-    let mut child = dut
-        .command("ip")
-        .args(["-6", "-batch", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("ip -batch");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), batch.as_bytes())
-        .expect("routes");
-    assert!(child.wait().expect("ip").success(), "ip -6 -batch failed");
+    ip_batch(dut, "-6", &batch);
     println!(
         "IPv6: {} routes in the kernel's FIB and ours, frames to {}",
         batch.lines().count(),
