@@ -387,10 +387,7 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
         cfg.rx.dev,
         cfg.to,
         cfg.tx_cpu,
-        match cfg.rx_backend {
-            flowlane_tools::sink::SinkBackend::AfXdp => "af-xdp",
-            flowlane_tools::sink::SinkBackend::AfPacket => "af-packet",
-        },
+        cfg.rx_backend.name(),
         cfg.rx_cpu
     ));
     let quiet = a.quiet;

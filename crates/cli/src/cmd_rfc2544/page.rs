@@ -190,7 +190,7 @@ pub fn html(r: &Rfc2544Report) -> String {
          table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;\
          padding:3px 6px;text-align:right}}figure{{display:inline-block;margin:1em}}</style>\
          </head><body><h1>RFC 2544: {} → DUT → {}</h1>\
-         <p>Destination {}; generator: {}; receiver: {}; {} trials in {:.0} s{}.</p>\
+         <p>Destination {}; generator: {}; receiver: sink over {}; {} trials in {:.0} s{}.</p>\
          <table><tr><th>size B</th><th>max pps</th><th>NDR pps</th><th>PDR pps</th>\
          <th>latency p50 / p99 µs</th><th>back-to-back</th></tr>{table}</table>\
          {}{}{}{}{}{}{}\
@@ -201,10 +201,7 @@ pub fn html(r: &Rfc2544Report) -> String {
         esc(&r.rx_dev),
         esc(&r.to),
         esc(&r.generator),
-        match r.receiver {
-            flowlane_tools::sink::SinkBackend::AfXdp => "sink over AF_XDP",
-            flowlane_tools::sink::SinkBackend::AfPacket => "sink over AF_PACKET",
-        },
+        r.receiver.family(),
         r.trials.len(),
         r.duration_s,
         if r.interrupted { " (interrupted)" } else { "" },

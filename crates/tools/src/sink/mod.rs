@@ -62,6 +62,24 @@ pub enum SinkBackend {
     AfXdp,
 }
 
+impl SinkBackend {
+    /// The name the CLI and the JSON use (`af-packet`, `af-xdp`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SinkBackend::AfPacket => "af-packet",
+            SinkBackend::AfXdp => "af-xdp",
+        }
+    }
+
+    /// The socket family in words (`AF_PACKET`, `AF_XDP`).
+    pub fn family(self) -> &'static str {
+        match self {
+            SinkBackend::AfPacket => "AF_PACKET",
+            SinkBackend::AfXdp => "AF_XDP",
+        }
+    }
+}
+
 /// What is known once the ring is open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkStart {
@@ -582,6 +600,15 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backends_name_is_the_one_its_json_uses() {
+        for b in [SinkBackend::AfPacket, SinkBackend::AfXdp] {
+            let json = serde_json::to_string(&b).expect("serialises");
+            assert_eq!(json, format!("\"{}\"", b.name()));
+            assert_eq!(b.family(), b.name().to_uppercase().replace('-', "_"));
+        }
+    }
 
     #[test]
     fn an_interface_that_is_not_here_is_a_usage_error() {
