@@ -414,7 +414,8 @@ fn route_changes_run(lab: &Line, backend: &str) {
     sink_check(sink, 60_000);
     // A change that matters: the upper half of the sink's link becomes a blackhole, and once
     // the router has applied it (it does each interval, 0.2 s here) frames there are dropped.
-    // IPv6 too: the upper half of the sink's /64.
+    // IPv6 too: the upper half of the sink's /64. And an address the router gains while it
+    // runs: frames to it are the kernel's from then on (not a neighbour without a MAC).
     for blackhole in ["198.18.1.128/25", "2001:2:0:1:8000::/65"] {
         ok(&lab
             .dut
@@ -423,12 +424,34 @@ fn route_changes_run(lab: &Line, backend: &str) {
             .output()
             .expect("ip"));
     }
+    ok(&lab
+        .dut
+        .command("ip")
+        .args(["addr", "add", "198.18.0.77/24", "dev", "fldut"])
+        .output()
+        .expect("ip"));
+    let link = lab
+        .dut
+        .command("ip")
+        .args(["-br", "link", "show", "fldut"])
+        .output()
+        .expect("ip");
+    let dut_mac = String::from_utf8_lossy(&link.stdout)
+        .split_whitespace()
+        .nth(2)
+        .expect("fldut's MAC")
+        .to_string();
     std::thread::sleep(std::time::Duration::from_secs(2));
-    for to in ["198.18.1.200:9000", "[2001:2:0:1:8000::5]:9000"] {
+    for to in [
+        "198.18.1.200:9000",
+        "[2001:2:0:1:8000::5]:9000",
+        "198.18.0.77:9000",
+    ] {
         let out = lab
             .gen
             .command(BIN)
             .args(["blast", "--mode", "raw", "--dev", "flgen", "--to", to])
+            .args(["--dst-mac", &dut_mac])
             .args(["--count", "100", "--json", "--quiet"])
             .output()
             .expect("blast runs");
@@ -443,6 +466,7 @@ fn route_changes_run(lab: &Line, backend: &str) {
     let t = &r["total"];
     assert_eq!(t["dropped"]["no_route"].as_u64(), Some(200), "{r}");
     assert_eq!(t["dropped"]["no_neighbour"].as_u64(), Some(0), "{r}");
+    assert!(t["to_host"].as_u64().expect("to_host") >= 100, "{r}");
     let rt = &r["routes"];
     // Two connected routes + 50 000 − 20 000 + the /25 + the blackhole, each change applied
     // — one by one, or, where the kernel's change messages overran the monitor's socket

@@ -293,6 +293,12 @@ const RTN_LOCAL: u8 = 2;
 
 /// Whether a kernel route is one the router takes: the main table's unicast, blackhole and
 /// unreachable routes.
+/// The key of one of this host's addresses, for a route that is one (`local` table, type
+/// local: the kernel adds one with each address and removes it with the address).
+fn local_key(r: &KernelRoute) -> Option<u128> {
+    (r.table == LOCAL_TABLE && r.kind == RouteKind::Other(RTN_LOCAL)).then(|| key_of(r.dst))
+}
+
 fn wanted(r: &KernelRoute) -> bool {
     r.table == MAIN_TABLE && !matches!(r.kind, RouteKind::Other(_))
 }
@@ -339,11 +345,7 @@ pub fn load(
         hops: Hops::new(ports),
         ..Loaded::default()
     };
-    l.hops.table.local = kroutes
-        .iter()
-        .filter(|r| r.table == LOCAL_TABLE && r.kind == RouteKind::Other(RTN_LOCAL))
-        .map(|r| key_of(r.dst))
-        .collect();
+    l.hops.table.local = kroutes.iter().filter_map(local_key).collect();
     l.hops.resolve(&neigh);
     match source {
         RouteSource::Kernel => {
@@ -555,6 +557,17 @@ impl LiveTables {
                     continue;
                 }
             };
+            // An address added or removed while forwarding: its frames are the kernel's
+            // from now on, or no longer.
+            if let Some(k) = local_key(r) {
+                let local = &mut self.hops.table.local;
+                hops_changed |= if add {
+                    local.insert(k)
+                } else {
+                    local.remove(&k)
+                };
+                continue;
+            }
             if !wanted(r) {
                 continue;
             }
@@ -567,7 +580,7 @@ impl LiveTables {
         }
         if reload {
             self.summary.reloads += 1;
-            self.reload(&neigh, &mut c4, &mut c6)?;
+            hops_changed |= self.reload(&neigh, &mut c4, &mut c6)?;
         }
         hops_changed |= self.hops.table.hops.len() != before;
         if hops_changed {
@@ -588,15 +601,20 @@ impl LiveTables {
         Ok(changed)
     }
 
-    /// Changes lost: the whole main table again, as changes against what the FIBs hold.
+    /// Changes lost: the whole main table again, as changes against what the FIBs hold, and
+    /// this host's addresses again; whether those changed.
     fn reload(
         &mut self,
         neigh: &[Neighbour],
         c4: &mut Vec<(Prefix<u32>, Option<u32>)>,
         c6: &mut Vec<(Prefix<u128>, Option<u32>)>,
-    ) -> Result<(), ToolError> {
+    ) -> Result<bool, ToolError> {
         let (mut v4, mut v6) = (Rib::new(), Rib::new());
-        for r in netdev::routes().map_err(sys)?.iter().filter(|r| wanted(r)) {
+        let routes = netdev::routes().map_err(sys)?;
+        let local: std::collections::HashSet<u128> = routes.iter().filter_map(local_key).collect();
+        let local_changed = local != self.hops.table.local;
+        self.hops.table.local = local;
+        for r in routes.iter().filter(|r| wanted(r)) {
             let hop = kernel_hop(&mut self.hops, r, neigh, &mut self.summary);
             insert(&mut v4, &mut v6, r.dst, r.len, hop)?;
         }
@@ -626,7 +644,7 @@ impl LiveTables {
                 .filter(|(p, h)| self.w6.rib().get(*p) != Some(*h))
                 .map(|(p, h)| (p, Some(h))),
         );
-        Ok(())
+        Ok(local_changed)
     }
 }
 
