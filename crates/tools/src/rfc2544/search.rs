@@ -10,7 +10,8 @@
 //!    of trial), the estimate TRex's NDR bench and FD.io's MLRsearch start from: a DUT with a
 //!    cliff is found in two or three trials;
 //! 3. after a pass found that way, one resolution step above it, which closes the bracket if
-//!    the estimate was right;
+//!    the estimate was right; likewise after a failure that delivered a little less than a
+//!    rate that already passed (a DUT whose rate moves between trials);
 //! 4. otherwise halfway (a binary search), which always closes the bracket.
 //!
 //! When a goal's bracket is narrower than the resolution, its highest passing rate is tried
@@ -180,6 +181,10 @@ pub struct Search {
     pending: Option<(usize, TrialKind)>,
 }
 
+/// A failure that delivered at least this share of the highest passing rate (and no more than
+/// it) is taken as a sign that the edge lies just above that pass.
+const NEAR_PASS: f64 = 0.8;
+
 const PDR: usize = 0;
 const NDR: usize = 1;
 
@@ -254,6 +259,17 @@ impl Search {
                 if aim > lo { aim } else { (lo + e) / 2.0 },
                 TrialKind::Search,
             )
+        } else if goal.estimate.is_some_and(|e| {
+            // A failure that delivered a little less than a rate that passed (a DUT whose
+            // rate moves between trials, or sags when overloaded): the edge is just above the
+            // pass. One step there closes the bracket if so; halving from far above would
+            // walk down to it in a trial per halving (seven, from the line rate, in the
+            // trials recorded below).
+            e <= lo && e >= NEAR_PASS * lo && lo + step < hi && !self.cfg.halving_only
+        }) {
+            self.goals[g].estimate = None;
+            self.goals[g].estimated = false;
+            (lo + step, TrialKind::Search)
         } else if goal.estimated && lo + step < hi {
             self.goals[g].estimated = false;
             (lo + step, TrialKind::Search)
@@ -490,6 +506,49 @@ mod tests {
                 assert!(n <= 16, "{slope} {noise}: {n} trials");
             }
         }
+    }
+
+    /// A DUT that forwards less when heavily overloaded than it carries without loss (as the
+    /// kernel did at 64 B, and `flowlane forward` over AF_PACKET on veth at 512 B: zero-loss
+    /// trials passed at 164 k while 710 k offered delivered 149 k). After a pass, a failure
+    /// far above then delivers a little less than that pass; the search probes one step
+    /// above the pass instead of halving down from there (five more trials in that run).
+    #[test]
+    fn a_dut_that_sags_when_overloaded_is_closed_just_above_a_pass() {
+        let trials = |halving_only: bool| {
+            let mut s = Search::new(SearchConfig {
+                max_pps: 1_257_021.0,
+                halving_only,
+                ..cfg()
+            });
+            while let Step::Trial { pps, .. } = s.next_step() {
+                // Carries 165 k; offered more than 200 k it delivers 148 k.
+                let fwd = if pps <= 165_000.0 {
+                    pps
+                } else if pps <= 200_000.0 {
+                    165_000.0
+                } else {
+                    148_000.0
+                };
+                s.record(Trial {
+                    pps,
+                    sent: pps as u64,
+                    received: fwd as u64,
+                    secs: 1.0,
+                    offered_pps: pps,
+                    tester_limited: false,
+                });
+                assert!(s.trials().len() <= 30, "a search that does not end");
+            }
+            let (ndr, _) = s.found();
+            assert!(ndr.confirmed, "{ndr:?}");
+            // Within a step (12.6 k) below the capacity.
+            assert!((152_400.0..=165_000.0).contains(&ndr.pps), "{ndr:?}");
+            s.trials().len()
+        };
+        let (aimed, halving) = (trials(false), trials(true));
+        assert!(aimed <= 6, "{aimed} trials");
+        assert!(halving > aimed, "halving {halving}, aimed {aimed}");
     }
 
     #[test]
