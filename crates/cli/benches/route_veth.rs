@@ -17,6 +17,8 @@
 //!                   AF_XDP and AF_PACKET PMDs, forwarding core on CPU 1;
 //!   l3fwd af-xdp    DPDK's l3fwd example (LPM, its own 16 routes; built from dpdk-doc's
 //!                   sources, RX checksum offload not asked for) over AF_XDP, on CPU 1.
+//! Then IPv6 (FLOWLANE_BENCH_ROUTES6 routes, default 220 000): the kernel's IPv6 forwarding,
+//! the native router (its LPM trie) and xdp-forward, three rotated rounds, medians.
 //!
 //! Then the bridge, in a switched line lab (one subnet across the DUT): the drop ceiling, the
 //! kernel's bridge, a one-line XDP program redirecting every frame to the other port (the

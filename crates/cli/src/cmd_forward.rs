@@ -51,9 +51,10 @@ use crate::{CmdResult, Failure};
 /// net.ipv4.ip_forward=0, or every frame is forwarded twice). With --backend xdp (the
 /// default) no user space is on the path: a generated program on every port looks the
 /// destination up in BPF maps (IPv4 in a DIR-24-8 table, IPv6 in the kernel's LPM trie) and
-/// redirects the frame; the rest (ARP, neighbour discovery, link-local) goes to the kernel. Route and neighbour changes are applied each --interval on
-/// every backend (here: the table is rebuilt beside the one in use and switched to, so no
-/// frame meets a half-written table).
+/// redirects the frame; the rest (ARP, neighbour discovery, link-local) goes to the kernel.
+/// Route, neighbour and address changes are applied each --interval on every backend (with
+/// xdp the table is rebuilt beside the one in use and switched to, so no frame meets a
+/// half-written table).
 ///
 /// `--mode bridge` is a learning bridge between its interfaces (--dev, twice or more): the
 /// source MAC of every frame is learnt into one table all workers share (entries unseen for

@@ -441,7 +441,9 @@ fn route_changes_run(lab: &Line, backend: &str) {
         .nth(2)
         .expect("fldut's MAC")
         .to_string();
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Applied at the next interval (0.2 s); the native router then rebuilds its table, about
+    // 0.5 s in a debug build on an idle host: 5 s leaves room for a busy one.
+    std::thread::sleep(std::time::Duration::from_secs(5));
     for to in [
         "198.18.1.200:9000",
         "[2001:2:0:1:8000::5]:9000",

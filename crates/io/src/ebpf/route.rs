@@ -66,6 +66,7 @@ pub struct XdpRoute {
     /// which is in use (0 or 1): the table is rebuilt in the other and switched with one
     /// store, so no lookup meets it half changed.
     pub trie6_fds: [i32; 2],
+    /// Array of one u32: which of `trie6_fds` IPv6 lookups use.
     pub half_fd: i32,
     /// `BPF_MAP_TYPE_DEVMAP`: port → ifindex.
     pub ports_fd: i32,

@@ -140,8 +140,9 @@ impl<K: Key> Fib<K> {
         // `descend`. The flat blocks' pass is separate (rather than listing them as nodes are
         // listed) because IPv4 lookups mostly ended in one when this served them: a plain
         // scan of the group's entries costs less than writing and reading back a list, and
-        // the block's lines have the rest of this pass to arrive. (`n <= j < GROUP`: the `% GROUP` below only spares a
-        // bounds check. Prefetches take addresses unchecked: a hint cannot fault.)
+        // the block's lines have the rest of this pass to arrive. (`n <= j < GROUP`: the
+        // `% GROUP` below only spares a bounds check. Prefetches take addresses unchecked: a
+        // hint cannot fault.)
         let mut n = 0;
         let mut flats = 0;
         for j in 0..GROUP {
@@ -403,8 +404,9 @@ impl<K: Key> Fib<K> {
     /// address list, and each lookup then resolves both kinds without a branch on which it
     /// is (the flat block's code is worked out for a plain next hop too, from block 0, and
     /// discarded). Lookups that go on to nodes are listed for [`Fib::descend`] as before.
-    /// Against the two-pass group on the 950k table: uniform 1.9-2.0x, inside 1.03-1.13x,
-    /// repeated working set 1.08x (BENCHMARKS.md, "Cached lookups").
+    /// Against the two-pass group on the 950k table (`route bench`, alternated): uniform
+    /// 1.75x, inside and repeated working set unchanged (BENCHMARKS.md, "IPv4 batch in one
+    /// pass").
     fn batch_straight(&self, direct: &[u32; 1 << DIRECT_BITS], addrs: &[K], out: &mut [u32]) {
         let hops: &[u32] = match &self.leaves {
             Leaves::Narrow { hops, .. } => hops,

@@ -291,14 +291,14 @@ const LOCAL_TABLE: u32 = 255;
 /// `RTN_LOCAL`: an address of this host.
 const RTN_LOCAL: u8 = 2;
 
-/// Whether a kernel route is one the router takes: the main table's unicast, blackhole and
-/// unreachable routes.
 /// The key of one of this host's addresses, for a route that is one (`local` table, type
 /// local: the kernel adds one with each address and removes it with the address).
 fn local_key(r: &KernelRoute) -> Option<u128> {
     (r.table == LOCAL_TABLE && r.kind == RouteKind::Other(RTN_LOCAL)).then(|| key_of(r.dst))
 }
 
+/// Whether a kernel route is one the router takes: the main table's unicast, blackhole and
+/// unreachable routes.
 fn wanted(r: &KernelRoute) -> bool {
     r.table == MAIN_TABLE && !matches!(r.kind, RouteKind::Other(_))
 }
