@@ -307,6 +307,25 @@ impl Search {
                 if t.pps >= goal.lo_pps() {
                     goal.lo = Some((t.pps, t.tester_limited, t.offered_pps));
                 }
+                if goal.hi_limited && !t.tester_limited && goal.hi.is_some_and(|h| h <= t.pps) {
+                    // The failure that bounded this goal was the tester's (it fell short of
+                    // its rate, or its receiver overflowed), and a clean trial at or above its
+                    // rate passed: it says nothing about the DUT. The lowest failure above this
+                    // pass bounds the goal instead (limited only if every failure there was).
+                    let above = self
+                        .trials
+                        .iter()
+                        .filter(|(o, _)| o.pps > t.pps && !goal.passes(o))
+                        .map(|(o, _)| o.pps)
+                        .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.min(p))));
+                    goal.hi = above;
+                    goal.hi_limited = above.is_some_and(|h| {
+                        self.trials
+                            .iter()
+                            .filter(|(o, _)| o.pps == h && !goal.passes(o))
+                            .all(|(o, _)| o.tester_limited)
+                    });
+                }
                 // A confirmation confirms every goal it passes at that goal's final rate.
                 let closed = goal
                     .hi
@@ -627,6 +646,54 @@ mod tests {
             assert!((470_000.0..=480_000.0).contains(&ndr.pps), "{ndr:?}");
             assert_eq!(ndr.tester_limited, receiver_overflows, "{ndr:?}");
         }
+    }
+
+    /// testpmd as the DUT (2026-11-25, 512 B): a search trial just under the DUT's capacity
+    /// fell 3 % short of its rate (tester-limited: on veth the DUT's receive runs on the
+    /// generator's CPU) and lost 135 frames — within the PDR's tolerance, a failure for the
+    /// NDR; the confirmation at that rate then passed cleanly. That failure bounded the NDR and
+    /// its flag stayed: the run reported the NDR as a tester-limited lower bound. A clean pass
+    /// at or above a tester-limited failure now sets it aside, so the next failure above
+    /// bounds the answer.
+    #[test]
+    fn a_tester_limited_failure_that_a_clean_pass_contradicts_bounds_nothing() {
+        let capacity = 400_000.0;
+        let mut s = Search::new(cfg());
+        let (mut n, mut short) = (0, false);
+        while let Step::Trial { pps, kind } = s.next_step() {
+            let secs = if kind == TrialKind::Confirm { 2.0 } else { 1.0 };
+            let sent = (pps * secs) as u64;
+            let mut t = Trial {
+                pps,
+                sent,
+                received: if pps <= capacity {
+                    sent
+                } else {
+                    ((capacity * secs) as u64).min(sent)
+                },
+                secs,
+                offered_pps: pps,
+                tester_limited: false,
+            };
+            if !short && kind == TrialKind::Search && pps <= capacity && pps > 0.95 * capacity {
+                // The one short trial: 3 % under its rate, 135 frames lost.
+                short = true;
+                t.offered_pps = 0.97 * pps;
+                t.received = sent - 135;
+                t.tester_limited = true;
+            }
+            s.record(t);
+            n += 1;
+            assert!(n <= 30, "a search that does not end");
+        }
+        assert!(short, "the scenario never ran its short trial");
+        let (ndr, _) = s.found();
+        assert!(ndr.confirmed, "{ndr:?}");
+        assert!(!ndr.tester_limited, "{ndr:?}");
+        assert!(
+            ((capacity - 10_000.0)..=capacity).contains(&ndr.pps),
+            "{ndr:?}: within a step below the capacity"
+        );
     }
 
     /// The full default run's 1280 B search (2026-11-25, a token bucket): the 10 s
