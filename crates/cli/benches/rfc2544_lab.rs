@@ -1,49 +1,76 @@
-//! `flowlane rfc2544 --tests throughput` on the line lab with the kernel routing (software
-//! RSS on the DUT), against a plain halving search (what TRex's NDR bench and most testers
-//! run: `--halving-only`) on the same DUT in the same run, and against the DUT's forwarding
-//! rate measured by other means: blast xdp-live unpaced into it for FLOWLANE_BENCH_SECS,
-//! frames per second counted on flsink (the rate it forwards when overloaded). Rows:
+//! `flowlane rfc2544 --tests throughput` on the line lab, against DUTs of known behaviour, and
+//! each NDR set against the DUT's forwarding rates measured by other means (blast alone, no
+//! search: frames per second counted on flsink, an AF_XDP sink receiving as in the trials) —
+//! RFC 2285's forwarding rate at the maximum offered load (blast unpaced; "FR max") and its
+//! maximum forwarding rate (the highest rate forwarded over paced loads of 0.8 … 1.5× the NDR
+//! and the unpaced one; "MFR"). A DUT that forwards less when overloaded than it carries
+//! without loss (the kernel with 64-byte frames) has an FR max below its NDR; MFR is the
+//! figure a zero-loss rate is bounded by.
+//!
+//! First the kernel routing (software RSS on the DUT), rows:
 //!   aimed 1..3   our search three times: NDR per size, trials per size, seconds per run —
 //!                the spread of the three NDRs is the repeatability;
-//!   halving      the plain binary search once: its trials and seconds;
+//!   halving      the plain binary search once (`--halving-only`, what TRex's NDR bench and
+//!                most testers run): its trials and seconds;
 //!   af-packet rx our search with the AF_PACKET sink instead of the default AF_XDP one (on
 //!                veth the receiver's work runs on the DUT's CPU);
-//!   forwarding   the overload rate per size (an AF_XDP sink receiving, as in the trials),
-//!                and NDR / that rate (both sinks).
-//! Sizes 64, 512, 1518 (with FCS); trials 1 s, confirmation 2 s, pause 0.3 s.
+//!   FR max, MFR  per size, and mean NDR over each.
+//! Then other DUTs in a lab without steering, one queue per end (the AF_XDP ones bind the
+//! DUT's ports themselves), the forwarding core on CPU 1: `flowlane forward --mode route`
+//! over AF_XDP, AF_PACKET and native XDP, DPDK testpmd `mac` over its AF_XDP PMD, and DPDK
+//! l3fwd over AF_XDP with its default 1 024-descriptor rings and with 2 048 (the AF_XDP PMD's
+//! default, what testpmd gets) — one search each, then FR max and MFR per size.
+//! An NDR marked TL was tester-limited (shown: what the generator delivered, a lower bound);
+//! one marked max is the most the test may offer (no DUT limit found either).
+//! FLOWLANE_RFC2544_DUTS picks sections (`kernel,forward,testpmd,l3fwd`; all by default).
+//! Sizes 64, 512, 1518 (with FCS); trials 1 s, confirmation 2 s, pause 0.3 s; FR rows
+//! FLOWLANE_BENCH_SECS each.
 //!
 //! Run (root): `cargo bench -p flowlane --bench rfc2544_lab`.
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::{rx, BIN};
 use flowlane_lab::Netns;
 
 const SIZES: [usize; 3] = [64, 512, 1518];
+/// Paced loads of the maximum-forwarding-rate sweep, as multiples of the NDR found.
+const LOADS: [f64; 6] = [0.8, 0.9, 1.0, 1.1, 1.25, 1.5];
+/// The line lab's generator and sink MACs (the next hops a DPDK DUT writes in).
+const PEERS: [&str; 2] = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
 
-/// One rfc2544 run: per size (NDR pps, trials), and the run's seconds.
-fn run(lab: &str, extra: &[&str]) -> (Vec<(f64, u64, bool)>, f64) {
+/// One size's answer: the NDR (what the generator delivered where the trial was
+/// tester-limited, a lower bound), the throughput trials it took, whether it was
+/// tester-limited, and whether it is the maximum rate itself (the DUT lost nothing at the
+/// most the test may offer: not a DUT limit either).
+#[derive(Clone, Copy, Default)]
+struct Ndr {
+    pps: f64,
+    trials: u64,
+    limited: bool,
+    at_max: bool,
+}
+
+impl Ndr {
+    fn cell(&self) -> String {
+        let mark = match (self.limited, self.at_max) {
+            (true, _) => " TL",
+            (false, true) => " max",
+            _ => "",
+        };
+        format!("{:.0} ({}){mark}", self.pps, self.trials)
+    }
+}
+
+/// One rfc2544 run: per size its answer, and the run's seconds.
+fn run(lab: &str, extra: &[&str]) -> (Vec<Ndr>, f64) {
     let out = Command::new(BIN)
-        .args([
-            "rfc2544",
-            "--lab",
-            lab,
-            "--json",
-            "--quiet",
-            "--tests",
-            "throughput",
-        ])
-        .args([
-            "--sizes",
-            "64,512,1518",
-            "--trial-secs",
-            "1",
-            "--confirm-secs",
-            "2",
-        ])
-        .args(["--pause", "0.3"])
+        .args(["rfc2544", "--lab", lab, "--json", "--quiet"])
+        .args(["--tests", "throughput", "--sizes", "64,512,1518"])
+        .args(["--trial-secs", "1", "--confirm-secs", "2", "--pause", "0.3"])
         .args(extra)
         .output()
         .expect("rfc2544 runs");
@@ -59,37 +86,93 @@ fn run(lab: &str, extra: &[&str]) -> (Vec<(f64, u64, bool)>, f64) {
         .iter()
         .map(|s| {
             let t = &s["throughput"];
-            (
-                t["ndr"]["pps"].as_f64().unwrap_or(0.0),
-                t["trials"].as_u64().unwrap_or(0),
-                t["ndr"]["tester_limited"] == true,
-            )
+            let pps = t["ndr"]["pps"].as_f64().unwrap_or(0.0);
+            let limited = t["ndr"]["tester_limited"] == true;
+            let max = s["max"]["pps"].as_f64().unwrap_or(f64::INFINITY);
+            Ndr {
+                pps: if limited {
+                    t["ndr"]["delivered_pps"].as_f64().unwrap_or(0.0).min(pps)
+                } else {
+                    pps
+                },
+                trials: t["trials"].as_u64().unwrap_or(0),
+                limited,
+                at_max: pps >= 0.999 * max,
+            }
         })
         .collect();
     (sizes, j["duration_s"].as_f64().unwrap_or(0.0))
 }
 
-fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
-    if !flowlane_lab::can_create_namespaces() {
-        eprintln!("rfc2544_lab: needs root for network namespaces; skipped");
-        return;
-    }
-    let secs = common::secs();
-    let lab = "flb-rfc";
-    let up = Command::new(BIN)
+/// RFC 2285's forwarding rates at one frame size: at the maximum offered load, and the
+/// maximum over the sweep.
+#[derive(Clone, Copy, Default)]
+struct Fr {
+    at_max: f64,
+    mfr: f64,
+}
+
+/// The DUT's forwarding rates for `size`-byte frames (with FCS), measured without the search:
+/// blast xdp-live for `secs` at each of [`LOADS`] × `ndr` (paced) and unpaced, frames counted
+/// on flsink, an AF_XDP sink receiving on CPU 1 as in the trials (on veth its work is the DUT's
+/// CPU's, so leaving it out would measure a different DUT).
+fn forwarding(gen: &Netns, sink: &Netns, size: usize, ndr: f64, secs: f64) -> Fr {
+    let mut receiver = sink
+        .command(BIN)
         .args([
-            "lab",
-            "up",
-            "--name",
-            lab,
-            "--topology",
-            "line",
-            "--kernel",
-            "route",
+            "sink",
+            "--dev",
+            "flsink",
+            "--backend",
+            "af-xdp",
+            "--cpu",
+            "1",
         ])
+        .args(["--duration", "600", "--quiet"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sink starts");
+    std::thread::sleep(Duration::from_secs(1));
+    let mut loads: Vec<Option<f64>> = if ndr > 0.0 {
+        LOADS.iter().map(|f| Some(f * ndr)).collect()
+    } else {
+        Vec::new()
+    };
+    loads.push(None);
+    let mut fr = Fr::default();
+    for rate in loads {
+        let before = rx(sink, "flsink");
+        let mut cmd = gen.command(BIN);
+        cmd.args(["blast", "--mode", "xdp-live", "--dev", "flgen"])
+            .args(["--to", "198.18.1.2:9", "--cpus", "0", "--json", "--quiet"])
+            .args(["--duration", &secs.to_string()])
+            .args(["--size", &(size - 4).to_string()]);
+        if let Some(r) = rate {
+            cmd.args(["--rate", &format!("{r:.0}")]);
+        }
+        let out = cmd.output().expect("blast runs");
+        // Frames still in the DUT when the generator stops were sent in the window.
+        std::thread::sleep(Duration::from_millis(100));
+        let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let window = b["duration_s"].as_f64().unwrap_or(secs).max(1e-9);
+        let got = (rx(sink, "flsink") - before) as f64 / window;
+        if rate.is_none() {
+            fr.at_max = got;
+        }
+        fr.mfr = fr.mfr.max(got);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    flowlane_io::os::signal_process(receiver.id(), flowlane_io::os::Signal::Interrupt)
+        .expect("SIGINT");
+    let _ = receiver.wait();
+    fr
+}
+
+/// A lab up (or the bench stops with why), and the generator's and sink's namespaces.
+fn lab_up(name: &str, extra: &[&str]) -> (Netns, Netns) {
+    let up = Command::new(BIN)
+        .args(["lab", "up", "--name", name, "--topology", "line"])
+        .args(extra)
         .output()
         .expect("lab up");
     assert!(
@@ -97,10 +180,56 @@ fn main() {
         "{}",
         String::from_utf8_lossy(&up.stderr)
     );
-    let (gen, sink) = (
-        Netns::existing(&format!("{lab}-gen")),
-        Netns::existing(&format!("{lab}-sink")),
-    );
+    (
+        Netns::existing(&format!("{name}-gen")),
+        Netns::existing(&format!("{name}-sink")),
+    )
+}
+
+fn lab_down(name: &str) {
+    let _ = Command::new(BIN)
+        .args(["lab", "down", "--name", name])
+        .output();
+}
+
+/// One search against the DUT running now, then its forwarding rates per size: a line per size.
+fn dut_rows(dut: &str, lab: &str, gen: &Netns, sink: &Netns, secs: f64) {
+    let (r, took) = run(lab, &[]);
+    for (i, size) in SIZES.iter().enumerate() {
+        let ndr = r.get(i).copied().unwrap_or_default();
+        let fr = forwarding(gen, sink, *size, ndr.pps, secs);
+        println!(
+            "{dut:<22} {size:>5} {:>16} {:>10.0} {:>10.0} {:>8.2} {:>8.2}",
+            ndr.cell(),
+            fr.at_max,
+            fr.mfr,
+            ndr.pps / fr.mfr.max(1e-9),
+            ndr.pps / fr.at_max.max(1e-9)
+        );
+    }
+    println!("{dut:<22} search took {took:.0} s");
+}
+
+fn wanted(section: &str) -> bool {
+    std::env::var("FLOWLANE_RFC2544_DUTS")
+        .map_or(true, |v| v.split(',').any(|s| s.trim() == section))
+}
+
+fn main() {
+    let Some(secs) = common::start("rfc2544_lab") else {
+        return;
+    };
+    if wanted("kernel") {
+        kernel(secs);
+    }
+    others(secs);
+}
+
+/// The kernel routing as the DUT: repeatability, the halving search, the AF_PACKET receiver,
+/// and the forwarding rates.
+fn kernel(secs: f64) {
+    let lab = "flb-rfc";
+    let (gen, sink) = lab_up(lab, &["--kernel", "route"]);
     println!(
         "rfc2544 throughput on the line lab, kernel routing DUT; sizes {SIZES:?}; trials 1 s, \
          confirmation 2 s"
@@ -109,11 +238,8 @@ fn main() {
         "{:<12} {:>26} {:>26} {:>26} {:>8}",
         "row", "64 B NDR (trials)", "512 B NDR (trials)", "1518 B NDR (trials)", "secs"
     );
-    let show = |name: &str, r: &(Vec<(f64, u64, bool)>, f64)| {
-        let cells: Vec<String> =
-            r.0.iter()
-                .map(|(n, t, l)| format!("{n:.0} ({t}){}", if *l { " TL" } else { "" }))
-                .collect();
+    let show = |name: &str, r: &(Vec<Ndr>, f64)| {
+        let cells: Vec<String> = r.0.iter().map(Ndr::cell).collect();
         println!(
             "{name:<12} {:>26} {:>26} {:>26} {:>8.0}",
             cells.first().cloned().unwrap_or_default(),
@@ -139,7 +265,7 @@ fn main() {
         .map(|i| {
             let v: Vec<f64> = aimed
                 .iter()
-                .filter_map(|r| r.0.get(i).map(|x| x.0))
+                .filter_map(|r| r.0.get(i).map(|x| x.pps))
                 .collect();
             let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
             let (lo, hi) = v
@@ -152,77 +278,88 @@ fn main() {
         "{:<12} {:>26} {:>26} {:>26}",
         "spread", spread[0], spread[1], spread[2]
     );
-    // The forwarding rate under overload, by blast and the sink's interface counter, with the
-    // same receiver as the trials (an AF_XDP sink on flsink: on veth its work is the DUT's
-    // CPU's, so leaving it out would measure a different DUT).
-    let mut fwd = Vec::new();
-    for size in SIZES {
-        let receiver = sink
-            .command(BIN)
-            .args([
-                "sink",
-                "--dev",
-                "flsink",
-                "--backend",
-                "af-xdp",
-                "--cpu",
-                "1",
-            ])
-            .args(["--duration", &(secs + 3.0).to_string(), "--quiet"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("sink starts");
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        let before = rx(&sink, "flsink");
-        let out = gen
-            .command(BIN)
-            .args([
-                "blast",
-                "--mode",
-                "xdp-live",
-                "--dev",
-                "flgen",
-                "--to",
-                "198.18.1.2:9",
-            ])
-            .args([
-                "--cpus",
-                "0",
-                "--duration",
-                &secs.to_string(),
-                "--json",
-                "--quiet",
-            ])
-            .args(["--size", &(size - 4).to_string()])
-            .output()
-            .expect("blast runs");
-        let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        let window = b["duration_s"].as_f64().unwrap_or(secs).max(1e-9);
-        fwd.push((rx(&sink, "flsink") - before) as f64 / window);
-        let mut receiver = receiver;
-        let _ = receiver.wait();
-    }
-    let ratio = |i: usize| {
-        let ndr = aimed.iter().map(|r| r.0[i].0).sum::<f64>() / aimed.len() as f64;
+    let fr: Vec<Fr> = SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let ndr = aimed.iter().map(|r| r.0[i].pps).sum::<f64>() / aimed.len() as f64;
+            forwarding(&gen, &sink, size, ndr, secs)
+        })
+        .collect();
+    let cell = |i: usize, f: fn(&Fr) -> f64| {
+        let ndr = aimed.iter().map(|r| r.0[i].pps).sum::<f64>() / aimed.len() as f64;
+        let x = f(&fr[i]);
         format!(
-            "{:.0} ({:.2}; {:.2})",
-            fwd[i],
-            ndr / fwd[i].max(1e-9),
-            packet.0[i].0 / fwd[i].max(1e-9)
+            "{x:.0} ({:.2}; {:.2})",
+            ndr / x.max(1e-9),
+            packet.0[i].pps / x.max(1e-9)
         )
     };
+    for (name, f) in [
+        ("FR max", (|f: &Fr| f.at_max) as fn(&Fr) -> f64),
+        ("MFR", |f: &Fr| f.mfr),
+    ] {
+        println!(
+            "{name:<12} {:>26} {:>26} {:>26}",
+            cell(0, f),
+            cell(1, f),
+            cell(2, f)
+        );
+    }
     println!(
-        "{:<12} {:>26} {:>26} {:>26}",
-        "forwarding",
-        ratio(0),
-        ratio(1),
-        ratio(2)
+        "(FR max: frames/s the DUT delivered when overloaded; MFR: the most it delivered over \
+         paced loads of 0.8-1.5x the mean NDR and unpaced; in brackets mean NDR / it, then the \
+         af-packet row's NDR / it)"
+    );
+    lab_down(lab);
+}
+
+/// Other DUTs in a lab whose DUT's kernel does not forward: ours, testpmd, l3fwd.
+fn others(secs: f64) {
+    let lab = "flb-rfd";
+    let (gen, sink) = lab_up(lab, &["--steer", "none", "--queues", "1"]);
+    let dut = Netns::existing(&format!("{lab}-dut"));
+    let ports = ["fldut", "fldut1"];
+    println!(
+        "\nother DUTs (lab {lab}: no steering, one queue per end, the DUT's worker on CPU 1); \
+         sizes with FCS; FR rows {secs} s each"
     );
     println!(
-        "(forwarding: frames/s the DUT delivered when overloaded; in brackets mean NDR / it, \
-         then the af-packet row's NDR / it)"
+        "{:<22} {:>5} {:>16} {:>10} {:>10} {:>8} {:>8}",
+        "DUT", "size", "NDR (trials)", "FR max", "MFR", "NDR/MFR", "NDR/FRmax"
     );
-    let _ = Command::new(BIN)
-        .args(["lab", "down", "--name", lab])
-        .output();
+    if wanted("forward") {
+        for backend in ["af-xdp", "af-packet", "xdp"] {
+            let mut cmd = dut.command(BIN);
+            cmd.args([
+                "forward", "--mode", "route", "--dev", ports[0], "--dev", ports[1],
+            ])
+            .args(["--backend", backend]);
+            if backend != "xdp" {
+                cmd.args(["--cpus", "1"]);
+            }
+            common::with_forwarder(cmd, || {
+                dut_rows(&format!("forward {backend}"), lab, &gen, &sink, secs)
+            });
+        }
+    }
+    if wanted("testpmd") {
+        common::with_testpmd(&dut, &ports, "af_xdp", "mac", &PEERS, || {
+            dut_rows("testpmd mac af-xdp", lab, &gen, &sink, secs)
+        });
+    }
+    if wanted("l3fwd") {
+        for (name, extra) in [
+            ("l3fwd af-xdp", &[][..]),
+            (
+                "l3fwd af-xdp 2048",
+                &["--rx-queue-size", "2048", "--tx-queue-size", "2048"][..],
+            ),
+        ] {
+            common::with_l3fwd(&dut, &ports, &PEERS, extra, || {
+                dut_rows(name, lab, &gen, &sink, secs)
+            });
+        }
+    }
+    lab_down(lab);
 }

@@ -161,7 +161,8 @@ fn main() {
         blast(&sink, setup::SINK_IF)
     });
     // DPDK's l3fwd (LPM, its own sixteen 198.18.N.0/24 routes) over AF_XDP.
-    if let Some(r) = common::with_l3fwd(&dut, &ports, &peers, || blast(&sink, setup::SINK_IF)) {
+    if let Some(r) = common::with_l3fwd(&dut, &ports, &peers, &[], || blast(&sink, setup::SINK_IF))
+    {
         peer_row("l3fwd af-xdp", "l3fwd LPM over af_xdp", r, ceiling, kernel);
     }
     drop(_down);

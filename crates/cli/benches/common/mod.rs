@@ -294,11 +294,13 @@ pub fn l3fwd() -> Option<std::path::PathBuf> {
 }
 
 /// l3fwd (LPM, its own 198.18.N.0/24 → port N routes) between `ports` of `ns` on CPU 1 over
-/// AF_XDP, with `peers` the next hops' MACs, while `measure` runs.
+/// AF_XDP, with `peers` the next hops' MACs and `extra` more of its options (e.g. ring sizes),
+/// while `measure` runs.
 pub fn with_l3fwd<T>(
     ns: &Netns,
     ports: &[&str],
     peers: &[&str],
+    extra: &[&str],
     measure: impl FnOnce() -> T,
 ) -> Option<T> {
     let bin = l3fwd()?;
@@ -328,6 +330,7 @@ pub fn with_l3fwd<T>(
     for (i, m) in peers.iter().enumerate() {
         cmd.arg(format!("--eth-dest={i},{m}"));
     }
+    cmd.args(extra);
     // Its log (RTE_LOG) goes to standard error, unbuffered: the start line comes from there.
     let mut child = cmd
         .stdout(Stdio::null())
