@@ -54,7 +54,10 @@ use crate::{CmdResult, Failure};
 /// redirects the frame; the rest (ARP, neighbour discovery, link-local) goes to the kernel.
 /// Route, neighbour and address changes are applied each --interval on every backend (with
 /// xdp the table is rebuilt beside the one in use and switched to, so no frame meets a
-/// half-written table).
+/// half-written table: ~160 ms for 950 000 routes, against ~3 ms for the user-space
+/// backends' FIB). The status line says when the tables changed, how many route changes
+/// that was and how long it took to reach the forwarding path; `--json-stream` records carry
+/// the route counts the path uses (`tables`), something to wait on after changing routes.
 ///
 /// `--mode bridge` is a learning bridge between its interfaces (--dev, twice or more): the
 /// source MAC of every frame is learnt into one table all workers share (entries unseen for
@@ -205,6 +208,8 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let (mut log, stream) = (a.live.log(), a.live.stream());
+    // The tables' upkeep as of the last status line.
+    let mut seen = forward::TablesTick::default();
     let r = forward::run(&cfg, &stop, &mut |event| match event {
         ForwardEvent::Started(s) => {
             let what = match cfg.mode {
@@ -240,8 +245,27 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             }
             let secs = t.interval_s.max(1e-9);
             let d = &t.delta;
+            // Route mode: the tables changed since the last line — how many route changes,
+            // and how long the latest update took to reach the forwarding path.
+            let tables = match t.tables {
+                Some(tt) if tt.updates > seen.updates => {
+                    let line = format!(
+                        "  routes: {} changes applied{}, updated in {:.0} ms",
+                        tt.changes_applied - seen.changes_applied,
+                        if tt.reloads > seen.reloads {
+                            " (table re-read)"
+                        } else {
+                            ""
+                        },
+                        tt.last_update_ms.unwrap_or(0.0)
+                    );
+                    seen = tt;
+                    line
+                }
+                _ => String::new(),
+            };
             log.line(&format!(
-                "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} ({})  ring {}",
+                "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} ({})  ring {}{tables}",
                 t.elapsed_s,
                 d.rx_packets as f64 / secs,
                 d.forwarded as f64 / secs,

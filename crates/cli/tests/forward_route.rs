@@ -353,7 +353,7 @@ fn route_changes_run(lab: &Line, backend: &str) {
         "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
     ])
     .args(["--backend", backend, "--interval", "0.2"]);
-    let fwd = Forwarder::start(cmd);
+    let mut fwd = Forwarder::start_stream(cmd);
     // 60 000 datagrams at 20 000/s through the router while 50 000 routes are added, the
     // destination's own route is overridden by a more specific one (a gateway where it was a
     // connected link), and 20 000 routes are removed.
@@ -412,10 +412,21 @@ fn route_changes_run(lab: &Line, backend: &str) {
     );
     assert_eq!(b["tx_packets"].as_u64(), Some(60_000));
     sink_check(sink, 60_000);
-    // A change that matters: the upper half of the sink's link becomes a blackhole, and once
-    // the router has applied it (it does each interval, 0.2 s here) frames there are dropped.
-    // IPv6 too: the upper half of the sink's /64. And an address the router gains while it
-    // runs: frames to it are the kernel's from then on (not a neighbour without a MAC).
+    // The router says, each interval, what its forwarding path holds: wait (bounded) until
+    // it holds every change so far — two connected routes + 50 000 − 20 000 + the /25.
+    let tables = |i: &serde_json::Value, k: &str| i["tables"][k].as_u64().unwrap_or(0);
+    let settled = fwd.until_record(600, |i| tables(i, "routes_v4") == 30_003);
+    let v6 = tables(&settled, "routes_v6");
+    // An address the router gains while it runs: frames to it are the kernel's from then on
+    // (not a neighbour without a MAC). Then a change that matters: the upper half of the
+    // sink's link becomes a blackhole, and once the router has applied it frames there are
+    // dropped; IPv6 too, the upper half of the sink's /64.
+    ok(&lab
+        .dut
+        .command("ip")
+        .args(["addr", "add", "198.18.0.77/24", "dev", "fldut"])
+        .output()
+        .expect("ip"));
     for blackhole in ["198.18.1.128/25", "2001:2:0:1:8000::/65"] {
         ok(&lab
             .dut
@@ -424,12 +435,6 @@ fn route_changes_run(lab: &Line, backend: &str) {
             .output()
             .expect("ip"));
     }
-    ok(&lab
-        .dut
-        .command("ip")
-        .args(["addr", "add", "198.18.0.77/24", "dev", "fldut"])
-        .output()
-        .expect("ip"));
     let link = lab
         .dut
         .command("ip")
@@ -441,9 +446,16 @@ fn route_changes_run(lab: &Line, backend: &str) {
         .nth(2)
         .expect("fldut's MAC")
         .to_string();
-    // Applied at the next interval (0.2 s); the native router then rebuilds its table, about
-    // 0.5 s in a debug build on an idle host: 5 s leaves room for a busy one.
-    std::thread::sleep(std::time::Duration::from_secs(5));
+    // Applied once a record shows both blackholes (the address came first in the kernel's
+    // change stream, which the router reads in order): the native router's record goes out
+    // after its maps are rewritten, the others' after the workers' tables are replaced.
+    let applied = fwd.until_record(600, |i| {
+        tables(i, "routes_v4") == 30_004 && tables(i, "routes_v6") == v6 + 1
+    });
+    assert!(
+        applied["tables"]["last_update_ms"].as_f64().is_some(),
+        "{applied}"
+    );
     for to in [
         "198.18.1.200:9000",
         "[2001:2:0:1:8000::5]:9000",
@@ -463,7 +475,7 @@ fn route_changes_run(lab: &Line, backend: &str) {
         );
     }
     quiet(lab);
-    let (code, r) = fwd.finish();
+    let (code, r) = fwd.finish_stream();
     assert_eq!(code, Some(0), "{r}");
     let t = &r["total"];
     assert_eq!(t["dropped"]["no_route"].as_u64(), Some(200), "{r}");

@@ -85,6 +85,10 @@ pub fn blast_judged_ok(code: Option<i32>, j: Value) -> Value {
 pub struct Running {
     child: std::process::Child,
     rest: Option<std::thread::JoinHandle<String>>,
+    /// `--json-stream` records read while it ran ([`Running::until_record`]), and the lines
+    /// of its standard output, read by a thread as they come (so a full pipe never stalls it).
+    read: Vec<String>,
+    lines: Option<std::sync::mpsc::Receiver<String>>,
 }
 
 /// A running `flowlane forward`.
@@ -120,7 +124,52 @@ impl Running {
         Running {
             child,
             rest: Some(rest),
+            read: Vec::new(),
+            lines: None,
         }
+    }
+
+    /// Starts `cmd` (a `flowlane forward …` command) with `--json-stream --duration 120`
+    /// added and waits for its banner; read its records with [`Running::until_record`], end it
+    /// with [`Running::finish_stream`].
+    pub fn start_stream(mut cmd: std::process::Command) -> Running {
+        cmd.args(["--json-stream", "--duration", "120"]);
+        Running::start_with(cmd, "flowlane forward:")
+    }
+
+    /// Reads `--json-stream` interval records as they come until `done` holds for one (its
+    /// `interval` object is passed), at most `max` records and 2 s for each (one comes every
+    /// interval). Panics if the stream ends or the bound passes first.
+    pub fn until_record(&mut self, max: usize, done: impl Fn(&Value) -> bool) -> Value {
+        if self.lines.is_none() {
+            let out = self.child.stdout.take().expect("stdout");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            self.lines = Some(rx);
+        }
+        let lines = self.lines.as_ref().expect("lines");
+        for _ in 0..max {
+            let line = lines
+                .recv_timeout(std::time::Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("no record ({e}); read: {}", self.read.join("\n")));
+            let r: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("a record ({e}): {line}"));
+            self.read.push(line);
+            if done(&r["interval"]) {
+                return r["interval"].clone();
+            }
+        }
+        panic!(
+            "{max} records and no such one; the last: {:?}",
+            self.read.last()
+        );
     }
 
     /// SIGINT, then the exit code and the last `--json-stream` record's report, every
@@ -140,8 +189,14 @@ impl Running {
     fn finish_text(&mut self) -> (Option<i32>, String) {
         use flowlane_io::os::Signal;
         flowlane_io::os::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
-        let mut out = String::new();
-        if let Some(mut so) = self.child.stdout.take() {
+        let mut out: String = self.read.iter().map(|l| format!("{l}\n")).collect();
+        if let Some(lines) = self.lines.take() {
+            // The reader ends at the end of the output (bounded: the command is stopping).
+            while let Ok(l) = lines.recv_timeout(std::time::Duration::from_secs(30)) {
+                out.push_str(&l);
+                out.push('\n');
+            }
+        } else if let Some(mut so) = self.child.stdout.take() {
             std::io::Read::read_to_string(&mut so, &mut out).expect("stdout");
         }
         (self.child.wait().expect("exits").code(), out)

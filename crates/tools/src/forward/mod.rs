@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use report::{BridgeSummary, Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts};
+pub use report::{
+    BridgeSummary, Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts, TablesTick,
+};
 pub use routes::{NextHopFile, RouteSource, RouteSummary};
 
 use crate::backend::{self, Backend};

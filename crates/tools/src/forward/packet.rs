@@ -191,10 +191,16 @@ pub(super) fn run_route(
         (rt, Attached::default(), cpus)
     };
     let mut upkeep_error = None;
-    let mut upkeep = |_: &ForwardTick| {
-        if let Err(e) = live.upkeep() {
-            upkeep_error.get_or_insert(e.to_string());
+    let mut upkeep = |tick: &mut ForwardTick| {
+        let began = std::time::Instant::now();
+        match live.upkeep() {
+            Ok(true) => live.updated(began.elapsed()),
+            Ok(false) => {}
+            Err(e) => {
+                upkeep_error.get_or_insert(e.to_string());
+            }
         }
+        tick.tables = Some(live.tick());
     };
     let mut r = session(&job, rt, &cpus, &before, stop, &mut upkeep, on_event)?;
     r.routes = Some(live.summary());
@@ -424,7 +430,7 @@ pub(super) fn run_bridge(
     };
     let start = std::time::Instant::now();
     let mut aged = 0;
-    let mut upkeep = |_: &ForwardTick| {
+    let mut upkeep = |_: &mut ForwardTick| {
         aged += table.age(start.elapsed().as_secs() as u32 + 1, ageing);
     };
     let mut r = session(&job, rt, &cpus, &before, stop, &mut upkeep, on_event)?;
@@ -467,14 +473,15 @@ pub(super) fn fmt_mac(m: &[u8; 6]) -> String {
 }
 
 /// Runs started workers to the end of the job and reports.
-/// `each_tick` runs on the control thread after each interval (table upkeep).
+/// `each_tick` runs on the control thread after each interval (table upkeep), before the
+/// tick goes out (it may add to it).
 fn session(
     job: &Job<'_>,
     mut rt: Runtime<ForwardStats>,
     cpus: &[usize],
     before: &[(Option<u64>, Option<u64>)],
     stop: &Arc<AtomicBool>,
-    each_tick: &mut dyn FnMut(&ForwardTick),
+    each_tick: &mut dyn FnMut(&mut ForwardTick),
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
     on_event(ForwardEvent::Started(ForwardStart {
@@ -491,12 +498,13 @@ fn session(
         .map(|a| crate::metrics::Exporter::start(a, "forward", cpus, rt.stats()))
         .transpose()?;
     let end = rt.session(Some(job.interval), &rule, &mut |t| {
-        let tick = ForwardTick {
+        let mut tick = ForwardTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
             delta: counts(&t.delta().role),
+            tables: None,
         };
-        each_tick(&tick);
+        each_tick(&mut tick);
         on_event(ForwardEvent::Tick(tick))
     });
     let cpus = cpus

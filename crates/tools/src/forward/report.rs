@@ -185,6 +185,29 @@ pub struct ForwardTick {
     pub interval_s: f64,
     /// All CPUs over the interval.
     pub delta: ForwardCounts,
+    /// Route mode: the tables' upkeep so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<TablesTick>,
+}
+
+/// The router's table upkeep as of a tick: what a user (or a test) waits on after changing
+/// routes, and how long the change took to reach the forwarding path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TablesTick {
+    /// IPv4 routes the forwarding path uses now.
+    pub routes_v4: usize,
+    /// IPv6 routes.
+    pub routes_v6: usize,
+    /// Route changes applied since the start (as the summary's `changes_applied`).
+    pub changes_applied: u64,
+    /// Whole re-reads of the kernel's table after its change stream overran, since the start.
+    pub reloads: u64,
+    /// Times the forwarding path's tables were replaced (routes, next hops or this host's
+    /// addresses changed), since the start.
+    pub updates: u64,
+    /// How long the latest update took, ms: from reading the changes until the forwarding
+    /// path uses the new tables (native XDP: the rebuild and the maps' rewrite too).
+    pub last_update_ms: Option<f64>,
 }
 
 /// What `forward` reports.

@@ -20,6 +20,7 @@ use flowlane_lpm::{FibWriter, Prefix, Rib};
 use flowlane_runtime::route::{host_key_v4, Hop, NextHops, Tables};
 use serde::{Deserialize, Serialize};
 
+use super::report::TablesTick;
 use crate::ToolError;
 
 /// Where routes come from.
@@ -485,6 +486,8 @@ pub struct LiveTables {
     w6: FibWriter<u128>,
     shared: Arc<ArcSwap<NextHops>>,
     monitor: Option<RouteMonitor>,
+    /// Updates so far and the latest's duration (see [`TablesTick`]).
+    tick: TablesTick,
 }
 
 impl LiveTables {
@@ -498,7 +501,26 @@ impl LiveTables {
             hops: l.hops,
             summary: l.summary,
             monitor,
+            tick: TablesTick::default(),
         }
+    }
+
+    /// The upkeep so far, for a status tick.
+    pub fn tick(&self) -> TablesTick {
+        TablesTick {
+            routes_v4: self.w4.rib().len(),
+            routes_v6: self.w6.rib().len(),
+            changes_applied: self.summary.changes_applied,
+            reloads: self.summary.reloads,
+            ..self.tick
+        }
+    }
+
+    /// Counts an update of the forwarding path's tables that took `took` (from reading the
+    /// changes until the path uses them).
+    pub fn updated(&mut self, took: std::time::Duration) {
+        self.tick.updates += 1;
+        self.tick.last_update_ms = Some(took.as_secs_f64() * 1e3);
     }
 
     /// What workers read.

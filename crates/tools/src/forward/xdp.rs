@@ -18,17 +18,18 @@ use super::{dev_counters, ForwardEvent, ForwardStart, Job, NotIp};
 use crate::ToolError;
 
 /// Says the program runs, then reports its counters (`total()`) each interval until the
-/// deadline or `stop`, running `upkeep` after each tick; when it started.
+/// deadline or `stop`, running `upkeep` before each tick goes out (it may add to the tick);
+/// when it started.
 fn tick_loop(
     job: &Job<'_>,
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
     total: &dyn Fn() -> ForwardCounts,
-    upkeep: &mut dyn FnMut(),
+    upkeep: &mut dyn FnMut(&mut ForwardTick),
 ) -> Instant {
     on_event(ForwardEvent::Started(ForwardStart {
         backend: job.backend.clone(),
-        routes: None,
+        routes: job.routes.clone(),
     }));
     let start = Instant::now();
     let deadline = job.duration.and_then(|d| start.checked_add(d));
@@ -38,12 +39,14 @@ fn tick_loop(
         let now = Instant::now();
         if now >= next {
             let cur = total();
-            on_event(ForwardEvent::Tick(ForwardTick {
+            let mut tick = ForwardTick {
                 elapsed_s: now.duration_since(start).as_secs_f64(),
                 interval_s: now.duration_since(prev_t).as_secs_f64(),
                 delta: cur.since(&prev),
-            }));
-            upkeep();
+                tables: None,
+            };
+            upkeep(&mut tick);
+            on_event(ForwardEvent::Tick(tick));
             (prev, prev_t, next) = (cur, now, next + job.interval);
         }
     }
@@ -120,7 +123,7 @@ pub(super) fn run(
     })?;
     let before = dev_counters(dev);
     let link = crate::backend::attach_native(&prog, ifindex, dev, "reflector")?;
-    let start = tick_loop(job, stop, on_event, &|| sum(&read(&stats)), &mut || {});
+    let start = tick_loop(job, stop, on_event, &|| sum(&read(&stats)), &mut |_| {});
     drop(link);
     Ok(report(job, start, read(&stats), &[before]))
 }
@@ -238,7 +241,7 @@ pub(super) fn run_bridge(
         stop,
         on_event,
         &|| sum(&read_bridge(&stats, ports)),
-        &mut || {
+        &mut |_| {
             if last_sweep.elapsed() >= Duration::from_secs(u64::from(ageing_s)) {
                 last_sweep = Instant::now();
                 match maps.sweep() {
@@ -560,17 +563,24 @@ pub(super) fn run_route(
         })
     })?;
     let mut upkeep_error = None;
-    let mut upkeep = || {
+    let mut upkeep = |tick: &mut ForwardTick| {
+        let began = Instant::now();
         let rebuilt = live.upkeep().and_then(|changed| {
             if !changed {
-                return Ok(());
+                return Ok(false);
             }
             let (t, dir) = tables(&live)?;
-            maps.write(&t, &dir).map_err(ToolError::runtime)
+            maps.write(&t, &dir).map_err(ToolError::runtime)?;
+            Ok(true)
         });
-        if let Err(e) = rebuilt {
-            upkeep_error.get_or_insert(e.to_string());
+        match rebuilt {
+            Ok(true) => live.updated(began.elapsed()),
+            Ok(false) => {}
+            Err(e) => {
+                upkeep_error.get_or_insert(e.to_string());
+            }
         }
+        tick.tables = Some(live.tick());
     };
     let start = tick_loop(
         &job,
