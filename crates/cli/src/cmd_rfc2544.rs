@@ -10,8 +10,10 @@ use flowlane_tools::rfc2544::{
     self, Endpoint, Rfc2544Config, Rfc2544Event, Rfc2544Report, SizeSpec, Tests, TrialRecord,
 };
 
-use crate::args::{parse_duration, parse_imix, parse_rate, parse_size_list, print_json};
-use crate::args::{Imix, SizeList};
+use crate::args::{
+    parse_cpu_list, parse_duration, parse_imix, parse_rate, parse_size_list, print_json,
+};
+use crate::args::{CpuList, Imix, SizeList};
 use crate::live::{stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 
@@ -113,6 +115,12 @@ pub struct Rfc2544Args {
     /// the lab's key and table (no other tester places flows on queues).
     #[arg(long, requires = "lab", value_parser = clap::value_parser!(u64).range(1..=1024))]
     per_queue: Option<u64>,
+
+    /// With --per-queue: place flows only on these of the DUT's queues (e.g. `1`): on a small
+    /// machine, keep the DUT's forwarding off the generator's CPU (on veth a queue's work runs
+    /// on its CPU; the generator's own CPU is --cpu).
+    #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
+    pick_queues: Option<CpuList>,
 
     /// The link's line rate (10G, 25Gbit, …): the maximum rate per size. Default: the
     /// generator's measured maximum (veth has no line rate).
@@ -265,7 +273,11 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
         };
         let placement = a.per_queue.map(|k| Placement {
             per_queue: k,
-            queues: Vec::new(),
+            queues: a
+                .pick_queues
+                .as_ref()
+                .map(|q| q.0.iter().map(|&x| x as u32).collect())
+                .unwrap_or_default(),
             key: lab_cfg.key.clone(),
             model: ModelSpec::Reta(lab_cfg.reta.clone()),
         });

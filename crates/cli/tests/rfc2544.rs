@@ -489,11 +489,12 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
         return;
     };
     quiet(&lab);
-    let before = steered(&lab);
-    assert_eq!(before.len(), 2, "{before:?}");
-    let (code, j, err) = rfc2544(
-        &lab,
-        &[
+    // A throughput search at 512 B with `placement`: frames each CPU's steering saw, frames
+    // the trials delivered to the DUT, the standard error.
+    let run = |placement: &[&str]| {
+        let before = steered(&lab);
+        assert_eq!(before.len(), 2, "{before:?}");
+        let mut args = vec![
             "--tests",
             "throughput",
             "--sizes",
@@ -504,20 +505,25 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
             "0.5",
             "--confirm-secs",
             "1",
-            "--per-queue",
-            "2",
-        ],
-    );
-    assert_eq!(code, Some(0), "{err}");
-    let after = steered(&lab);
-    let got: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        ];
+        args.extend_from_slice(placement);
+        let (code, j, err) = rfc2544(&lab, &args);
+        assert_eq!(code, Some(0), "{err}");
+        let got: Vec<u64> = steered(&lab)
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect();
+        let sent: u64 = trials(&j)
+            .iter()
+            .filter(|t| t["test"] != "ceiling")
+            .map(|t| t["sent"].as_u64().expect("n") - t["refused"].as_u64().expect("n"))
+            .sum();
+        (got, sent, err)
+    };
+    let (got, sent, err) = run(&["--per-queue", "2"]);
     // Every frame the trials delivered to the DUT went through its program (plus learning
     // frames and the odd neighbour frame).
-    let sent: u64 = trials(&j)
-        .iter()
-        .filter(|t| t["test"] != "ceiling")
-        .map(|t| t["sent"].as_u64().expect("n") - t["refused"].as_u64().expect("n"))
-        .sum();
     let total: u64 = got.iter().sum();
     assert!(
         (sent + 100..=sent + 120).contains(&total),
@@ -529,4 +535,14 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
         let share = *g as f64 / total as f64;
         assert!((0.49..=0.51).contains(&share), "{got:?}: {err}");
     }
+    // --pick-queues 1: one flow, on queue 1 only — CPU 0 sees no more than neighbour frames.
+    let (got, sent, err) = run(&["--per-queue", "1", "--pick-queues", "1"]);
+    assert!(
+        got[0] <= 20,
+        "{got:?}: CPU 0 got more than neighbour frames: {err}"
+    );
+    assert!(
+        (sent + 100..=sent + 120).contains(&got[1]),
+        "{got:?} for {sent} sent + 100 learning"
+    );
 }
