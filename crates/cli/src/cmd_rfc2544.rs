@@ -112,7 +112,9 @@ pub struct Rfc2544Args {
     flows: u32,
 
     /// With --lab: this many flows on each of the DUT's RSS queues, chosen by the picker with
-    /// the lab's key and table (no other tester places flows on queues).
+    /// the lab's key and table (no other tester places flows on queues). Without it, in a lab
+    /// with software RSS and one flow, that flow goes to a queue whose CPU is not --cpu (the
+    /// generator's).
     #[arg(long, requires = "lab", value_parser = clap::value_parser!(u64).range(1..=1024))]
     per_queue: Option<u64>,
 
@@ -271,16 +273,33 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
                 })?,
             }
         };
-        let placement = a.per_queue.map(|k| Placement {
-            per_queue: k,
-            queues: a
-                .pick_queues
-                .as_ref()
-                .map(|q| q.0.iter().map(|&x| x as u32).collect())
-                .unwrap_or_default(),
+        let placed = |per_queue: u64, queues: Vec<u32>| Placement {
+            per_queue,
+            queues,
             key: lab_cfg.key.clone(),
             model: ModelSpec::Reta(lab_cfg.reta.clone()),
-        });
+        };
+        let placement = match a.per_queue {
+            Some(k) => Some(placed(
+                k,
+                a.pick_queues
+                    .as_ref()
+                    .map(|q| q.0.iter().map(|&x| x as u32).collect())
+                    .unwrap_or_default(),
+            )),
+            // One flow in a lab with software RSS: on a queue whose CPU is not the
+            // generator's (the last such), so the DUT does not forward on the CPU that
+            // generates — on veth a queue's work runs on its CPU, and a generator that shares
+            // it falls short of its rate and marks the trials tester-limited.
+            None if a.flows == 1 && lab_cfg.steer == flowlane_lab::setup::Steer::Rss => lab_cfg
+                .queue_cpus
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, &cpu)| cpu as usize != a.cpu)
+                .map(|(q, _)| placed(1, vec![q as u32])),
+            None => None,
+        };
         (
             Endpoint {
                 netns: Some(lab_cfg.gen_ns()),
@@ -393,8 +412,20 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let mut log = Log::new(a.json);
+    let placed = cfg.placement.as_ref().map_or(String::new(), |p| {
+        let queues = if p.queues.is_empty() {
+            "every queue".to_string()
+        } else {
+            let q: Vec<String> = p.queues.iter().map(u32::to_string).collect();
+            format!("queue {}", q.join(", "))
+        };
+        format!(
+            "; flows placed on the DUT's RSS {queues}, {} each",
+            p.per_queue
+        )
+    });
     log.line(&format!(
-        "flowlane rfc2544: {} → DUT → {} to {}, generator on CPU {}, sink ({}) on CPU {}",
+        "flowlane rfc2544: {} → DUT → {} to {}, generator on CPU {}, sink ({}) on CPU {}{placed}",
         cfg.tx.dev,
         cfg.rx.dev,
         cfg.to,

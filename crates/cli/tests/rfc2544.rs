@@ -536,13 +536,20 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
         assert!((0.49..=0.51).contains(&share), "{got:?}: {err}");
     }
     // --pick-queues 1: one flow, on queue 1 only — CPU 0 sees no more than neighbour frames.
-    let (got, sent, err) = run(&["--per-queue", "1", "--pick-queues", "1"]);
-    assert!(
-        got[0] <= 20,
-        "{got:?}: CPU 0 got more than neighbour frames: {err}"
-    );
-    assert!(
-        (sent + 100..=sent + 120).contains(&got[1]),
-        "{got:?} for {sent} sent + 100 learning"
-    );
+    // And by default: one flow, placed off the generator's CPU (0), so on queue 1 too.
+    for placement in [&["--per-queue", "1", "--pick-queues", "1"][..], &[]] {
+        let (got, sent, err) = run(placement);
+        assert!(
+            got[0] <= 20,
+            "{got:?}: CPU 0 got more than neighbour frames: {err}"
+        );
+        assert!(
+            (sent + 100..=sent + 120).contains(&got[1]),
+            "{got:?} for {sent} sent + 100 learning"
+        );
+        assert!(
+            err.contains("flows placed on the DUT's RSS queue 1, 1 each"),
+            "{err}"
+        );
+    }
 }
