@@ -250,14 +250,14 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             let tables = match t.tables {
                 Some(tt) if tt.updates > seen.updates => {
                     let line = format!(
-                        "  routes: {} changes applied{}, updated in {:.0} ms",
+                        "  tables updated in {:.0} ms ({} route changes{})",
+                        tt.last_update_ms.unwrap_or(0.0),
                         tt.changes_applied - seen.changes_applied,
                         if tt.reloads > seen.reloads {
-                            " (table re-read)"
+                            ", the table re-read"
                         } else {
                             ""
-                        },
-                        tt.last_update_ms.unwrap_or(0.0)
+                        }
                     );
                     seen = tt;
                     line
