@@ -682,13 +682,7 @@ mod tests {
             assert!(n <= 30, "a search that does not end");
         }
         assert!(lost, "the scenario never ran its lossy trial");
-        let (ndr, _) = s.found();
-        assert!(ndr.confirmed, "{ndr:?}");
-        assert!(!ndr.tester_limited, "{ndr:?}");
-        assert!(
-            ((capacity - 10_000.0)..=capacity).contains(&ndr.pps),
-            "{ndr:?}: within a step below the capacity"
-        );
+        the_duts_own(s.found().0, capacity);
     }
 
     /// The kernel as the DUT (2026-11-25, 512 B, default trials): the failure just above the
@@ -713,7 +707,11 @@ mod tests {
             n += 1;
             assert!(n <= 30, "a search that does not end");
         }
-        let (ndr, _) = s.found();
+        the_duts_own(s.found().0, capacity);
+    }
+
+    /// `ndr` is the DUT's: confirmed, not tester-limited, within a step below `capacity`.
+    fn the_duts_own(ndr: Found, capacity: f64) {
         assert!(ndr.confirmed, "{ndr:?}");
         assert!(!ndr.tester_limited, "{ndr:?}");
         assert!(
