@@ -41,10 +41,10 @@ const SIZES: [usize; 3] = [64, 512, 1518];
 /// Paced loads of the maximum-forwarding-rate sweep, as multiples of the NDR found.
 const LOADS: [f64; 6] = [0.8, 0.9, 1.0, 1.1, 1.25, 1.5];
 /// The kernel DUT's one flow, placed by the picker on its RSS queue 1 (the lab's software RSS
-/// hands it to CPU 1): the generator keeps CPU 0 to itself. Where the flow's hash lands
-/// on CPU 0 the kernel forwards beside the generator, which then falls short of its rate
-/// (tester-limited trials). blast takes the same words and places the same flow (the lab's
-/// key and table are the defaults of both).
+/// hands it to CPU 1): the generator keeps CPU 0 to itself. (rfc2544 does so by default in
+/// such a lab; said here so that blast's FR rows, which take the same words, place the same
+/// flow — the lab's key and table are the defaults of both.) Where the flow's hash lands on
+/// CPU 0 the kernel forwards beside the generator, which then falls short of its rate.
 const ON_CPU1: [&str; 4] = ["--per-queue", "1", "--pick-queues", "1"];
 /// The line lab's generator and sink MACs (the next hops a DPDK DUT writes in).
 const PEERS: [&str; 2] = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
