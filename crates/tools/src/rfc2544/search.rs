@@ -682,7 +682,13 @@ mod tests {
             assert!(n <= 30, "a search that does not end");
         }
         assert!(lost, "the scenario never ran its lossy trial");
-        the_duts_own(s.found().0, capacity);
+        let (ndr, _) = s.found();
+        assert!(ndr.confirmed, "{ndr:?}");
+        assert!(!ndr.tester_limited, "{ndr:?}");
+        assert!(
+            ((capacity - 10_000.0)..=capacity).contains(&ndr.pps),
+            "{ndr:?}: within a step below the capacity"
+        );
     }
 
     /// The kernel as the DUT (2026-11-25, 512 B, default trials): the failure just above the
@@ -707,11 +713,7 @@ mod tests {
             n += 1;
             assert!(n <= 30, "a search that does not end");
         }
-        the_duts_own(s.found().0, capacity);
-    }
-
-    /// `ndr` is the DUT's: confirmed, not tester-limited, within a step below `capacity`.
-    fn the_duts_own(ndr: Found, capacity: f64) {
+        let (ndr, _) = s.found();
         assert!(ndr.confirmed, "{ndr:?}");
         assert!(!ndr.tester_limited, "{ndr:?}");
         assert!(
