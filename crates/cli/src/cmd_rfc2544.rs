@@ -43,9 +43,7 @@ mod page;
 /// CPU, the receiver costs the DUT little; --rx-backend af-packet otherwise); both run in
 /// this process. A trial that did not get its rate, ran within 80 % of the ceiling, or
 /// whose sink overflowed is marked tester-limited: its rate is a lower bound, never the DUT's
-/// figure. Frames the DUT's queue refused count as the DUT's loss, and so does what a trial
-/// lost when the generator merely fell short (it loses no frame); only a failure whose sink
-/// overflowed bounds nothing.
+/// figure. Frames the DUT's queue refused count as the DUT's loss.
 ///
 /// Where: --lab NAME uses the line lab (`flowlane lab up --topology line`): frames leave
 /// the generator's flgen (in NAME-gen) for the sink's address and are received on the

@@ -303,7 +303,6 @@ impl SizeRun<'_, '_> {
                 secs: r.secs,
                 offered_pps: r.offered_pps,
                 tester_limited: !r.tester_limited.is_empty(),
-                tester_lost: r.tester_lost,
             });
             self.pause();
         }

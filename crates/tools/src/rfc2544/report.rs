@@ -67,11 +67,6 @@ pub struct TrialRecord {
     pub secs: f64,
     /// The tester, not the DUT, may have been the limit: why (empty: it was not).
     pub tester_limited: Vec<String>,
-    /// Of those reasons, one that makes the *loss* the tester's (its receiver's ring
-    /// overflowed): a failure then says nothing about the DUT. A generator that fell short
-    /// or ran near its ceiling does not lose frames — the DUT lost them at the rate offered.
-    #[serde(default)]
-    pub tester_lost: bool,
     /// `pass` (loss within the goal's tolerance) or `fail`.
     pub verdict: String,
 }

@@ -323,7 +323,6 @@ fn record(shot: &Shot, step: &blast::StepReport, s: &SinkReport) -> TrialRecord 
         latency_ns: s.latency_ns.clone(),
         secs: step.duration_s,
         tester_limited: limited,
-        tester_lost: s.ring_drops > 0,
         verdict: String::new(),
     }
 }
