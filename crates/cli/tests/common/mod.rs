@@ -138,8 +138,9 @@ impl Running {
     }
 
     /// Reads `--json-stream` interval records as they come until `done` holds for one (its
-    /// `interval` object is passed), at most `max` records and 2 s for each (one comes every
-    /// interval). Panics if the stream ends or the bound passes first.
+    /// `interval` object is passed), at most `max` records and 30 s for each (one comes every
+    /// interval, later while a native router rebuilds its table — about 0.5 s in a debug
+    /// build on an idle host). Panics if the stream ends or the bound passes first.
     pub fn until_record(&mut self, max: usize, done: impl Fn(&Value) -> bool) -> Value {
         if self.lines.is_none() {
             let out = self.child.stdout.take().expect("stdout");
@@ -157,7 +158,7 @@ impl Running {
         let lines = self.lines.as_ref().expect("lines");
         for _ in 0..max {
             let line = lines
-                .recv_timeout(std::time::Duration::from_secs(2))
+                .recv_timeout(std::time::Duration::from_secs(30))
                 .unwrap_or_else(|e| panic!("no record ({e}); read: {}", self.read.join("\n")));
             let r: Value =
                 serde_json::from_str(&line).unwrap_or_else(|e| panic!("a record ({e}): {line}"));

@@ -317,7 +317,7 @@ impl Search {
                         .iter()
                         .filter(|(o, _)| o.pps > t.pps && !goal.passes(o))
                         .map(|(o, _)| o.pps)
-                        .fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.min(p))));
+                        .min_by(f64::total_cmp);
                     goal.hi = above;
                     goal.hi_limited = above.is_some_and(|h| {
                         self.trials
