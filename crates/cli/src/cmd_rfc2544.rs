@@ -5,9 +5,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
-use flowlane_tools::blast::{self, ModelSpec, Placement};
+use flowlane_tools::blast;
 use flowlane_tools::rfc2544::{
-    self, Endpoint, Rfc2544Config, Rfc2544Event, Rfc2544Report, SizeSpec, Tests, TrialRecord,
+    self, Endpoint, LabRun, Rfc2544Config, Rfc2544Event, Rfc2544Report, SizeSpec, Tests,
+    TrialRecord,
 };
 
 use crate::args::{
@@ -248,77 +249,29 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
         let e = crate::args::parse_endpoint(s).map_err(|e| Failure::usage(anyhow::anyhow!(e)))?;
         Ok(std::net::SocketAddr::new(e.addr, e.port.unwrap_or(9)))
     };
-    let (tx, rx, to, placement) = if let Some(lab) = &a.lab {
-        let lab_cfg = flowlane_lab::setup::saved(lab).ok_or_else(|| {
-            Failure::usage(anyhow::anyhow!(
-                "no lab `{lab}`: make it with `flowlane lab up --name {lab} --topology line`"
-            ))
-        })?;
-        if lab_cfg.topology != flowlane_lab::setup::Topology::Line {
-            return Err(Failure::usage(anyhow::anyhow!(
-                "lab `{lab}` is a pair: RFC 2544 needs a DUT between two interfaces (`flowlane \
-                 lab up --topology line`)"
-            )));
-        }
-        let to = {
-            use flowlane_lab::setup::*;
-            let switched = lab_cfg.segment == Segment::Switched;
-            match &a.to {
-                Some(t) => port_of(t)?,
-                None => port_of(match (a.ipv6, switched) {
-                    (false, false) => LAB_SINK_V4,
-                    (true, false) => LAB_SINK_V6,
-                    (false, true) => LAB_SINK_L2_V4,
-                    (true, true) => LAB_SINK_L2_V6,
-                })?,
-            }
-        };
-        let placed = |per_queue: u64, queues: Vec<u32>| Placement {
-            per_queue,
-            queues,
-            key: lab_cfg.key.clone(),
-            model: ModelSpec::Reta(lab_cfg.reta.clone()),
-        };
-        let placement = match a.per_queue {
-            Some(k) => Some(placed(
-                k,
-                a.pick_queues
-                    .as_ref()
-                    .map(|q| q.0.iter().map(|&x| x as u32).collect())
-                    .unwrap_or_default(),
-            )),
-            // One flow in a lab with software RSS: on a queue whose CPU is not the
-            // generator's (the last such), so the DUT does not forward on the CPU that
-            // generates — on veth a queue's work runs on its CPU, and a generator that shares
-            // it falls short of its rate and marks the trials tester-limited.
-            None if a.flows == 1 && lab_cfg.steer == flowlane_lab::setup::Steer::Rss => lab_cfg
-                .queue_cpus
-                .iter()
-                .enumerate()
-                .rev()
-                .find(|(_, &cpu)| cpu as usize != a.cpu)
-                .map(|(q, _)| placed(1, vec![q as u32])),
-            None => None,
-        };
-        (
-            Endpoint {
-                netns: Some(lab_cfg.gen_ns()),
-                dev: flowlane_lab::setup::GEN_IF.into(),
-            },
-            Endpoint {
-                netns: Some(lab_cfg.sink_ns()),
-                dev: flowlane_lab::setup::SINK_IF.into(),
-            },
-            to,
-            placement,
-        )
+    let tx_cpu = crate::args::usable_cpus(Some(&crate::args::CpuList(vec![a.cpu])))?[0];
+    let mut c = if let Some(lab) = &a.lab {
+        Rfc2544Config::in_lab(&LabRun {
+            lab: lab.clone(),
+            ipv6: a.ipv6,
+            to: a.to.as_deref().map(port_of).transpose()?,
+            flows: a.flows,
+            per_queue: a.per_queue,
+            queues: a
+                .pick_queues
+                .as_ref()
+                .map(|q| q.0.iter().map(|&x| x as u32).collect())
+                .unwrap_or_default(),
+            tx_cpu,
+        })
+        .map_err(Failure::from_tool)?
     } else {
         let (Some(t), Some(r), Some(to)) = (&a.tx_dev, &a.rx_dev, &a.to) else {
             return Err(Failure::usage(anyhow::anyhow!(
                 "say where: --lab NAME, or --tx-dev A --rx-dev B --to IP"
             )));
         };
-        (
+        let mut c = Rfc2544Config::new(
             Endpoint {
                 netns: a.tx_netns.clone(),
                 dev: t.clone(),
@@ -328,10 +281,11 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
                 dev: r.clone(),
             },
             port_of(to)?,
-            None,
-        )
+        );
+        c.flows = a.flows;
+        c.tx_cpu = tx_cpu;
+        c
     };
-    let mut c = Rfc2544Config::new(tx, rx, to);
     c.dst_mac = a.dst_mac;
     if !a.tests.is_empty() {
         c.tests = Tests {
@@ -347,8 +301,6 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
     if let Some(m) = &a.imix {
         c.sizes = SizeSpec::Imix(m.0.clone());
     }
-    c.flows = a.flows;
-    c.placement = placement;
     c.line_rate_bps = a.line_rate;
     c.trial_s = a.trial_secs;
     c.confirm_s = a.confirm_secs;
@@ -362,7 +314,6 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
     c.latency_trials = a.latency_trials;
     c.b2b_trials = a.b2b_trials;
     c.b2b_max_s = a.b2b_max_secs;
-    c.tx_cpu = crate::args::usable_cpus(Some(&crate::args::CpuList(vec![a.cpu])))?[0];
     c.rx_cpu = match a.sink_cpu {
         Some(s) => crate::args::usable_cpus(Some(&crate::args::CpuList(vec![s])))?[0],
         None => crate::args::usable_cpus(None)?.last().copied().unwrap_or(0),
@@ -409,6 +360,8 @@ pub fn trial_line(t: &TrialRecord) -> String {
 
 pub fn run(a: Rfc2544Args) -> CmdResult {
     let cfg = config(&a)?;
+    // Refused before the banner speaks of it (a queue that does not exist, say).
+    rfc2544::check(&cfg).map_err(Failure::from_tool)?;
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let mut log = Log::new(a.json);
@@ -419,8 +372,13 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
             let q: Vec<String> = p.queues.iter().map(u32::to_string).collect();
             format!("queue {}", q.join(", "))
         };
+        let why = if cfg.placement_default {
+            " (by default: off the generator's CPU)"
+        } else {
+            ""
+        };
         format!(
-            "; flows placed on the DUT's RSS {queues}, {} each",
+            "; flows placed on the DUT's RSS {queues}, {} each{why}",
             p.per_queue
         )
     });

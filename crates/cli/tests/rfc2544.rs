@@ -32,6 +32,21 @@ fn rfc2544(lab: &Line, extra: &[&str]) -> (Option<i32>, Value, String) {
     (out.status.code(), j, err)
 }
 
+/// Asserts a report is valid against the documented schema, docs/rfc2544.schema.json.
+fn valid(j: &Value) {
+    let schema_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/rfc2544.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("schema"))
+            .expect("schema JSON");
+    let v = jsonschema::validator_for(&schema).expect("a valid schema");
+    let errors: Vec<String> = v.iter_errors(j).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "the report against the schema: {errors:?}"
+    );
+}
+
 fn dev_counts(ns: &flowlane_lab::Netns, dev: &str) -> (u64, u64) {
     let c = ns.dev().expect("/proc/net/dev");
     let i = &c.ifaces[dev];
@@ -272,17 +287,7 @@ fn latency_loss_and_back_to_back_follow_the_known_dut() {
         "{b}"
     );
     // The JSON contract: valid against the documented schema.
-    let schema_path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/rfc2544.schema.json");
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("schema"))
-            .expect("schema JSON");
-    let v = jsonschema::validator_for(&schema).expect("a valid schema");
-    let errors: Vec<String> = v.iter_errors(&j).map(|e| e.to_string()).collect();
-    assert!(
-        errors.is_empty(),
-        "the report against the schema: {errors:?}"
-    );
+    valid(&j);
     // The files: one CSV row per trial, a page with its charts.
     let rows = std::fs::read_to_string(&csv).expect("csv");
     assert_eq!(
@@ -521,9 +526,23 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
             .filter(|t| t["test"] != "ceiling")
             .map(|t| t["sent"].as_u64().expect("n") - t["refused"].as_u64().expect("n"))
             .sum();
-        (got, sent, err)
+        (got, sent, err, j)
     };
-    let (got, sent, err) = run(&["--per-queue", "2"]);
+    // The report names the flows it placed and their queues.
+    let placed = |j: &Value| -> Vec<u64> {
+        j["placement"]["flows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("placement.flows: {}", j["placement"]))
+            .iter()
+            .map(|f| f["queue"].as_u64().expect("queue"))
+            .collect()
+    };
+    let (got, sent, err, j) = run(&["--per-queue", "2"]);
+    let mut queues = placed(&j);
+    queues.sort_unstable();
+    assert_eq!(queues, [0, 0, 1, 1], "{}", j["placement"]);
+    assert_eq!(j["placement"]["by_default"], false);
+    valid(&j);
     // Every frame the trials delivered to the DUT went through its program (plus learning
     // frames and the odd neighbour frame).
     let total: u64 = got.iter().sum();
@@ -540,7 +559,9 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
     // --pick-queues 1: one flow, on queue 1 only — CPU 0 sees no more than neighbour frames.
     // And by default: one flow, placed off the generator's CPU (0), so on queue 1 too.
     for placement in [&["--per-queue", "1", "--pick-queues", "1"][..], &[]] {
-        let (got, sent, err) = run(placement);
+        let (got, sent, err, j) = run(placement);
+        assert_eq!(placed(&j), [1], "{}", j["placement"]);
+        assert_eq!(j["placement"]["by_default"], placement.is_empty());
         assert!(
             got[0] <= 20,
             "{got:?}: CPU 0 got more than neighbour frames: {err}"
@@ -554,4 +575,9 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
             "{err}"
         );
     }
+    // A queue the DUT does not have: a usage error, before any line about the run.
+    let (code, _, err) = rfc2544(&lab, &["--per-queue", "1", "--pick-queues", "7"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("queue 7 does not exist"), "{err}");
+    assert!(!err.contains("flowlane rfc2544:"), "{err}");
 }

@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::blast::Placement;
+use crate::blast::{ModelSpec, Placement};
+use crate::ToolError;
 
 /// Where frames leave or arrive: an interface, in a network namespace or in the caller's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +74,9 @@ pub struct Rfc2544Config {
     pub flows: u32,
     /// Flows placed on the DUT's RSS queues by the picker.
     pub placement: Option<Placement>,
+    /// The placement is a lab's default (one flow, off the generator's CPU), not asked for.
+    #[serde(default)]
+    pub placement_default: bool,
     /// The line rate, bits per second (frame + FCS + preamble + gap, as a tester counts);
     /// `None`: the generator's measured maximum stands in, and the report says so.
     pub line_rate_bps: Option<f64>,
@@ -129,6 +133,7 @@ impl Rfc2544Config {
             sizes: SizeSpec::List(DEFAULT_SIZES.to_vec()),
             flows: 1,
             placement: None,
+            placement_default: false,
             line_rate_bps: None,
             trial_s: 2.0,
             confirm_s: 10.0,
@@ -148,5 +153,105 @@ impl Rfc2544Config {
             ring: 262_144,
             rx_backend: crate::sink::SinkBackend::AfXdp,
         }
+    }
+}
+
+/// A run through the DUT of a line lab (`flowlane lab up --topology line`), and how its flows
+/// meet the DUT's RSS queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabRun {
+    /// The lab's name.
+    pub lab: String,
+    /// IPv6 frames (to the lab sink's IPv6 address).
+    pub ipv6: bool,
+    /// Where frames go instead of the lab sink's address (port 9 when 0 is given).
+    pub to: Option<SocketAddr>,
+    /// Flows, when not placed.
+    pub flows: u32,
+    /// This many flows on each of the DUT's queues, chosen by the picker with the lab's key
+    /// and indirection table.
+    pub per_queue: Option<u64>,
+    /// With `per_queue`: only these queues (empty: all).
+    pub queues: Vec<u32>,
+    /// The generator's CPU.
+    pub tx_cpu: usize,
+}
+
+impl Rfc2544Config {
+    /// The configuration of a run through a line lab's DUT: the lab's generator and sink
+    /// interfaces and the sink's address, with flowlane's defaults otherwise.
+    ///
+    /// Flows: with `per_queue`, placed on the DUT's queues. Without it, in a lab with
+    /// software RSS and one flow, that flow is placed on a queue whose CPU is not the
+    /// generator's (the last such): on veth a queue's work runs on its CPU, and a generator
+    /// sharing its CPU with the DUT's forwarding falls short of its rate, so the trials would
+    /// be marked tester-limited and the DUT's figure move with the flow's hash.
+    pub fn in_lab(run: &LabRun) -> Result<Rfc2544Config, ToolError> {
+        use flowlane_lab::setup::{self as lab, Segment, Steer, Topology};
+        let name = &run.lab;
+        let l = lab::saved(name).ok_or_else(|| {
+            ToolError::usage(format!(
+                "no lab `{name}`: make it with `flowlane lab up --name {name} --topology line`"
+            ))
+        })?;
+        if l.topology != Topology::Line {
+            return Err(ToolError::usage(format!(
+                "lab `{name}` is a pair: RFC 2544 needs a DUT between two interfaces \
+                 (`flowlane lab up --topology line`)"
+            )));
+        }
+        let to = match run.to {
+            Some(t) => t,
+            None => {
+                let a = match (run.ipv6, l.segment == Segment::Switched) {
+                    (false, false) => lab::LAB_SINK_V4,
+                    (true, false) => lab::LAB_SINK_V6,
+                    (false, true) => lab::LAB_SINK_L2_V4,
+                    (true, true) => lab::LAB_SINK_L2_V6,
+                };
+                let ip = a.parse().map_err(|_| {
+                    ToolError::runtime(format!("the lab's sink address `{a}` does not parse"))
+                })?;
+                SocketAddr::new(ip, 0)
+            }
+        };
+        let to = if to.port() == 0 {
+            SocketAddr::new(to.ip(), 9)
+        } else {
+            to
+        };
+        let placed = |per_queue: u64, queues: Vec<u32>| Placement {
+            per_queue,
+            queues,
+            key: l.key.clone(),
+            model: ModelSpec::Reta(l.reta.clone()),
+        };
+        let placement = match run.per_queue {
+            Some(k) => Some(placed(k, run.queues.clone())),
+            None if run.flows == 1 && l.steer == Steer::Rss => l
+                .queue_cpus
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, &cpu)| cpu as usize != run.tx_cpu)
+                .map(|(q, _)| placed(1, vec![q as u32])),
+            None => None,
+        };
+        let mut c = Rfc2544Config::new(
+            Endpoint {
+                netns: Some(l.gen_ns()),
+                dev: lab::GEN_IF.into(),
+            },
+            Endpoint {
+                netns: Some(l.sink_ns()),
+                dev: lab::SINK_IF.into(),
+            },
+            to,
+        );
+        c.flows = run.flows;
+        c.placement_default = run.per_queue.is_none() && placement.is_some();
+        c.placement = placement;
+        c.tx_cpu = run.tx_cpu;
+        Ok(c)
     }
 }

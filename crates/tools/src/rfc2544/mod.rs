@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use config::{Endpoint, Rfc2544Config, SizeSpec, Tests, DEFAULT_SIZES};
+pub use config::{Endpoint, LabRun, Rfc2544Config, SizeSpec, Tests, DEFAULT_SIZES};
 pub use report::{
-    line_bps, BackToBack, LatencyResult, LossPoint, MaxRate, Rfc2544Report, SizeReport, TestName,
-    Throughput, TrialRecord,
+    line_bps, BackToBack, LatencyResult, LossPoint, MaxRate, Placed, PlacedFlow, Rfc2544Report,
+    SizeReport, TestName, Throughput, TrialRecord,
 };
 use search::{Search, SearchConfig, Step, Trial, TrialKind};
 use trial::{Rig, Shot};
@@ -51,7 +51,9 @@ type Imix = Vec<(usize, u32)>;
 /// The trials of the frame loss test stop after this many in a row lose nothing.
 const LOSS_CLEAN_RUN: usize = 2;
 
-fn check(cfg: &Rfc2544Config) -> Result<(), ToolError> {
+/// Checks a configuration as [`run`] does first, so that a caller can refuse a bad one before
+/// it says anything about the run.
+pub fn check(cfg: &Rfc2544Config) -> Result<(), ToolError> {
     let secs = |what: &str, v: f64| crate::seconds(what, v).map(drop);
     secs("trial time", cfg.trial_s)?;
     secs("confirming trial time", cfg.confirm_s)?;
@@ -89,6 +91,18 @@ fn check(cfg: &Rfc2544Config) -> Result<(), ToolError> {
             return Err(ToolError::usage("no frame sizes"));
         }
     }
+    if let Some(p) = &cfg.placement {
+        let queues = p.model.build()?.queues();
+        if let Some(q) = p.queues.iter().find(|&&q| q >= queues) {
+            return Err(ToolError::usage(format!(
+                "queue {q} does not exist: the DUT's RSS model has {queues} queues (0 to {})",
+                queues.saturating_sub(1)
+            )));
+        }
+        if p.per_queue == 0 {
+            return Err(ToolError::usage("--per-queue is at least 1"));
+        }
+    }
     Ok(())
 }
 
@@ -106,6 +120,7 @@ pub fn run(
         tx_ns: trial::netns_of(&cfg.tx)?,
         rx_ns: trial::netns_of(&cfg.rx)?,
         stop,
+        flows: std::sync::OnceLock::new(),
     };
     let sizes: Vec<(Frames, f64, Option<Imix>)> = match &cfg.sizes {
         SizeSpec::List(v) => v
@@ -127,6 +142,7 @@ pub fn run(
             SizeSpec::Imix(_) => "AF_XDP (paced in user space)".into(),
         },
         receiver: cfg.rx_backend,
+        placement: None,
         sizes: Vec::new(),
         trials: Vec::new(),
         duration_s: 0.0,
@@ -147,6 +163,12 @@ pub fn run(
         let r = size.run(imix)?;
         report.sizes.push(r);
     }
+    report.placement = cfg.placement.as_ref().map(|p| Placed {
+        per_queue: p.per_queue,
+        queues: p.queues.clone(),
+        by_default: cfg.placement_default,
+        flows: rig.flows.get().cloned().unwrap_or_default(),
+    });
     report.interrupted = stopped();
     report.duration_s = (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0;
     Ok(report)

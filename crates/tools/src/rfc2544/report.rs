@@ -176,6 +176,30 @@ pub struct SizeReport {
     pub back_to_back: Option<BackToBack>,
 }
 
+/// Flows placed on the DUT's RSS queues by the picker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    /// Flows per queue.
+    pub per_queue: u64,
+    /// The queues asked for (empty: every queue).
+    pub queues: Vec<u32>,
+    /// Not asked for: a lab's default (one flow, on a queue off the generator's CPU).
+    pub by_default: bool,
+    /// The flows the generator sent (empty if no trial ran).
+    pub flows: Vec<PlacedFlow>,
+}
+
+/// One placed flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedFlow {
+    /// Source `IP:PORT`.
+    pub src: String,
+    /// Destination `IP:PORT`.
+    pub dst: String,
+    /// The DUT's RSS queue its hash selects.
+    pub queue: u32,
+}
+
 /// What `rfc2544` reports (`--json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rfc2544Report {
@@ -189,6 +213,9 @@ pub struct Rfc2544Report {
     pub generator: String,
     /// How the sink read them: `af-xdp` or `af-packet`.
     pub receiver: crate::sink::SinkBackend,
+    /// Where the flows went, when they were placed on the DUT's RSS queues.
+    #[serde(default)]
+    pub placement: Option<Placed>,
     /// Per size, in the order run (fewer than asked if stopped).
     pub sizes: Vec<SizeReport>,
     /// Every trial, in the order run.

@@ -24,6 +24,8 @@ pub(super) struct Rig<'a> {
     pub tx_ns: Option<Netns>,
     pub rx_ns: Option<Netns>,
     pub stop: &'a Arc<AtomicBool>,
+    /// The placed flows, as the first trial's generator sent them.
+    pub flows: std::sync::OnceLock<Vec<super::report::PlacedFlow>>,
 }
 
 /// What one trial sends.
@@ -166,6 +168,20 @@ impl Rig<'_> {
             .into_iter()
             .next()
             .ok_or_else(|| ToolError::runtime("the generator ran no step"))?;
+        if c.placement.is_some() {
+            self.flows.get_or_init(|| {
+                step.flows
+                    .iter()
+                    .filter_map(|f| {
+                        Some(super::report::PlacedFlow {
+                            src: f.src.clone(),
+                            dst: f.dst.clone(),
+                            queue: f.queue?,
+                        })
+                    })
+                    .collect()
+            });
+        }
         Ok(record(shot, &step, &s))
     }
 
