@@ -250,11 +250,16 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             let tables = match t.tables {
                 Some(tt) if tt.updates > seen.updates => {
                     let line = format!(
-                        "  tables updated in {:.0} ms ({} route changes{})",
+                        "  tables updated in {:.1} ms ({} route changes{}{})",
                         tt.last_update_ms.unwrap_or(0.0),
                         tt.changes_applied - seen.changes_applied,
                         if tt.reloads > seen.reloads {
                             ", the table re-read"
+                        } else {
+                            ""
+                        },
+                        if tt.whole > seen.whole {
+                            ", written whole"
                         } else {
                             ""
                         }

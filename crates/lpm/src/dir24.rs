@@ -2,13 +2,25 @@
 //! against. A 2^24-entry first table indexed by the top 24 bits (64 MiB here, `u32`
 //! entries), and 256-entry second-level groups for the /24s that hold longer prefixes.
 
-use crate::key::Prefix;
+use crate::key::{Key, Prefix};
 use crate::rib::Rib;
 use crate::NO_ROUTE;
 
 const EXT: u32 = 0x8000_0000;
 
-/// IPv4 DIR-24-8, built once from a table (no incremental updates: it is a baseline).
+/// One `tbl24` entry's worth of a table (see [`Dir24_8::block`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Block {
+    /// One next hop for the whole /24 ([`Dir24_8::NONE`] for no route).
+    Direct(u32),
+    /// Routes longer than /24 inside it: a next hop per address ([`crate::NO_ROUTE`] for
+    /// none).
+    Group(Box<[u32; 256]>),
+}
+
+/// IPv4 DIR-24-8, built once from a table. It is the benchmarks' baseline and the native
+/// router's table; a data plane holding its tables elsewhere applies a change by rewriting
+/// only the entries the change covers ([`Dir24_8::span`], [`Dir24_8::block`]).
 #[derive(Debug, Clone)]
 pub struct Dir24_8 {
     tbl24: Vec<u32>,
@@ -78,6 +90,57 @@ impl Dir24_8 {
     /// 0xff)]` ([`crate::NO_ROUTE`] for none).
     pub fn tables(&self) -> (&[u32], &[u32]) {
         (&self.tbl24, &self.tbl8)
+    }
+
+    /// The `tbl24` entries a route of prefix `p` lies in: the /24s it covers, or the one
+    /// that holds it.
+    pub fn span(p: Prefix<u32>) -> std::ops::Range<u32> {
+        let first = p.addr() >> 8;
+        let n = 1u32 << (24 - u32::from(p.len()).min(24));
+        first..first + n
+    }
+
+    /// What `tbl24` entry `i` (the /24 at `i << 8`) is for `rib`, equal to what
+    /// [`Dir24_8::build`] makes of it (with a group's contents in place of its number),
+    /// from the routes covering and inside that /24 alone: the cost of the routes in one
+    /// direct slot of the RIB (a /18), not of the table.
+    ///
+    /// # Panics
+    /// When `i` is not below 2^24.
+    pub fn block(rib: &Rib<u32>, i: u32) -> Block {
+        assert!(i < 1 << 24, "Dir24_8::block: entry {i} is past tbl24");
+        let lo = i << 8;
+        let slot = lo.slot();
+        // The longest route of /24 or shorter covering the /24: the slot's best short one,
+        // unless a longer one in its list covers it too.
+        let mut base = (rib.short_hop(slot), 0u8);
+        let mut longer = false;
+        for r in rib.chunk(slot) {
+            if r.len <= 24 {
+                if lo.mask(r.len) == r.addr && r.len >= base.1 {
+                    base = (r.hop, r.len);
+                }
+            } else if r.addr >> 8 == i {
+                longer = true;
+            }
+        }
+        if !longer {
+            return Block::Direct(if base.0 == NO_ROUTE {
+                Self::NONE
+            } else {
+                base.0
+            });
+        }
+        // Covering routes come before the routes nested in them in the list, so painting in
+        // its order leaves the longest match at every address.
+        let mut g = Box::new([base.0; 256]);
+        for r in rib.chunk(slot) {
+            if r.len > 24 && r.addr >> 8 == i {
+                let start = (r.addr & 0xff) as usize;
+                g[start..start + (1usize << (32 - u32::from(r.len)))].fill(r.hop);
+            }
+        }
+        Block::Group(g)
     }
 
     /// Set in a `tbl24` entry that names a `tbl8` group.

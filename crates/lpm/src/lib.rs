@@ -100,7 +100,7 @@ pub mod reference;
 mod rib;
 mod writer;
 
-pub use dir24::Dir24_8;
+pub use dir24::{Block, Dir24_8};
 pub use fib::{Fib, FibStats};
 pub use key::{Key, Prefix, PrefixError};
 pub use load::{LoadError, Table};

@@ -7,7 +7,7 @@
 
 use flowlane_lpm::reference::Reference;
 use flowlane_lpm::{
-    gen, Dir24_8, Fib, FibStats, FibWriter, Key, Prefix, Rib, MAX_NEXT_HOP, NO_ROUTE,
+    gen, Block, Dir24_8, Fib, FibStats, FibWriter, Key, Prefix, Rib, MAX_NEXT_HOP, NO_ROUTE,
 };
 use proptest::prelude::*;
 use rand::{Rng, RngExt, SeedableRng};
@@ -228,6 +228,16 @@ proptest! {
         for &a in queries.iter().chain(&bases) {
             prop_assert_eq!(d.lookup(a), r.lookup(a));
         }
+        // Each entry computed alone is the built one: the entries of every prefix the ops
+        // touched (their first and last /24 and their neighbours) and of the queries.
+        let mut entries: Vec<u32> = queries.iter().map(|&a| a >> 8).collect();
+        for &(_, b, len, _) in &ops {
+            let span = Dir24_8::span(Prefix::covering(bases[b % bases.len()], len));
+            entries.extend([span.start.saturating_sub(1), span.start, span.end - 1, span.end.min((1 << 24) - 1)]);
+        }
+        for i in entries {
+            prop_assert_eq!(Dir24_8::block(&rib, i), built_block(&d, i), "entry {}", i);
+        }
     }
 
     #[test]
@@ -236,6 +246,19 @@ proptest! {
                      queries in prop::collection::vec(any::<u128>(), 0..64)) {
         run_ops(&bases, &ops, &queries);
     }
+}
+
+/// Entry `i` of a built DIR-24-8 as a [`Block`].
+fn built_block(d: &Dir24_8, i: u32) -> Block {
+    let (t24, t8) = d.tables();
+    let e = t24[i as usize];
+    if e & Dir24_8::EXTENDED == 0 {
+        return Block::Direct(e);
+    }
+    let g = ((e & !Dir24_8::EXTENDED) as usize) * 256;
+    let mut out = Box::new([0u32; 256]);
+    out.copy_from_slice(&t8[g..g + 256]);
+    Block::Group(out)
 }
 
 /// An address: half uniform, half inside a random routed prefix.
@@ -408,6 +431,13 @@ fn dir24_8_matches_reference_on_a_generated_table() {
     for _ in 0..1_000_000 {
         let a = address(&mut rng, &table, |r: &mut rand::rngs::StdRng| r.next_u32());
         assert_eq!(d.lookup(a), r.lookup(a));
+    }
+    // Entries computed one at a time (what the native router rewrites on a change) are the
+    // built ones: those of every route (a /24 each at most) and of random addresses.
+    let rib = Rib::from_routes(table.iter().copied()).expect("test input is valid");
+    let routed = table.iter().map(|(p, _)| Dir24_8::span(*p).start);
+    for i in routed.chain((0..100_000).map(|_| rng.next_u32() >> 8)) {
+        assert_eq!(Dir24_8::block(&rib, i), built_block(&d, i), "entry {i}");
     }
 }
 

@@ -194,8 +194,8 @@ pub(super) fn run_route(
     let mut upkeep = |tick: &mut ForwardTick| {
         let began = std::time::Instant::now();
         match live.upkeep() {
-            Ok(true) => live.updated(began.elapsed()),
-            Ok(false) => {}
+            Ok(up) if up.any() => live.updated(began.elapsed(), false),
+            Ok(_) => {}
             Err(e) => {
                 upkeep_error.get_or_insert(e.to_string());
             }

@@ -208,6 +208,12 @@ pub struct TablesTick {
     /// How long the latest update took, ms: from reading the changes until the forwarding
     /// path uses the new tables (native XDP: the rebuild and the maps' rewrite too).
     pub last_update_ms: Option<f64>,
+    /// Of the updates, those that wrote the whole table anew: the native XDP router's when
+    /// next hops, neighbours or this host's addresses changed, or a change was too wide to
+    /// make in place (its other updates rewrite only the entries the changed routes cover;
+    /// the other backends' FIB always changes in place).
+    #[serde(default)]
+    pub whole: u64,
 }
 
 /// What `forward` reports.

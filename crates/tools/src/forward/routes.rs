@@ -475,6 +475,24 @@ fn legend_hop(l: &mut Loaded, legend: &str, neigh: &[Neighbour]) -> u32 {
     l.hops.hop(key, neigh, &mut l.summary)
 }
 
+/// What one [`LiveTables::upkeep`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Upkept {
+    /// Next hops, the neighbours on connected links, or this host's addresses.
+    pub hops: bool,
+    /// IPv4 prefixes added, replaced or removed (the RIB holds what each is now).
+    pub v4: Vec<Prefix<u32>>,
+    /// IPv6 prefixes added, replaced or removed.
+    pub v6: Vec<Prefix<u128>>,
+}
+
+impl Upkept {
+    /// Whether anything changed.
+    pub fn any(&self) -> bool {
+        self.hops || !self.v4.is_empty() || !self.v6.is_empty()
+    }
+}
+
 /// The tables while a router runs: the FIB writers (whose snapshots the workers read), the
 /// next hops (swapped whole), and — for kernel routes — the kernel's route changes, applied
 /// as they come so the FIB follows `ip route add/del/replace` without stopping a worker.
@@ -517,9 +535,10 @@ impl LiveTables {
     }
 
     /// Counts an update of the forwarding path's tables that took `took` (from reading the
-    /// changes until the path uses them).
-    pub fn updated(&mut self, took: std::time::Duration) {
+    /// changes until the path uses them), and whether it wrote the whole table.
+    pub fn updated(&mut self, took: std::time::Duration, whole: bool) {
         self.tick.updates += 1;
+        self.tick.whole += u64::from(whole);
         self.tick.last_update_ms = Some(took.as_secs_f64() * 1e3);
     }
 
@@ -557,8 +576,8 @@ impl LiveTables {
 
     /// Applies the kernel's route changes since the last call and the neighbour table as it
     /// is now; publishes what changed (next hops first, so a route's new next hop exists
-    /// before the route does). Whether anything changed.
-    pub fn upkeep(&mut self) -> Result<bool, ToolError> {
+    /// before the route does). What changed.
+    pub fn upkeep(&mut self) -> Result<Upkept, ToolError> {
         let neigh = netdev::neighbours().map_err(sys)?;
         let mut hops_changed = self.hops.resolve(&neigh);
         let mut c4: Vec<(Prefix<u32>, Option<u32>)> = Vec::new();
@@ -609,18 +628,22 @@ impl LiveTables {
             self.shared.store(Arc::new(self.hops.table.clone()));
         }
         let bad = |e: flowlane_lpm::PrefixError| ToolError::runtime(e.to_string());
+        let up = Upkept {
+            hops: hops_changed,
+            v4: c4.iter().map(|c| c.0).collect(),
+            v6: c6.iter().map(|c| c.0).collect(),
+        };
         if !c4.is_empty() {
             self.summary.changes_applied += c4.len() as u64;
             self.w4.apply_batch(&mut c4).map_err(bad)?;
             self.w4.publish();
         }
-        let changed = hops_changed || !c4.is_empty() || !c6.is_empty();
         if !c6.is_empty() {
             self.summary.changes_applied += c6.len() as u64;
             self.w6.apply_batch(&mut c6).map_err(bad)?;
             self.w6.publish();
         }
-        Ok(changed)
+        Ok(up)
     }
 
     /// Changes lost: the whole main table again, as changes against what the FIBs hold, and

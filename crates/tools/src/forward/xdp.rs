@@ -365,14 +365,77 @@ pub(super) fn xdp_tables(
     })
 }
 
+/// At most this many changed routes are applied in place ([`RouteMaps::patch`]); more are
+/// a reload's worth, and the whole table is written.
+const PATCH_MAX_ROUTES: usize = 4096;
+
+/// Whether changes `up` can be made in place: routes alone changed (no next hop, neighbour or
+/// address), not too many, and none covers a neighbour's or this host's address — those
+/// decide which host routes [`xdp_tables`] adds, so they take the whole table.
+fn in_place(up: &super::routes::Upkept, hops: &flowlane_runtime::route::NextHops) -> bool {
+    if up.hops || up.v4.len() + up.v6.len() > PATCH_MAX_ROUTES {
+        return false;
+    }
+    let mut hosts = hops
+        .hosts
+        .keys()
+        .map(|k| k.1)
+        .chain(hops.local.iter().copied());
+    !hosts.any(|k| {
+        if k >> 32 == 0xffff {
+            up.v4.iter().any(|p| p.contains(k as u32))
+        } else {
+            up.v6.iter().any(|p| p.contains(k))
+        }
+    })
+}
+
+impl XdpTables {
+    /// Takes in the routes `up` changed as `live` holds them now (a route and its host
+    /// routes never collide: [`in_place`] sends those changes to a whole rebuild).
+    fn take(
+        &mut self,
+        up: &super::routes::Upkept,
+        live: &super::routes::LiveTables,
+    ) -> Result<(), ToolError> {
+        for &p in &up.v4 {
+            match live.v4().get(p) {
+                Some(h) => {
+                    self.v4
+                        .insert(p, h)
+                        .map_err(|e| ToolError::runtime(format!("route {p}: {e}")))?;
+                }
+                None => {
+                    self.v4.remove(p);
+                }
+            }
+        }
+        for &p in &up.v6 {
+            let k = (p.len(), p.addr());
+            match live.v6().get(p) {
+                Some(h) => {
+                    self.v6.insert(k, h);
+                }
+                None => {
+                    self.v6.remove(&k);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The native router's table in BPF maps the program reads — DIR-24-8 for IPv4 (`tbl24`,
 /// `tbl8` groups), an LPM trie for IPv6, and the next hops both lead to — kept up to date
-/// while it runs. The groups, the next hops and the trie are held twice over, in two halves:
-/// a new table is written whole into the half not in use, then each `tbl24` entry is switched
-/// to it with one 4-byte store, and IPv6 lookups with one store of the half in use. A program
-/// run that read an old entry finds the old half intact (it is overwritten only by the next
-/// change, an interval later; a run lasts microseconds), so no frame meets a half-written
-/// table — as with the FIB's snapshots on the other backends.
+/// while it runs. Changed routes alone are applied in place ([`RouteMaps::patch`]: only the
+/// entries they cover, milliseconds). Otherwise (next hops, neighbours or addresses changed,
+/// a wide change) the whole table is written anew: the groups, the next hops and the trie
+/// are held twice over, in two halves; a new table is written whole into the half not in
+/// use, then each `tbl24` entry is switched to it with one 4-byte store, and IPv6 lookups
+/// with one store of the half in use. A program run that read an old entry finds the old
+/// half intact (it is overwritten only by the next change, an interval later; a run lasts
+/// microseconds), so no frame meets a half-written table — as with the FIB's snapshots on
+/// the other backends.
 struct RouteMaps {
     tbl24: WritableArray,
     tbl8: WritableArray,
@@ -388,6 +451,30 @@ struct RouteMaps {
     routes6_half: usize,
     /// The half the program reads.
     half: usize,
+    /// Groups of the half in use that nothing names (for changes made in place).
+    free_groups: Vec<u32>,
+    /// Groups the last change in place stopped naming: free from the next one on (a
+    /// program run that read the old name may still be reading them until then).
+    quarantined: Vec<u32>,
+}
+
+/// A change in place covering more `tbl24` entries than this writes the whole table instead
+/// (a /4 or wider: the whole write costs about as much).
+const PATCH_MAX_ENTRIES: u32 = 1 << 20;
+
+/// A 4-byte value at its 8-byte stride in a mapped array's bytes.
+fn get(bytes: &[u8], i: usize) -> u32 {
+    bytes
+        .get(i * 8..i * 8 + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
+/// Stores a 4-byte value at its 8-byte stride: one aligned store.
+fn put(bytes: &mut [u8], i: usize, v: u32) {
+    if let Some(b) = bytes.get_mut(i * 8..i * 8 + 4) {
+        b.copy_from_slice(&v.to_ne_bytes());
+    }
 }
 
 /// Room for a table to grow while the router runs: twice its size, and at least `floor` more.
@@ -424,6 +511,8 @@ impl RouteMaps {
             hops_half,
             routes6_half,
             half: 1,
+            free_groups: Vec::new(),
+            quarantined: Vec::new(),
         };
         m.write(t, dir).map_err(ToolError::runtime)?;
         Ok(m)
@@ -452,12 +541,6 @@ impl RouteMaps {
         }
         let h = 1 - self.half;
         let (gbase, hbase) = ((h * self.groups_half) as u32, (h * self.hops_half) as u32);
-        // Values sit at 8-byte strides; a 4-byte value is one aligned store.
-        let put = |bytes: &mut [u8], i: usize, v: u32| {
-            if let Some(b) = bytes.get_mut(i * 8..i * 8 + 4) {
-                b.copy_from_slice(&v.to_ne_bytes());
-            }
-        };
         let stride = route_hop::SIZE.next_multiple_of(8);
         let hb = self.hops.bytes_mut();
         for (i, e) in t.hops.iter().enumerate() {
@@ -514,13 +597,124 @@ impl RouteMaps {
         put(self.which.bytes_mut(), 0, h as u32);
         std::sync::atomic::fence(Ordering::SeqCst);
         self.half = h;
+        // The rest of this half's groups are free for changes made in place.
+        self.free_groups = (gbase + groups as u32..gbase + self.groups_half as u32)
+            .rev()
+            .collect();
+        self.quarantined.clear();
         Ok(())
+    }
+
+    /// Applies changed routes in place, in the half in use, after `t` took them in (same next
+    /// hops as the last write). Every `tbl24` entry a changed IPv4 route covers is computed
+    /// anew ([`flowlane_lpm::Dir24_8::block`]) and rewritten only where it differs: a next
+    /// hop by one 4-byte store; a group written whole into a free group, then named by one
+    /// store. A group no longer named is free from the next change on (a program run that
+    /// read its old name finds it intact: a run lasts microseconds, changes come an interval
+    /// apart), so every lookup sees its entry either before or after. IPv6 routes are set or
+    /// removed in the trie in use (the kernel replaces an element whole). `Ok(false)`, with
+    /// nothing written: the change is too wide or the free groups too few — write the whole
+    /// table instead.
+    fn patch(
+        &mut self,
+        t: &XdpTables,
+        v4: &[flowlane_lpm::Prefix<u32>],
+        v6: &[flowlane_lpm::Prefix<u128>],
+    ) -> Result<bool, String> {
+        use flowlane_lpm::{Block, Dir24_8, NO_ROUTE};
+        if t.v6.len() > self.routes6_half || t.hops.len() > self.hops_half {
+            return Ok(false);
+        }
+        // The /24s the changes cover, each once.
+        let mut spans: Vec<std::ops::Range<u32>> = v4.iter().map(|&p| Dir24_8::span(p)).collect();
+        spans.sort_unstable_by_key(|r| r.start);
+        let mut entries: Vec<std::ops::Range<u32>> = Vec::new();
+        for r in spans {
+            match entries.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => entries.push(r),
+            }
+        }
+        if entries.iter().map(|r| r.end - r.start).sum::<u32>() > PATCH_MAX_ENTRIES {
+            return Ok(false);
+        }
+        let hbase = (self.half * self.hops_half) as u32;
+        let at = |v: u32| if v == NO_ROUTE { v } else { v + hbase };
+        let b24 = self.tbl24.bytes_mut();
+        let mut stores: Vec<(usize, u32)> = Vec::new();
+        let mut groups: Vec<(usize, Box<[u32; 256]>)> = Vec::new();
+        let mut unnamed: Vec<u32> = Vec::new();
+        let b8 = self.tbl8.bytes_mut();
+        for i in entries.into_iter().flatten() {
+            let cur = get(b24, i as usize);
+            let old_group = (cur & Dir24_8::EXTENDED != 0).then_some(cur & !Dir24_8::EXTENDED);
+            match Dir24_8::block(&t.v4, i) {
+                Block::Direct(v) => {
+                    let want = if v == Dir24_8::NONE { v } else { v + hbase };
+                    if cur == want {
+                        continue;
+                    }
+                    stores.push((i as usize, want));
+                }
+                Block::Group(mut g) => {
+                    for v in g.iter_mut() {
+                        *v = at(*v);
+                    }
+                    if let Some(o) = old_group {
+                        let base = o as usize * 256;
+                        if (0..256).all(|k| get(b8, base + k) == g[k]) {
+                            continue;
+                        }
+                    }
+                    groups.push((i as usize, g));
+                }
+            }
+            unnamed.extend(old_group);
+        }
+        self.free_groups.append(&mut self.quarantined);
+        if groups.len() > self.free_groups.len() {
+            return Ok(false);
+        }
+        // New groups first, where nothing reads yet; then the entries that name them.
+        for (i, g) in groups {
+            let n = self.free_groups.pop().unwrap_or_default();
+            for (k, &v) in g.iter().enumerate() {
+                put(b8, n as usize * 256 + k, v);
+            }
+            stores.push((i, Dir24_8::EXTENDED | n));
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for (i, v) in stores {
+            put(b24, i, v);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.quarantined = unnamed;
+        let (trie, held) = (&self.tries[self.half], &mut self.in_trie[self.half]);
+        let fail = |e: flowlane_io::SysError| format!("the IPv6 route trie refused a change: {e}");
+        for p in v6 {
+            let k = (p.len(), p.addr());
+            match t.v6.get(&k) {
+                Some(&hop) => {
+                    let v = hop + hbase;
+                    if held.get(&k) != Some(&v) {
+                        trie.set(k.0, k.1.to_be_bytes(), v).map_err(fail)?;
+                        held.insert(k, v);
+                    }
+                }
+                None => {
+                    if held.remove(&k).is_some() {
+                        trie.remove(k.0, k.1.to_be_bytes()).map_err(fail)?;
+                    }
+                }
+            }
+        }
+        Ok(true)
     }
 }
 
 /// The native-XDP router: one program per port (BPF links, native mode) over the tables in
-/// BPF maps ([`RouteMaps`]), rebuilt and switched to whenever a route or a neighbour changes
-/// (checked each interval); what is not unicast IP to a port goes to the kernel.
+/// BPF maps ([`RouteMaps`]), changed in place when routes change and rebuilt and switched to
+/// when a neighbour or an address does (checked each interval); what is not unicast IP to a port goes to the kernel.
 pub(super) fn run_route(
     mut job: Job<'_>,
     stop: &Arc<AtomicBool>,
@@ -538,9 +732,9 @@ pub(super) fn run_route(
         let dir = flowlane_lpm::Dir24_8::build(&t.v4);
         Ok::<_, ToolError>((t, dir))
     };
-    let (t, dir) = tables(&live)?;
-    let mut maps = RouteMaps::new(&t, &dir)?;
-    drop((t, dir));
+    let (mut cur, dir) = tables(&live)?;
+    let mut maps = RouteMaps::new(&cur, &dir)?;
+    drop(dir);
     let devmap = BridgeMaps::create().map_err(|e| bpf_err("cannot make the device map", &e))?;
     for (i, (dev, ifindex)) in job.ports.iter().enumerate() {
         devmap
@@ -565,17 +759,28 @@ pub(super) fn run_route(
     let mut upkeep_error = None;
     let mut upkeep = |tick: &mut ForwardTick| {
         let began = Instant::now();
-        let rebuilt = live.upkeep().and_then(|changed| {
-            if !changed {
-                return Ok(false);
+        // Whether the tables changed, and if so whether wholly.
+        let rebuilt = live.upkeep().and_then(|up| {
+            if !up.any() {
+                return Ok(None);
             }
-            let (t, dir) = tables(&live)?;
-            maps.write(&t, &dir).map_err(ToolError::runtime)?;
-            Ok(true)
+            if in_place(&up, live.next_hops()) {
+                cur.take(&up, &live)?;
+                if maps
+                    .patch(&cur, &up.v4, &up.v6)
+                    .map_err(ToolError::runtime)?
+                {
+                    return Ok(Some(false));
+                }
+            }
+            let dir;
+            (cur, dir) = tables(&live)?;
+            maps.write(&cur, &dir).map_err(ToolError::runtime)?;
+            Ok(Some(true))
         });
         match rebuilt {
-            Ok(true) => live.updated(began.elapsed()),
-            Ok(false) => {}
+            Ok(Some(whole)) => live.updated(began.elapsed(), whole),
+            Ok(None) => {}
             Err(e) => {
                 upkeep_error.get_or_insert(e.to_string());
             }
@@ -628,6 +833,134 @@ mod tests {
     use flowlane_io::ebpf::{reflect_program, reflect_stats, Reflect};
     use flowlane_wire::forward::{reflect, Reason, Swap};
     use flowlane_wire::{Template, TemplateSpec};
+
+    /// Routes changed in place ([`super::RouteMaps::patch`]) leave the maps answering as a
+    /// table built whole from the same routes does: a generated table, then batches of
+    /// additions, replacements and removals (nested /25–/32s, /12s, the default route),
+    /// checked at every address of every changed /24 and at random ones; in both halves (a
+    /// whole write between); and no group lost or named twice.
+    #[test]
+    fn changes_in_place_answer_as_a_whole_build() {
+        use super::{get, RouteMaps, XdpTables};
+        use flowlane_lpm::{gen, Dir24_8, Prefix, Rib, NO_ROUTE};
+        use rand::{Rng, RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut table = gen::ipv4(50_000, 11, 16);
+        // Routes longer than /24, so that the maps have room for the groups the rounds add
+        // (room is made at start for the table to double).
+        for k in 0..1_000 {
+            let (p, _) = table[k * 37];
+            let len = rng.random_range(p.len().max(25)..=32);
+            let nested = Prefix::covering(p.addr() | (rng.next_u32() >> p.len().min(31)), len);
+            table.push((nested, rng.random_range(0..16)));
+        }
+        let mut t = XdpTables {
+            v4: Rib::from_routes(table.iter().copied()).expect("valid"),
+            v6: Default::default(),
+            hops: vec![[0u8; flowlane_io::ebpf::route_hop::SIZE]; 16],
+        };
+        let mut maps = match RouteMaps::new(&t, &Dir24_8::build(&t.v4)) {
+            Ok(m) => m,
+            Err(e) if e.kind == crate::ErrorKind::Privilege || e.message.contains("ermission") => {
+                eprintln!("SKIP: BPF maps need CAP_BPF: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        // What the maps answer for `a`: a next hop of the table, or NO_ROUTE.
+        let answer = |m: &mut RouteMaps, a: u32| {
+            let hbase = (m.half * m.hops_half) as u32;
+            let e = get(m.tbl24.bytes_mut(), (a >> 8) as usize);
+            let v = if e & Dir24_8::EXTENDED != 0 {
+                let g = (e & !Dir24_8::EXTENDED) as usize;
+                let lo = m.half * m.groups_half;
+                assert!(
+                    (lo..lo + m.groups_half).contains(&g),
+                    "group {g} of the other half"
+                );
+                get(m.tbl8.bytes_mut(), g * 256 + (a & 0xff) as usize)
+            } else if e == Dir24_8::NONE {
+                NO_ROUTE
+            } else {
+                e
+            };
+            if v == NO_ROUTE {
+                v
+            } else {
+                v - hbase
+            }
+        };
+        for round in 0..12 {
+            if round == 6 {
+                // A whole write switches halves; changes in place go on in the other one.
+                maps.write(&t, &Dir24_8::build(&t.v4)).expect("whole write");
+            }
+            let mut changed: Vec<Prefix<u32>> = Vec::new();
+            for k in 0..200 {
+                let p = match k % 4 {
+                    // An existing route: replaced or removed.
+                    0 | 1 => table[rng.random_range(0..table.len())].0,
+                    // Nested in one, longer than /24.
+                    2 => {
+                        let (p, _) = table[rng.random_range(0..table.len())];
+                        let len = rng.random_range(p.len().max(25)..=32);
+                        Prefix::covering(p.addr() | (rng.next_u32() >> p.len().min(31)), len)
+                    }
+                    _ => Prefix::covering(rng.next_u32(), rng.random_range(12..=32)),
+                };
+                if rng.random_bool(0.3) {
+                    t.v4.remove(p);
+                } else {
+                    t.v4.insert(p, rng.random_range(0..16)).expect("valid");
+                }
+                changed.push(p);
+            }
+            if round == 3 {
+                let all = Prefix::covering(0, 0);
+                t.v4.insert(all, 3).expect("valid");
+                changed.push(all);
+            }
+            let done = maps.patch(&t, &changed, &[]).expect("patch");
+            if round == 3 {
+                // The default route covers every entry: too wide to change in place.
+                assert!(!done);
+                maps.write(&t, &Dir24_8::build(&t.v4)).expect("whole write");
+            } else {
+                assert!(done, "round {round}");
+            }
+            let d = Dir24_8::build(&t.v4);
+            let mut addrs: Vec<u32> = (0..20_000).map(|_| rng.next_u32()).collect();
+            for p in changed.iter().filter(|p| p.len() >= 16) {
+                let span = Dir24_8::span(*p);
+                addrs.extend((span.start << 8..=((span.end - 1) << 8) | 0xff).step_by(7));
+            }
+            for a in addrs {
+                assert_eq!(
+                    answer(&mut maps, a),
+                    d.lookup(a).unwrap_or(NO_ROUTE),
+                    "round {round}, {}",
+                    std::net::Ipv4Addr::from(a)
+                );
+            }
+            // Every group of the half in use is named once, free, or waiting to be free.
+            let lo = (maps.half * maps.groups_half) as u32;
+            let mut seen = vec![0u8; maps.groups_half];
+            let named = (0..1u32 << 24)
+                .map(|i| get(maps.tbl24.bytes_mut(), i as usize))
+                .filter(|e| e & Dir24_8::EXTENDED != 0)
+                .map(|e| e & !Dir24_8::EXTENDED);
+            for g in named
+                .chain(maps.free_groups.iter().copied())
+                .chain(maps.quarantined.iter().copied())
+            {
+                seen[(g - lo) as usize] += 1;
+            }
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "round {round}: a group lost or named twice"
+            );
+        }
+    }
 
     /// The generated program and `wire::forward::reflect` agree byte for byte: run on copies of
     /// frames (IPv4, IPv6, tagged, not IP, cut short) with `BPF_PROG_TEST_RUN`, every variant
