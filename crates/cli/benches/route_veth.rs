@@ -73,19 +73,8 @@ fn main() {
         Netns::existing(&cfg.sink_ns()),
     );
     // The table, in the kernel (our router reads it from there).
-    let mut batch = String::with_capacity(routes * 40);
-    for (p, _) in flowlane_lpm::gen::ipv4(routes, 1, 1) {
-        let first = p.addr() >> 24;
-        // Not over the lab's own 198.18.0.0/15, loopback, multicast or reserved space.
-        let lab = p.contains(0xc612_0000) || p.addr() & 0xfffe_0000 == 0xc612_0000;
-        if first == 0 || first == 127 || first >= 224 || lab || p.len() < 8 {
-            continue;
-        }
-        batch += &format!("route add {p} via 198.18.1.2\n");
-    }
     let t0 = std::time::Instant::now();
-    ip_batch(&dut, "-4", &batch);
-    let loaded = batch.lines().count();
+    let loaded = common::load_ipv4_table(&dut, routes);
     let _sink_drop = verdict(&sink, setup::SINK_IF, 1);
     let to = format!("{}:9000", setup::LAB_SINK_V4);
     let blast = |ns: &Netns, dev: &str| blast_live(&gen, setup::GEN_IF, &to, secs, ns, dev);
@@ -169,22 +158,6 @@ fn main() {
     bridge(secs);
 }
 
-/// `ip FAMILY -batch -` in `ns` with `batch` on its standard input (route adds).
-fn ip_batch(ns: &Netns, family: &str, batch: &str) {
-    let mut child = ns
-        .command("ip")
-        .args([family, "-batch", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("ip -batch");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), batch.as_bytes())
-        .expect("routes");
-    assert!(
-        child.wait().expect("ip").success(),
-        "ip {family} -batch failed"
-    );
-}
-
 /// IPv6 routing: FLOWLANE_BENCH_ROUTES6 routes (default 220 000, shaped like the public
 /// table) in the kernel and so in ours, 60-byte frames to the sink's IPv6 address (the
 /// drop ceiling is the IPv4 one: the generator's rate does not depend on the family). Ours
@@ -206,7 +179,7 @@ fn ipv6(gen: &Netns, dut: &Netns, sink: &Netns, secs: f64, ceiling: f64) {
         }
         batch += &format!("route add {p} via {}\n", setup::LAB_SINK_V6);
     }
-    ip_batch(dut, "-6", &batch);
+    common::ip_batch(dut, "-6", &batch);
     println!(
         "IPv6: {} routes in the kernel's FIB and ours, frames to {}",
         batch.lines().count(),

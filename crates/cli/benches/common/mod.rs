@@ -350,3 +350,37 @@ pub fn with_l3fwd<T>(
         },
     ))
 }
+
+/// `ip <family> -batch -` in `ns`, fed `batch`.
+pub fn ip_batch(ns: &Netns, family: &str, batch: &str) {
+    let mut child = ns
+        .command("ip")
+        .args([family, "-batch", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("ip -batch");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), batch.as_bytes())
+        .expect("routes");
+    assert!(
+        child.wait().expect("ip").success(),
+        "ip {family} -batch failed"
+    );
+}
+
+/// `routes` IPv4 routes shaped like the public table (`flowlane_lpm::gen`), all via the line
+/// lab's sink (198.18.1.2), into the kernel of `dut` — the DUT's routers read them from there.
+/// None over the lab's own 198.18.0.0/15, loopback, multicast or reserved space, none shorter
+/// than /8. How many went in.
+pub fn load_ipv4_table(dut: &Netns, routes: usize) -> usize {
+    let mut batch = String::with_capacity(routes * 40);
+    for (p, _) in flowlane_lpm::gen::ipv4(routes, 1, 1) {
+        let first = p.addr() >> 24;
+        let lab = p.contains(0xc612_0000) || p.addr() & 0xfffe_0000 == 0xc612_0000;
+        if first == 0 || first == 127 || first >= 224 || lab || p.len() < 8 {
+            continue;
+        }
+        batch += &format!("route add {p} via 198.18.1.2\n");
+    }
+    ip_batch(dut, "-4", &batch);
+    batch.lines().count()
+}
