@@ -91,27 +91,17 @@ impl<K: Key> Fib<K> {
         if !Self::EXPAND {
             return self.batch_straight(direct, addrs, out);
         }
-        // Whole groups as arrays, so that a position (masked to the group) needs no bounds
-        // check either; a last, partial group is padded with address 0 and copied out.
         let (groups, tail) = addrs.as_chunks::<GROUP>();
-        let (outs, tail_out) = out.as_chunks_mut::<GROUP>();
         let mut s = Scratch::new();
-        for (g, (a, o)) in groups.iter().zip(outs.iter_mut()).enumerate() {
+        by_groups(addrs, out, |g, a, o| {
             let next = groups.get(g + 1);
-            if next.is_none() {
+            if next.is_none() && g < groups.len() {
                 for addr in tail {
                     crate::arch::prefetch(&direct[addr.slot()]);
                 }
             }
             self.group(direct, a, next, o, &mut s);
-        }
-        if !tail.is_empty() {
-            let mut a = [K::default(); GROUP];
-            a[..tail.len()].copy_from_slice(tail);
-            let mut o = [NO_ROUTE; GROUP];
-            self.group(direct, &a, None, &mut o, &mut s);
-            tail_out.copy_from_slice(&o[..tail.len()]);
-        }
+        });
     }
 
     /// One group of the batch lookup with expanded roots (IPv6; IPv4 takes
@@ -412,20 +402,12 @@ impl<K: Key> Fib<K> {
             Leaves::Narrow { hops, .. } => hops,
             Leaves::Wide(_) => &[],
         };
-        let (groups, tail) = addrs.as_chunks::<GROUP>();
-        let (outs, tail_out) = out.as_chunks_mut::<GROUP>();
         let mut s = Scratch::new();
-        for (g, (a, o)) in groups.iter().zip(outs.iter_mut()).enumerate() {
+        by_groups(addrs, out, |g, a, o| {
+            // The tail's call reads ahead in the tail alone.
             let ahead = addrs.get(g * GROUP..).unwrap_or(&[]);
             self.group_straight(direct, hops, a, ahead, o, &mut s);
-        }
-        if !tail.is_empty() {
-            let mut a = [K::default(); GROUP];
-            a[..tail.len()].copy_from_slice(tail);
-            let mut o = [NO_ROUTE; GROUP];
-            self.group_straight(direct, hops, &a, tail, &mut o, &mut s);
-            tail_out.copy_from_slice(&o[..tail.len()]);
-        }
+        });
     }
 
     /// One group of [`Fib::batch_straight`]; `ahead` is the address list from the group's
@@ -468,5 +450,29 @@ impl<K: Key> Fib<K> {
         if n > 0 {
             self.descend(a, o, s, n, Self::first_depth());
         }
+    }
+}
+
+/// Runs `f` on each whole group of `addrs` as an array (so that a position, masked to the
+/// group, needs no bounds check), with the group's number and its part of `out`; then on a
+/// last, partial group padded with address 0 (number: the whole groups' count), whose
+/// answers are copied out. `addrs` and `out` have the same length (checked by the caller).
+#[inline(always)]
+fn by_groups<K: Key>(
+    addrs: &[K],
+    out: &mut [u32],
+    mut f: impl FnMut(usize, &[K; GROUP], &mut [u32; GROUP]),
+) {
+    let (groups, tail) = addrs.as_chunks::<GROUP>();
+    let (outs, tail_out) = out.as_chunks_mut::<GROUP>();
+    for (g, (a, o)) in groups.iter().zip(outs.iter_mut()).enumerate() {
+        f(g, a, o);
+    }
+    if !tail.is_empty() {
+        let mut a = [K::default(); GROUP];
+        a[..tail.len()].copy_from_slice(tail);
+        let mut o = [NO_ROUTE; GROUP];
+        f(groups.len(), &a, &mut o);
+        tail_out.copy_from_slice(&o[..tail.len()]);
     }
 }
