@@ -520,6 +520,31 @@ fn route_changes_run(lab: &Line, backend: &str) {
         serde_json::from_slice(&out.stdout).expect("JSON"),
     );
     sink_check(sink, 100);
+    // The IPv6 table grows past the room the native router made at start (twice the table
+    // and 4 096 routes more): it makes new maps and replaces each port's program in one
+    // step, forwarding throughout; frames to a new route reach the sink.
+    let grown: String = (0..5_000)
+        .map(|k| format!("route add 2001:2:0:2:{k:x}::/80 via 2001:2:0:1::2\n"))
+        .collect();
+    let mut cmd = lab.dut.command("ip");
+    cmd.args(["-6", "-batch", "-"]);
+    ok(&with_stdin(cmd, &grown));
+    let v6_before = tables(&replaced, "routes_v6");
+    fwd.until_record(600, |i| tables(i, "routes_v6") == v6_before + 5_000);
+    let sink = sink_start(lab, 100);
+    let out = lab
+        .gen
+        .command(BIN)
+        .args(["blast", "--mode", "raw", "--dev", "flgen"])
+        .args(["--to", "[2001:2:0:2:1234::9]:9000", "--dst-mac", &dut_mac])
+        .args(["--count", "100", "--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    common::blast_judged_ok(
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).expect("JSON"),
+    );
+    sink_check(sink, 100);
     quiet(lab);
     let (code, r) = fwd.finish_stream();
     assert_eq!(code, Some(0), "{r}");

@@ -27,6 +27,7 @@ const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_MAP_GET_FD_BY_ID: libc::c_long = 14;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_LINK_UPDATE: libc::c_long = 29;
 /// `BPF_XDP` attach type (for `BPF_LINK_CREATE`).
 const ATTACH_XDP: u32 = 37;
 /// `BPF_XDP_CPUMAP`: the expected attach type of an XDP program run by a cpumap entry's kernel
@@ -492,6 +493,29 @@ pub fn attach_xdp(prog: &OwnedFd, ifindex: u32, flags: u32) -> Result<OwnedFd, S
         flags,
     };
     bpf_fd(BPF_LINK_CREATE, &mut attr, "bpf(BPF_LINK_CREATE, XDP)")
+}
+
+/// The part of `union bpf_attr` used by `BPF_LINK_UPDATE`.
+#[repr(C)]
+#[derive(Default)]
+struct LinkUpdateAttr {
+    link_fd: u32,
+    new_prog_fd: u32,
+    flags: u32,
+    old_prog_fd: u32,
+}
+
+/// Replaces the program of BPF link `link` with `prog` in one step (`BPF_LINK_UPDATE`): every
+/// frame meets the old program or the new one, none meets neither.
+pub fn link_update(link: &OwnedFd, prog: &OwnedFd) -> Result<(), SysError> {
+    let mut attr = LinkUpdateAttr {
+        link_fd: link.as_raw_fd() as u32,
+        new_prog_fd: prog.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    // SAFETY: the attribute holds two descriptors and no pointer.
+    unsafe { bpf_call(BPF_LINK_UPDATE, &mut attr, "bpf(BPF_LINK_UPDATE)") }?;
+    Ok(())
 }
 
 /// Creates a map (`BPF_MAP_CREATE`) with 4-byte keys.

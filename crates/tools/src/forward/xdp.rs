@@ -183,6 +183,17 @@ fn bpf_err(what: &str, e: &flowlane_io::SysError) -> ToolError {
     }
 }
 
+/// Loads a generated XDP program.
+fn load_program(
+    what: &str,
+    insns: Result<Vec<flowlane_io::ebpf::Insn>, flowlane_io::ebpf::AsmError>,
+) -> Result<std::os::fd::OwnedFd, ToolError> {
+    let insns =
+        insns.map_err(|e| ToolError::runtime(format!("the {what} does not assemble: {e:?}")))?;
+    bpf::prog_load(bpf::PROG_XDP, &format!("fl_{what}"), &insns)
+        .map_err(|e| bpf_err(&format!("the kernel refused the {what}"), &e.error))
+}
+
 /// Loads one program per port (`program(i)` for port `i`) and attaches each to its port in
 /// native mode; the links detach when dropped.
 fn attach_per_port(
@@ -190,15 +201,9 @@ fn attach_per_port(
     what: &str,
     program: &dyn Fn(usize) -> Result<Vec<flowlane_io::ebpf::Insn>, flowlane_io::ebpf::AsmError>,
 ) -> Result<Vec<std::os::fd::OwnedFd>, ToolError> {
-    let mut progs = Vec::new();
-    for i in 0..job.ports.len() {
-        let insns = program(i)
-            .map_err(|e| ToolError::runtime(format!("the {what} does not assemble: {e:?}")))?;
-        progs.push(
-            bpf::prog_load(bpf::PROG_XDP, &format!("fl_{what}"), &insns)
-                .map_err(|e| bpf_err(&format!("the kernel refused the {what}"), &e.error))?,
-        );
-    }
+    let progs = (0..job.ports.len())
+        .map(|i| load_program(what, program(i)))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut links = Vec::new();
     for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
         links.push(crate::backend::attach_native(prog, *ifindex, dev, what)?);
@@ -483,7 +488,8 @@ fn room(n: usize, floor: usize) -> usize {
 }
 
 impl RouteMaps {
-    /// Maps for `t` with room for the table to grow, written into the first half.
+    /// Maps for `t` with room for the table to grow (twice its size; beyond that the router
+    /// makes new maps and replaces its programs), written into the first half.
     fn new(t: &XdpTables, dir: &flowlane_lpm::Dir24_8) -> Result<RouteMaps, ToolError> {
         let (t24, t8) = dir.tables();
         let groups_half = room(t8.len() / 256, 256);
@@ -521,17 +527,21 @@ impl RouteMaps {
     /// Writes `t` (IPv4 as `dir`) into the half not in use, then switches lookups to it.
     /// Refused, with the half in use untouched, when the table outgrew a half or the trie
     /// refused a change.
+    /// Whether `t` (IPv4 as `dir`) fits in a half of these maps.
+    fn fits(&self, t: &XdpTables, dir: &flowlane_lpm::Dir24_8) -> bool {
+        dir.tables().1.len() / 256 <= self.groups_half
+            && t.hops.len() <= self.hops_half
+            && t.v6.len() <= self.routes6_half
+    }
+
     fn write(&mut self, t: &XdpTables, dir: &flowlane_lpm::Dir24_8) -> Result<(), String> {
         use flowlane_lpm::Dir24_8;
         let (t24, t8) = dir.tables();
         let groups = t8.len() / 256;
-        if groups > self.groups_half
-            || t.hops.len() > self.hops_half
-            || t.v6.len() > self.routes6_half
-        {
+        if !self.fits(t, dir) {
             return Err(format!(
                 "the table outgrew the maps made at start ({groups} groups, {} next hops and {} \
-                 IPv6 routes for room of {}, {} and {}); restart the router to size them anew",
+                 IPv6 routes for room of {}, {} and {})",
                 t.hops.len(),
                 t.v6.len(),
                 self.groups_half,
@@ -744,7 +754,7 @@ pub(super) fn run_route(
     let stats = PerCpuCounters::create("fl_route", route_stats::COUNT as u32)
         .map_err(|e| bpf_err("cannot make the counters map", &e))?;
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
-    let links = attach_per_port(&job, "router", &|i| {
+    let program = |maps: &RouteMaps, i: usize| {
         route_program(&XdpRoute {
             tbl24_fd: maps.tbl24.fd(),
             tbl8_fd: maps.tbl8.fd(),
@@ -755,7 +765,8 @@ pub(super) fn run_route(
             stats_fd: stats.raw_fd(),
             mac: infos[i].mac,
         })
-    })?;
+    };
+    let links = attach_per_port(&job, "router", &|i| program(&maps, i))?;
     let mut upkeep_error = None;
     let mut upkeep = |tick: &mut ForwardTick| {
         let began = Instant::now();
@@ -775,7 +786,21 @@ pub(super) fn run_route(
             }
             let dir;
             (cur, dir) = tables(&live)?;
-            maps.write(&cur, &dir).map_err(ToolError::runtime)?;
+            if maps.fits(&cur, &dir) {
+                maps.write(&cur, &dir).map_err(ToolError::runtime)?;
+            } else {
+                // The table outgrew the maps: new ones sized for it, and each port's program
+                // replaced by one reading them, in one step per port (a frame meets the old
+                // program and maps or the new ones; the old maps live until their program
+                // is gone).
+                let fresh = RouteMaps::new(&cur, &dir)?;
+                for (i, link) in links.iter().enumerate() {
+                    let prog = load_program("router", program(&fresh, i))?;
+                    bpf::link_update(link, &prog)
+                        .map_err(|e| bpf_err("cannot replace the router's program", &e))?;
+                }
+                maps = fresh;
+            }
             Ok(Some(true))
         });
         match rebuilt {
