@@ -506,20 +506,24 @@ fn route_changes_run(lab: &Line, backend: &str) {
         tables(&calm, "whole"),
         "{backend}: a route through a next hop in use took a whole write: {replaced}"
     );
-    let sink = sink_start(lab, 100);
-    let out = lab
-        .gen
-        .command(BIN)
-        .args(["blast", "--mode", "raw", "--dev", "flgen"])
-        .args(["--to", "198.18.1.200:9000", "--dst-mac", &dut_mac])
-        .args(["--count", "100", "--json", "--quiet"])
-        .output()
-        .expect("blast runs");
-    common::blast_judged_ok(
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).expect("JSON"),
-    );
-    sink_check(sink, 100);
+    // 100 frames from the generator to `to` through the router, every one at the sink.
+    let reach_sink = |to: &str| {
+        let sink = sink_start(lab, 100);
+        let out = lab
+            .gen
+            .command(BIN)
+            .args(["blast", "--mode", "raw", "--dev", "flgen"])
+            .args(["--to", to, "--dst-mac", &dut_mac])
+            .args(["--count", "100", "--json", "--quiet"])
+            .output()
+            .expect("blast runs");
+        common::blast_judged_ok(
+            out.status.code(),
+            serde_json::from_slice(&out.stdout).expect("JSON"),
+        );
+        sink_check(sink, 100);
+    };
+    reach_sink("198.18.1.200:9000");
     // The IPv6 table grows past the room the native router made at start (twice the table
     // and 4 096 routes more): it makes new maps and replaces each port's program in one
     // step, forwarding throughout; frames to a new route reach the sink.
@@ -531,20 +535,7 @@ fn route_changes_run(lab: &Line, backend: &str) {
     ok(&with_stdin(cmd, &grown));
     let v6_before = tables(&replaced, "routes_v6");
     fwd.until_record(600, |i| tables(i, "routes_v6") == v6_before + 5_000);
-    let sink = sink_start(lab, 100);
-    let out = lab
-        .gen
-        .command(BIN)
-        .args(["blast", "--mode", "raw", "--dev", "flgen"])
-        .args(["--to", "[2001:2:0:2:1234::9]:9000", "--dst-mac", &dut_mac])
-        .args(["--count", "100", "--json", "--quiet"])
-        .output()
-        .expect("blast runs");
-    common::blast_judged_ok(
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).expect("JSON"),
-    );
-    sink_check(sink, 100);
+    reach_sink("[2001:2:0:2:1234::9]:9000");
     quiet(lab);
     let (code, r) = fwd.finish_stream();
     assert_eq!(code, Some(0), "{r}");
