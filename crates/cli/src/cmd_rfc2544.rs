@@ -327,6 +327,7 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
 pub fn trial_line(t: &TrialRecord) -> String {
     let kind = match t.kind {
         rfc2544::search::TrialKind::Confirm => "confirm",
+        rfc2544::search::TrialKind::Long => "long",
         rfc2544::search::TrialKind::Search => "",
     };
     let rate = if t.rate_pps > 0.0 {

@@ -312,7 +312,7 @@ impl SizeRun<'_, '_> {
             if self.stopped() {
                 break;
             }
-            let secs = if kind == TrialKind::Confirm {
+            let secs = if kind.is_long() {
                 cfg.confirm_s
             } else {
                 cfg.trial_s
@@ -329,12 +329,9 @@ impl SizeRun<'_, '_> {
             self.pause();
         }
         let (ndr, pdr) = s.found();
-        // A tester-limited answer is what was delivered, a lower bound; never the rate asked.
-        let honest = if ndr.tester_limited {
-            ndr.delivered_pps.min(ndr.pps)
-        } else {
-            ndr.pps
-        };
+        // What was delivered where less than asked (`Found::pps`); a tester-limited answer
+        // is a lower bound.
+        let honest = ndr.pps;
         Ok(Throughput {
             ndr,
             pdr,

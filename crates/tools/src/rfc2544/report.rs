@@ -247,7 +247,7 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(t).expect("json"), t.name());
         }
-        for k in [TrialKind::Search, TrialKind::Confirm] {
+        for k in [TrialKind::Search, TrialKind::Confirm, TrialKind::Long] {
             assert_eq!(serde_json::to_value(k).expect("json"), k.name());
         }
     }
