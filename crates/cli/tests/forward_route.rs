@@ -462,11 +462,8 @@ fn route_changes_run(lab: &Line, backend: &str) {
         tables(&applied, "changes_applied") >= 70_003 || tables(&applied, "reloads") > 0,
         "{applied}"
     );
-    for to in [
-        "198.18.1.200:9000",
-        "[2001:2:0:1:8000::5]:9000",
-        "198.18.0.77:9000",
-    ] {
+    // 100 frames from the generator to `to`, addressed to the router.
+    let send_100 = |to: &str| {
         let out = lab
             .gen
             .command(BIN)
@@ -479,6 +476,13 @@ fn route_changes_run(lab: &Line, backend: &str) {
             out.status.code(),
             serde_json::from_slice(&out.stdout).expect("JSON"),
         );
+    };
+    for to in [
+        "198.18.1.200:9000",
+        "[2001:2:0:1:8000::5]:9000",
+        "198.18.0.77:9000",
+    ] {
+        send_100(to);
     }
     // A route changed in place: the IPv4 blackhole becomes a route through the sink (a next
     // hop already in use, no neighbour's or own address inside), and frames there reach the
@@ -506,21 +510,10 @@ fn route_changes_run(lab: &Line, backend: &str) {
         tables(&calm, "whole"),
         "{backend}: a route through a next hop in use took a whole write: {replaced}"
     );
-    // 100 frames from the generator to `to` through the router, every one at the sink.
+    // 100 frames through the router to `to`, every one at the sink.
     let reach_sink = |to: &str| {
         let sink = sink_start(lab, 100);
-        let out = lab
-            .gen
-            .command(BIN)
-            .args(["blast", "--mode", "raw", "--dev", "flgen"])
-            .args(["--to", to, "--dst-mac", &dut_mac])
-            .args(["--count", "100", "--json", "--quiet"])
-            .output()
-            .expect("blast runs");
-        common::blast_judged_ok(
-            out.status.code(),
-            serde_json::from_slice(&out.stdout).expect("JSON"),
-        );
+        send_100(to);
         sink_check(sink, 100);
     };
     reach_sink("198.18.1.200:9000");

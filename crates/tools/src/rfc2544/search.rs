@@ -457,16 +457,23 @@ mod tests {
         }
     }
 
+    /// Runs `s` to the end, each trial counted by `dut(rate, kind)`; the trials it took.
+    fn drive(s: &mut Search, most: usize, mut dut: impl FnMut(f64, TrialKind) -> Trial) -> usize {
+        let mut n = 0;
+        while let Step::Trial { pps, kind } = s.next_step() {
+            s.record(dut(pps, kind));
+            n += 1;
+            assert!(n <= most, "a search that does not end");
+        }
+        n
+    }
+
     /// Runs a search to the end against `dut`: (NDR, PDR, trials).
     fn search(dut: &mut Dut, cfg: SearchConfig) -> (Found, Found, usize) {
         let mut s = Search::new(cfg);
-        let mut n = 0;
-        while let Step::Trial { pps, kind } = s.next_step() {
-            let secs = if kind.is_long() { 10.0 } else { 1.0 };
-            s.record(dut.run(pps, secs));
-            n += 1;
-            assert!(n <= 100, "a search that does not end");
-        }
+        let n = drive(&mut s, 100, |pps, kind| {
+            dut.run(pps, if kind.is_long() { 10.0 } else { 1.0 })
+        });
         let (ndr, pdr) = s.found();
         (ndr, pdr, n)
     }
@@ -781,26 +788,22 @@ mod tests {
     fn a_failed_confirmation_reopens_the_search_below() {
         // Passes short trials up to 500k, but the 10 s confirmation loses above 450k.
         let mut s = Search::new(cfg());
-        let mut n = 0;
-        while let Step::Trial { pps, kind } = s.next_step() {
+        drive(&mut s, 20, |pps, kind| {
             let limit = if kind.is_long() { 450_000.0 } else { 500_000.0 };
             let sent = pps as u64;
-            let received = if pps <= limit {
-                sent
-            } else {
-                (limit as u64).min(sent)
-            };
-            s.record(Trial {
+            Trial {
                 pps,
                 sent,
-                received,
+                received: if pps <= limit {
+                    sent
+                } else {
+                    (limit as u64).min(sent)
+                },
                 secs: 1.0,
                 offered_pps: pps,
                 tester_limited: false,
-            });
-            n += 1;
-            assert!(n <= 20);
-        }
+            }
+        });
         let (ndr, _) = s.found();
         assert!(ndr.confirmed, "{ndr:?}");
         assert!(ndr.pps <= 450_000.0 && ndr.pps >= 440_000.0, "{ndr:?}");
@@ -820,24 +823,20 @@ mod tests {
             max_trials: 16,
             halving_only: false,
         });
-        let mut n = 0;
-        while let Step::Trial { pps, kind } = s.next_step() {
+        drive(&mut s, 16, |pps, kind| {
             let secs = if kind.is_long() { 10.0 } else { 2.0 };
             // Held back to 50 200/s, at most 1.5 % short of the rate asked.
             let offered = pps.min((0.985 * pps).max(50_200.0));
             let sent = (offered * secs) as u64;
-            let received = (capacity * secs).min(sent as f64) as u64;
-            s.record(Trial {
+            Trial {
                 pps,
                 sent,
-                received,
+                received: (capacity * secs).min(sent as f64) as u64,
                 secs,
                 offered_pps: offered,
                 tester_limited: false,
-            });
-            n += 1;
-            assert!(n <= 16);
-        }
+            }
+        });
         let (ndr, _) = s.found();
         assert!(ndr.confirmed, "{ndr:?}");
         assert!(
@@ -864,21 +863,20 @@ mod tests {
             halving_only: false,
         });
         let mut kinds = Vec::new();
-        while let Step::Trial { pps, kind } = s.next_step() {
+        drive(&mut s, 16, |pps, kind| {
             let secs = if kind.is_long() { 10.0 } else { 2.0 };
             let sent = (pps * secs) as u64;
             let lost = ((pps - capacity) * secs - buffer).max(0.0) as u64;
-            s.record(Trial {
+            kinds.push(kind);
+            Trial {
                 pps,
                 sent,
                 received: sent - lost.min(sent),
                 secs,
                 offered_pps: pps,
                 tester_limited: false,
-            });
-            kinds.push(kind);
-            assert!(kinds.len() <= 16);
-        }
+            }
+        });
         let (ndr, pdr) = s.found();
         let sustained = capacity + buffer / 10.0;
         for f in [ndr, pdr] {
