@@ -724,7 +724,8 @@ impl RouteMaps {
 
 /// The native-XDP router: one program per port (BPF links, native mode) over the tables in
 /// BPF maps ([`RouteMaps`]), changed in place when routes change and rebuilt and switched to
-/// when a neighbour or an address does (checked each interval); what is not unicast IP to a port goes to the kernel.
+/// when a neighbour or an address does (checked each interval); what is not unicast IP to a
+/// port goes to the kernel.
 pub(super) fn run_route(
     mut job: Job<'_>,
     stop: &Arc<AtomicBool>,

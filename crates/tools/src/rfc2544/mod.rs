@@ -329,17 +329,16 @@ impl SizeRun<'_, '_> {
             self.pause();
         }
         let (ndr, pdr) = s.found();
-        // What was delivered where less than asked (`Found::pps`); a tester-limited answer
-        // is a lower bound.
-        let honest = ndr.pps;
+        // `ndr.pps` is what was delivered where less than asked; a tester-limited answer is a
+        // lower bound.
         Ok(Throughput {
             ndr,
             pdr,
             loss_tolerance_pct: cfg.loss_tolerance_pct,
             trials: s.trials().len(),
             exhausted: s.exhausted(),
-            ndr_line_bps: line_bps(honest, self.bytes),
-            ndr_pct_of_max: 100.0 * honest / max.pps,
+            ndr_line_bps: line_bps(ndr.pps, self.bytes),
+            ndr_pct_of_max: 100.0 * ndr.pps / max.pps,
         })
     }
 
