@@ -6,9 +6,13 @@
 //! removals), medians. Rows, per backend:
 //!   route     a /24 via the sink (a next hop in use, no neighbour's address inside) added or
 //!             removed — the native XDP router rewrites only the entries it covers;
-//!   address   a /32 address added to or removed from the DUT's port — it changes which frames
-//!             go to the kernel, so the native router writes its whole table into the other
-//!             half (what every change cost it before changes were made in place).
+//!   address   a /32 address added to or removed from the DUT's port — frames to it go to the
+//!             kernel: a host route, made in place;
+//!   neighbour a host on the sink's link learnt or forgotten (`ip neigh`, a MAC of its own):
+//!             a host route to its MAC, made in place;
+//!   gateway   the MAC of the gateway every route goes through changed — every route's next
+//!             hop, so the native router writes its whole table into the other half (what
+//!             every change cost it before changes were made in place).
 //! The references, same run: the native router's whole write, and the AF_XDP router's FIB
 //! (the snapshot writer every user-space backend shares).
 //!
@@ -135,13 +139,13 @@ fn main() {
          changes per row (half adds, half removals), medians of the router's own records"
     );
     println!(
-        "{:<8} {:<8} {:>12} {:>12} {:>8}",
+        "{:<8} {:<9} {:>12} {:>12} {:>8}",
         "backend", "change", "median ms", "max ms", "whole"
     );
     let mut medians = std::collections::HashMap::new();
     for backend in ["xdp", "af-xdp"] {
         let r = Router::start(&dut, backend);
-        for kind in ["route", "address"] {
+        for kind in ["route", "address", "neighbour", "gateway"] {
             let mut took = Vec::new();
             let mut whole = 0;
             for k in 0..changes {
@@ -151,12 +155,26 @@ fn main() {
                     ("del", k - 1)
                 };
                 let mut cmd = dut.command("ip");
-                if kind == "route" {
-                    let p = format!("198.19.{}.0/24", 100 + i);
-                    cmd.args(["route", verb, &p, "via", setup::LAB_SINK_V4]);
-                } else {
-                    let a = format!("198.19.250.{}/32", 1 + i);
-                    cmd.args(["addr", verb, &a, "dev", setup::DUT_IF]);
+                match kind {
+                    "route" => {
+                        let p = format!("198.19.{}.0/24", 100 + i);
+                        cmd.args(["route", verb, &p, "via", setup::LAB_SINK_V4]);
+                    }
+                    "address" => {
+                        let a = format!("198.19.250.{}/32", 1 + i);
+                        cmd.args(["addr", verb, &a, "dev", setup::DUT_IF]);
+                    }
+                    "neighbour" => {
+                        let a = format!("198.18.1.{}", 100 + i);
+                        let mac = format!("02:00:00:00:11:{:02x}", i);
+                        cmd.args(["neigh", verb, &a, "lladdr", &mac, "dev", setup::DUT_OUT_IF]);
+                        cmd.args(["nud", "permanent"]);
+                    }
+                    _ => {
+                        let mac = format!("02:00:00:00:22:{:02x}", k);
+                        cmd.args(["neigh", "replace", setup::LAB_SINK_V4, "lladdr", &mac]);
+                        cmd.args(["dev", setup::DUT_OUT_IF, "nud", "permanent"]);
+                    }
                 }
                 let (ms, w) = r.change(&mut cmd);
                 took.push(ms);
@@ -164,7 +182,7 @@ fn main() {
             }
             let max = took.iter().copied().fold(0.0, f64::max);
             let m = median(took);
-            println!("{backend:<8} {kind:<8} {m:>12.2} {max:>12.2} {whole:>5}/{changes}");
+            println!("{backend:<8} {kind:<9} {m:>12.2} {max:>12.2} {whole:>5}/{changes}");
             medians.insert((backend, kind), m);
         }
         r.stop();
@@ -173,8 +191,15 @@ fn main() {
     println!(
         "native XDP: a route change in place takes {:.4} of a whole write ({:.1}× faster); \
          {:.2}× the AF_XDP router's FIB update",
-        get("xdp", "route") / get("xdp", "address"),
-        get("xdp", "address") / get("xdp", "route"),
+        get("xdp", "route") / get("xdp", "gateway"),
+        get("xdp", "gateway") / get("xdp", "route"),
         get("xdp", "route") / get("af-xdp", "route"),
     );
+    for kind in ["address", "neighbour"] {
+        println!(
+            "native XDP: {kind} changes take {:.4} of a whole write, {:.2}× the AF_XDP router's",
+            get("xdp", kind) / get("xdp", "gateway"),
+            get("xdp", kind) / get("af-xdp", kind),
+        );
+    }
 }

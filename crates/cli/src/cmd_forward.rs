@@ -53,10 +53,10 @@ use crate::{CmdResult, Failure};
 /// destination up in BPF maps (IPv4 in a DIR-24-8 table, IPv6 in the kernel's LPM trie) and
 /// redirects the frame; the rest (ARP, neighbour discovery, link-local) goes to the kernel.
 /// Route, neighbour and address changes are applied each --interval on every backend. With
-/// xdp a route change rewrites only the table entries the route covers (under 1 ms with
-/// 950 000 routes, as the user-space backends' FIB); a neighbour or address change writes
-/// the whole table beside the one in use and switches to it (~110–160 ms), and a table that
-/// outgrew its maps gets new ones; no frame meets a half-written table. The status line says
+/// xdp a route, neighbour or address change rewrites only the table entries it covers (under
+/// 1 ms with 950 000 routes, as the user-space backends' FIB); a gateway's new MAC (every
+/// route through it) writes the whole table beside the one in use and switches to it
+/// (~110–160 ms), and a table that outgrew its maps gets new ones; no frame meets a half-written table. The status line says
 /// when the tables changed, how many route changes that was, how long it took to reach the
 /// forwarding path and whether the table was written whole; `--json-stream` records carry the
 /// route counts the path uses (`tables`), something to wait on after changing routes.

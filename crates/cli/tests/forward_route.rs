@@ -435,17 +435,19 @@ fn route_changes_run(lab: &Line, backend: &str) {
             .output()
             .expect("ip"));
     }
-    let link = lab
-        .dut
-        .command("ip")
-        .args(["-br", "link", "show", "fldut"])
-        .output()
-        .expect("ip");
-    let dut_mac = String::from_utf8_lossy(&link.stdout)
-        .split_whitespace()
-        .nth(2)
-        .expect("fldut's MAC")
-        .to_string();
+    let mac_of = |ns: &Netns, dev: &str| {
+        let link = ns
+            .command("ip")
+            .args(["-br", "link", "show", dev])
+            .output()
+            .expect("ip");
+        String::from_utf8_lossy(&link.stdout)
+            .split_whitespace()
+            .nth(2)
+            .unwrap_or_else(|| panic!("{dev}'s MAC"))
+            .to_string()
+    };
+    let dut_mac = mac_of(&lab.dut, "fldut");
     // Applied once a record shows both blackholes (the address came first in the kernel's
     // change stream, which the router reads in order): the native router's record goes out
     // after its maps are rewritten, the others' after the workers' tables are replaced.
@@ -490,12 +492,16 @@ fn route_changes_run(lab: &Line, backend: &str) {
     // table (its records count whole writes). First the lab falls quiet and the router's
     // records stop counting updates (neighbours the blasts above taught the DUT), so the
     // update waited for is the route's alone.
-    quiet(lab);
-    let last = std::cell::Cell::new(u64::MAX);
-    let calm = fwd.until_record(600, |i| {
-        let u = tables(i, "updates");
-        last.replace(u) == u
-    });
+    // A record after which nothing changed for an interval.
+    let calm = |fwd: &mut Forwarder| {
+        quiet(lab);
+        let last = std::cell::Cell::new(u64::MAX);
+        fwd.until_record(600, |i| {
+            let u = tables(i, "updates");
+            last.replace(u) == u
+        })
+    };
+    let calm_1 = calm(&mut fwd);
     ok(&lab
         .dut
         .command("ip")
@@ -503,11 +509,11 @@ fn route_changes_run(lab: &Line, backend: &str) {
         .output()
         .expect("ip"));
     let replaced = fwd.until_record(600, |i| {
-        tables(i, "changes_applied") > tables(&calm, "changes_applied")
+        tables(i, "changes_applied") > tables(&calm_1, "changes_applied")
     });
     assert_eq!(
         tables(&replaced, "whole"),
-        tables(&calm, "whole"),
+        tables(&calm_1, "whole"),
         "{backend}: a route through a next hop in use took a whole write: {replaced}"
     );
     // 100 frames through the router to `to`, every one at the sink.
@@ -517,6 +523,28 @@ fn route_changes_run(lab: &Line, backend: &str) {
         sink_check(sink, 100);
     };
     reach_sink("198.18.1.200:9000");
+    // A neighbour the router learns while it runs — a second address of the sink's host,
+    // then the same address at another MAC: each a host route changed in place (the
+    // native router writes a new next-hop entry and the one route), not a whole write;
+    // frames to it reach the sink each time.
+    let sink_mac = mac_of(&lab.sink, "flsink");
+    for mac in [sink_mac.as_str(), "02:00:00:00:99:99"] {
+        let before = calm(&mut fwd);
+        ok(&lab
+            .dut
+            .command("ip")
+            .args(["neigh", "replace", "198.18.1.99", "lladdr", mac])
+            .args(["dev", "fldut1", "nud", "permanent"])
+            .output()
+            .expect("ip"));
+        let learnt = fwd.until_record(600, |i| tables(i, "updates") > tables(&before, "updates"));
+        assert_eq!(
+            tables(&learnt, "whole"),
+            tables(&before, "whole"),
+            "{backend}: a neighbour at {mac} took a whole write: {learnt}"
+        );
+        reach_sink("198.18.1.99:9000");
+    }
     // The IPv6 table grows past the room the native router made at start (twice the table
     // and 4 096 routes more): it makes new maps and replaces each port's program in one
     // step, forwarding throughout; frames to a new route reach the sink.

@@ -13,6 +13,7 @@ mod packet;
 mod report;
 pub mod routes;
 mod xdp;
+mod xdp_tables;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

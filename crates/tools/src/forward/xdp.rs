@@ -14,6 +14,7 @@ use flowlane_io::ebpf::{
 use flowlane_runtime::route::PortInfo;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
+use super::xdp_tables::XdpTables;
 use super::{dev_counters, ForwardEvent, ForwardStart, Job, NotIp};
 use crate::ToolError;
 
@@ -283,158 +284,12 @@ pub(super) fn run_bridge(
     Ok(r)
 }
 
-/// What the native router's maps hold: the IPv4 routes (for DIR-24-8), the IPv6 routes (for
-/// the trie), and the next-hop entries both index.
-pub(super) struct XdpTables {
-    v4: flowlane_lpm::Rib<u32>,
-    v6: HashMap<(u8, u128), u32>,
-    hops: Vec<[u8; route_hop::SIZE]>,
-}
-
-/// The native router's tables for the routes and next hops as they are: the next-hop entries
-/// (laid out as `ebpf::route_hop`), and the routes with a host route for every known
-/// neighbour on a connected link (the program has no neighbour table of its own: a connected
-/// host gets its own route to its MAC) and for each of this host's own addresses (to the
-/// kernel).
-pub(super) fn xdp_tables(
-    v4: &flowlane_lpm::Rib<u32>,
-    v6: &flowlane_lpm::Rib<u128>,
-    table: &flowlane_runtime::route::NextHops,
-    ports: &[PortInfo],
-) -> Result<XdpTables, ToolError> {
-    use flowlane_runtime::route::Hop;
-    let entry = |port: u32, dst: [u8; 6]| {
-        let mut e = [0u8; route_hop::SIZE];
-        let info = ports.get(port as usize);
-        e[route_hop::PORT..route_hop::PORT + 4].copy_from_slice(&port.to_ne_bytes());
-        let mtu = info.map_or(0, |i| i.mtu as u32);
-        e[route_hop::MTU..route_hop::MTU + 4].copy_from_slice(&mtu.to_ne_bytes());
-        e[route_hop::DST_MAC..route_hop::DST_MAC + 6].copy_from_slice(&dst);
-        let src = info.map_or([0; 6], |i| i.mac);
-        e[route_hop::SRC_MAC..route_hop::SRC_MAC + 6].copy_from_slice(&src);
-        e
-    };
-    let marker = |port: u32| entry(port, [0; 6]);
-    let mut hops: Vec<[u8; route_hop::SIZE]> = table
-        .hops
-        .iter()
-        .map(|h| match *h {
-            Hop::Via { port, mac: Some(m) } => entry(u32::from(port), m),
-            Hop::Via { mac: None, .. } | Hop::Connected { .. } => marker(route_hop::NO_NEIGHBOUR),
-            Hop::Nowhere => marker(route_hop::NOWHERE),
-        })
-        .collect();
-    let connected = |h: Option<u32>, port: u16| {
-        h.and_then(|h| table.hops.get(h as usize))
-            .is_some_and(|h| *h == Hop::Connected { port })
-    };
-    let mut rib = v4.clone();
-    let mut rib6: HashMap<(u8, u128), u32> =
-        v6.iter().map(|(p, h)| ((p.len(), p.addr()), h)).collect();
-    let mut hosts: Vec<(&(u16, u128), &[u8; 6])> = table.hosts.iter().collect();
-    hosts.sort();
-    let bad = |e: flowlane_lpm::PrefixError| ToolError::runtime(format!("host route: {e}"));
-    for (&(port, key), mac) in hosts {
-        if key >> 32 == 0xffff {
-            let addr = key as u32;
-            if connected(rib.matching(addr).map(|m| m.1), port) {
-                hops.push(entry(u32::from(port), *mac));
-                let p = flowlane_lpm::Prefix::new(addr, 32).map_err(bad)?;
-                rib.insert(p, hops.len() as u32 - 1).map_err(bad)?;
-            }
-        } else if connected(v6.matching(key).map(|m| m.1), port) {
-            hops.push(entry(u32::from(port), *mac));
-            rib6.insert((128, key), hops.len() as u32 - 1);
-        }
-    }
-    // This host's own addresses: a host route each to an entry that passes the frame to the
-    // kernel (without it, one on a connected link read as a neighbour without a MAC: dropped).
-    let mut local: Vec<u128> = table.local.iter().copied().collect();
-    if !local.is_empty() {
-        local.sort_unstable();
-        hops.push(marker(route_hop::HOST));
-        let host = hops.len() as u32 - 1;
-        for key in local {
-            if key >> 32 == 0xffff {
-                let p = flowlane_lpm::Prefix::new(key as u32, 32).map_err(bad)?;
-                rib.insert(p, host).map_err(bad)?;
-            } else {
-                rib6.insert((128, key), host);
-            }
-        }
-    }
-    Ok(XdpTables {
-        v4: rib,
-        v6: rib6,
-        hops,
-    })
-}
-
-/// At most this many changed routes are applied in place ([`RouteMaps::patch`]); more are
-/// a reload's worth, and the whole table is written.
-const PATCH_MAX_ROUTES: usize = 4096;
-
-/// Whether changes `up` can be made in place: routes alone changed (no next hop, neighbour or
-/// address), not too many, and none covers a neighbour's or this host's address — those
-/// decide which host routes [`xdp_tables`] adds, so they take the whole table.
-fn in_place(up: &super::routes::Upkept, hops: &flowlane_runtime::route::NextHops) -> bool {
-    if up.hops || up.v4.len() + up.v6.len() > PATCH_MAX_ROUTES {
-        return false;
-    }
-    let mut hosts = hops
-        .hosts
-        .keys()
-        .map(|k| k.1)
-        .chain(hops.local.iter().copied());
-    !hosts.any(|k| {
-        if k >> 32 == 0xffff {
-            up.v4.iter().any(|p| p.contains(k as u32))
-        } else {
-            up.v6.iter().any(|p| p.contains(k))
-        }
-    })
-}
-
-impl XdpTables {
-    /// Takes in the routes `up` changed as `live` holds them now (a route and its host
-    /// routes never collide: [`in_place`] sends those changes to a whole rebuild).
-    fn take(
-        &mut self,
-        up: &super::routes::Upkept,
-        live: &super::routes::LiveTables,
-    ) -> Result<(), ToolError> {
-        for &p in &up.v4 {
-            match live.v4().get(p) {
-                Some(h) => {
-                    self.v4
-                        .insert(p, h)
-                        .map_err(|e| ToolError::runtime(format!("route {p}: {e}")))?;
-                }
-                None => {
-                    self.v4.remove(p);
-                }
-            }
-        }
-        for &p in &up.v6 {
-            let k = (p.len(), p.addr());
-            match live.v6().get(p) {
-                Some(h) => {
-                    self.v6.insert(k, h);
-                }
-                None => {
-                    self.v6.remove(&k);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The native router's table in BPF maps the program reads — DIR-24-8 for IPv4 (`tbl24`,
 /// `tbl8` groups), an LPM trie for IPv6, and the next hops both lead to — kept up to date
-/// while it runs. Changed routes alone are applied in place ([`RouteMaps::patch`]: only the
-/// entries they cover, milliseconds). Otherwise (next hops, neighbours or addresses changed,
-/// a wide change) the whole table is written anew: the groups, the next hops and the trie
+/// while it runs. Changed routes, and the host routes of neighbours and own addresses that
+/// come, go or change, are applied in place ([`RouteMaps::patch`]: only the entries they
+/// cover, milliseconds). Otherwise (a next hop in use changed — a gateway's MAC, so every
+/// route through it —, a wide change) the whole table is written anew: the groups, the next hops and the trie
 /// are held twice over, in two halves; a new table is written whole into the half not in
 /// use, then each `tbl24` entry is switched to it with one 4-byte store, and IPv6 lookups
 /// with one store of the half in use. A program run that read an old entry finds the old
@@ -461,6 +316,8 @@ struct RouteMaps {
     /// Groups the last change in place stopped naming: free from the next one on (a
     /// program run that read the old name may still be reading them until then).
     quarantined: Vec<u32>,
+    /// Next-hop entries written in the half in use (those after are named by nothing).
+    hops_written: usize,
 }
 
 /// A change in place covering more `tbl24` entries than this writes the whole table instead
@@ -479,6 +336,18 @@ fn get(bytes: &[u8], i: usize) -> u32 {
 fn put(bytes: &mut [u8], i: usize, v: u32) {
     if let Some(b) = bytes.get_mut(i * 8..i * 8 + 4) {
         b.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// Writes next-hop `entries` into the `hops` map from slot `first` on.
+fn write_hops(hops: &mut WritableArray, first: usize, entries: &[[u8; route_hop::SIZE]]) {
+    let stride = route_hop::SIZE.next_multiple_of(8);
+    let hb = hops.bytes_mut();
+    for (i, e) in entries.iter().enumerate() {
+        let at = (first + i) * stride;
+        if let Some(b) = hb.get_mut(at..at + e.len()) {
+            b.copy_from_slice(e);
+        }
     }
 }
 
@@ -519,6 +388,7 @@ impl RouteMaps {
             half: 1,
             free_groups: Vec::new(),
             quarantined: Vec::new(),
+            hops_written: 0,
         };
         m.write(t, dir).map_err(ToolError::runtime)?;
         Ok(m)
@@ -551,14 +421,8 @@ impl RouteMaps {
         }
         let h = 1 - self.half;
         let (gbase, hbase) = ((h * self.groups_half) as u32, (h * self.hops_half) as u32);
-        let stride = route_hop::SIZE.next_multiple_of(8);
-        let hb = self.hops.bytes_mut();
-        for (i, e) in t.hops.iter().enumerate() {
-            let at = (hbase as usize + i) * stride;
-            if let Some(b) = hb.get_mut(at..at + e.len()) {
-                b.copy_from_slice(e);
-            }
-        }
+        write_hops(&mut self.hops, hbase as usize, &t.hops);
+        self.hops_written = t.hops.len();
         let b8 = self.tbl8.bytes_mut();
         let base8 = gbase as usize * 256;
         for (i, &v) in t8.iter().enumerate() {
@@ -615,8 +479,9 @@ impl RouteMaps {
         Ok(())
     }
 
-    /// Applies changed routes in place, in the half in use, after `t` took them in (same next
-    /// hops as the last write). Every `tbl24` entry a changed IPv4 route covers is computed
+    /// Applies changed routes in place, in the half in use, after `t` took them in
+    /// ([`XdpTables::follow`]: next-hop entries in use unchanged, new ones after them, written
+    /// here into slots nothing names yet, before any entry names them). Every `tbl24` entry a changed IPv4 route covers is computed
     /// anew ([`flowlane_lpm::Dir24_8::block`]) and rewritten only where it differs: a next
     /// hop by one 4-byte store; a group written whole into a free group, then named by one
     /// store. A group no longer named is free from the next change on (a program run that
@@ -685,7 +550,11 @@ impl RouteMaps {
         if groups.len() > self.free_groups.len() {
             return Ok(false);
         }
-        // New groups first, where nothing reads yet; then the entries that name them.
+        // New next hops and groups first, where nothing reads yet; then the entries that
+        // name them.
+        let written = self.hops_written.min(t.hops.len());
+        write_hops(&mut self.hops, hbase as usize + written, &t.hops[written..]);
+        self.hops_written = t.hops.len();
         for (i, g) in groups {
             let n = self.free_groups.pop().unwrap_or_default();
             for (k, &v) in g.iter().enumerate() {
@@ -723,8 +592,8 @@ impl RouteMaps {
 }
 
 /// The native-XDP router: one program per port (BPF links, native mode) over the tables in
-/// BPF maps ([`RouteMaps`]), changed in place when routes change and rebuilt and switched to
-/// when a neighbour or an address does (checked each interval); what is not unicast IP to a
+/// BPF maps ([`RouteMaps`]), changed in place when routes, neighbours or addresses change and
+/// rebuilt and switched to when a gateway's MAC does (checked each interval); what is not unicast IP to a
 /// port goes to the kernel.
 pub(super) fn run_route(
     mut job: Job<'_>,
@@ -739,7 +608,7 @@ pub(super) fn run_route(
         .map(|p| p.1)
         .collect();
     let tables = |live: &super::routes::LiveTables| {
-        let t = xdp_tables(live.v4(), live.v6(), live.next_hops(), &infos)?;
+        let t = XdpTables::build(live.v4(), live.v6(), live.next_hops(), &infos)?;
         let dir = flowlane_lpm::Dir24_8::build(&t.v4);
         Ok::<_, ToolError>((t, dir))
     };
@@ -776,12 +645,9 @@ pub(super) fn run_route(
             if !up.any() {
                 return Ok(None);
             }
-            if in_place(&up, live.next_hops()) {
-                cur.take(&up, &live)?;
-                if maps
-                    .patch(&cur, &up.v4, &up.v6)
-                    .map_err(ToolError::runtime)?
-                {
+            let touched = cur.follow(&up, live.v4(), live.v6(), live.next_hops(), &infos)?;
+            if let Some(t) = touched {
+                if maps.patch(&cur, &t.v4, &t.v6).map_err(ToolError::runtime)? {
                     return Ok(Some(false));
                 }
             }
@@ -880,11 +746,12 @@ mod tests {
             let nested = Prefix::covering(p.addr() | (rng.next_u32() >> p.len().min(31)), len);
             table.push((nested, rng.random_range(0..16)));
         }
-        let mut t = XdpTables {
-            v4: Rib::from_routes(table.iter().copied()).expect("valid"),
-            v6: Default::default(),
-            hops: vec![[0u8; flowlane_io::ebpf::route_hop::SIZE]; 16],
+        let hops = flowlane_runtime::route::NextHops {
+            hops: vec![flowlane_runtime::route::Hop::Nowhere; 16],
+            ..Default::default()
         };
+        let v4 = Rib::from_routes(table.iter().copied()).expect("valid");
+        let mut t = XdpTables::build(&v4, &Rib::new(), &hops, &[]).expect("tables");
         let mut maps = match RouteMaps::new(&t, &Dir24_8::build(&t.v4)) {
             Ok(m) => m,
             Err(e) if e.kind == crate::ErrorKind::Privilege || e.message.contains("ermission") => {
