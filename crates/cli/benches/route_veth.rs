@@ -29,7 +29,11 @@
 //! On veth the DUT's receive path (NAPI, so the kernel's forwarding) runs on the sender's CPU
 //! (0), the user-space worker on CPU 1.
 //!
-//! Run (root): `cargo bench -p flowlane --bench route_veth` (FLOWLANE_BENCH_SECS, default 3).
+//! Then the user-space routers over AF_XDP alternated: ours, l3fwd and testpmd `io` (the
+//! copy-mode path with no work per frame), rotated rounds, medians of per-round ratios.
+//!
+//! Run (root): `cargo bench -p flowlane --bench route_veth` (FLOWLANE_BENCH_SECS, default 3;
+//! FLOWLANE_BENCH_ONLY=af-xdp: the ceiling, the kernel and the alternated AF_XDP rounds only).
 
 mod common;
 
@@ -99,9 +103,17 @@ fn main() {
             .expect("sysctl");
         reference_row("kernel", (offered, got), Some(ceiling), None)
     };
+    let peers = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
+    if std::env::var("FLOWLANE_BENCH_ONLY").is_ok_and(|v| v == "af-xdp") {
+        afxdp_rounds(&dut, &peers, &|| blast(&sink, setup::SINK_IF));
+        return;
+    }
     forwarder_rows(&dut, "route", ceiling, kernel, &|| {
         blast(&sink, setup::SINK_IF)
     });
+    // Before testpmd's AF_PACKET rows: that PMD takes the ports down and up when it stops,
+    // which empties the DUT's neighbour table (the lab's permanent entries too).
+    afxdp_rounds(&dut, &peers, &|| blast(&sink, setup::SINK_IF));
     // xdp-tools' xdp-forward: native XDP too, the kernel's FIB (the same routes) looked up
     // from the program.
     let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
@@ -145,7 +157,6 @@ fn main() {
     }
     ipv6(&gen, &dut, &sink, secs, ceiling);
     // testpmd's MAC forwarding (the peers' MACs written in, no lookup, no TTL).
-    let peers = ["02:f1:0e:00:01:01", "02:f1:0e:00:02:02"];
     testpmd_rows(&dut, "mac", &peers, ceiling, kernel, &|| {
         blast(&sink, setup::SINK_IF)
     });
@@ -156,6 +167,60 @@ fn main() {
     }
     drop(_down);
     bridge(secs);
+}
+
+/// The user-space routers over AF_XDP, alternated (single rows move by ±25 % on this host):
+/// ours, DPDK l3fwd, and testpmd's `io` forwarding — no work per frame at all, so what the
+/// copy-mode AF_XDP path itself carries on veth, the ceiling of any AF_XDP forwarder here.
+/// [`ROUNDS`] rounds, the order rotated; medians of the per-round ratios.
+fn afxdp_rounds(dut: &Netns, peers: &[&str], measure: &dyn Fn() -> (f64, f64)) {
+    let ports = [setup::DUT_IF, setup::DUT_OUT_IF];
+    if common::l3fwd().is_none() || !flowlane_lab::have_program("dpdk-testpmd") {
+        eprintln!("(no alternated AF_XDP rounds: they need l3fwd and testpmd)");
+        return;
+    }
+    let names = ["ours af-xdp", "l3fwd af-xdp", "testpmd io af-xdp"];
+    let mut got: Vec<[f64; 3]> = Vec::new();
+    for round in 0..ROUNDS {
+        let mut r = [0.0; 3];
+        for k in 0..3 {
+            let which = (round + k) % 3;
+            r[which] = match which {
+                0 => {
+                    let ((_, got), f) = forwarder_run(dut, "route", "af-xdp", measure);
+                    if got < 1000.0 {
+                        eprintln!("ours forwarded nothing: {f}");
+                    }
+                    got
+                }
+                1 => common::with_l3fwd(dut, &ports, peers, &[], measure).map_or(0.0, |m| m.1),
+                _ => common::with_testpmd(dut, &ports, "af_xdp", "io", peers, measure)
+                    .map_or(0.0, |m| m.1),
+            };
+        }
+        println!(
+            "AF_XDP round {round}: {}",
+            names
+                .iter()
+                .zip(r)
+                .map(|(n, v)| format!("{n} {v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        got.push(r);
+    }
+    let median_of = |a: usize, b: usize| {
+        let mut v: Vec<f64> = got.iter().map(|r| r[a] / r[b].max(1.0)).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "AF_XDP, medians of {ROUNDS} rotated rounds: ours / l3fwd {:.3}, ours / testpmd io {:.3}, \
+         l3fwd / testpmd io {:.3}",
+        median_of(0, 1),
+        median_of(0, 2),
+        median_of(1, 2)
+    );
 }
 
 /// IPv6 routing: FLOWLANE_BENCH_ROUTES6 routes (default 220 000, shaped like the public

@@ -39,14 +39,15 @@ use crate::{CmdResult, Failure};
 /// `--mode route` routes between its interfaces (--dev, given once per port): each frame's
 /// destination is looked up in our FIB (longest-prefix match; loaded from the kernel's main
 /// table, or from a file that `flowlane route gen` or `ip route show` wrote), the next hop's
-/// MAC comes from the kernel's neighbour table (read again each second) or a next-hops file,
-/// the TTL / hop limit is decremented with an incremental checksum update, and the frame
+/// MAC comes from the kernel's neighbour table (read again each second; a gateway missing
+/// from it is asked of the kernel, which sends ARP or a neighbour solicitation — at once, then
+/// backing off to once a minute while it stays unresolved) or a next-hops file, the TTL / hop limit is decremented with an incremental checksum update, and the frame
 /// leaves by the route's interface. Frames for this host (multicast, broadcast, its own
 /// addresses) are left to the kernel. Route and bridge run on AF_XDP (one worker per receive
 /// queue, with a socket on every port over one UMEM: a frame received on one port leaves by
 /// another from where it lies, never copied; for the router, an XDP program hands only
-/// unicast IP to the sockets and passes the rest — ARP, neighbour discovery — to the kernel,
-/// counted) or on AF_PACKET (one worker per CPU, a receive and a transmit ring on every port;
+/// unicast IP to the sockets and passes the rest — ARP, neighbour discovery, IPv6 to
+/// link-local addresses — to the kernel, counted) or on AF_PACKET (one worker per CPU, a receive and a transmit ring on every port;
 /// the kernel gets a copy of every frame: turn its own forwarding off, sysctl
 /// net.ipv4.ip_forward=0, or every frame is forwarded twice). With --backend xdp (the
 /// default) no user space is on the path: a generated program on every port looks the
@@ -231,7 +232,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
                         String::new()
                     } else {
                         format!(
-                            " ({} without a MAC yet: {})",
+                            " ({} without a MAC yet, asked of the kernel: {})",
                             r.unresolved.len(),
                             r.unresolved.join(", ")
                         )

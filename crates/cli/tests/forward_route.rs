@@ -218,6 +218,12 @@ fn routed_frames_add_up_and_every_drop_has_its_reason() {
         .args(["route", "add", "198.19.7.0/24", "via", "198.18.1.3"])
         .output()
         .expect("ip"));
+    // The router asks the kernel to resolve that gateway each interval; no host answers, and
+    // the kernel is told to send no ARP probe for it, so every frame the DUT sends is one
+    // this test counts (forwarded, or the kernel's own IP).
+    lab.dut
+        .write_file("/proc/sys/net/ipv4/neigh/fldut1/mcast_solicit", "0")
+        .expect("sysctl");
     ok(&lab
         .dut
         .command("ip")
@@ -576,6 +582,89 @@ fn route_changes_run(lab: &Line, backend: &str) {
         "{rt}"
     );
     assert_eq!(rt["discard"].as_u64(), Some(2), "{rt}");
+}
+
+/// Gateways the kernel has no neighbour entry for (the router forwards past the kernel, so
+/// nothing of the kernel's own would ever resolve them): the router asks the kernel to
+/// resolve them — ARP for IPv4, a neighbour solicitation for IPv6, whose unicast
+/// advertisement must reach the kernel past the AF_XDP and native programs — and then
+/// routes through them; frames sent after that reach the sink, none dropped as no
+/// neighbour.
+#[test]
+fn gateways_without_a_neighbour_entry_are_resolved() {
+    let Some(lab) = Line::up("n", &[]) else {
+        return;
+    };
+    let ip = |args: &[&str]| {
+        ok(&lab.dut.command("ip").args(args).output().expect("ip"));
+    };
+    ip(&["route", "add", "198.19.8.0/24", "via", "198.18.1.2"]);
+    ip(&[
+        "-6",
+        "route",
+        "add",
+        "2001:2:0:8::/64",
+        "via",
+        "2001:2:0:1::2",
+    ]);
+    for backend in ["af-packet", "af-xdp", "xdp"] {
+        let _pass = (backend == "xdp").then(|| {
+            (
+                common::xdp_pass(&lab.gen, "flgen"),
+                common::xdp_pass(&lab.sink, "flsink"),
+            )
+        });
+        // The lab's entries (permanent, or learnt in the last run) gone.
+        for gw in ["198.18.1.2", "2001:2:0:1::2"] {
+            ip(&["neigh", "del", gw, "dev", "fldut1"]);
+        }
+        quiet(&lab);
+        let mut cmd = lab.dut.command(BIN);
+        cmd.args([
+            "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
+        ])
+        .args(["--backend", backend, "--interval", "0.2"]);
+        let mut fwd = Forwarder::start_stream(cmd);
+        // Resolved in the kernel (bounded), then two more records: the router's tables
+        // took the MACs in.
+        let resolved = || {
+            let out = lab
+                .dut
+                .command("ip")
+                .args(["neigh", "show", "dev", "fldut1"])
+                .output();
+            let text = String::from_utf8_lossy(&out.expect("ip").stdout).to_string();
+            ["198.18.1.2 lladdr", "2001:2:0:1::2 lladdr"]
+                .iter()
+                .all(|e| text.contains(e))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while !resolved() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend}: the gateways were not resolved"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        for _ in 0..2 {
+            fwd.until_record(1, |_| true);
+        }
+        for to in ["198.19.8.8:9000", "[2001:2:0:8::8]:9000"] {
+            let sink = sink_start(&lab, 100);
+            let b = blast(&lab, &["--to", to, "--count", "100"]);
+            assert_eq!(b["tx_packets"].as_u64(), Some(100), "{b}");
+            sink_check(sink, 100);
+        }
+        let (code, r) = fwd.finish_stream();
+        assert_eq!(code, Some(0), "{r}");
+        assert_eq!(
+            r["total"]["dropped"]["no_neighbour"].as_u64(),
+            Some(0),
+            "{r}"
+        );
+        let asked = r["routes"]["neighbour_requests"].as_u64().unwrap_or(0);
+        assert!(asked >= 2, "{backend}: {r}");
+    }
 }
 
 #[test]

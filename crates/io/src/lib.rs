@@ -75,8 +75,9 @@ pub mod netdev {
     pub use crate::sys::netdev::{driver_stats, offload, set_offload, Offload};
     pub use crate::sys::netlink::{
         attach_xdp_to_link, ifname, neighbour_entry, neighbour_mac, neighbours, parse_ack,
-        route_changes, route_get, route_of, route_oif, routes, xdp_features, xdp_features_of,
-        KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor, XDP_FLAGS_DRV_MODE,
+        resolve_neighbour, route_changes, route_get, route_of, route_oif, routes, xdp_features,
+        xdp_features_of, KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor,
+        XDP_FLAGS_DRV_MODE,
     };
     pub use crate::sys::packet::ifindex;
 }

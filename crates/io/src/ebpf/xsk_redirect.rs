@@ -19,8 +19,9 @@ pub fn xsk_redirect_program(xskmap_fd: i32) -> Result<Vec<Insn>, AsmError> {
 }
 
 /// Redirects unicast IPv4 and IPv6 frames into the `xskmap_fd` entry of their receive queue;
-/// everything else — ARP, neighbour discovery and other multicast, broadcast — goes to the
-/// kernel (`XDP_PASS`), as a router's control traffic must, counted per CPU in the u64 array
+/// everything else — ARP, neighbour discovery (also unicast: the advertisement answering
+/// the kernel's solicitation), IPv6 to link-local addresses, multicast, broadcast — goes to
+/// the kernel (`XDP_PASS`), as a router's control traffic must, counted per CPU in the u64 array
 /// `passed_fd` (one counter per CPU, at the CPU's index).
 pub fn xsk_redirect_unicast_ip_program(
     xskmap_fd: i32,
@@ -38,7 +39,9 @@ pub fn xsk_redirect_ip_program(xskmap_fd: i32, passed_fd: i32) -> Result<Vec<Ins
 }
 
 /// The program, with `no_socket` the verdict for a queue without a socket; `pass_group`:
-/// multicast and broadcast destinations go to the kernel too.
+/// multicast and broadcast destinations go to the kernel too, and so do IPv6 neighbour
+/// discovery (ICMPv6 types 133–137 right after the fixed header) and IPv6 to link-local
+/// addresses (`fe80::/10`), which no router forwards.
 fn unicast_ip(
     xskmap_fd: i32,
     passed_fd: i32,
@@ -61,9 +64,36 @@ fn unicast_ip(
     }
     // The EtherType, as loaded from network order on a little-endian machine.
     a.load(Size::H, R2, R7, 12)
-        .jump_imm(Cond::Eq, R2, 0x0008, redirect)
-        .jump_imm(Cond::Eq, R2, 0xdd86, redirect)
-        .bind(pass);
+        .jump_imm(Cond::Eq, R2, 0x0008, redirect);
+    if pass_group {
+        let ipv6 = a.label();
+        a.jump_imm(Cond::Eq, R2, 0xdd86, ipv6)
+            .jump(pass)
+            .bind(ipv6)
+            // The fixed header and one byte after it (an ICMPv6 type), or the worker's to
+            // judge (cut short).
+            .mov(R1, R7)
+            .alu_imm(Alu::Add, R1, 14 + 40 + 1)
+            .jump_reg(Cond::Gt, R1, R8, redirect)
+            // Destination fe80::/10: the first byte 0xfe, the second's top bits 10.
+            .load(Size::B, R2, R7, 14 + 24)
+            .load(Size::B, R3, R7, 14 + 25)
+            .alu_imm(Alu::And, R3, 0xc0);
+        let global = a.label();
+        a.jump_imm(Cond::Ne, R2, 0xfe, global)
+            .jump_imm(Cond::Eq, R3, 0x80, pass)
+            .bind(global)
+            // Next header ICMPv6 (58), type 133 (router solicitation) … 137 (redirect).
+            .load(Size::B, R2, R7, 14 + 6)
+            .jump_imm(Cond::Ne, R2, 58, redirect)
+            .load(Size::B, R2, R7, 14 + 40)
+            .jump_imm(Cond::Lt, R2, 133, redirect)
+            .jump_imm(Cond::Le, R2, 137, pass)
+            .jump(redirect);
+    } else {
+        a.jump_imm(Cond::Eq, R2, 0xdd86, redirect);
+    }
+    a.bind(pass);
     count_per_cpu(&mut a, passed_fd, 1, 0);
     a.mov_imm(R0, xdp::PASS)
         .exit()
@@ -106,7 +136,28 @@ mod tests {
             f
         };
         let uni = [2, 0, 0, 0, 0, 1];
+        // IPv6 to `dst` (first two bytes), next header `next`, then `first` (an ICMPv6 type).
+        let v6 = |dst: [u8; 2], next: u8, first: u8| {
+            let mut f = frame(uni, [0x86, 0xdd]);
+            f[14] = 0x60;
+            f[20] = next;
+            f[38..40].copy_from_slice(&dst);
+            f[54] = first;
+            f
+        };
         let cases = [
+            // Neighbour advertisement and solicitation, router advertisement: the kernel's.
+            (v6([0x20, 0x01], 58, 136), xdp::PASS),
+            (v6([0x20, 0x01], 58, 135), xdp::PASS),
+            (v6([0x20, 0x01], 58, 134), xdp::PASS),
+            // Echo request and an error through the router: forwarded.
+            (v6([0x20, 0x01], 58, 128), xdp::DROP),
+            (v6([0x20, 0x01], 58, 1), xdp::DROP),
+            (v6([0x20, 0x01], 17, 136), xdp::DROP),
+            // To a link-local address (fe80::/10, fe80 … febf): the kernel's.
+            (v6([0xfe, 0x80], 17, 0), xdp::PASS),
+            (v6([0xfe, 0xbf], 17, 0), xdp::PASS),
+            (v6([0xfe, 0xc0], 17, 0), xdp::DROP),
             (frame(uni, [0x08, 0x00]), xdp::DROP),
             (frame(uni, [0x86, 0xdd]), xdp::DROP),
             (frame([0xff; 6], [0x08, 0x06]), xdp::PASS),
@@ -129,6 +180,7 @@ mod tests {
         for (f, want) in [
             (frame([1, 0, 0x5e, 0, 0, 1], [0x08, 0x00]), xdp::DROP),
             (frame([0xff; 6], [0x08, 0x06]), xdp::PASS),
+            (v6([0x20, 0x01], 58, 136), xdp::DROP),
         ] {
             let (ret, _) = crate::sys::bpf::xdp_test_run(&prog, &f).expect("test run");
             assert_eq!(ret, want as u32);

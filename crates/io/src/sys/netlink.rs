@@ -23,6 +23,11 @@ const NLM_F_ACK: u16 = 4;
 const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
+/// For new objects: replace one that exists, create one that does not.
+const NLM_F_REPLACE: u16 = 0x100;
+const NLM_F_CREATE: u16 = 0x400;
+/// `ndm_flags`: use the entry (resolve it as a packet to send would), change nothing else.
+const NTF_USE: u8 = 0x01;
 const RTM_SETLINK: u16 = 19;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_DELROUTE: u16 = 25;
@@ -366,6 +371,27 @@ pub fn neighbour_mac(ifindex: u32, ip: IpAddr) -> Result<Option<[u8; 6]>, SysErr
     let req = message(RTM_GETNEIGH, NLM_F_REQUEST | NLM_F_DUMP, seq, &body);
     let entries = nl.collect(&req, seq, RTM_NEWNEIGH, true, 1 << 20)?;
     Ok(entries.iter().find_map(|e| neighbour_of(e, ifindex, ip)))
+}
+
+/// The request that asks the kernel to resolve neighbour `ip` on interface `ifindex`:
+/// `RTM_NEWNEIGH` with `NTF_USE` (the entry made, with no state, where there is none).
+fn resolve_request(ifindex: u32, ip: IpAddr, seq: u32) -> Vec<u8> {
+    let mut body = vec![0u8; NDMSG_LEN];
+    body[0] = family(ip);
+    body[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+    body[10] = NTF_USE;
+    push_attr(&mut body, NDA_DST, &ip_bytes(ip));
+    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+    message(RTM_NEWNEIGH, flags, seq, &body)
+}
+
+/// Asks the kernel to resolve neighbour `ip` on interface `ifindex` (ARP, or IPv6 neighbour
+/// solicitation) as it does when it has a packet for it: a router that forwards past the
+/// kernel learns its next hops' MACs from the neighbour table ([`neighbours`]), and without
+/// traffic of the kernel's own to a gateway nothing else would put it there.
+pub fn resolve_neighbour(ifindex: u32, ip: IpAddr) -> Result<(), SysError> {
+    let nl = Rtnl::open("netlink RTM_NEWNEIGH (NTF_USE)")?;
+    nl.acked(&resolve_request(ifindex, ip, 1), 1)
 }
 
 /// The request `ip route get IP` sends.

@@ -110,8 +110,13 @@ pub struct RouteSummary {
     /// Distinct next hops.
     pub next_hops: usize,
     /// Next hops through a gateway whose MAC was not known at the start (their routes drop
-    /// as no neighbour until it is).
+    /// as no neighbour until it is; the router asks the kernel to resolve them).
     pub unresolved: Vec<String>,
+    /// Requests to the kernel to resolve a gateway without a MAC (ARP or neighbour
+    /// solicitation, as for a packet of its own): at once, then after 1, 2, 4 … 64 s while
+    /// it stays unresolved.
+    #[serde(default)]
+    pub neighbour_requests: u64,
     /// Routes leaving by an interface the forwarder does not own (counted as no route).
     pub elsewhere: usize,
     /// Blackhole, unreachable and prohibit routes.
@@ -145,7 +150,13 @@ pub struct Hops {
     pub table: NextHops,
     /// Each next hop in words (`via 198.18.1.2 dev fldut1`, `dev fldut1`, `nowhere`).
     pub names: Vec<String>,
+    /// Gateways without a MAC asked of the kernel: when next, and the wait after that.
+    asked: HashMap<usize, (std::time::Instant, std::time::Duration)>,
 }
+
+/// A gateway that stays unresolved is asked for again after 1 s, then twice as long each
+/// time, at most this long apart (the kernel sends its ARP or solicitation probes per ask).
+const ASK_AGAIN_MAX: std::time::Duration = std::time::Duration::from_secs(64);
 
 impl Hops {
     fn new(ports: &[(String, u32)]) -> Hops {
@@ -217,6 +228,34 @@ impl Hops {
         self.index.insert(key, i);
         summary.next_hops = self.table.hops.len();
         i
+    }
+
+    /// Asks the kernel to resolve the gateways without a MAC (nothing else would: the
+    /// kernel sends nothing of its own to a gateway the router forwards to) — at once, then
+    /// backing off while one stays unresolved. How many it asked for; a refused request is
+    /// counted as none (its routes stay no neighbour).
+    fn ask_unresolved(&mut self) -> u64 {
+        let now = std::time::Instant::now();
+        let mut asked = 0;
+        for (i, (key, hop)) in self.keys.iter().zip(&self.table.hops).enumerate() {
+            let (HopKey::Via(port, gw), Hop::Via { mac: None, .. }) = (key, hop) else {
+                self.asked.remove(&i);
+                continue;
+            };
+            let (next, wait) = self
+                .asked
+                .entry(i)
+                .or_insert((now, std::time::Duration::from_secs(1)));
+            if now < *next {
+                continue;
+            }
+            (*next, *wait) = (now + *wait, (*wait * 2).min(ASK_AGAIN_MAX));
+            let ifindex = self.ports.get(usize::from(*port)).map(|p| p.1);
+            if let Some(ifindex) = ifindex {
+                asked += u64::from(netdev::resolve_neighbour(ifindex, *gw).is_ok());
+            }
+        }
+        asked
     }
 
     /// Takes the neighbour table as it is now: hosts on connected links and gateways' MACs
@@ -580,6 +619,7 @@ impl LiveTables {
     pub fn upkeep(&mut self) -> Result<Upkept, ToolError> {
         let neigh = netdev::neighbours().map_err(sys)?;
         let mut hops_changed = self.hops.resolve(&neigh);
+        self.summary.neighbour_requests += self.hops.ask_unresolved();
         let mut c4: Vec<(Prefix<u32>, Option<u32>)> = Vec::new();
         let mut c6: Vec<(Prefix<u128>, Option<u32>)> = Vec::new();
         let changes = match self.monitor.as_mut() {
