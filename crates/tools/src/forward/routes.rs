@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use flowlane_io::netdev::{self, KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor};
 use flowlane_lpm::{FibWriter, Prefix, Rib};
-use flowlane_runtime::route::{host_key_v4, Hop, NextHops, Tables};
+use flowlane_runtime::route::{host_key_v4, FastMap, FastSet, Hop, NextHops, Tables};
 use serde::{Deserialize, Serialize};
 
 use super::report::TablesTick;
@@ -261,7 +261,7 @@ impl Hops {
     /// Takes the neighbour table as it is now: hosts on connected links and gateways' MACs
     /// (hop identities and indices unchanged). Whether anything changed.
     fn resolve(&mut self, neigh: &[Neighbour]) -> bool {
-        let mut hosts = HashMap::new();
+        let mut hosts = FastMap::default();
         for n in neigh {
             if let (Some(p), Some(mac)) = (self.port_of_ifindex(n.ifindex), n.mac) {
                 hosts.insert((p, key_of(n.ip)), mac);
@@ -696,7 +696,7 @@ impl LiveTables {
     ) -> Result<bool, ToolError> {
         let (mut v4, mut v6) = (Rib::new(), Rib::new());
         let routes = netdev::routes().map_err(sys)?;
-        let local: std::collections::HashSet<u128> = routes.iter().filter_map(local_key).collect();
+        let local: FastSet<u128> = routes.iter().filter_map(local_key).collect();
         let local_changed = local != self.hops.table.local;
         self.hops.table.local = local;
         for r in routes.iter().filter(|r| wanted(r)) {

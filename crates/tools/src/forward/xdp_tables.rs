@@ -2,12 +2,12 @@
 //! brought up to date by the changes alone (the routes they touch and the host routes that
 //! neighbours and own addresses add), so that [`super::xdp`] can rewrite only those entries.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use flowlane_io::ebpf::route_hop;
 use flowlane_lpm::{Prefix, Rib};
 use flowlane_runtime::route::PortInfo;
-use flowlane_runtime::route::{Hop, NextHops};
+use flowlane_runtime::route::{FastMap, FastSet, Hop, NextHops};
 
 use super::routes::Upkept;
 use crate::ToolError;
@@ -25,8 +25,8 @@ pub(super) struct XdpTables {
     /// index after a whole build; a next hop added since goes after the entries then made).
     map: Vec<u32>,
     /// The neighbours and own addresses the host routes were made for.
-    hosts: HashMap<(u16, u128), [u8; 6]>,
-    local: HashSet<u128>,
+    hosts: FastMap<(u16, u128), [u8; 6]>,
+    local: FastSet<u128>,
 }
 
 /// The routes a change touched in [`XdpTables`]: the entries to rewrite.
