@@ -13,10 +13,14 @@
 //!                 generator's interface per second, and the ratio to the ceiling.
 //!   testpmd …     DPDK's testpmd `macswap` over its AF_XDP and AF_PACKET PMDs on the DUT's
 //!                 port, forwarding core on CPU 1 (where dpdk-dev is installed).
+//! Then, where testpmd is installed, the AF_XDP reflectors alternated: ours, testpmd
+//! `macswap` and testpmd `io` (frames sent back untouched: what the copy-mode AF_XDP path
+//! itself carries), rotated rounds, medians of per-round ratios.
 //! On veth the DUT's receive path (NAPI, so native XDP) runs on the sender's CPU (0); the
 //! AF_XDP and AF_PACKET workers are pinned to CPU 1.
 //!
-//! Run (root): `cargo bench -p flowlane --bench forward_veth` (FLOWLANE_BENCH_SECS, default 3).
+//! Run (root): `cargo bench -p flowlane --bench forward_veth` (FLOWLANE_BENCH_SECS, default 3;
+//! FLOWLANE_BENCH_ONLY=af-xdp: the ceiling and the alternated AF_XDP rounds only).
 
 mod common;
 
@@ -53,6 +57,24 @@ fn main() {
         );
         got
     };
+    let reflect = |backend: &str| {
+        let mut fwd = p.dut.command(BIN);
+        fwd.args(["forward", "--mode", "reflect", "--dev", &p.dut_if])
+            .args(["--backend", backend, "--swap", "ip,ports"]);
+        if backend != "xdp" {
+            fwd.args(["--cpus", "1"]);
+        }
+        with_forwarder(fwd, || blast(&p.gen, &p.gen_if))
+    };
+    let testpmd = |mode: &str, pmd: &str| {
+        common::with_testpmd(&p.dut, &[p.dut_if.as_str()], pmd, mode, &[], || {
+            blast(&p.gen, &p.gen_if)
+        })
+    };
+    if std::env::var("FLOWLANE_BENCH_ONLY").is_ok_and(|v| v == "af-xdp") {
+        afxdp_rounds(&|| reflect("af-xdp").0 .1, &|m| testpmd(m, "af_xdp"));
+        return;
+    }
     // The mechanism's own ceiling: XDP_TX of every frame untouched (the reflected frames are
     // received by the generator's end, on the generator's CPU, as in the rows below).
     let tx_ceiling = {
@@ -117,13 +139,7 @@ fn main() {
                     .expect("GRO");
             }
         }
-        let mut fwd = p.dut.command(BIN);
-        fwd.args(["forward", "--mode", "reflect", "--dev", &p.dut_if])
-            .args(["--backend", backend, "--swap", "ip,ports"]);
-        if backend != "xdp" {
-            fwd.args(["--cpus", "1"]);
-        }
-        let ((offered, got), f) = with_forwarder(fwd, || blast(&p.gen, &p.gen_if));
+        let ((offered, got), f) = reflect(backend);
         println!(
             "{:<14} {:>14.0} {:>14.0} {:>10.3}   (forwarded {}, ring drops {}, refused {})",
             backend,
@@ -146,11 +162,7 @@ fn main() {
     // DPDK testpmd's macswap (MACs swapped, the frame sent back) over its AF_XDP and
     // AF_PACKET PMDs on the same port, forwarding core on CPU 1.
     for pmd in ["af_xdp", "af_packet"] {
-        let measured =
-            common::with_testpmd(&p.dut, &[p.dut_if.as_str()], pmd, "macswap", &[], || {
-                blast(&p.gen, &p.gen_if)
-            });
-        if let Some((offered, got)) = measured {
+        if let Some((offered, got)) = testpmd("macswap", pmd) {
             println!(
                 "{:<14} {:>14.0} {:>14.0} {:>10.3}   (testpmd macswap over {pmd})",
                 format!("testpmd {}", pmd.replace('_', "-")),
@@ -160,4 +172,49 @@ fn main() {
             );
         }
     }
+    afxdp_rounds(&|| reflect("af-xdp").0 .1, &|m| testpmd(m, "af_xdp"));
+}
+
+/// The AF_XDP reflectors alternated (single rows move by ±25 % on this host): ours (`ours`:
+/// frames/s back at the generator), testpmd `macswap` and testpmd `io` (`testpmd(mode)`),
+/// five rounds with the order rotated; medians of the per-round ratios.
+fn afxdp_rounds(ours: &dyn Fn() -> f64, testpmd: &dyn Fn(&str) -> Option<(f64, f64)>) {
+    if !flowlane_lab::have_program("dpdk-testpmd") {
+        return;
+    }
+    let names = ["ours af-xdp", "testpmd macswap", "testpmd io"];
+    let mut got: Vec<[f64; 3]> = Vec::new();
+    for round in 0..5 {
+        let mut r = [0.0; 3];
+        for k in 0..3 {
+            let which = (round + k) % 3;
+            r[which] = match which {
+                0 => ours(),
+                1 => testpmd("macswap").map_or(0.0, |m| m.1),
+                _ => testpmd("io").map_or(0.0, |m| m.1),
+            };
+        }
+        println!(
+            "AF_XDP round {round}: {}",
+            names
+                .iter()
+                .zip(r)
+                .map(|(n, v)| format!("{n} {v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        got.push(r);
+    }
+    let median_of = |a: usize, b: usize| {
+        let mut v: Vec<f64> = got.iter().map(|r| r[a] / r[b].max(1.0)).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "AF_XDP reflect, medians of 5 rotated rounds: ours / testpmd macswap {:.3}, ours / \
+         testpmd io {:.3}, macswap / io {:.3}",
+        median_of(0, 1),
+        median_of(0, 2),
+        median_of(1, 2)
+    );
 }
