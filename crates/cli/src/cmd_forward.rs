@@ -47,7 +47,7 @@ use crate::{CmdResult, Failure};
 /// queue, with a socket on every port over one UMEM: a frame received on one port leaves by
 /// another from where it lies, never copied; for the router, an XDP program hands only
 /// unicast IP to the sockets and passes the rest — ARP, neighbour discovery, IPv6 to
-/// link-local addresses — to the kernel, counted) or on AF_PACKET (one worker per CPU, a receive and a transmit ring on every port;
+/// link-local addresses, frames to this host's own addresses — to the kernel, counted) or on AF_PACKET (one worker per CPU, a receive and a transmit ring on every port;
 /// the kernel gets a copy of every frame: turn its own forwarding off, sysctl
 /// net.ipv4.ip_forward=0, or every frame is forwarded twice). With --backend xdp (the
 /// default) no user space is on the path: a generated program on every port looks the

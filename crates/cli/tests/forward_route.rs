@@ -253,6 +253,14 @@ fn routed_run(lab: &Line, backend: &str) {
     let fwd = Forwarder::start(cmd);
     let (host0, sink0) = (sent_by_host(&lab.dut), sent_by_host(&lab.sink));
     let hdr_errors0 = lab.sink.snmp().expect("snmp").get("Ip", "InHdrErrors");
+    let no_ports = || {
+        lab.dut
+            .snmp()
+            .expect("snmp")
+            .get("Udp", "NoPorts")
+            .unwrap_or(0)
+    };
+    let no_ports0 = no_ports();
     let sent = |j: &Value| j["tx_packets"].as_u64().expect("tx_packets");
     let send = |to: &str, count: u64, extra: &[&str]| {
         let c = count.to_string();
@@ -285,6 +293,13 @@ fn routed_run(lab: &Line, backend: &str) {
     quiet(lab);
     let (code, r) = fwd.finish();
     let host = sent_by_host(&lab.dut) - host0;
+    // The datagrams to the router's own address reached its kernel (no socket on that port:
+    // each counted there as NoPorts), on every backend.
+    assert_eq!(
+        no_ports() - no_ports0,
+        200,
+        "{backend}: datagrams to the router's address that its kernel got"
+    );
     let from_sink = sent_by_host(&lab.sink) - sink0;
     assert_eq!(code, Some(0), "{r}");
     let t = &r["total"];
@@ -589,9 +604,10 @@ fn route_changes_run(lab: &Line, backend: &str) {
 /// resolve them — ARP for IPv4, a neighbour solicitation for IPv6, whose unicast
 /// advertisement must reach the kernel past the AF_XDP and native programs — and then
 /// routes through them; frames sent after that reach the sink, none dropped as no
-/// neighbour.
+/// neighbour. Then an address the router gains while it runs: datagrams to it reach its
+/// kernel (past the AF_XDP program too, which learns the address).
 #[test]
-fn gateways_without_a_neighbour_entry_are_resolved() {
+fn gateways_are_resolved_and_addresses_gained_reach_the_kernel() {
     let Some(lab) = Line::up("n", &[]) else {
         return;
     };
@@ -655,6 +671,31 @@ fn gateways_without_a_neighbour_entry_are_resolved() {
             assert_eq!(b["tx_packets"].as_u64(), Some(100), "{b}");
             sink_check(sink, 100);
         }
+        let updates = |i: &Value| i["tables"]["updates"].as_u64().unwrap_or(0);
+        let before = fwd.until_record(1, |_| true);
+        ip(&["addr", "add", "198.18.1.77/24", "dev", "fldut1"]);
+        fwd.until_record(600, |i| updates(i) > updates(&before));
+        let no_ports = || {
+            lab.dut
+                .snmp()
+                .expect("snmp")
+                .get("Udp", "NoPorts")
+                .unwrap_or(0)
+        };
+        let no_ports0 = no_ports();
+        let b = blast(&lab, &["--to", "198.18.1.77:9000", "--count", "100"]);
+        assert_eq!(b["tx_packets"].as_u64(), Some(100), "{b}");
+        // Counted by the kernel as it takes each in (bounded wait).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while no_ports() - no_ports0 < 100 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(
+            no_ports() - no_ports0,
+            100,
+            "{backend}: datagrams to an address gained that the kernel got"
+        );
+        ip(&["addr", "del", "198.18.1.77/24", "dev", "fldut1"]);
         let (code, r) = fwd.finish_stream();
         assert_eq!(code, Some(0), "{r}");
         assert_eq!(

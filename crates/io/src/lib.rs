@@ -85,6 +85,8 @@ pub mod netdev {
 /// The `bpf(2)` side of generated programs: loading, maps, attaching, test runs (the programs
 /// themselves are assembled by [`ebpf`]).
 pub mod bpf {
-    pub use crate::maps::{ArrayMap, BridgeMaps, CpuMap, LpmTrie6, PerCpuCounters, XskMap};
+    pub use crate::maps::{
+        AddrSet, ArrayMap, BridgeMaps, CpuMap, LpmTrie6, PerCpuCounters, XskMap,
+    };
     pub use crate::sys::bpf::*;
 }

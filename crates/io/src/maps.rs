@@ -147,6 +147,45 @@ impl LpmTrie6 {
     }
 }
 
+/// A set of addresses (`BPF_MAP_TYPE_HASH`, 16-byte keys in network order: IPv6, or IPv4 as
+/// `::ffff:a.b.c.d`), e.g. the host's own, whose frames a program passes to the kernel. Each
+/// insertion or removal is atomic for readers.
+#[derive(Debug)]
+pub struct AddrSet {
+    fd: OwnedFd,
+}
+
+impl AddrSet {
+    /// Bytes of a key.
+    pub const KEY_SIZE: usize = 16;
+
+    /// Creates the set for up to `entries` addresses.
+    pub fn create(name: &str, entries: u32) -> Result<AddrSet, SysError> {
+        let fd = bpf::create_map(bpf::MAP_HASH, Self::KEY_SIZE as u32, 4, entries, 0, name)?;
+        Ok(AddrSet { fd })
+    }
+
+    /// Adds `addr`.
+    pub fn insert(&self, addr: [u8; 16]) -> Result<(), SysError> {
+        bpf::map_update(&self.fd, &addr, &1u32.to_ne_bytes(), Self::KEY_SIZE, 4)
+    }
+
+    /// Removes `addr`; whether it was there.
+    pub fn remove(&self, addr: [u8; 16]) -> Result<bool, SysError> {
+        bpf::map_delete(&self.fd, &addr)
+    }
+
+    /// Whether `addr` is in the set.
+    pub fn contains(&self, addr: [u8; 16]) -> Result<bool, SysError> {
+        Ok(bpf::map_lookup(&self.fd, &addr, 4)?.is_some())
+    }
+
+    /// The descriptor programs refer to the map by.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// A cpumap: per CPU, a queue of frames that CPU's kernel thread takes off and gives the
 /// stack, with a program that runs on each frame as it does.
 #[derive(Debug)]

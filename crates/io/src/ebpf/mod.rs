@@ -342,7 +342,8 @@ pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };
 pub use xsk_redirect::{
-    xsk_redirect_ip_program, xsk_redirect_program, xsk_redirect_unicast_ip_program,
+    xsk_redirect_ip_program, xsk_redirect_program, xsk_redirect_router_program,
+    xsk_redirect_unicast_ip_program,
 };
 
 /// Adds 1 to counter `which` of a per-CPU array of u64 (this CPU's copy: no atomic, no CPU

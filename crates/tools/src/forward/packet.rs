@@ -7,7 +7,7 @@ use std::sync::Arc;
 use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
 use flowlane_runtime::bridge::{BridgeWorker, MacTable, PortCounters, XskBridgeWorker};
 use flowlane_runtime::forward::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
-use flowlane_runtime::route::{PortInfo, RouteWorker, XskRouteWorker};
+use flowlane_runtime::route::{FastSet, PortInfo, RouteWorker, XskRouteWorker};
 use flowlane_runtime::Poll;
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
@@ -179,8 +179,9 @@ pub(super) fn run_route(
     let mut live = LiveTables::new(loaded, monitor);
     let tables = live.tables();
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
-    let (rt, attached, cpus) = if job.cfg.backend == Backend::AfXdp {
-        start_xsk_groups(&job, stop, move |group, info| {
+    let own = live.next_hops().local.clone();
+    let (rt, mut attached, cpus) = if job.cfg.backend == Backend::AfXdp {
+        start_xsk_groups(&job, stop, Some(&own), move |group, info| {
             XskRouteWorker::new(group, info, tables.clone())
         })?
     } else {
@@ -193,7 +194,15 @@ pub(super) fn run_route(
     let mut upkeep_error = None;
     let mut upkeep = |tick: &mut ForwardTick| {
         let began = std::time::Instant::now();
-        match live.upkeep() {
+        // AF_XDP: the redirect programs pass frames to the host's own addresses to the
+        // kernel; they learn an address gained or lost here.
+        let kept = live.upkeep().and_then(|up| {
+            if up.hops {
+                attached.own(&live.next_hops().local)?;
+            }
+            Ok(up)
+        });
+        match kept {
             Ok(up) if up.any() => live.updated(began.elapsed(), false),
             Ok(_) => {}
             Err(e) => {
@@ -280,11 +289,21 @@ struct Redirects {
     progs: Vec<std::os::fd::OwnedFd>,
     /// Route: frames the programs passed to the kernel, per CPU.
     passed: Option<bpf::MappedArray>,
+    /// Route: the host's own addresses (their frames pass to the kernel), and what the set
+    /// holds.
+    own: Option<(bpf::AddrSet, FastSet<u128>)>,
 }
 
-/// The redirect programs: for a router, unicast IP only (the rest, passed to the kernel, is
-/// counted); for a bridge, everything.
-fn redirects(job: &Job<'_>, queues: u32) -> Result<Redirects, ToolError> {
+/// Room for the host's own addresses in the router's redirect programs.
+const OWN_ADDRESSES: u32 = 4096;
+
+/// The redirect programs: for a router, unicast IP not to one of the host's addresses (`own`)
+/// only (the rest, passed to the kernel, is counted); for a bridge, everything.
+fn redirects(
+    job: &Job<'_>,
+    queues: u32,
+    own: Option<&FastSet<u128>>,
+) -> Result<Redirects, ToolError> {
     let bpf_err = |what: &str, e: String| ToolError::runtime(format!("{what}: {e}"));
     let passed = match job.cfg.mode {
         super::ForwardMode::Route => {
@@ -296,17 +315,31 @@ fn redirects(job: &Job<'_>, queues: u32) -> Result<Redirects, ToolError> {
         }
         _ => None,
     };
+    let own = match (&passed, own) {
+        (Some(_), Some(addrs)) => {
+            let set = bpf::AddrSet::create("fl_own", OWN_ADDRESSES)
+                .map_err(|e| bpf_err("cannot make the own-address map", e.to_string()))?;
+            let mut r = (set, FastSet::default());
+            sync_own(&mut r, addrs)?;
+            Some(r)
+        }
+        _ => None,
+    };
     let mut r = Redirects {
         maps: Vec::new(),
         progs: Vec::new(),
         passed,
+        own,
     };
     for _ in &job.ports {
         let map = bpf::XskMap::create("fl_xsks", queues)
             .map_err(|e| bpf_err("cannot make the XSKMAP", e.to_string()))?;
-        let insns = match &r.passed {
-            Some(p) => ebpf::xsk_redirect_unicast_ip_program(map.raw_fd(), p.fd()),
-            None => ebpf::xsk_redirect_program(map.raw_fd()),
+        let insns = match (&r.passed, &r.own) {
+            (Some(p), Some(o)) => {
+                ebpf::xsk_redirect_router_program(map.raw_fd(), p.fd(), o.0.raw_fd())
+            }
+            (Some(p), None) => ebpf::xsk_redirect_unicast_ip_program(map.raw_fd(), p.fd()),
+            _ => ebpf::xsk_redirect_program(map.raw_fd()),
         }
         .map_err(|e| ToolError::runtime(format!("the redirect does not assemble: {e:?}")))?;
         let prog = bpf::prog_load(bpf::PROG_XDP, "fl_xsk_redir", &insns)
@@ -315,6 +348,20 @@ fn redirects(job: &Job<'_>, queues: u32) -> Result<Redirects, ToolError> {
         r.progs.push(prog);
     }
     Ok(r)
+}
+
+/// Brings the own-address set `own` (the map and what it holds) to `now`.
+fn sync_own(own: &mut (bpf::AddrSet, FastSet<u128>), now: &FastSet<u128>) -> Result<(), ToolError> {
+    let (set, held) = own;
+    let fail = |e: SysError| ToolError::runtime(format!("the own-address map: {e}"));
+    for &k in held.difference(now) {
+        set.remove(k.to_be_bytes()).map_err(fail)?;
+    }
+    for &k in now.difference(held) {
+        set.insert(k.to_be_bytes()).map_err(fail)?;
+    }
+    held.clone_from(now);
+    Ok(())
 }
 
 impl Redirects {
@@ -348,11 +395,12 @@ fn common_queues(job: &Job<'_>) -> u32 {
 fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
     job: &Job<'_>,
     stop: &Arc<AtomicBool>,
+    own: Option<&FastSet<u128>>,
     make: impl Fn(frame::XskGroup, Vec<PortInfo>) -> W + Send + Sync + 'static,
 ) -> Result<(Runtime<ForwardStats>, Attached, Vec<usize>), ToolError> {
     let cpus = worker_cpus(job)?;
     let queues = common_queues(job);
-    let red = redirects(job, queues)?;
+    let red = redirects(job, queues, own)?;
     let infos: Vec<PortInfo> = port_infos(job)?.into_iter().map(|p| p.1).collect();
     let ifindexes: Vec<u32> = job.ports.iter().map(|p| p.1).collect();
     let worker_cpus: Vec<usize> = (0..queues as usize).map(|q| cpus[q % cpus.len()]).collect();
@@ -384,6 +432,7 @@ fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
         Attached {
             _links: links,
             passed: red.passed,
+            own: red.own,
         },
         worker_cpus,
     ))
@@ -394,9 +443,19 @@ fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
 struct Attached {
     _links: Vec<std::os::fd::OwnedFd>,
     passed: Option<bpf::MappedArray>,
+    own: Option<(bpf::AddrSet, FastSet<u128>)>,
 }
 
 impl Attached {
+    /// The host's own addresses are `now` (a router's programs pass their frames to the
+    /// kernel).
+    fn own(&mut self, now: &FastSet<u128>) -> Result<(), ToolError> {
+        match &mut self.own {
+            Some(o) => sync_own(o, now),
+            None => Ok(()),
+        }
+    }
+
     /// Frames the programs passed to the kernel.
     fn passed(&self) -> u64 {
         self.passed
@@ -418,7 +477,7 @@ pub(super) fn run_bridge(
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
     let (t2, c2) = (table.clone(), counts.clone());
     let (rt, _attached, cpus) = if job.cfg.backend == Backend::AfXdp {
-        start_xsk_groups(&job, stop, move |group, _| {
+        start_xsk_groups(&job, stop, None, move |group, _| {
             XskBridgeWorker::new(group, t2.clone(), c2.clone())
         })?
     } else {
