@@ -205,6 +205,11 @@ fn sent_by_host(ns: &Netns) -> u64 {
     (v4 + v6) as u64
 }
 
+/// UDP datagrams `ns`'s kernel took in for a port with no socket (`Udp: NoPorts`).
+fn udp_no_ports(ns: &Netns) -> i64 {
+    ns.snmp().expect("snmp").get("Udp", "NoPorts").unwrap_or(0)
+}
+
 #[test]
 fn routed_frames_add_up_and_every_drop_has_its_reason() {
     let Some(lab) = Line::up("a", &[]) else {
@@ -253,13 +258,7 @@ fn routed_run(lab: &Line, backend: &str) {
     let fwd = Forwarder::start(cmd);
     let (host0, sink0) = (sent_by_host(&lab.dut), sent_by_host(&lab.sink));
     let hdr_errors0 = lab.sink.snmp().expect("snmp").get("Ip", "InHdrErrors");
-    let no_ports = || {
-        lab.dut
-            .snmp()
-            .expect("snmp")
-            .get("Udp", "NoPorts")
-            .unwrap_or(0)
-    };
+    let no_ports = || udp_no_ports(&lab.dut);
     let no_ports0 = no_ports();
     let sent = |j: &Value| j["tx_packets"].as_u64().expect("tx_packets");
     let send = |to: &str, count: u64, extra: &[&str]| {
@@ -675,13 +674,7 @@ fn gateways_are_resolved_and_addresses_gained_reach_the_kernel() {
         let before = fwd.until_record(1, |_| true);
         ip(&["addr", "add", "198.18.1.77/24", "dev", "fldut1"]);
         fwd.until_record(600, |i| updates(i) > updates(&before));
-        let no_ports = || {
-            lab.dut
-                .snmp()
-                .expect("snmp")
-                .get("Udp", "NoPorts")
-                .unwrap_or(0)
-        };
+        let no_ports = || udp_no_ports(&lab.dut);
         let no_ports0 = no_ports();
         let b = blast(&lab, &["--to", "198.18.1.77:9000", "--count", "100"]);
         assert_eq!(b["tx_packets"].as_u64(), Some(100), "{b}");
