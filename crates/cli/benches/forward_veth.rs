@@ -183,38 +183,14 @@ fn afxdp_rounds(ours: &dyn Fn() -> f64, testpmd: &dyn Fn(&str) -> Option<(f64, f
         return;
     }
     let names = ["ours af-xdp", "testpmd macswap", "testpmd io"];
-    let mut got: Vec<[f64; 3]> = Vec::new();
-    for round in 0..5 {
-        let mut r = [0.0; 3];
-        for k in 0..3 {
-            let which = (round + k) % 3;
-            r[which] = match which {
-                0 => ours(),
-                1 => testpmd("macswap").map_or(0.0, |m| m.1),
-                _ => testpmd("io").map_or(0.0, |m| m.1),
-            };
-        }
-        println!(
-            "AF_XDP round {round}: {}",
-            names
-                .iter()
-                .zip(r)
-                .map(|(n, v)| format!("{n} {v:.0}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        got.push(r);
-    }
-    let median_of = |a: usize, b: usize| {
-        let mut v: Vec<f64> = got.iter().map(|r| r[a] / r[b].max(1.0)).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let m = common::rotated_rounds("AF_XDP", names, 5, &|which| match which {
+        0 => ours(),
+        1 => testpmd("macswap").map_or(0.0, |m| m.1),
+        _ => testpmd("io").map_or(0.0, |m| m.1),
+    });
     println!(
         "AF_XDP reflect, medians of 5 rotated rounds: ours / testpmd macswap {:.3}, ours / \
          testpmd io {:.3}, macswap / io {:.3}",
-        median_of(0, 1),
-        median_of(0, 2),
-        median_of(1, 2)
+        m[0], m[1], m[2]
     );
 }

@@ -180,46 +180,21 @@ fn afxdp_rounds(dut: &Netns, peers: &[&str], measure: &dyn Fn() -> (f64, f64)) {
         return;
     }
     let names = ["ours af-xdp", "l3fwd af-xdp", "testpmd io af-xdp"];
-    let mut got: Vec<[f64; 3]> = Vec::new();
-    for round in 0..ROUNDS {
-        let mut r = [0.0; 3];
-        for k in 0..3 {
-            let which = (round + k) % 3;
-            r[which] = match which {
-                0 => {
-                    let ((_, got), f) = forwarder_run(dut, "route", "af-xdp", measure);
-                    if got < 1000.0 {
-                        eprintln!("ours forwarded nothing: {f}");
-                    }
-                    got
-                }
-                1 => common::with_l3fwd(dut, &ports, peers, &[], measure).map_or(0.0, |m| m.1),
-                _ => common::with_testpmd(dut, &ports, "af_xdp", "io", peers, measure)
-                    .map_or(0.0, |m| m.1),
-            };
+    let m = common::rotated_rounds("AF_XDP", names, ROUNDS, &|which| match which {
+        0 => {
+            let ((_, got), f) = forwarder_run(dut, "route", "af-xdp", measure);
+            if got < 1000.0 {
+                eprintln!("ours forwarded nothing: {f}");
+            }
+            got
         }
-        println!(
-            "AF_XDP round {round}: {}",
-            names
-                .iter()
-                .zip(r)
-                .map(|(n, v)| format!("{n} {v:.0}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        got.push(r);
-    }
-    let median_of = |a: usize, b: usize| {
-        let mut v: Vec<f64> = got.iter().map(|r| r[a] / r[b].max(1.0)).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+        1 => common::with_l3fwd(dut, &ports, peers, &[], measure).map_or(0.0, |m| m.1),
+        _ => common::with_testpmd(dut, &ports, "af_xdp", "io", peers, measure).map_or(0.0, |m| m.1),
+    });
     println!(
         "AF_XDP, medians of {ROUNDS} rotated rounds: ours / l3fwd {:.3}, ours / testpmd io {:.3}, \
          l3fwd / testpmd io {:.3}",
-        median_of(0, 1),
-        median_of(0, 2),
-        median_of(1, 2)
+        m[0], m[1], m[2]
     );
 }
 

@@ -384,3 +384,38 @@ pub fn load_ipv4_table(dut: &Netns, routes: usize) -> usize {
     ip_batch(dut, "-4", &batch);
     batch.lines().count()
 }
+
+/// Three setups named `names`, each measured by `measure(i)` once a round for `rounds`
+/// rounds, the order rotated each round (single rows move by ±25 % on this host); each round
+/// printed after `label`. Then the medians over rounds of the ratios 0/1, 0/2 and 1/2.
+pub fn rotated_rounds(
+    label: &str,
+    names: [&str; 3],
+    rounds: usize,
+    measure: &dyn Fn(usize) -> f64,
+) -> [f64; 3] {
+    let mut got: Vec<[f64; 3]> = Vec::new();
+    for round in 0..rounds {
+        let mut r = [0.0; 3];
+        for k in 0..3 {
+            let which = (round + k) % 3;
+            r[which] = measure(which);
+        }
+        println!(
+            "{label} round {round}: {}",
+            names
+                .iter()
+                .zip(r)
+                .map(|(n, v)| format!("{n} {v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        got.push(r);
+    }
+    let median_of = |a: usize, b: usize| {
+        let mut v: Vec<f64> = got.iter().map(|r| r[a] / r[b].max(1.0)).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    [median_of(0, 1), median_of(0, 2), median_of(1, 2)]
+}
