@@ -325,10 +325,10 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
 
 /// `  64 B  throughput search  1234567 pps → 1230000 offered  1229000 received  loss 0.081 %  fail`
 pub fn trial_line(t: &TrialRecord) -> String {
+    // Search trials are the plain ones; the others say what they are, as the JSON does.
     let kind = match t.kind {
-        rfc2544::search::TrialKind::Confirm => "confirm",
-        rfc2544::search::TrialKind::Long => "long",
         rfc2544::search::TrialKind::Search => "",
+        k => k.name(),
     };
     let rate = if t.rate_pps > 0.0 {
         format!("{:>10.0} pps", t.rate_pps)

@@ -698,6 +698,11 @@ fn gateways_are_resolved_and_addresses_gained_reach_the_kernel() {
         );
         let asked = r["routes"]["neighbour_requests"].as_u64().unwrap_or(0);
         assert!(asked >= 2, "{backend}: {r}");
+        assert_eq!(
+            r["routes"]["neighbour_requests_refused"].as_u64(),
+            Some(0),
+            "{backend}: {r}"
+        );
     }
 }
 

@@ -117,6 +117,9 @@ pub struct RouteSummary {
     /// it stays unresolved.
     #[serde(default)]
     pub neighbour_requests: u64,
+    /// Of those, requests the kernel refused (the gateway's routes stay no neighbour).
+    #[serde(default)]
+    pub neighbour_requests_refused: u64,
     /// Routes leaving by an interface the forwarder does not own (counted as no route).
     pub elsewhere: usize,
     /// Blackhole, unreachable and prohibit routes.
@@ -232,11 +235,11 @@ impl Hops {
 
     /// Asks the kernel to resolve the gateways without a MAC (nothing else would: the
     /// kernel sends nothing of its own to a gateway the router forwards to) — at once, then
-    /// backing off while one stays unresolved. How many it asked for; a refused request is
-    /// counted as none (its routes stay no neighbour).
-    fn ask_unresolved(&mut self) -> u64 {
+    /// backing off while one stays unresolved. How many it asked for, and how many of those
+    /// the kernel refused.
+    fn ask_unresolved(&mut self) -> (u64, u64) {
         let now = std::time::Instant::now();
-        let mut asked = 0;
+        let (mut asked, mut refused) = (0, 0);
         for (i, (key, hop)) in self.keys.iter().zip(&self.table.hops).enumerate() {
             let (HopKey::Via(port, gw), Hop::Via { mac: None, .. }) = (key, hop) else {
                 self.asked.remove(&i);
@@ -252,10 +255,11 @@ impl Hops {
             (*next, *wait) = (now + *wait, (*wait * 2).min(ASK_AGAIN_MAX));
             let ifindex = self.ports.get(usize::from(*port)).map(|p| p.1);
             if let Some(ifindex) = ifindex {
-                asked += u64::from(netdev::resolve_neighbour(ifindex, *gw).is_ok());
+                asked += 1;
+                refused += u64::from(netdev::resolve_neighbour(ifindex, *gw).is_err());
             }
         }
-        asked
+        (asked, refused)
     }
 
     /// Takes the neighbour table as it is now: hosts on connected links and gateways' MACs
@@ -619,7 +623,9 @@ impl LiveTables {
     pub fn upkeep(&mut self) -> Result<Upkept, ToolError> {
         let neigh = netdev::neighbours().map_err(sys)?;
         let mut hops_changed = self.hops.resolve(&neigh);
-        self.summary.neighbour_requests += self.hops.ask_unresolved();
+        let (asked, refused) = self.hops.ask_unresolved();
+        self.summary.neighbour_requests += asked;
+        self.summary.neighbour_requests_refused += refused;
         let mut c4: Vec<(Prefix<u32>, Option<u32>)> = Vec::new();
         let mut c6: Vec<(Prefix<u128>, Option<u32>)> = Vec::new();
         let changes = match self.monitor.as_mut() {

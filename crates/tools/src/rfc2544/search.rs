@@ -750,10 +750,8 @@ mod tests {
         ];
         let mut s = Search::new(SearchConfig {
             max_pps: 9615.384615384615,
-            resolution: 0.01,
-            loss_tolerance: 0.005,
             max_trials: 16,
-            halving_only: false,
+            ..cfg()
         });
         for (pps, sent, received, secs) in rows {
             let Step::Trial { pps: asked, .. } = s.next_step() else {
@@ -818,10 +816,8 @@ mod tests {
         let (capacity, max) = (50_250.0, 148_810.0);
         let mut s = Search::new(SearchConfig {
             max_pps: max,
-            resolution: 0.01,
-            loss_tolerance: 0.005,
             max_trials: 16,
-            halving_only: false,
+            ..cfg()
         });
         drive(&mut s, 16, |pps, kind| {
             let secs = if kind.is_long() { 10.0 } else { 2.0 };
@@ -857,10 +853,8 @@ mod tests {
         let (capacity, buffer, max) = (50_000.0, 16_384.0, 148_810.0);
         let mut s = Search::new(SearchConfig {
             max_pps: max,
-            resolution: 0.01,
-            loss_tolerance: 0.005,
             max_trials: 16,
-            halving_only: false,
+            ..cfg()
         });
         let mut kinds = Vec::new();
         drive(&mut s, 16, |pps, kind| {
