@@ -71,6 +71,19 @@ pub(super) struct XdpStatistics {
     pub(super) tx_ring_empty_descs: u64,
 }
 
+impl XdpStatistics {
+    /// Frames the kernel dropped for the socket: no room in the RX ring (`rx_ring_full`), or
+    /// no free frame in the fill ring or a frame too large (`rx_dropped`). Not
+    /// `rx_fill_ring_empty_descs`: in copy mode a frame dropped for an empty fill ring is
+    /// counted there *and* in `rx_dropped` (`__xp_alloc` bumps the one, `__xsk_rcv` the
+    /// other), and in zero-copy mode it counts a driver's failed refills, not frames. Summing
+    /// all three counted such drops twice: measured as exactly twice the frames the interface
+    /// received and no socket got.
+    pub(super) fn dropped(&self) -> u64 {
+        self.rx_dropped + self.rx_ring_full
+    }
+}
+
 #[repr(C)]
 struct SockaddrXdp {
     family: u16,
@@ -769,15 +782,10 @@ impl Xsk {
         super::poll_readable(self.fd.as_raw_fd(), timeout_ms)
     }
 
-    /// Frames the kernel dropped for this socket since the last call: no room in the RX ring
-    /// (XDP_STATISTICS `rx_ring_full`), or no free frame in the fill ring or a frame too
-    /// large (`rx_dropped`). Not `rx_fill_ring_empty_descs`: a frame dropped for an empty fill
-    /// ring is counted there *and* in `rx_dropped` (`xp_can_alloc` bumps the one, `__xsk_rcv`
-    /// the other) — summing all three counted such drops twice, measured as exactly twice the
-    /// frames the interface received and the socket never got.
+    /// Frames the kernel dropped for this socket since the last call
+    /// ([`XdpStatistics::dropped`]).
     pub fn take_drops(&self) -> u64 {
-        let s = statistics(&self.fd);
-        let total = s.rx_dropped + s.rx_ring_full;
+        let total = statistics(&self.fd).dropped();
         total.saturating_sub(self.drops_seen.replace(total))
     }
 

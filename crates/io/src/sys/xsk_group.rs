@@ -380,14 +380,13 @@ impl XskGroup {
         super::poll_any_readable(&fds, timeout_ms)
     }
 
-    /// Frames the kernel dropped on `port`'s socket since the last call (XDP_STATISTICS
-    /// `rx_dropped` + `rx_ring_full` + `rx_fill_ring_empty_descs`).
+    /// Frames the kernel dropped on `port`'s socket since the last call
+    /// ([`super::xsk::XdpStatistics::dropped`]: once each, not twice).
     pub fn take_drops(&mut self, port: usize) -> u64 {
         let Some(p) = self.ports.get_mut(port) else {
             return 0;
         };
-        let s = statistics(&p.fd);
-        let total = s.rx_dropped + s.rx_ring_full + s.rx_fill_ring_empty_descs;
+        let total = statistics(&p.fd).dropped();
         total.saturating_sub(std::mem::replace(&mut p.drops_seen, total))
     }
 }
