@@ -176,11 +176,16 @@ fn route_decisions_equal_the_kernels_on_a_200k_route_table() {
 
 /// `flowlane blast --mode raw` from the generator with `args`; its summary.
 fn blast(lab: &Line, args: &[&str]) -> Value {
+    blast_mode(lab, "raw", args)
+}
+
+/// `flowlane blast --mode MODE` from the generator with `args`; its summary.
+fn blast_mode(lab: &Line, mode: &str, args: &[&str]) -> Value {
     let out = lab
         .gen
         .command(BIN)
         .args([
-            "blast", "--mode", "raw", "--dev", "flgen", "--json", "--quiet",
+            "blast", "--mode", mode, "--dev", "flgen", "--json", "--quiet",
         ])
         .args(args)
         .output()
@@ -358,23 +363,18 @@ fn an_overloaded_af_xdp_router_counts_every_frame_once() {
     let rx0 = lab.dut.dev().expect("counters").ifaces["fldut"].rx_packets;
     // Unpaced AF_XDP frames from one core against one routing core: on a 2-core machine the
     // generator sends about twice what the router takes off its sockets.
-    let out = lab
-        .gen
-        .command(BIN)
-        .args([
-            "blast",
-            "--mode",
-            "xdp",
-            "--dev",
-            "flgen",
+    let b = blast_mode(
+        &lab,
+        "xdp",
+        &[
             "--to",
             "198.18.1.2:9000",
-        ])
-        .args(["--count", "400000", "--cpus", "0", "--json", "--quiet"])
-        .output()
-        .expect("blast runs");
-    let b: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("blast JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+            "--count",
+            "400000",
+            "--cpus",
+            "0",
+        ],
+    );
     assert_eq!(b["tx_packets"], 400_000, "{b}");
     quiet(&lab);
     let (code, r) = fwd.finish();
