@@ -142,8 +142,11 @@ pub struct Rfc2544Args {
     #[arg(long, value_parser = parse_duration, default_value_t = 1.0)]
     pause: f64,
 
-    /// Seconds to wait for frames in flight after each trial.
-    #[arg(long, value_parser = parse_duration, default_value_t = 0.2)]
+    /// At most this many seconds of counting after each trial's last frame, for frames the DUT
+    /// still holds (RFC 2544 §23 waits 2 s); the wait ends once nothing has arrived for 0.1 s,
+    /// so a DUT with shallow queues costs ~0.1 s a trial. Each trial reports how long it took
+    /// (drained_s)
+    #[arg(long, value_parser = parse_duration, default_value_t = 2.0)]
     drain: f64,
 
     /// Learning frames before each size's first trial (RFC 2544 §23).
@@ -350,6 +353,13 @@ pub fn trial_line(t: &TrialRecord) -> String {
     if t.refused > 0 {
         s.push_str(&format!("  (DUT queue refused {})", t.refused));
     }
+    if t.drained_s > 0.3 {
+        // The DUT held frames well after the generator stopped.
+        s.push_str(&format!("  (drained {:.2} s)", t.drained_s));
+    }
+    if t.receiver_dropped > 0 {
+        s.push_str(&format!("  (receiver dropped {})", t.receiver_dropped));
+    }
     if !t.tester_limited.is_empty() {
         s.push_str(&format!(
             "  TESTER-LIMITED: {}",
@@ -497,15 +507,16 @@ fn summary(r: &Rfc2544Report) {
 /// Every trial, one CSV row each.
 pub fn csv(r: &Rfc2544Report) -> String {
     let mut s = String::from(
-        "test,kind,frame_bytes,rate_pps,offered_pps,sent,refused,received,loss_pct,duplicates,\
-         reordered,secs,p50_ns,p99_ns,p999_ns,max_ns,verdict,tester_limited\n",
+        "test,kind,frame_bytes,rate_pps,offered_pps,sent,refused,received,receiver_dropped,\
+         loss_pct,duplicates,reordered,secs,drained_s,p50_ns,p99_ns,p999_ns,max_ns,verdict,\
+         tester_limited\n",
     );
     for t in &r.trials {
         let l = t.latency_ns.as_ref();
         let lat =
             |f: fn(&flowlane_tools::Latency) -> u64| l.map_or(String::new(), |l| f(l).to_string());
         s.push_str(&format!(
-            "{},{},{},{:.0},{:.0},{},{},{},{:.6},{},{},{:.3},{},{},{},{},{},\"{}\"\n",
+            "{},{},{},{:.0},{:.0},{},{},{},{},{:.6},{},{},{:.3},{:.3},{},{},{},{},{},\"{}\"\n",
             t.test.name(),
             t.kind.name(),
             t.frame_bytes,
@@ -514,10 +525,12 @@ pub fn csv(r: &Rfc2544Report) -> String {
             t.sent,
             t.refused,
             t.received,
+            t.receiver_dropped,
             100.0 * t.loss,
             t.duplicates,
             t.reordered,
             t.secs,
+            t.drained_s,
             lat(|l| l.p50),
             lat(|l| l.p99),
             lat(|l| l.p999),

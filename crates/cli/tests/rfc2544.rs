@@ -57,22 +57,54 @@ fn trials(j: &Value) -> Vec<Value> {
     j["trials"].as_array().expect("trials").clone()
 }
 
+/// How a token-bucket lab steers its DUT's receive.
+///
+/// `Rss` (software RSS; rfc2544 places its flow on a DUT queue whose CPU is not the
+/// generator's) for the searches: without steering, veth runs the DUT's whole receive path
+/// (IP forwarding, the bucket's drops) in the softirq of the generator's own sends, and an
+/// overloaded DUT held the generator to 36-73k of the 100-149k frames/s asked (measured: five
+/// runs in a row, every trial above the bucket tester-limited). Its CPU queue is short (512
+/// frames): with the default 16 384 the DUT buffers a third of a second of the bucket's rate
+/// and passed 2 s trials 8 % above it (what it carries for 2 s, not for good: the test's
+/// model is the bucket alone).
+///
+/// `None` for back-to-back bursts, whose model is the bucket's queue alone: in an RSS lab the
+/// forwarding CPU's kernel thread, asleep between trials, takes a while to wake, and its short
+/// queue overflowed at the start of every burst (733-856 frames where the bucket holds 1050).
+enum Steer {
+    Rss,
+    None,
+}
+
 /// A line lab whose DUT (the kernel, routing) forwards through a token bucket of 50 000
 /// 60-byte frames per second with a queue of 1000 frames (the generator's catch-up bursts
-/// fit; a 2 s trial 2 % too fast overflows it) and a bucket of 50.
-fn tbf_lab(tag: &str) -> Option<Line> {
+/// fit; a 2 s trial 2 % too fast overflows it) and a bucket of 50, steered as `steer` says.
+fn tbf_lab(tag: &str, steer: Steer) -> Option<Line> {
+    let lab_args: &[&str] = match steer {
+        Steer::Rss => &["--steer", "rss", "--cpu-queue", "512"],
+        Steer::None => &[],
+    };
+    tbf_lab_with(tag, lab_args, "24mbit", 60_000)
+}
+
+/// A line lab made with `lab_args` whose kernel routes through a token bucket of `rate` (tc's
+/// spelling), a bucket of 50 60-byte frames and a queue of `limit` bytes.
+fn tbf_lab_with(tag: &str, lab_args: &[&str], rate: &str, limit: u32) -> Option<Line> {
     if !need_program("tc") {
         return None;
     }
-    let lab = Line::up(tag, &["--kernel", "route"])?;
+    let args: Vec<&str> = ["--kernel", "route"]
+        .iter()
+        .chain(lab_args)
+        .copied()
+        .collect();
+    let lab = Line::up(tag, &args)?;
     quiet(&lab);
     let st = lab
         .dut
         .command("tc")
-        .args([
-            "qdisc", "add", "dev", "fldut1", "root", "tbf", "rate", "24mbit",
-        ])
-        .args(["burst", "3000", "limit", "60000"])
+        .args(["qdisc", "add", "dev", "fldut1", "root", "tbf", "rate", rate])
+        .args(["burst", "3000", "limit", &limit.to_string()])
         .status()
         .expect("tc");
     assert!(st.success());
@@ -81,7 +113,7 @@ fn tbf_lab(tag: &str) -> Option<Line> {
 
 #[test]
 fn a_dut_of_known_capacity_is_found_within_the_resolution() {
-    let Some(lab) = tbf_lab("c") else {
+    let Some(lab) = tbf_lab("c", Steer::Rss) else {
         return;
     };
     let mut limited = Vec::new();
@@ -115,24 +147,22 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         assert!((max - 1e8 / 672.0).abs() < 1.0, "{max}");
         // Every frame is accounted: what left flgen is what the trials sent (the ceiling ran
         // on its own veth) plus the learning frames, and what reached flsink is what the
-        // trials received plus the learning frames.
+        // trials received (or their receiver dropped) plus the learning frames.
         let ts = trials(&j);
         let counted: Vec<&Value> = ts.iter().filter(|t| t["test"] != "ceiling").collect();
-        let sent: u64 = counted.iter().map(|t| t["sent"].as_u64().expect("n")).sum();
-        let refused: u64 = counted
-            .iter()
-            .map(|t| t["refused"].as_u64().expect("n"))
-            .sum();
-        let got: u64 = counted
-            .iter()
-            .map(|t| t["received"].as_u64().expect("n"))
-            .sum();
+        let sum = |k: &str| -> u64 { counted.iter().map(|t| t[k].as_u64().expect("n")).sum() };
         assert_eq!(
             g1.1 - g0.1,
-            sent + 100 - refused,
+            sum("sent") + 100 - sum("refused"),
             "flgen's tx counter: {err}"
         );
-        assert_eq!(s1.0 - s0.0, got + 100, "flsink's rx counter: {err}");
+        // Frames the sink's ring had no room for (a starved receiver on a busy machine; such
+        // a trial is tester-limited) reached flsink too: counted, not lost from the books.
+        assert_eq!(
+            s1.0 - s0.0,
+            sum("received") + sum("receiver_dropped") + 100,
+            "flsink's rx counter: {err}"
+        );
         let t = &size["throughput"];
         let ndr = t["ndr"]["pps"].as_f64().expect("ndr");
         if t["ndr"]["tester_limited"] == true {
@@ -195,9 +225,73 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
     panic!("the tester was the limit in all three attempts: {limited:?}");
 }
 
+/// A DUT that still holds frames when the generator stops gives them all up to the tester,
+/// which counts until nothing has come for 0.1 s (not a fixed pause) and says how long that
+/// took. The DUT: a token bucket of 20 000 60-byte frames per second with a queue of 25 000;
+/// offered 30 000 a second for 2 s, it forwards 20 000 a second and queues the rest, 20 000
+/// frames that leave in the second after the last is sent. A fixed 0.2 s pause (before)
+/// counted four fifths of them as lost.
+///
+/// The rates stay well below what the kernel's path through a token bucket takes here: on
+/// this VM each frame that waits costs the bucket a timer reprogramming, and above ~52 000
+/// frames a second the forwarding CPU's queue overflowed before the bucket's did.
+#[test]
+fn frames_a_dut_still_holds_are_counted_not_lost() {
+    const RATE: f64 = 20_000.0;
+    // Software RSS puts the DUT's forwarding on the other CPU (without it the generator pays
+    // for the DUT's work in its own sends), its CPU queue as deep as the lab makes it.
+    let Some(lab) = tbf_lab_with("d", &["--steer", "rss"], "9600kbit", 1_500_000) else {
+        return;
+    };
+    let s0 = dev_counts(&lab.sink, "flsink");
+    // The frame loss test from 100 % of a line rate of 30 000 frames/s (84 bytes each on the
+    // wire) down, until two trials in a row lose nothing: 100 % and 90 %.
+    let (code, j, err) = rfc2544(
+        &lab,
+        &[
+            "--tests",
+            "loss",
+            "--line-rate",
+            "20.16Mbit",
+            "--confirm-secs",
+            "2",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let s1 = dev_counts(&lab.sink, "flsink");
+    let ts = trials(&j);
+    let loss: Vec<&Value> = ts.iter().filter(|t| t["test"] == "frame-loss").collect();
+    assert_eq!(loss.len(), 2, "{err}");
+    let first = loss[0];
+    let n = |k: &str| first[k].as_u64().expect("n");
+    // Every frame sent came out and was counted: none lost, none dropped by the receiver.
+    assert_eq!(n("received"), n("sent"), "{err}");
+    assert_eq!(n("receiver_dropped"), 0, "{err}");
+    // What it took: at least the 1 s the queue needs at the bucket's rate (less what a
+    // generator short of its rate left unqueued), within the 2 s bound.
+    let offered = first["offered_pps"].as_f64().expect("offered");
+    let queued = (offered - RATE) * first["secs"].as_f64().expect("secs");
+    let drained = first["drained_s"].as_f64().expect("drained");
+    assert!(
+        drained >= 0.8 * queued / RATE && drained < 2.0,
+        "drained {drained} s with {queued} frames queued: {err}"
+    );
+    assert!(
+        queued > 10_000.0,
+        "the generator queued too little to tell: {err}"
+    );
+    // flsink got what the trials received and the learning frames: nothing the sink missed.
+    let got: u64 = ts
+        .iter()
+        .filter(|t| t["test"] != "ceiling")
+        .map(|t| t["received"].as_u64().expect("n"))
+        .sum();
+    assert_eq!(s1.0 - s0.0, got + 100, "flsink's rx counter: {err}");
+}
+
 #[test]
 fn latency_loss_and_back_to_back_follow_the_known_dut() {
-    let Some(lab) = tbf_lab("l") else {
+    let Some(lab) = tbf_lab("l", Steer::None) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("fl-rfc2544-{}", std::process::id()));
@@ -383,7 +477,7 @@ fn bad_requests_are_usage_errors() {
 
 #[test]
 fn an_imix_through_the_known_dut_finds_its_bit_rate() {
-    let Some(lab) = tbf_lab("i") else {
+    let Some(lab) = tbf_lab("i", Steer::Rss) else {
         return;
     };
     // 7×64, 4×594, 1×1518 with FCS: 357.8 bytes per frame on the wire without FCS, so the

@@ -86,7 +86,8 @@ pub struct Rfc2544Config {
     pub confirm_s: f64,
     /// Seconds between trials (the DUT drains; RFC 2544 §23 asks for some).
     pub pause_s: f64,
-    /// Seconds to wait after the last frame of a trial before counting (frames in flight).
+    /// At most this many seconds of counting after the generator stopped, for the frames the
+    /// DUT still holds; the wait ends once nothing has come for 0.1 s (RFC 2544 §23: 2 s).
     pub drain_s: f64,
     /// Learning frames sent before each size's first trial (§23).
     pub learning_frames: u64,
@@ -138,7 +139,7 @@ impl Rfc2544Config {
             trial_s: 2.0,
             confirm_s: 10.0,
             pause_s: 1.0,
-            drain_s: 0.2,
+            drain_s: 2.0,
             learning_frames: 100,
             resolution: 0.01,
             loss_tolerance_pct: 0.5,

@@ -55,6 +55,11 @@ pub struct TrialRecord {
     pub refused: u64,
     /// Frames received once, counted by the sink (per flow, by sequence number).
     pub received: u64,
+    /// Frames that reached the receiving interface but not the sink: its ring had no room
+    /// (the receiver, not the DUT, was the limit; the trial says so in `tester_limited`).
+    /// They are not in `received`, so they count in `loss`.
+    #[serde(default)]
+    pub receiver_dropped: u64,
     /// `sent − received`, a fraction.
     pub loss: f64,
     /// Frames received more than once.
@@ -65,6 +70,11 @@ pub struct TrialRecord {
     pub latency_ns: Option<Latency>,
     /// Seconds of sending.
     pub secs: f64,
+    /// Seconds the receiver went on counting after the generator stopped, until nothing had
+    /// come for 0.1 s or `drain_s` had passed: how long the DUT took to give up what it
+    /// still held (a DUT with deep queues takes longer; RFC 2544 §23 waits 2 s).
+    #[serde(default)]
+    pub drained_s: f64,
     /// The tester, not the DUT, may have been the limit: why (empty: it was not).
     pub tester_limited: Vec<String>,
     /// `pass` (loss within the goal's tolerance) or `fail`.

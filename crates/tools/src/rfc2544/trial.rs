@@ -2,9 +2,9 @@
 //! (each on a thread in its namespace), then the counts. And the generator's ceiling, against
 //! a veth peer that drops every frame.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flowlane_lab::Netns;
 
@@ -17,6 +17,13 @@ use crate::ToolError;
 
 /// A trial falls short of the rate asked by more than this and it is tester-limited.
 const SHORTFALL: f64 = 0.02;
+
+/// The DUT has drained once nothing has reached the sink for this long after the generator
+/// stopped (or `drain_s` has passed).
+const QUIET: Duration = Duration::from_millis(100);
+
+/// How often the sink says what it received, seconds: the drain's clock.
+const TICK_S: f64 = 0.01;
 
 /// The namespaces and settings every trial of a run shares.
 pub(super) struct Rig<'a> {
@@ -116,7 +123,7 @@ impl Rig<'_> {
                 crate::sink::SinkBackend::AfXdp => c.ring.min(32_768),
                 crate::sink::SinkBackend::AfPacket => c.ring,
             },
-            interval_s: 3600.0,
+            interval_s: TICK_S,
             write: None,
             backend: c.rx_backend,
             cpus: Vec::new(),
@@ -124,26 +131,35 @@ impl Rig<'_> {
         let bcfg = self.blast_config(shot, &c.tx.dev, c.dst_mac);
         let sink_stop = Arc::new(AtomicBool::new(false));
         let (started_tx, started_rx) = mpsc::channel();
+        // When the sink last said frames had come, nanoseconds after `t0`.
+        let t0 = Instant::now();
+        let last_rx = AtomicU64::new(0);
+        let mut drained = Duration::ZERO;
         let (s, b) = std::thread::scope(|sc| -> Result<_, ToolError> {
-            let (scfg, sink_stop) = (&scfg, &sink_stop);
+            let (scfg, sink_stop, last_rx) = (&scfg, &sink_stop, &last_rx);
             let rx_ns = self.rx_ns.as_ref();
             let sink = sc.spawn(move || {
                 inside(rx_ns, move || {
-                    sink::run(scfg, sink_stop, &mut |e| {
-                        if let SinkEvent::Started(_) = e {
+                    sink::run(scfg, sink_stop, &mut |e| match e {
+                        SinkEvent::Started(_) => {
                             let _ = started_tx.send(());
                         }
+                        SinkEvent::Tick(t) if t.rx_packets > 0 => {
+                            last_rx.store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        }
+                        SinkEvent::Tick(_) => {}
                     })
                 })
             });
             let b = if started_rx.recv_timeout(Duration::from_secs(20)).is_ok() {
-                Some(inside(self.tx_ns.as_ref(), || {
+                let b = inside(self.tx_ns.as_ref(), || {
                     blast::run(&bcfg, self.stop, &mut |_| {})
-                }))
+                });
+                drained = wait_quiet(last_rx, t0, Duration::from_secs_f64(c.drain_s.max(0.0)));
+                Some(b)
             } else {
                 None
             };
-            std::thread::sleep(Duration::from_secs_f64(c.drain_s.max(0.0)));
             sink_stop.store(true, Ordering::Relaxed);
             let s = sink
                 .join()
@@ -182,7 +198,9 @@ impl Rig<'_> {
                     .collect()
             });
         }
-        Ok(record(shot, &step, &s))
+        let mut r = record(shot, &step, &s);
+        r.drained_s = drained.as_secs_f64();
+        Ok(r)
     }
 
     /// The tx interface's reported speed, bits per second (veth reports 10 Gbit/s, and blast
@@ -290,6 +308,22 @@ impl Rig<'_> {
     }
 }
 
+/// Waits after the generator stopped until nothing has reached the sink for [`QUIET`] (the
+/// frames the DUT still held have come out), at most `max` (RFC 2544 §23: 2 s); how long.
+/// `last_rx`: when the sink last said frames had come, nanoseconds after `t0`.
+fn wait_quiet(last_rx: &AtomicU64, t0: Instant, max: Duration) -> Duration {
+    let start = t0.elapsed();
+    loop {
+        let now = t0.elapsed();
+        let waited = now.saturating_sub(start);
+        let last = Duration::from_nanos(last_rx.load(Ordering::Relaxed));
+        if waited >= max || (waited >= QUIET && now.saturating_sub(last) >= QUIET) {
+            return waited;
+        }
+        std::thread::sleep(Duration::from_millis(5).min(max - waited));
+    }
+}
+
 /// The counts of a trial, from the generator's step and the sink's report.
 fn record(shot: &Shot, step: &blast::StepReport, s: &SinkReport) -> TrialRecord {
     let sent = step.tx_packets;
@@ -333,11 +367,13 @@ fn record(shot: &Shot, step: &blast::StepReport, s: &SinkReport) -> TrialRecord 
         sent,
         refused,
         received,
+        receiver_dropped: s.ring_drops,
         loss,
         duplicates: s.duplicates,
         reordered: s.reordered,
         latency_ns: s.latency_ns.clone(),
         secs: step.duration_s,
+        drained_s: 0.0,
         tester_limited: limited,
         verdict: String::new(),
     }
