@@ -42,9 +42,11 @@ mod page;
 /// sends every frame; IMIX uses AF_XDP), the receiver a sink on the receiving interface
 /// (AF_XDP: frames taken in XDP, so that on veth, where the receive path runs on the DUT's
 /// CPU, the receiver costs the DUT little; --rx-backend af-packet otherwise); both run in
-/// this process. A trial that did not get its rate, ran within 80 % of the ceiling, or
-/// whose sink overflowed is marked tester-limited: its rate is a lower bound, never the DUT's
-/// figure. Frames the DUT's queue refused count as the DUT's loss.
+/// this process. After each trial's last frame the sink counts on until nothing has arrived
+/// for 0.1 s (at most --drain), so frames a DUT still held are counted, not lost. A trial
+/// that did not get its rate, ran within 80 % of the ceiling, or whose sink overflowed is
+/// marked tester-limited: its rate is a lower bound, never the DUT's figure. Frames the DUT's
+/// queue refused count as the DUT's loss.
 ///
 /// Where: --lab NAME uses the line lab (`flowlane lab up --topology line`): frames leave
 /// the generator's flgen (in NAME-gen) for the sink's address and are received on the
