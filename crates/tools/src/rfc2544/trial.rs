@@ -378,3 +378,28 @@ fn record(shot: &Shot, step: &blast::StepReport, s: &SinkReport) -> TrialRecord 
         verdict: String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nothing came after the generator stopped: the drain ends after [`QUIET`], not at the
+    /// bound (lower bounds only: a busy machine may run the loop late, never early).
+    #[test]
+    fn a_quiet_dut_drains_after_the_quiet_time() {
+        let t0 = Instant::now();
+        let waited = wait_quiet(&AtomicU64::new(0), t0, Duration::from_secs(30));
+        assert!(waited >= QUIET, "{waited:?}");
+        assert!(waited < Duration::from_secs(30), "{waited:?}");
+    }
+
+    /// Frames keep coming (the last one always just now): the drain ends at its bound.
+    #[test]
+    fn a_dut_that_keeps_sending_is_cut_at_the_bound() {
+        let t0 = Instant::now();
+        let always = AtomicU64::new(u64::MAX / 2);
+        let max = Duration::from_millis(300);
+        let waited = wait_quiet(&always, t0, max);
+        assert!(waited >= max, "{waited:?}");
+    }
+}
