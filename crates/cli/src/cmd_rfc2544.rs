@@ -52,7 +52,11 @@ mod page;
 /// the generator's flgen (in NAME-gen) for the sink's address and are received on the
 /// sink's flsink (in NAME-sink); the DUT is the kernel (`--kernel route`) or `flowlane
 /// forward` in NAME-dut. Or cable it as a hardware tester is: --tx-dev A --rx-dev B --to IP
-/// (optionally in namespaces).
+/// (optionally in namespaces). In a lab that steers with software RSS (the default) the
+/// DUT's per-CPU queue (`lab up --cpu-queue`, 16 384 frames) is part of what it buffers: a
+/// 2 s trial a little above its rate can pass. Longer trials, or a shorter queue, tell what it
+/// carries for good. On a VM a `tc tbf` on the DUT re-arms a timer for every frame that
+/// waits, which caps what the DUT takes in (~52 k frames/s here; BENCHMARKS.md).
 ///
 /// Exit code: 0 the run completed; 1 it could not (or a size found no rate at all); 2 usage.
 ///
