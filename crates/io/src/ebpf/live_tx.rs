@@ -17,8 +17,9 @@ pub mod live_flow {
     pub const VALUE_SIZE: usize = HDR_MAX + 8;
 }
 
-/// Layout of the paced generator's state (one entry of an array map, see [`live_tx_program`]):
-/// native-endian u64s. Times are CLOCK_MONOTONIC; "fixed" values are in 1/1024 ns so rates
+/// Layout of a live-frames run's state (the one entry of an array map, see
+/// [`live_tx_program`]): native-endian u64s. `BASE`, `NEXT`, `STEP` and `SLACK` pace (paced
+/// runs only); `DEADLINE` and `LIMIT` bound every run; `FIRST` and `LAST` are the program's. Times are CLOCK_MONOTONIC; "fixed" values are in 1/1024 ns so rates
 /// above 1 Mpps keep their precision (at 3 Mpps a whole-ns step would be 0.1 % off).
 pub mod live_pace {
     /// Time origin, ns: the program paces on `(now − BASE) × 1024`.
@@ -36,7 +37,8 @@ pub mod live_pace {
     pub const LIMIT: usize = 40;
     /// When the first frame left (ns), written by the program.
     pub const FIRST: usize = 48;
-    /// When the latest frame left (ns), written by the program.
+    /// When the latest frame left (ns), written by the program (unpaced: its latest clock
+    /// reading, which may lie past `DEADLINE` when that reading stopped the run).
     pub const LAST: usize = 56;
     /// Value size of the map.
     pub const VALUE_SIZE: usize = 64;
@@ -45,9 +47,11 @@ pub mod live_pace {
 /// What the live-frames generator program is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveTx {
-    /// Array map (one u64) counting the frames run; also the source of sequence numbers. The
-    /// program is its only writer (one program per sending thread; a test run calls it on
-    /// that thread only, one frame after the other), so it adds without an atomic.
+    /// Array map of one entry of two u64 words (`bpf::MappedArray::words`), reached without a
+    /// lookup (`Asm::load_map_value`): word 0 counts the frames run and is the source of
+    /// sequence numbers; word 1 holds the shared clock reading (`clock_every`). The program is
+    /// the counter's only writer (one program per sending thread; a test run calls it on that
+    /// thread only, one frame after the other), so it adds without an atomic.
     pub counter_fd: i32,
     /// Array map of `flows` entries laid out as [`live_flow`].
     pub flows_fd: i32,
@@ -61,12 +65,20 @@ pub struct LiveTx {
     pub seq_off: usize,
     /// Offset of the UDP checksum in the frame.
     pub csum_off: usize,
-    /// Paced: an array map of one [`live_pace`] entry. Each run first checks the deadline and
-    /// the limit, then whether a frame is due; a run that may not send returns XDP_DROP
+    /// An array map of one [`live_pace`] entry (reached without a lookup): what bounds the
+    /// run, so that a run can be one long kernel call ended by a signal (each call costs
+    /// ~20 ms of set-up and tear-down). Paced (`paced`): each run first checks the deadline
+    /// and the limit, then whether a frame is due; a run that may not send returns XDP_DROP
     /// without counting (in live-frames mode a dropped frame goes back to the page pool, a
     /// few ns). The run loop then spins at the rate the program can decide, so frames leave
-    /// evenly spaced to within a batch, not in bursts of a whole kernel call.
-    pub pace_fd: Option<i32>,
+    /// evenly spaced to within a batch, not in bursts of a whole kernel call. Unpaced: the
+    /// limit is checked against the counter and the deadline against the frame's (shared)
+    /// clock reading, so at most `clock_every - 1` frames leave after it; each reading is
+    /// stamped as `LAST`, the first frame's as `FIRST`.
+    pub state_fd: i32,
+    /// Frames leave at the rate `state_fd`'s entry sets (its `live_pace` fields), not as fast
+    /// as the run goes.
+    pub paced: bool,
     /// One flow: its map entry ([`live_flow`]: the header bytes, then the checksum seed),
     /// built into the program — the headers written as immediates, no flow to look up. They
     /// are written every frame all the same: in live-frames mode a sent frame's page comes
@@ -74,7 +86,7 @@ pub struct LiveTx {
     /// (a router decrementing the TTL, rewriting MACs) changes it.
     pub one_flow: Option<[u8; live_flow::VALUE_SIZE]>,
     /// Unpaced: read the clock for one frame in this many (a power of two; 1: every frame)
-    /// and stamp the others with that reading, kept in the counter map's entry 1. Live
+    /// and stamp the others with that reading, kept in the counter map's word 1. Live
     /// frames leave in batches (the kernel flushes a batch after running the program on all
     /// of it), so a frame's stamp is already up to a batch earlier than its departure; with
     /// a reading shared by at most as many frames as a batch holds, the stamp is still never
@@ -99,46 +111,17 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
     let (seq_off, csum_off) = (p.seq_off as i16, p.csum_off as i16);
     let flows = p.flows.max(1) as i32;
     a.mov(R6, R1);
-    if let Some(pace_fd) = p.pace_fd {
-        pace_gate(&mut a, pace_fd, p.counter_fd, drop);
-    }
-    a
-        // n = counter[0]++ (the only writer: a plain add)
-        .store_imm(Size::W, R10, -4, 0)
-        .mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -4)
-        .load_map_fd(R1, p.counter_fd)
-        .call(Helper::MapLookupElem)
-        .jump_imm(Cond::Eq, R0, 0, drop)
-        .load(Size::Dw, R7, R0, 0)
-        .mov(R1, R7)
-        .alu_imm(Alu::Add, R1, 1)
-        .store(Size::Dw, R0, 0, R1);
-    // R8 = the time: the gate's reading when paced (one clock read per frame); else now, or
-    // the reading shared by this frame's group (`clock_every`).
-    if p.pace_fd.is_some() {
-        a.load(Size::Dw, R8, R10, -16);
-    } else if p.clock_every > 1 {
-        let (cached, timed) = (a.label(), a.label());
-        a.store_imm(Size::W, R10, -12, 1)
-            .mov(R2, R10)
-            .alu_imm(Alu::Add, R2, -12)
-            .load_map_fd(R1, p.counter_fd)
-            .call(Helper::MapLookupElem)
-            .jump_imm(Cond::Eq, R0, 0, drop)
+    if p.paced {
+        pace_gate(&mut a, p.state_fd, p.counter_fd, drop);
+        // n = counter[0]++ (the only writer: a plain add); R8 = the time the gate read.
+        a.load_map_value(R2, p.counter_fd, 0)
+            .load(Size::Dw, R7, R2, 0)
             .mov(R1, R7)
-            .alu_imm(Alu::And, R1, (p.clock_every.next_power_of_two() - 1) as i32)
-            .jump_imm(Cond::Ne, R1, 0, cached)
-            .mov(R9, R0)
-            .call(Helper::KtimeGetNs)
-            .mov(R8, R0)
-            .store(Size::Dw, R9, 0, R8)
-            .jump(timed)
-            .bind(cached)
-            .load(Size::Dw, R8, R0, 0)
-            .bind(timed);
+            .alu_imm(Alu::Add, R1, 1)
+            .store(Size::Dw, R2, 0, R1)
+            .load(Size::Dw, R8, R10, -16);
     } else {
-        a.call(Helper::KtimeGetNs).mov(R8, R0);
+        unpaced_gate(&mut a, p, drop);
     }
     if p.one_flow.is_none() {
         // flow k = n % flows, sequence number n / flows; R9 = the flow's entry
@@ -228,6 +211,47 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
     a.finish()
 }
 
+/// The unpaced generator's frame number, time and bounds (R6 holds the context): R7 = n (the
+/// counter, then counted), R8 = the time to stamp — now, or the reading shared by this frame's
+/// group (`LiveTx::clock_every`), each reading also stamped as the state's `LAST` and the
+/// first frame's as `FIRST`; jumps to `drop` (nothing counted) once the counter has reached
+/// the state's `LIMIT` or the reading its `DEADLINE`.
+fn unpaced_gate(a: &mut Asm, p: &LiveTx, drop: Label) {
+    use live_pace::*;
+    let (timed, later) = (a.label(), a.label());
+    a.load_map_value(R9, p.state_fd, 0)
+        .load_map_value(R2, p.counter_fd, 0)
+        .load(Size::Dw, R7, R2, 0)
+        .load(Size::Dw, R1, R9, LIMIT as i16)
+        .jump_reg(Cond::Ge, R7, R1, drop);
+    if p.clock_every > 1 {
+        let read = a.label();
+        a.mov(R1, R7)
+            .alu_imm(Alu::And, R1, (p.clock_every.next_power_of_two() - 1) as i32)
+            .jump_imm(Cond::Eq, R1, 0, read)
+            .load_map_value(R1, p.counter_fd, 8)
+            .load(Size::Dw, R8, R1, 0)
+            .jump(timed)
+            .bind(read);
+    }
+    a.call(Helper::KtimeGetNs)
+        .mov(R8, R0)
+        .load_map_value(R1, p.counter_fd, 8)
+        .store(Size::Dw, R1, 0, R8)
+        .store(Size::Dw, R9, LAST as i16, R8)
+        .jump_imm(Cond::Ne, R7, 0, later)
+        .store(Size::Dw, R9, FIRST as i16, R8)
+        .bind(later)
+        .bind(timed)
+        .load(Size::Dw, R1, R9, DEADLINE as i16)
+        .jump_reg(Cond::Ge, R8, R1, drop)
+        // Counted only now that the frame leaves (the only writer: a plain add).
+        .load_map_value(R2, p.counter_fd, 0)
+        .mov(R1, R7)
+        .alu_imm(Alu::Add, R1, 1)
+        .store(Size::Dw, R2, 0, R1);
+}
+
 /// The paced generator's gate (registers R7–R9 are free; R6 holds the context): falls through
 /// when a frame may leave now, after booking it; jumps to `drop` otherwise.
 fn pace_gate(a: &mut Asm, pace_fd: i32, counter_fd: i32, drop: Label) {
@@ -235,25 +259,14 @@ fn pace_gate(a: &mut Asm, pace_fd: i32, counter_fd: i32, drop: Label) {
     let no_floor = a.label();
     let keep = a.label();
     let stamped = a.label();
-    a.store_imm(Size::W, R10, -4, 0)
-        .mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -4)
-        .load_map_fd(R1, pace_fd)
-        .call(Helper::MapLookupElem)
-        .jump_imm(Cond::Eq, R0, 0, drop)
-        .mov(R9, R0)
-        .call(Helper::KtimeGetNs)
+    a.call(Helper::KtimeGetNs)
         .mov(R7, R0)
+        .load_map_value(R9, pace_fd, 0)
         .load(Size::Dw, R1, R9, DEADLINE as i16)
         .jump_reg(Cond::Ge, R7, R1, drop)
         // The limit: frames counted so far (this CPU is the counter's only writer).
-        .store_imm(Size::W, R10, -4, 0)
-        .mov(R2, R10)
-        .alu_imm(Alu::Add, R2, -4)
-        .load_map_fd(R1, counter_fd)
-        .call(Helper::MapLookupElem)
-        .jump_imm(Cond::Eq, R0, 0, drop)
-        .load(Size::Dw, R8, R0, 0)
+        .load_map_value(R1, counter_fd, 0)
+        .load(Size::Dw, R8, R1, 0)
         .load(Size::Dw, R2, R9, LIMIT as i16)
         .jump_reg(Cond::Ge, R8, R2, drop)
         // now = (ktime − base) × 1024; not yet due → drop
@@ -347,7 +360,7 @@ mod tests {
     /// of four — times that step up group by group and never go back.
     #[test]
     fn every_frame_is_stamped_with_a_valid_checksum_and_groups_share_a_reading() {
-        let counter = match bpf::MappedArray::new("fl_t_live_c", 2) {
+        let counter = match bpf::MappedArray::words("fl_t_live_c", 2) {
             Ok(m) => m,
             Err(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
                 eprintln!("SKIP: needs CAP_BPF");
@@ -369,6 +382,7 @@ mod tests {
         used[..12].rotate_left(6);
         used[22] -= 1;
         used[24..26].fill(0x5a);
+        let state = unbounded_state();
         for (every, one) in [(4u32, true), (1, false)] {
             let insns = live_tx_program(&LiveTx {
                 counter_fd: counter.fd(),
@@ -377,7 +391,8 @@ mod tests {
                 hdr_len: seq_off + 12,
                 seq_off,
                 csum_off,
-                pace_fd: None,
+                state_fd: state.raw_fd(),
+                paced: false,
                 one_flow: one.then_some(entry),
                 clock_every: every,
             })
@@ -424,5 +439,98 @@ mod tests {
                 assert!(times[0] < times[4] && times[4] < times[8], "{times:?}");
             }
         }
+    }
+
+    /// A run state with no deadline and no limit.
+    fn unbounded_state() -> crate::maps::ArrayMap {
+        let state = crate::maps::ArrayMap::create("fl_t_live_s", live_pace::VALUE_SIZE, 1)
+            .expect("state map");
+        set_bounds(&state, u64::MAX, u64::MAX);
+        state
+    }
+
+    /// Sets the state's deadline and limit, the rest as it is.
+    fn set_bounds(state: &crate::maps::ArrayMap, deadline: u64, limit: u64) {
+        let mut v = state.get(0).expect("state");
+        v[live_pace::DEADLINE..live_pace::DEADLINE + 8].copy_from_slice(&deadline.to_ne_bytes());
+        v[live_pace::LIMIT..live_pace::LIMIT + 8].copy_from_slice(&limit.to_ne_bytes());
+        state.set(0, &v).expect("state");
+    }
+
+    fn word(state: &crate::maps::ArrayMap, at: usize) -> u64 {
+        let v = state.get(0).expect("state");
+        u64::from_ne_bytes(v[at..at + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Unpaced, the program keeps the run's bounds itself (so a run can be one long kernel
+    /// call): no frame leaves, and none is counted, once the counter has reached the limit or
+    /// the clock the deadline; the first frame's time and the latest reading are stamped.
+    #[test]
+    fn unpaced_frames_stop_at_the_limit_and_the_deadline_and_the_window_is_stamped() {
+        let counter = match bpf::MappedArray::words("fl_t_live_c", 2) {
+            Ok(m) => m,
+            Err(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
+                eprintln!("SKIP: needs CAP_BPF");
+                return;
+            }
+            Err(e) => panic!("map: {e}"),
+        };
+        let flows = crate::maps::ArrayMap::create("fl_t_live_f", live_flow::VALUE_SIZE, 1)
+            .expect("flows map");
+        let (f, seq_off, csum_off, seed) = frame();
+        let mut entry = [0u8; live_flow::VALUE_SIZE];
+        entry[..seq_off + 12].copy_from_slice(&f[..seq_off + 12]);
+        entry[live_flow::SEED..live_flow::SEED + 4].copy_from_slice(&seed.to_ne_bytes());
+        flows.set(0, &entry).expect("flow entry");
+        let state = unbounded_state();
+        let insns = live_tx_program(&LiveTx {
+            counter_fd: counter.fd(),
+            flows_fd: flows.raw_fd(),
+            flows: 1,
+            hdr_len: seq_off + 12,
+            seq_off,
+            csum_off,
+            state_fd: state.raw_fd(),
+            paced: false,
+            one_flow: Some(entry),
+            clock_every: 4,
+        })
+        .expect("assembles");
+        let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_live", &insns).expect("verified");
+        let run = || bpf::xdp_test_run(&prog, &f).expect("test run").0;
+        // A limit of 6: six frames leave and are counted, the rest are dropped uncounted.
+        set_bounds(&state, u64::MAX, 6);
+        let t0 = crate::os::monotonic_ns();
+        let verdicts: Vec<u32> = (0..9).map(|_| run()).collect();
+        let t1 = crate::os::monotonic_ns();
+        assert_eq!(verdicts[..6], [xdp::TX as u32; 6]);
+        assert_eq!(verdicts[6..], [xdp::DROP as u32; 3]);
+        assert_eq!(counter.get(0), 6);
+        let (first, last) = (
+            word(&state, live_pace::FIRST),
+            word(&state, live_pace::LAST),
+        );
+        assert!(
+            t0 <= first && first <= last && last <= t1,
+            "{t0} {first} {last} {t1}"
+        );
+        // A deadline already passed: the frames with the group's reading from before it
+        // (frames 6 and 7 of the group that began at 4) still leave; from the next reading
+        // on nothing leaves or is counted.
+        set_bounds(&state, crate::os::monotonic_ns(), u64::MAX);
+        let verdicts: Vec<u32> = (0..5).map(|_| run()).collect();
+        assert_eq!(
+            verdicts,
+            [
+                xdp::TX as u32,
+                xdp::TX as u32,
+                xdp::DROP as u32,
+                xdp::DROP as u32,
+                xdp::DROP as u32
+            ]
+        );
+        assert_eq!(counter.get(0), 8);
+        assert!(word(&state, live_pace::LAST) >= word(&state, live_pace::DEADLINE));
+        assert_eq!(word(&state, live_pace::FIRST), first, "stamped once");
     }
 }

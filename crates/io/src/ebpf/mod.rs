@@ -285,6 +285,14 @@ impl Asm {
             .push(Insn::default())
     }
 
+    /// `dst = &value[off]` of a one-entry array map, by file descriptor (a two-slot `ld_imm64`
+    /// with `BPF_PSEUDO_MAP_VALUE`, Linux 5.2+): a pointer the verifier knows, with no lookup
+    /// at run time — how libbpf reaches global variables.
+    pub fn load_map_value(&mut self, dst: Reg, fd: i32, off: i32) -> &mut Asm {
+        self.push(insn(LD | IMM | Size::Dw as u8, dst, Reg(2), 0, fd))
+            .push(insn(0, R0, R0, 0, off))
+    }
+
     /// `if dst cond imm goto l`.
     pub fn jump_imm(&mut self, c: Cond, dst: Reg, imm: i32, l: Label) -> &mut Asm {
         self.fixups.push((self.insns.len(), l));

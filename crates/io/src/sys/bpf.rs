@@ -154,7 +154,21 @@ unsafe impl Sync for MappedArray {}
 impl MappedArray {
     /// A new `BPF_MAP_TYPE_ARRAY` of `entries` u64 values (all zero), mapped read-only.
     pub fn new(name: &str, entries: u32) -> Result<MappedArray, SysError> {
-        let fd = create_map(MAP_ARRAY, 4, 8, entries.max(1), F_MMAPABLE, name)?;
+        Self::create(name, 8, entries)
+    }
+
+    /// A new `BPF_MAP_TYPE_ARRAY` of one entry holding `words` u64 values (all zero), mapped
+    /// read-only; `get(i)` reads word `i`. A program addresses such a map's words directly
+    /// (`Asm::load_map_value`, what libbpf does for global variables; Linux 5.2+), without a
+    /// lookup per use — the kernel offers that only for arrays of one entry.
+    pub fn words(name: &str, words: u32) -> Result<MappedArray, SysError> {
+        Self::create(name, words.max(1).saturating_mul(8), 1)
+    }
+
+    /// `entries` values of `value_size` bytes (a multiple of 8), read as u64 words.
+    fn create(name: &str, value_size: u32, entries: u32) -> Result<MappedArray, SysError> {
+        let fd = create_map(MAP_ARRAY, 4, value_size, entries.max(1), F_MMAPABLE, name)?;
+        let entries = (value_size / 8).max(1) * entries.max(1);
         // SAFETY: sysconf has no memory effects.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let len = (entries.max(1) as usize * 8).div_ceil(page) * page;

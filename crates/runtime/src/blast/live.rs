@@ -11,15 +11,6 @@ use super::BlastStats;
 use super::{BlastError, BlastJob, BlastReport, RawLink, TxBook};
 use crate::Poll;
 
-/// How long one live-frames run should last. Each `BPF_PROG_TEST_RUN` call costs about 20 ms
-/// of set-up and tear-down whatever its length (measured on the development VM: one frame or
-/// 8192 frames per call take the same time; docs/benchmarks-history.md), so runs must be long for that to
-/// vanish, and short enough that a stop is seen quickly.
-const LIVE_RUN_NS: u64 = 200_000_000;
-/// Frames in the first run, before the rate is known, and the bounds of later runs.
-const LIVE_FIRST: usize = 65_536;
-const LIVE_MIN: usize = 4096;
-const LIVE_MAX: usize = 1 << 24;
 /// Unpaced, frames in a group sharing one clock reading (a power of two, at most a batch).
 const LIVE_CLOCK_EVERY: u32 = 8;
 
@@ -28,8 +19,13 @@ const LIVE_CLOCK_EVERY: u32 = 8;
 /// mode on copies of one frame and sends each out of the interface with XDP_TX — no skb, no
 /// ring to refill (what xdp-trafficgen does). The program stamps flow, sequence number and
 /// time into every frame and counts the frames it released in a map this worker reads, so
-/// `sent` is the kernel's own count. Needs Linux 5.18+ and CAP_BPF + CAP_NET_ADMIN; on veth the
-/// peer must run NAPI (an XDP program or GRO), else veth drops the frames.
+/// `sent` is the kernel's own count. Paced or not, the whole send is one kernel run on a thread
+/// of its own ([`Runner`]), bounded by the program (deadline, quota, pacing) and ended by a
+/// signal: each `BPF_PROG_TEST_RUN` call costs ~20 ms of set-up and tear-down however many
+/// frames it runs (measured: 64 Ki frames a call carry 2.0 Mpps, 1 Mi 6.1, 16 Mi 7.1 —
+/// BENCHMARKS.md), so calls sized for 200 ms, as before, lost a tenth of the rate. Needs Linux
+/// 5.18+ and CAP_BPF + CAP_NET_ADMIN; on veth the peer must run NAPI (an XDP program or GRO),
+/// else veth drops the frames.
 #[derive(Debug)]
 pub struct LiveBlaster {
     job: BlastJob,
@@ -39,20 +35,19 @@ pub struct LiveBlaster {
     frame: Vec<u8>,
     ifindex: u32,
     batch: u32,
-    /// Frames in the next run (sized from the rate the last run achieved).
-    chunk: usize,
     book: TxBook,
     finished: bool,
     report: Arc<Mutex<Option<BlastReport>>>,
-    /// Paced (`job.pps`): the program's pacing state (kept for the program's lifetime) and,
-    /// once sending has begun, the thread inside the one long kernel run.
-    pace: Option<flowlane_io::bpf::ArrayMap>,
+    /// The run's state ([`flowlane_io::ebpf::live_pace`]: deadline, quota, pacing, the send
+    /// window the program stamps; kept for the program's lifetime) and, once sending has
+    /// begun, the thread inside the one long kernel run.
+    state: flowlane_io::bpf::ArrayMap,
     runner: Option<Runner>,
-    /// When the paced run began (CLOCK_MONOTONIC ns).
+    /// When the run began (CLOCK_MONOTONIC ns).
     run_start: u64,
 }
 
-/// The thread that sits in one `BPF_PROG_TEST_RUN` for a whole paced run (a run of
+/// The thread that sits in one `BPF_PROG_TEST_RUN` for a whole send (a run of
 /// `u32::MAX` program calls, restarted if it is ever spent): a kernel run costs ~30 ms of
 /// set-up and tear-down, so runs cut short to poll would leave gaps; instead the program keeps
 /// the time (deadline, limit, pacing) and the worker ends the run with a signal.
@@ -218,22 +213,18 @@ impl LiveBlaster {
                 entry0 = value;
             }
         }
-        // Entry 0: frames released; entry 1: the clock reading unpaced frames share.
-        let counter = flowlane_io::bpf::MappedArray::new("fl_live_count", 2).map_err(bpf_err)?;
-        // Zeroed until sending begins (deadline 0: nothing leaves).
-        let pace = match job.pps {
-            Some(_) => Some(
-                flowlane_io::bpf::ArrayMap::create(
-                    "fl_live_pace",
-                    flowlane_io::ebpf::live_pace::VALUE_SIZE,
-                    1,
-                )
-                .map_err(bpf_err)?,
-            ),
-            None => None,
-        };
+        // Word 0: frames released; word 1: the clock reading unpaced frames share.
+        let counter = flowlane_io::bpf::MappedArray::words("fl_live_count", 2).map_err(bpf_err)?;
+        // Zeroed until sending begins (deadline and limit 0: nothing leaves).
+        let state = flowlane_io::bpf::ArrayMap::create(
+            "fl_live_state",
+            flowlane_io::ebpf::live_pace::VALUE_SIZE,
+            1,
+        )
+        .map_err(bpf_err)?;
         let insns = live_tx_program(&LiveTx {
-            pace_fd: pace.as_ref().map(|m| m.raw_fd()),
+            state_fd: state.raw_fd(),
+            paced: job.pps.is_some(),
             counter_fd: counter.fd(),
             flows_fd: flows_map.raw_fd(),
             flows: job.flows.len() as u32,
@@ -258,7 +249,6 @@ impl LiveBlaster {
         Ok(LiveBlaster {
             book: TxBook::new(&job),
             batch: (job.batch as u32).clamp(1, 256),
-            chunk: LIVE_FIRST,
             prog: Arc::new(prog),
             counter,
             frame,
@@ -266,50 +256,52 @@ impl LiveBlaster {
             finished: false,
             report,
             job,
-            pace,
+            state,
             runner: None,
             run_start: 0,
         })
     }
 }
 
-/// The pacing state for a worker sending `pps` frames per second: due from now on, bursts of
-/// at most `job.burst`, ending at the job's deadline or quota. Written when sending begins, so no credit has piled up since the map was made: the first
-/// frame is due at once, the next one step later.
-fn arm_pace(
+/// Writes the run's state when sending begins: its deadline and quota, and for a worker
+/// sending `pps` frames per second the pacing — due from now on, bursts of at most
+/// `job.burst` (written now, so no credit has piled up since the map was made: the first
+/// frame is due at once, the next one step later).
+fn arm(
     map: &flowlane_io::bpf::ArrayMap,
-    pps: f64,
+    pps: Option<f64>,
     job: &BlastJob,
 ) -> Result<(), flowlane_io::SysError> {
     use flowlane_io::ebpf::live_pace::*;
-    let step = ((1e9 * 1024.0) / pps.max(1e-3)).round().max(1.0) as u64;
     let mut v = [0u8; VALUE_SIZE];
     let mut put = |at: usize, x: u64| v[at..at + 8].copy_from_slice(&x.to_ne_bytes());
-    put(BASE, os::monotonic_ns());
-    put(NEXT, 0);
-    put(STEP, step);
-    put(SLACK, step.saturating_mul(u64::from(job.burst.max(1)) - 1));
+    if let Some(pps) = pps {
+        let step = ((1e9 * 1024.0) / pps.max(1e-3)).round().max(1.0) as u64;
+        put(BASE, os::monotonic_ns());
+        put(NEXT, 0);
+        put(STEP, step);
+        put(SLACK, step.saturating_mul(u64::from(job.burst.max(1)) - 1));
+    }
     put(DEADLINE, job.deadline_ns.unwrap_or(u64::MAX));
     put(LIMIT, job.quota.unwrap_or(u64::MAX));
     map.set(0, &v)
 }
 
 impl LiveBlaster {
-    /// Paced: starts the run thread once, then books what the program's counter says left.
-    fn poll_paced(&mut self, st: &BlastStats) -> Result<usize, String> {
+    /// Starts the run thread once, then books what the program's counter says left.
+    fn poll_run(&mut self, st: &BlastStats) -> Result<usize, String> {
         let now = os::monotonic_ns();
         match self.runner.as_mut() {
             None => {
-                if let (Some(map), Some(pps)) = (self.pace.as_ref(), self.job.pps) {
-                    arm_pace(map, pps, &self.job).map_err(|e| e.to_string())?;
-                }
+                arm(&self.state, self.job.pps, &self.job).map_err(|e| e.to_string())?;
                 self.runner = Some(Runner::start(
                     self.prog.clone(),
                     self.frame.clone(),
                     self.ifindex,
                     self.batch,
                 )?);
-                // The kernel's set-up of a run takes ~0.1 ms: the window opens here.
+                // Until the program's stamp of its first frame is read at the end (the
+                // kernel sets a run up first), the window opens here.
                 self.run_start = now;
                 return Ok(0);
             }
@@ -330,11 +322,11 @@ impl LiveBlaster {
         Ok(n)
     }
 
-    /// Paced: the send window as the program stamped it (first and latest frame, kernel
-    /// clock), more exact than when this worker looked.
+    /// The send window as the program stamped it (first and latest frame, kernel clock; no
+    /// later than the deadline), more exact than when this worker looked.
     fn window_from_program(&mut self) {
         use flowlane_io::ebpf::live_pace::{FIRST, LAST};
-        let Some(Ok(v)) = self.pace.as_ref().map(|m| m.get(0)) else {
+        let Ok(v) = self.state.get(0) else {
             return;
         };
         let at = |o: usize| {
@@ -342,7 +334,10 @@ impl LiveBlaster {
                 .and_then(|b| b.try_into().ok())
                 .map_or(0, u64::from_ne_bytes)
         };
-        let (first, last) = (at(FIRST), at(LAST));
+        let (first, last) = (
+            at(FIRST),
+            at(LAST).min(self.job.deadline_ns.unwrap_or(u64::MAX)),
+        );
         if first > 0 && last >= first {
             self.book.first_tx = first;
             self.book.last_tx = last;
@@ -368,59 +363,15 @@ impl LiveBlaster {
 impl Poll for LiveBlaster {
     type Stats = BlastStats;
 
-    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
-        if self.pace.is_some() {
-            return self.poll_paced(st);
-        }
-        let start = os::monotonic_ns();
-        if self.book.over(start) {
-            self.finished = true;
-            return Ok(0);
-        }
-        let mut want = self.chunk.max(budget);
-        if let (Some(d), Some(pps)) = (self.book.deadline_ns, self.book.rate_so_far()) {
-            // Do not run far past the deadline.
-            let left = d.saturating_sub(start) as f64 / 1e9;
-            want = want.min((left * pps) as usize + 1);
-        }
-        let n = self.book.allow(start, want);
-        if n == 0 {
-            return Ok(0);
-        }
-        let before = self.counter.get(0);
-        flowlane_io::bpf::xdp_test_run_live(
-            &self.prog,
-            &self.frame,
-            self.ifindex,
-            0,
-            n as u32,
-            self.batch,
-        )
-        .map_err(|e| e.to_string())?;
-        let ran = self.counter.get(0).saturating_sub(before) as usize;
-        let end = os::monotonic_ns();
-        let first = self.book.sent == 0;
-        // The run takes milliseconds: the window ends when it returns, not when it began.
-        self.book.record(st, end, n, ran, ran * self.frame.len());
-        if first && ran > 0 {
-            self.book.first_tx = start;
-        }
-        if n >= self.chunk / 2 && end > start {
-            let pps = ran as f64 * 1e9 / (end - start) as f64;
-            self.chunk = ((pps * LIVE_RUN_NS as f64 / 1e9) as usize).clamp(LIVE_MIN, LIVE_MAX);
-        }
-        Ok(ran)
+    fn poll(&mut self, _budget: usize, st: &BlastStats) -> Result<usize, String> {
+        self.poll_run(st)
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
-        if self.pace.is_some() {
-            // The run thread shares this CPU: look in every few ms only.
-            std::thread::sleep(std::time::Duration::from_millis(
-                timeout_ms.clamp(1, 5) as u64
-            ));
-        } else {
-            self.book.sleep(timeout_ms);
-        }
+        // The run thread shares this CPU: look in every few ms only.
+        std::thread::sleep(std::time::Duration::from_millis(
+            timeout_ms.clamp(1, 5) as u64
+        ));
         Ok(())
     }
 

@@ -225,12 +225,6 @@ impl TxBook {
         }
     }
 
-    /// Datagrams per second so far (`None` before two sends).
-    fn rate_so_far(&self) -> Option<f64> {
-        let span = self.last_tx.saturating_sub(self.first_tx);
-        (self.sent > 0 && span > 0).then(|| self.sent as f64 * 1e9 / span as f64)
-    }
-
     /// How long to wait before the next datagram is due (`idle` when unpaced).
     fn wait(&self, now: u64, idle: Duration) -> Duration {
         match &self.pacer {
