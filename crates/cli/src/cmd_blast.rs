@@ -34,10 +34,11 @@ enum ModeArg {
     Xdp,
     /// No socket: a generated XDP program run in live-frames mode (BPF_PROG_TEST_RUN, Linux
     /// 5.18+) stamps each frame and sends it with XDP_TX, no skb per frame — the fastest mode.
-    /// One frame size per step (no IMIX). With --rate the program itself paces (it sends a
-    /// frame only when one is due on the kernel's clock, so frames leave evenly, not in kernel
-    /// runs of ~200 ms; --burst bounds the catch-up after a stall, default 32, 512+ on a busy
-    /// CPU). Needs CAP_BPF and CAP_NET_ADMIN. On veth the
+    /// One frame size per step (no IMIX). The whole step is one kernel run (each costs ~20 ms
+    /// of set-up): the program keeps the deadline and --count itself. With --rate it paces
+    /// too (it sends a frame only when one is due on the kernel's clock, so frames leave
+    /// evenly; --burst bounds the catch-up after a stall, default 32, 512+ on a busy CPU).
+    /// Needs CAP_BPF and CAP_NET_ADMIN. On veth the
     /// peer must run NAPI (an XDP program or GRO on, as `flowlane lab up` sets); frames the
     /// device refused are reported (device_refused) and make the exit code 1.
     XdpLive,
