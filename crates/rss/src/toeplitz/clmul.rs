@@ -14,11 +14,12 @@ use std::arch::x86_64::*;
 use super::ClmulKeys;
 use crate::tuple::Tuple;
 
-/// Proof that this CPU has PCLMULQDQ, SSSE3 and SSE4.1 (and with `wide`, AVX2 and
-/// VPCLMULQDQ): only [`Cpu::detect`] makes one.
+/// Proof that this CPU has PCLMULQDQ, SSSE3 and SSE4.1 (with `wide`, AVX2 and VPCLMULQDQ;
+/// with `gfni`, GFNI): only [`Cpu::detect`] makes one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Cpu {
     wide: bool,
+    gfni: bool,
 }
 
 impl Cpu {
@@ -28,19 +29,31 @@ impl Cpu {
             && is_x86_feature_detected!("sse4.1");
         let wide =
             narrow && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("vpclmulqdq");
-        narrow.then_some(Cpu { wide })
+        let gfni = narrow && is_x86_feature_detected!("gfni");
+        narrow.then_some(Cpu { wide, gfni })
     }
 
-    /// The same CPU, kept to 128-bit registers (so tests cover both kernels on a CPU that
-    /// has both).
-    #[cfg(test)]
-    pub(crate) fn narrow(self) -> Cpu {
-        Cpu { wide: false }
+    /// The same CPU, its bytes reversed by nibble shuffles even where it has GFNI (the
+    /// `pclmul-ssse3` path, by its name).
+    pub(crate) fn without_gfni(self) -> Cpu {
+        Cpu {
+            gfni: false,
+            ..self
+        }
     }
 
+    /// Every kernel this CPU can run (so tests cover each on a CPU that has them all).
     #[cfg(test)]
-    pub(crate) fn is_wide(self) -> bool {
-        self.wide
+    pub(crate) fn kernels(self) -> Vec<Cpu> {
+        let mut v = Vec::new();
+        for wide in [false, true] {
+            for gfni in [false, true] {
+                if (!wide || self.wide) && (!gfni || self.gfni) {
+                    v.push(Cpu { wide, gfni });
+                }
+            }
+        }
+        v
     }
 }
 
@@ -48,17 +61,19 @@ impl Cpu {
 #[inline(always)]
 pub(crate) fn hash(cpu: Cpu, keys: &ClmulKeys, t: &Tuple) -> u32 {
     // SAFETY: a `Cpu` exists only when the features the functions enable were detected
-    // (`wide` only with AVX2 and VPCLMULQDQ).
+    // (`wide` only with AVX2 and VPCLMULQDQ, `gfni` only with GFNI).
     unsafe {
-        if cpu.wide {
-            one_wide(keys, t)
-        } else {
-            one(keys, t)
+        match (cpu.wide, cpu.gfni) {
+            (true, true) => one_wide_gfni(keys, t),
+            (true, false) => one_wide(keys, t),
+            (false, true) => one_gfni(keys, t),
+            (false, false) => one(keys, t),
         }
     }
 }
 
-/// Hashes `tuples[i]` into `out[i]` (as many as the shorter holds).
+/// Hashes `tuples[i]` into `out[i]` (as many as the shorter holds), bytes reversed by nibble
+/// shuffles (the `pclmul-ssse3` batch).
 pub(crate) fn hash_all(cpu: Cpu, keys: &ClmulKeys, tuples: &[Tuple], out: &mut [u32]) {
     // SAFETY: as in `hash`.
     unsafe {
@@ -132,6 +147,23 @@ fn bitrev256(x: __m256i) -> __m256i {
     )
 }
 
+/// GF(2) affine matrix that reverses the bits of a byte: output bit `i` is input bit `7 - i`.
+const REVERSE_BITS: i64 = 0x8040_2010_0804_0201_u64 as i64;
+
+/// [`bitrev`] in one instruction: a GF(2) affine transform of every byte.
+#[inline]
+#[target_feature(enable = "gfni")]
+fn bitrev_gfni(x: __m128i) -> __m128i {
+    _mm_gf2p8affine_epi64_epi8::<0>(x, _mm_set1_epi64x(REVERSE_BITS))
+}
+
+/// [`bitrev256`] in one instruction.
+#[inline]
+#[target_feature(enable = "gfni,avx")]
+fn bitrev256_gfni(x: __m256i) -> __m256i {
+    _mm256_gf2p8affine_epi64_epi8::<0>(x, _mm256_set1_epi64x(REVERSE_BITS))
+}
+
 /// Two key words as one vector (`lo` in the low qword).
 #[inline]
 #[target_feature(enable = "sse2")]
@@ -152,71 +184,36 @@ fn short(keys: &ClmulKeys, a01: __m128i) -> u32 {
     _mm_extract_epi32::<1>(x) as u32
 }
 
-/// Bytes 32..36 of a tuple's input (R4), reversed, in the low dword.
+/// Bytes 32..36 of a tuple's input (R4) in the low dword, not yet reversed.
 #[inline]
-#[target_feature(enable = "ssse3")]
-fn last4(t: &Tuple) -> __m128i {
+#[target_feature(enable = "sse2")]
+fn tail4(t: &Tuple) -> __m128i {
     let b = t.padded_input();
-    bitrev(_mm_cvtsi32_si128(i32::from_le_bytes([
-        b[32], b[33], b[34], b[35],
-    ])))
+    _mm_cvtsi32_si128(i32::from_le_bytes([b[32], b[33], b[34], b[35]]))
 }
 
-/// Bytes 0..16 of a tuple's input, reversed.
+/// Bytes `at..at + 16` (`at` 0 or 16) of a tuple's input, not yet reversed.
 #[inline]
-#[target_feature(enable = "ssse3")]
-fn first16(t: &Tuple) -> __m128i {
+#[target_feature(enable = "sse2")]
+fn load16<const AT: usize>(t: &Tuple) -> __m128i {
+    const { assert!(AT <= 16) };
     // SAFETY: a `Tuple` is a 40-byte `repr(C)` record whose first 36 bytes are the input
-    // zero-padded, so bytes 0..16 are inside it.
-    bitrev(unsafe { _mm_loadu_si128(t as *const Tuple as *const __m128i) })
+    // zero-padded, so bytes AT..AT + 16 (AT <= 16) are inside it.
+    unsafe { _mm_loadu_si128((t as *const Tuple as *const u8).add(AT) as *const __m128i) }
 }
 
+/// Bytes 0..32 of a tuple's input, not yet reversed.
 #[inline]
-#[target_feature(enable = "pclmulqdq,ssse3,sse4.1,avx2,vpclmulqdq")]
-fn one_wide(keys: &ClmulKeys, t: &Tuple) -> u32 {
-    if t.input_len() & 32 == 0 {
-        return short(keys, first16(t));
-    }
-    // SAFETY: bytes 0..32 of the 40-byte record (see `first16`).
-    let r = bitrev256(unsafe { _mm256_loadu_si256(t as *const Tuple as *const __m256i) });
-    // Lane 0 holds R0, R1 and lane 1 R2, R3. With `wide.x` = (K2, K3 | K0, K1) the two
-    // cross products give R0·K3, R1·K2 | R2·K1, R3·K0 (index sum 3); with `wide.y` =
-    // (K4, K3 | K2, K1) the straight ones give R0·K4, R1·K3 | R2·K2, R3·K1 (sum 4).
-    // SAFETY: each array is 32 bytes.
-    let (kx, ky) = unsafe {
-        (
-            _mm256_loadu_si256(keys.wide_x.as_ptr() as *const __m256i),
-            _mm256_loadu_si256(keys.wide_y.as_ptr() as *const __m256i),
-        )
-    };
-    let s3 = _mm256_xor_si256(
-        _mm256_clmulepi64_epi128::<0x10>(r, kx),
-        _mm256_clmulepi64_epi128::<0x01>(r, kx),
-    );
-    let s4 = _mm256_xor_si256(
-        _mm256_clmulepi64_epi128::<0x00>(r, ky),
-        _mm256_clmulepi64_epi128::<0x11>(r, ky),
-    );
-    // hi(S3) ^ lo(S4) in each lane (the byte shift stays in its lane), then the lanes folded.
-    let w = _mm256_xor_si256(_mm256_srli_si256::<8>(s3), s4);
-    let w = _mm_xor_si128(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
-    // R4·K0: K0 is the low word of `wide.x`'s upper lane.
-    let k0 = _mm256_extracti128_si256::<1>(kx);
-    let w = _mm_xor_si128(w, _mm_clmulepi64_si128::<0x00>(last4(t), k0));
-    _mm_extract_epi32::<1>(w) as u32
+#[target_feature(enable = "avx")]
+fn load32(t: &Tuple) -> __m256i {
+    // SAFETY: bytes 0..32 of the 40-byte record (see `load16`).
+    unsafe { _mm256_loadu_si256(t as *const Tuple as *const __m256i) }
 }
 
+/// An IPv6 tuple (36 bytes) from its reversed 16-byte pieces: nine products on one lane.
 #[inline]
-#[target_feature(enable = "pclmulqdq,ssse3,sse4.1")]
-fn one(keys: &ClmulKeys, t: &Tuple) -> u32 {
-    let a01 = first16(t);
-    if t.input_len() & 32 == 0 {
-        return short(keys, a01);
-    }
-    let p = t as *const Tuple as *const u8;
-    // SAFETY: bytes 16..32 of the 40-byte record (see `first16`).
-    let a23 = bitrev(unsafe { _mm_loadu_si128(p.add(16) as *const __m128i) });
-    let a4 = last4(t);
+#[target_feature(enable = "pclmulqdq,sse4.1")]
+fn long(keys: &ClmulKeys, a01: __m128i, a23: __m128i, a4: __m128i) -> u32 {
     let [k0, k1, k2, k3, k4] = keys.long;
     let (ka, kb, kc) = (pair(k0, k1), pair(k2, k3), pair(k4, 0));
     // Products whose index sum is 3 land at 192..320, sum 4 at 256..384; the hash is the
@@ -246,3 +243,78 @@ fn one(keys: &ClmulKeys, t: &Tuple) -> u32 {
     );
     _mm_extract_epi32::<1>(_mm_xor_si128(_mm_srli_si128::<8>(s3), s4)) as u32
 }
+
+/// An IPv6 tuple from its first 32 bytes reversed in one 256-bit register and R4 reversed:
+/// eight products from four instructions, two per lane, and one more.
+#[inline]
+#[target_feature(enable = "pclmulqdq,sse4.1,avx2,vpclmulqdq")]
+fn wide(keys: &ClmulKeys, r: __m256i, a4: __m128i) -> u32 {
+    // Lane 0 holds R0, R1 and lane 1 R2, R3. With `wide.x` = (K2, K3 | K0, K1) the two
+    // cross products give R0·K3, R1·K2 | R2·K1, R3·K0 (index sum 3); with `wide.y` =
+    // (K4, K3 | K2, K1) the straight ones give R0·K4, R1·K3 | R2·K2, R3·K1 (sum 4).
+    // SAFETY: each array is 32 bytes.
+    let (kx, ky) = unsafe {
+        (
+            _mm256_loadu_si256(keys.wide_x.as_ptr() as *const __m256i),
+            _mm256_loadu_si256(keys.wide_y.as_ptr() as *const __m256i),
+        )
+    };
+    let s3 = _mm256_xor_si256(
+        _mm256_clmulepi64_epi128::<0x10>(r, kx),
+        _mm256_clmulepi64_epi128::<0x01>(r, kx),
+    );
+    let s4 = _mm256_xor_si256(
+        _mm256_clmulepi64_epi128::<0x00>(r, ky),
+        _mm256_clmulepi64_epi128::<0x11>(r, ky),
+    );
+    // hi(S3) ^ lo(S4) in each lane (the byte shift stays in its lane), then the lanes folded.
+    let w = _mm256_xor_si256(_mm256_srli_si256::<8>(s3), s4);
+    let w = _mm_xor_si128(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+    // R4·K0: K0 is the low word of `wide.x`'s upper lane.
+    let k0 = _mm256_extracti128_si256::<1>(kx);
+    let w = _mm_xor_si128(w, _mm_clmulepi64_si128::<0x00>(a4, k0));
+    _mm_extract_epi32::<1>(w) as u32
+}
+
+/// The single-tuple kernels for one way of reversing bytes: `$one` on 128-bit registers,
+/// `$one_wide` with the IPv6 tuple's first 32 bytes in one 256-bit register. Each is one
+/// function with every feature its parts need, so they inline into it.
+macro_rules! kernels {
+    ($one:ident, $one_wide:ident, $feat:literal, $wide_feat:literal, $rev:ident, $rev256:ident) => {
+        #[inline]
+        #[target_feature(enable = $feat)]
+        fn $one(keys: &ClmulKeys, t: &Tuple) -> u32 {
+            let a01 = $rev(load16::<0>(t));
+            if t.input_len() & 32 == 0 {
+                return short(keys, a01);
+            }
+            long(keys, a01, $rev(load16::<16>(t)), $rev(tail4(t)))
+        }
+
+        #[inline]
+        #[target_feature(enable = $wide_feat)]
+        fn $one_wide(keys: &ClmulKeys, t: &Tuple) -> u32 {
+            if t.input_len() & 32 == 0 {
+                return short(keys, $rev(load16::<0>(t)));
+            }
+            wide(keys, $rev256(load32(t)), $rev(tail4(t)))
+        }
+    };
+}
+
+kernels!(
+    one,
+    one_wide,
+    "pclmulqdq,ssse3,sse4.1",
+    "pclmulqdq,ssse3,sse4.1,avx2,vpclmulqdq",
+    bitrev,
+    bitrev256
+);
+kernels!(
+    one_gfni,
+    one_wide_gfni,
+    "pclmulqdq,ssse3,sse4.1,gfni",
+    "pclmulqdq,ssse3,sse4.1,avx2,vpclmulqdq,gfni",
+    bitrev_gfni,
+    bitrev256_gfni
+);

@@ -211,7 +211,10 @@ impl Toeplitz {
             #[cfg(target_arch = "x86_64")]
             single: match backend {
                 Backend::Table => None,
-                Backend::Clmul | Backend::Avx512Clmul => clmul::Cpu::detect(),
+                // The named path reverses bytes by nibble shuffles; GFNI (which the AVX-512
+                // backend needs anyway) reverses them in one instruction.
+                Backend::Clmul => clmul::Cpu::detect().map(clmul::Cpu::without_gfni),
+                Backend::Avx512Clmul => clmul::Cpu::detect(),
             },
             clmul_keys: ClmulKeys::new(key),
         }

@@ -96,6 +96,22 @@ fn avx512_path_is_tested_where_the_cpu_has_it() {
     }
 }
 
+/// Where the CPU has GFNI (or VPCLMULQDQ), the kernels that use it are among those the
+/// proptests run.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn every_clmul_kernel_the_cpu_has_is_tested() {
+    use std::is_x86_feature_detected as has;
+    if let Some(cpu) = clmul::Cpu::detect() {
+        let wide = has!("avx2") && has!("vpclmulqdq");
+        let gfni = has!("gfni");
+        assert_eq!(
+            cpu.kernels().len(),
+            (1 + usize::from(wide)) * (1 + usize::from(gfni))
+        );
+    }
+}
+
 #[test]
 fn batch_shorter_output_hashes_prefix_only() {
     let h = Toeplitz::new(&Key::MICROSOFT);
@@ -161,15 +177,17 @@ proptest! {
         }
     }
 
-    /// Both carry-less kernels (128-bit, and 256-bit where the CPU has it) on every kind.
+    /// Every carry-less kernel the CPU runs (128-bit, 256-bit where it has VPCLMULQDQ; bytes
+    /// reversed by nibble shuffles, and by GFNI where it has that) on every kind.
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn both_clmul_kernels_equal_reference(key in any_key(), t in any_tuple()) {
+    fn every_clmul_kernel_equals_reference(key in any_key(), t in any_tuple()) {
         if let Some(cpu) = clmul::Cpu::detect() {
             let keys = ClmulKeys::new(&key);
             let want = reference(&key, t.input());
-            prop_assert_eq!(clmul::hash(cpu.narrow(), &keys, &t), want, "narrow");
-            prop_assert_eq!(clmul::hash(cpu, &keys, &t), want, "wide: {}", cpu.is_wide());
+            for k in cpu.kernels() {
+                prop_assert_eq!(clmul::hash(k, &keys, &t), want, "{:?}", k);
+            }
         }
     }
 
