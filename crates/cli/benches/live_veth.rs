@@ -292,14 +292,15 @@ fn main() {
 /// valid again from the template's (RFC 1624). `frame` is a 60-byte IPv4 template of
 /// `flowlane_wire::Template`: UDP checksum at 40, flowlane sequence number at 46.
 fn stamp_only(frame: &[u8], words_fd: i32) -> Vec<flowlane_io::ebpf::Insn> {
-    use flowlane_io::ebpf::xdp_md;
-    use flowlane_io::ebpf::{Alu, Cond, Helper, Size, R1, R2, R3, R6, R7, R8};
+    use flowlane_io::ebpf::{
+        live_stamp, xdp_md, Alu, Cond, Helper, Size, R1, R2, R3, R5, R6, R7, R8,
+    };
     const CSUM: i16 = 40;
     const SEQ: i16 = 46;
     // The checksum of the template with sequence and time zero, as a native-endian sum.
     let seed = u32::from(!u16::from_ne_bytes([frame[40], frame[41]]));
     let mut a = Asm::new();
-    let (drop, cached, timed, nonzero) = (a.label(), a.label(), a.label(), a.label());
+    let (drop, cached, timed) = (a.label(), a.label(), a.label());
     a.mov(R6, R1)
         .load_map_value(R2, words_fd, 0)
         .load(Size::Dw, R7, R2, 0)
@@ -323,32 +324,9 @@ fn stamp_only(frame: &[u8], words_fd: i32) -> Vec<flowlane_io::ebpf::Insn> {
         .mov(R6, R2)
         .alu_imm(Alu::Add, R2, i32::from(SEQ) + 12)
         .jump_reg(Cond::Gt, R2, R3, drop)
-        .mov(R1, R7)
-        .to_be(R1, 32)
-        .store(Size::W, R6, SEQ, R1)
-        .mov(R2, R8)
-        .to_be(R2, 64)
-        .store(Size::Dw, R6, SEQ + 4, R2)
-        .mov_imm(R0, seed as i32)
-        .alu_reg(Alu::Add, R0, R1)
-        .mov(R3, R2)
-        .alu_imm(Alu::Lsh, R3, 32)
-        .alu_imm(Alu::Rsh, R3, 32)
-        .alu_reg(Alu::Add, R0, R3)
-        .alu_imm(Alu::Rsh, R2, 32)
-        .alu_reg(Alu::Add, R0, R2);
-    for _ in 0..3 {
-        a.mov(R1, R0)
-            .alu_imm(Alu::And, R1, 0xffff)
-            .alu_imm(Alu::Rsh, R0, 16)
-            .alu_reg(Alu::Add, R0, R1);
-    }
-    a.alu_imm(Alu::Xor, R0, 0xffff)
-        .jump_imm(Cond::Ne, R0, 0, nonzero)
-        .mov_imm(R0, 0xffff)
-        .bind(nonzero)
-        .store(Size::H, R6, CSUM, R0)
-        .mov_imm(R0, xdp::TX)
+        .mov_imm(R5, seed as i32);
+    live_stamp(&mut a, SEQ, CSUM);
+    a.mov_imm(R0, xdp::TX)
         .exit()
         .bind(drop)
         .mov_imm(R0, xdp::DROP)

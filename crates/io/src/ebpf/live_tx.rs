@@ -107,7 +107,6 @@ pub struct LiveTx {
 pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
     let mut a = Asm::new();
     let drop = a.label();
-    let csum_nonzero = a.label();
     let (seq_off, csum_off) = (p.seq_off as i16, p.csum_off as i16);
     let flows = p.flows.max(1) as i32;
     a.mov(R6, R1);
@@ -175,6 +174,23 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
             a.load(Size::W, R5, R9, live_flow::SEED as i16);
         }
     }
+    stamp(&mut a, seq_off, csum_off);
+    a.mov_imm(R0, xdp::TX)
+        .exit()
+        .bind(drop)
+        .mov_imm(R0, xdp::DROP)
+        .exit();
+    a.finish()
+}
+
+/// Stamps a frame: sequence number R7 (its low 32 bits) and time R8 into the flowlane header at
+/// `seq_off` of the frame at R6 (the frame checked to be long enough), and the UDP checksum at
+/// `csum_off` from the seed in R5 — the one's complement of the checksum the frame has with
+/// sequence number and time zero, a native-endian sum — and those 12 bytes (RFC 1624, summed in
+/// registers: no helper call). Uses R0–R3. Shared with the benchmark's stamp-only reference,
+/// the least a stamping generator does.
+pub fn stamp(a: &mut Asm, seq_off: i16, csum_off: i16) {
+    let csum_nonzero = a.label();
     a.mov(R1, R7)
         .to_be(R1, 32)
         .store(Size::W, R6, seq_off, R1)
@@ -202,13 +218,7 @@ pub fn live_tx_program(p: &LiveTx) -> Result<Vec<Insn>, AsmError> {
         .jump_imm(Cond::Ne, R0, 0, csum_nonzero)
         .mov_imm(R0, 0xffff)
         .bind(csum_nonzero)
-        .store(Size::H, R6, csum_off, R0)
-        .mov_imm(R0, xdp::TX)
-        .exit()
-        .bind(drop)
-        .mov_imm(R0, xdp::DROP)
-        .exit();
-    a.finish()
+        .store(Size::H, R6, csum_off, R0);
 }
 
 /// The unpaced generator's frame number, time and bounds (R6 holds the context): R7 = n (the
@@ -354,17 +364,48 @@ mod tests {
         }
     }
 
-    /// Run by the kernel's test runner (needs CAP_BPF; skipped without it) on a frame a
-    /// forwarder changed in place: every frame gets its flow's headers back, the next sequence
-    /// number, a checksum an independent computation agrees with, and — one reading per group
-    /// of four — times that step up group by group and never go back.
-    #[test]
-    fn every_frame_is_stamped_with_a_valid_checksum_and_groups_share_a_reading() {
+    /// The maps and frame both tests run the program on: the counter, a one-flow map holding
+    /// the frame's entry; `None` (skipped) without CAP_BPF.
+    struct Fixture {
+        counter: bpf::MappedArray,
+        flows: crate::maps::ArrayMap,
+        entry: [u8; live_flow::VALUE_SIZE],
+        f: Vec<u8>,
+        seq_off: usize,
+        csum_off: usize,
+    }
+
+    impl Fixture {
+        /// The unpaced program for the fixture's one flow, verified and loaded.
+        fn program(
+            &self,
+            state: &crate::maps::ArrayMap,
+            one: bool,
+            every: u32,
+        ) -> std::os::fd::OwnedFd {
+            let insns = live_tx_program(&LiveTx {
+                counter_fd: self.counter.fd(),
+                flows_fd: self.flows.raw_fd(),
+                flows: 1,
+                hdr_len: self.seq_off + 12,
+                seq_off: self.seq_off,
+                csum_off: self.csum_off,
+                state_fd: state.raw_fd(),
+                paced: false,
+                one_flow: one.then_some(self.entry),
+                clock_every: every,
+            })
+            .expect("assembles");
+            bpf::prog_load(bpf::PROG_XDP, "fl_t_live", &insns).expect("verified")
+        }
+    }
+
+    fn fixture() -> Option<Fixture> {
         let counter = match bpf::MappedArray::words("fl_t_live_c", 2) {
             Ok(m) => m,
             Err(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
                 eprintln!("SKIP: needs CAP_BPF");
-                return;
+                return None;
             }
             Err(e) => panic!("map: {e}"),
         };
@@ -375,6 +416,26 @@ mod tests {
         entry[..seq_off + 12].copy_from_slice(&f[..seq_off + 12]);
         entry[live_flow::SEED..live_flow::SEED + 4].copy_from_slice(&seed.to_ne_bytes());
         flows.set(0, &entry).expect("flow entry");
+        Some(Fixture {
+            counter,
+            flows,
+            entry,
+            f,
+            seq_off,
+            csum_off,
+        })
+    }
+
+    /// Run by the kernel's test runner (needs CAP_BPF; skipped without it) on a frame a
+    /// forwarder changed in place: every frame gets its flow's headers back, the next sequence
+    /// number, a checksum an independent computation agrees with, and — one reading per group
+    /// of four — times that step up group by group and never go back.
+    #[test]
+    fn every_frame_is_stamped_with_a_valid_checksum_and_groups_share_a_reading() {
+        let Some(fx) = fixture() else {
+            return;
+        };
+        let (counter, f, seq_off, csum_off) = (&fx.counter, &fx.f, fx.seq_off, fx.csum_off);
         // The frame each run starts from, as a router that forwarded it in place left it:
         // MACs swapped, TTL decremented, the IP checksum adjusted — the program writes the
         // flow's headers back.
@@ -384,20 +445,7 @@ mod tests {
         used[24..26].fill(0x5a);
         let state = unbounded_state();
         for (every, one) in [(4u32, true), (1, false)] {
-            let insns = live_tx_program(&LiveTx {
-                counter_fd: counter.fd(),
-                flows_fd: flows.raw_fd(),
-                flows: 1,
-                hdr_len: seq_off + 12,
-                seq_off,
-                csum_off,
-                state_fd: state.raw_fd(),
-                paced: false,
-                one_flow: one.then_some(entry),
-                clock_every: every,
-            })
-            .expect("assembles");
-            let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_live", &insns).expect("verified");
+            let prog = fx.program(&state, one, every);
             let start = counter.get(0);
             let mut times = Vec::new();
             for k in 0..12u64 {
@@ -467,37 +515,13 @@ mod tests {
     /// the clock the deadline; the first frame's time and the latest reading are stamped.
     #[test]
     fn unpaced_frames_stop_at_the_limit_and_the_deadline_and_the_window_is_stamped() {
-        let counter = match bpf::MappedArray::words("fl_t_live_c", 2) {
-            Ok(m) => m,
-            Err(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
-                eprintln!("SKIP: needs CAP_BPF");
-                return;
-            }
-            Err(e) => panic!("map: {e}"),
+        let Some(fx) = fixture() else {
+            return;
         };
-        let flows = crate::maps::ArrayMap::create("fl_t_live_f", live_flow::VALUE_SIZE, 1)
-            .expect("flows map");
-        let (f, seq_off, csum_off, seed) = frame();
-        let mut entry = [0u8; live_flow::VALUE_SIZE];
-        entry[..seq_off + 12].copy_from_slice(&f[..seq_off + 12]);
-        entry[live_flow::SEED..live_flow::SEED + 4].copy_from_slice(&seed.to_ne_bytes());
-        flows.set(0, &entry).expect("flow entry");
+        let (counter, f) = (&fx.counter, &fx.f);
         let state = unbounded_state();
-        let insns = live_tx_program(&LiveTx {
-            counter_fd: counter.fd(),
-            flows_fd: flows.raw_fd(),
-            flows: 1,
-            hdr_len: seq_off + 12,
-            seq_off,
-            csum_off,
-            state_fd: state.raw_fd(),
-            paced: false,
-            one_flow: Some(entry),
-            clock_every: 4,
-        })
-        .expect("assembles");
-        let prog = bpf::prog_load(bpf::PROG_XDP, "fl_t_live", &insns).expect("verified");
-        let run = || bpf::xdp_test_run(&prog, &f).expect("test run").0;
+        let prog = fx.program(&state, true, 4);
+        let run = || bpf::xdp_test_run(&prog, f).expect("test run").0;
         // A limit of 6: six frames leave and are counted, the rest are dropped uncounted.
         set_bounds(&state, u64::MAX, 6);
         let t0 = crate::os::monotonic_ns();

@@ -342,7 +342,7 @@ mod rss_steer;
 mod xsk_redirect;
 
 pub use bridge::{bridge_program, bridge_stats, fdb, XdpBridge};
-pub use live_tx::{live_flow, live_pace, live_tx_program, LiveTx};
+pub use live_tx::{live_flow, live_pace, live_tx_program, stamp as live_stamp, LiveTx};
 pub use missteer::{missteer_filter, sk_buff};
 pub use reflect::{reflect_program, reflect_stats, Reflect};
 pub use route::{route_hop, route_program, route_stats, XdpRoute};
