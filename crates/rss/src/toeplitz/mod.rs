@@ -141,6 +141,10 @@ pub(crate) struct ClmulKeys {
     /// K2, K1 (see `clmul.rs`).
     pub(crate) wide_x: [u64; 4],
     pub(crate) wide_y: [u64; 4],
+    /// The same for four lanes, the third holding R4's key word: K2, K3, K0, K1, 0, 0, 0, 0
+    /// and K4, K3, K2, K1, K0, 0, 0, 0.
+    pub(crate) zmm_x: [u64; 8],
+    pub(crate) zmm_y: [u64; 8],
 }
 
 impl ClmulKeys {
@@ -162,6 +166,8 @@ impl ClmulKeys {
             long,
             wide_x: [k2, k3, k0, k1],
             wide_y: [k4, k3, k2, k1],
+            zmm_x: [k2, k3, k0, k1, 0, 0, 0, 0],
+            zmm_y: [k4, k3, k2, k1, k0, 0, 0, 0],
         }
     }
 }
