@@ -263,19 +263,15 @@ impl LiveBlaster {
     }
 }
 
-/// Writes the run's state when sending begins: its deadline and quota, and for a worker
-/// sending `pps` frames per second the pacing — due from now on, bursts of at most
+/// Writes the run's state when sending begins: the job's deadline and quota, and for a worker
+/// sending `job.pps` frames per second the pacing — due from now on, bursts of at most
 /// `job.burst` (written now, so no credit has piled up since the map was made: the first
 /// frame is due at once, the next one step later).
-fn arm(
-    map: &flowlane_io::bpf::ArrayMap,
-    pps: Option<f64>,
-    job: &BlastJob,
-) -> Result<(), flowlane_io::SysError> {
+fn arm(map: &flowlane_io::bpf::ArrayMap, job: &BlastJob) -> Result<(), flowlane_io::SysError> {
     use flowlane_io::ebpf::live_pace::*;
     let mut v = [0u8; VALUE_SIZE];
     let mut put = |at: usize, x: u64| v[at..at + 8].copy_from_slice(&x.to_ne_bytes());
-    if let Some(pps) = pps {
+    if let Some(pps) = job.pps {
         let step = ((1e9 * 1024.0) / pps.max(1e-3)).round().max(1.0) as u64;
         put(BASE, os::monotonic_ns());
         put(NEXT, 0);
@@ -293,7 +289,7 @@ impl LiveBlaster {
         let now = os::monotonic_ns();
         match self.runner.as_mut() {
             None => {
-                arm(&self.state, self.job.pps, &self.job).map_err(|e| e.to_string())?;
+                arm(&self.state, &self.job).map_err(|e| e.to_string())?;
                 self.runner = Some(Runner::start(
                     self.prog.clone(),
                     self.frame.clone(),
