@@ -1127,6 +1127,50 @@ fn xdp_live_count_is_exact_and_every_frame_is_well_formed() {
     assert_one_way_latency(&s);
 }
 
+/// Unpaced live frames are one kernel run that the program ends at the deadline: blast's
+/// window lies within the --duration it was given, every frame it counted reached the peer,
+/// and what each frame cost includes the kernel run — a sender running flat out uses about
+/// one CPU over its window (its run thread's time, not only the worker's, which mostly
+/// sleeps: 0.3 ns a frame was reported when only the worker's was counted).
+#[test]
+fn xdp_live_unpaced_stops_at_its_deadline_and_says_what_sending_cost() {
+    let Some((_one, p)) = pair() else { return };
+    dut_gro(&p, true);
+    let to = format!("{DUT_ADDR}:9000");
+    let mut b = Value::Null;
+    let n = dut_rx(&p, || {
+        b = blast(
+            &p,
+            &[
+                "--mode",
+                "xdp-live",
+                "--dev",
+                &p.gen_if,
+                "--to",
+                &to,
+                "--duration",
+                "1",
+                "--cpus",
+                "0",
+            ],
+        );
+    });
+    let sent = b["tx_packets"].as_u64().expect("n");
+    assert_eq!(n, sent, "{b}");
+    let secs = b["duration_s"].as_f64().expect("secs");
+    assert!((0.5..=1.0).contains(&secs), "{b}");
+    let pps = b["tx_pps"].as_f64().expect("pps");
+    // The window is printed to the millisecond: the rate agrees to that.
+    assert!((pps - sent as f64 / secs).abs() <= 2e-3 * pps, "{b}");
+    // CPU time over the window: at least a quarter of it (a busy machine may take the CPU
+    // away now and then), at most the window and the run's set-up and end (~0.1 s) twice.
+    let cpu_s = b["cpu_ns_per_packet"].as_f64().expect("cost") * sent as f64 / 1e9;
+    assert!(
+        cpu_s >= 0.25 * secs && cpu_s <= 2.0 * (secs + 0.1),
+        "{cpu_s} s of CPU over a {secs} s window: {b}"
+    );
+}
+
 #[test]
 fn xdp_live_paces_in_the_program_and_counts_exactly() {
     let Some((_one, p)) = pair() else { return };

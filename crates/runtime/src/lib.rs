@@ -66,6 +66,11 @@ pub trait Poll: Send + 'static {
     }
     /// Called once when the loop has ended, after the last `idle`: hand results over.
     fn finish(&mut self, _stats: &Self::Stats) {}
+    /// CPU time, ns, of threads this worker does its work on besides its own (e.g. the
+    /// live-frames sender's kernel run): added to the worker's own in what each packet cost.
+    fn helper_cpu_ns(&self) -> u64 {
+        0
+    }
 }
 
 /// Runtime settings.
@@ -354,9 +359,10 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
             None
         }
     };
-    let mut cpu = || {
+    // `helper`: the CPU time of the threads the worker does its work on besides this one.
+    let mut cpu = |helper: u64| {
         if let (Some(a), Some(b)) = (cpu0, flowlane_io::os::thread_cpu_ns()) {
-            set(&lp.cpu_ns, b.saturating_sub(a));
+            set(&lp.cpu_ns, b.saturating_sub(a) + helper);
         }
         if let Some(v) = hw.as_mut().and_then(|h| h.read()) {
             set(&lp.pmu_cycles, v[0]);
@@ -372,7 +378,7 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
             bump(&lp.rounds, 1);
             rounds = rounds.wrapping_add(1);
             if rounds.is_multiple_of(1024) {
-                cpu();
+                cpu(p.helper_cpu_ns());
                 p.publish(false);
             }
             match p.poll(budget, st) {
@@ -387,7 +393,7 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
                     bump(&lp.sleeps, 1);
                     sleeps = sleeps.wrapping_add(1);
                     if sleeps % 64 == 0 {
-                        cpu();
+                        cpu(p.helper_cpu_ns());
                     }
                     p.idle(st);
                     p.publish(false);
@@ -417,7 +423,7 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
     p.idle(st);
     p.publish(true);
     p.finish(st);
-    cpu();
+    cpu(p.helper_cpu_ns());
     if let Err(e) = outcome {
         fail(e);
     }

@@ -428,6 +428,13 @@ impl ThreadHandle {
         Ok(ThreadHandle { pid, tid })
     }
 
+    /// CPU time the thread has used so far, user and system, in nanoseconds (its per-thread
+    /// CPU clock, as `pthread_getcpuclockid` names it: `(!tid << 3) | 6`); `None` once it has
+    /// ended.
+    pub fn cpu_ns(&self) -> Option<u64> {
+        clock_ns((!self.tid) << 3 | 6)
+    }
+
     /// Interrupts the thread's current (or next signal-checking) system call with `EINTR`.
     pub fn interrupt(&self) -> Result<(), SysError> {
         // SAFETY: tgkill takes integers; pid and tid name one live thread of this process
@@ -486,12 +493,18 @@ pub fn allowed_cpus() -> Result<Vec<usize>, SysError> {
 /// (`CLOCK_THREAD_CPUTIME_ID`; a system call, not the vDSO: read it now and then, not per
 /// packet).
 pub fn thread_cpu_ns() -> Option<u64> {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// `clock_gettime(clock)` in nanoseconds (`None` for a clock that is no more, e.g. the CPU
+/// clock of a thread that has ended).
+fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec; an unknown clock id is an error, no more.
+    let ret = unsafe { libc::clock_gettime(clock, &mut ts) };
     (ret == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 

@@ -1,6 +1,6 @@
 //! The live-frames sender: no socket, a generated XDP program run by `BPF_PROG_TEST_RUN`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::os;
@@ -56,6 +56,8 @@ struct Runner {
     stop: Arc<AtomicBool>,
     thread: flowlane_io::os::ThreadHandle,
     join: Option<std::thread::JoinHandle<Result<(), String>>>,
+    /// The thread's CPU time, ns, as it ended (written by the thread itself, last).
+    ended_cpu_ns: Arc<AtomicU64>,
 }
 
 impl Runner {
@@ -66,8 +68,9 @@ impl Runner {
         batch: u32,
     ) -> Result<Runner, String> {
         let stop = Arc::new(AtomicBool::new(false));
+        let ended_cpu_ns = Arc::new(AtomicU64::new(0));
         let (tx, rx) = std::sync::mpsc::channel();
-        let flag = stop.clone();
+        let (flag, ended) = (stop.clone(), ended_cpu_ns.clone());
         // The new thread inherits this worker's CPU pinning.
         let join = std::thread::Builder::new()
             .name("fl-live-run".into())
@@ -78,6 +81,7 @@ impl Runner {
                 if !ok {
                     return Ok(());
                 }
+                let mut outcome = Ok(());
                 while !flag.load(Ordering::Acquire) {
                     match flowlane_io::bpf::xdp_test_run_live(
                         &prog,
@@ -89,10 +93,19 @@ impl Runner {
                     ) {
                         Ok(()) => {}
                         Err(e) if e.source.raw_os_error() == Some(libc::EINTR) => {}
-                        Err(e) => return Err(e.to_string()),
+                        Err(e) => {
+                            outcome = Err(e.to_string());
+                            break;
+                        }
                     }
                 }
-                Ok(())
+                // What the sending cost, for the worker's cost per packet: the kernel run is
+                // in this thread's CPU time, not the worker's.
+                ended.store(
+                    flowlane_io::os::thread_cpu_ns().unwrap_or(0),
+                    Ordering::Release,
+                );
+                outcome
             })
             .map_err(|e| format!("cannot start the live-frames run thread: {e}"))?;
         let thread = rx
@@ -102,7 +115,14 @@ impl Runner {
             stop,
             thread,
             join: Some(join),
+            ended_cpu_ns,
         })
+    }
+
+    /// The run thread's CPU time so far, ns (once it has ended, what it said as it ended).
+    fn cpu_ns(&self) -> u64 {
+        let ended = self.ended_cpu_ns.load(Ordering::Acquire);
+        self.thread.cpu_ns().unwrap_or(0).max(ended)
     }
 
     /// The run thread's error, if it has ended with one.
@@ -310,7 +330,8 @@ impl LiveBlaster {
         let n = self.book_counter(st, now);
         if self.book.over(now) {
             self.finished = true;
-            if let Some(mut r) = self.runner.take() {
+            // Ended, not dropped: its CPU time is still asked for.
+            if let Some(r) = self.runner.as_mut() {
                 r.end()?;
                 self.book_counter(st, os::monotonic_ns());
             }
@@ -375,8 +396,12 @@ impl Poll for LiveBlaster {
         self.finished
     }
 
+    fn helper_cpu_ns(&self) -> u64 {
+        self.runner.as_ref().map_or(0, Runner::cpu_ns)
+    }
+
     fn finish(&mut self, st: &BlastStats) {
-        if let Some(mut r) = self.runner.take() {
+        if let Some(r) = self.runner.as_mut() {
             // An error here has no one left to hear it; the counter below is still exact.
             let _ = r.end();
             self.book_counter(st, os::monotonic_ns());

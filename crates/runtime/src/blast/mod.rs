@@ -351,4 +351,12 @@ impl Poll for Sender {
             Sender::Live(s) => s.finish(st),
         }
     }
+
+    fn helper_cpu_ns(&self) -> u64 {
+        // Only the live-frames sender sends from another thread (its kernel run).
+        match self {
+            Sender::Live(s) => s.helper_cpu_ns(),
+            _ => 0,
+        }
+    }
 }
