@@ -76,6 +76,17 @@ enum Steer {
     RssDeep,
 }
 
+/// One-second trials and confirmations at a line rate of 100 Mbit/s (148 810 64-byte frames
+/// a second, three times the bucket's rate).
+const SHORT_AT_100M: [&str; 6] = [
+    "--line-rate",
+    "100M",
+    "--trial-secs",
+    "1",
+    "--confirm-secs",
+    "1",
+];
+
 /// The CPU queue of a [`Steer::RssDeep`] lab, frames.
 const DEEP_QUEUE: f64 = 2048.0;
 
@@ -303,21 +314,17 @@ fn latency_and_loss_follow_the_known_dut() {
     let (code, j, err) = rfc2544(
         &lab,
         &[
-            "--tests",
-            "throughput,latency,loss",
-            "--line-rate",
-            "100M",
-            "--trial-secs",
-            "1",
-            "--confirm-secs",
-            "1",
-            "--latency-trials",
-            "2",
-            "--csv",
-            csv.to_str().expect("path"),
-            "--html",
-            html.to_str().expect("path"),
-        ],
+            &SHORT_AT_100M[..],
+            &[
+                "--tests",
+                "throughput,latency,loss",
+                "--latency-trials",
+                "2",
+            ],
+            &["--csv", csv.to_str().expect("path")],
+            &["--html", html.to_str().expect("path")],
+        ]
+        .concat(),
     );
     assert_eq!(code, Some(0), "{err}");
     let size = &j["sizes"][0];
@@ -390,19 +397,17 @@ fn back_to_back_follows_the_known_dut() {
     let (code, j, err) = rfc2544(
         &lab,
         &[
-            "--tests",
-            "throughput,b2b",
-            "--line-rate",
-            "100M",
-            "--trial-secs",
-            "1",
-            "--confirm-secs",
-            "1",
-            "--b2b-trials",
-            "2",
-            "--b2b-max-secs",
-            "0.1",
-        ],
+            &SHORT_AT_100M[..],
+            &[
+                "--tests",
+                "throughput,b2b",
+                "--b2b-trials",
+                "2",
+                "--b2b-max-secs",
+                "0.1",
+            ],
+        ]
+        .concat(),
     );
     assert_eq!(code, Some(0), "{err}");
     let size = &j["sizes"][0];
