@@ -193,8 +193,8 @@ fn main() {
         rate
     };
     println!(
-        "live frames over veth, 60-byte frames, CPU 0, counted at the peer's XDP_DROP over {secs} s \
-         in the middle of each run"
+        "live frames over veth, 60-byte frames, CPU 0, counted at the peer's XDP_DROP over \
+         {secs} s in the middle of each run"
     );
     // Per round: each generator's rate over the reference's of the same round (they run
     // back to back, the order alternating); the figure is the median of those ratios.

@@ -19,8 +19,9 @@ pub mod live_flow {
 
 /// Layout of a live-frames run's state (the one entry of an array map, see
 /// [`live_tx_program`]): native-endian u64s. `BASE`, `NEXT`, `STEP` and `SLACK` pace (paced
-/// runs only); `DEADLINE` and `LIMIT` bound every run; `FIRST` and `LAST` are the program's. Times are CLOCK_MONOTONIC; "fixed" values are in 1/1024 ns so rates
-/// above 1 Mpps keep their precision (at 3 Mpps a whole-ns step would be 0.1 % off).
+/// runs only); `DEADLINE` and `LIMIT` bound every run; `FIRST` and `LAST` are the program's.
+/// Times are CLOCK_MONOTONIC; "fixed" values are in 1/1024 ns so rates above 1 Mpps keep
+/// their precision (at 3 Mpps a whole-ns step would be 0.1 % off).
 pub mod live_pace {
     /// Time origin, ns: the program paces on `(now − BASE) × 1024`.
     pub const BASE: usize = 0;

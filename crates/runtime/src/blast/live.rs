@@ -119,10 +119,14 @@ impl Runner {
         })
     }
 
-    /// The run thread's CPU time so far, ns (once it has ended, what it said as it ended).
+    /// The run thread's CPU time so far, ns: its clock while it runs; once joined, what it
+    /// said as it ended (its thread id may name another thread by then).
     fn cpu_ns(&self) -> u64 {
         let ended = self.ended_cpu_ns.load(Ordering::Acquire);
-        self.thread.cpu_ns().unwrap_or(0).max(ended)
+        match self.join {
+            Some(_) => self.thread.cpu_ns().unwrap_or(0).max(ended),
+            None => ended,
+        }
     }
 
     /// The run thread's error, if it has ended with one.
