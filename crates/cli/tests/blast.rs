@@ -1832,7 +1832,11 @@ fn an_af_xdp_sink_accounts_offloaded_checksums_from_a_socket_sender() {
     let n = |s: &Value, k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
     assert_backend(&s, "af-xdp", &p.dut_if);
     assert_eq!(n(&s, "flowlane_packets"), 2000, "{s}");
-    assert_eq!(n(&s, "checksum_not_filled"), 2000, "{s}");
+    // A datagram whose payload happens to make the pseudo-header's sum in its checksum field a
+    // correct full checksum too (one in 65 535: CI once saw 1 999) verifies and is simply good;
+    // none may be called bad.
+    let not_filled = n(&s, "checksum_not_filled");
+    assert!((1990..=2000).contains(&not_filled), "{s}");
     assert_eq!((n(&s, "malformed"), n(&s, "bad_checksum")), (0, 0), "{s}");
     assert_eq!(n(&s, "lost"), 0, "{s}");
     // Neighbour frames (if the sender had to resolve the DUT) went on to the kernel.
