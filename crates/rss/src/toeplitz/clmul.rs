@@ -7,7 +7,10 @@
 //! four instructions, two per lane. Where it has GFNI, a byte's bits are reversed by one
 //! affine transform instead of two nibble shuffles; with AVX-512 too, an IPv6 tuple's 36 bytes
 //! sit in one 512-bit register and all nine products come from four instructions (20
-//! instructions a hash: 0.93× the time of DPDK's `rte_thash_gfni`, BENCHMARKS.md).
+//! instructions a hash: 0.93× the time of DPDK's `rte_thash_gfni`, BENCHMARKS.md), and an
+//! IPv4 tuple takes no carry-less product at all: GF(2) affine transforms apply the key's
+//! 8×8 bit matrices to its bytes directly (`short_affine`; 0.75× the time of the three
+//! products here, VPCLMULQDQ's throughput being what held them).
 //!
 //! The CPU check is made once, when a [`Toeplitz`](super::Toeplitz) is built: it keeps the
 //! [`Cpu`] token this module hands out only after the check, and every call goes through it.
@@ -18,8 +21,8 @@ use super::ClmulKeys;
 use crate::tuple::Tuple;
 
 /// Proof that this CPU has PCLMULQDQ, SSSE3 and SSE4.1 (with `wide`, AVX2 and VPCLMULQDQ;
-/// with `gfni`, GFNI; with `zmm`, all of those and AVX-512F/BW): only [`Cpu::detect`] makes
-/// one.
+/// with `gfni`, GFNI; with `zmm`, all of those and AVX-512F/BW/VBMI): only [`Cpu::detect`]
+/// makes one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Cpu {
     wide: bool,
@@ -38,7 +41,8 @@ impl Cpu {
         let zmm = wide
             && gfni
             && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw");
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vbmi");
         narrow.then_some(Cpu { wide, gfni, zmm })
     }
 
@@ -366,12 +370,63 @@ fn long512(keys: &ClmulKeys, t: &Tuple) -> u32 {
     _mm_extract_epi32::<1>(w) as u32
 }
 
+/// Which input byte each byte of the two permuted registers of [`short_affine`] takes: qword
+/// `s` (0..16 over both) holds, at byte `7 - o` (`o` 0..4), input byte `s - o`, and 15 (a zero
+/// byte of an IPv4 tuple's padded input, which every matrix maps to zero) wherever `s - o` is
+/// outside 0..12 and at bytes 0..4. The hash then comes out in dword 1, where the IPv6
+/// kernel's does: with both in one place the compiler keeps one `vpextrd` for the two paths
+/// (with the IPv4 hash in dword 0 it merged them into a store and a load by index).
+const AFFINE_PICK: [[u8; 64]; 2] = {
+    let mut pick = [[15u8; 64]; 2];
+    let mut s = 0;
+    while s < 16 {
+        let mut o = 0;
+        while o < 4 {
+            if s >= o && s - o < 12 {
+                pick[s / 8][(s % 8) * 8 + 7 - o] = (s - o) as u8;
+            }
+            o += 1;
+        }
+        s += 1;
+    }
+    pick
+};
+
+/// An IPv4 tuple by GF(2) affine transforms, no carry-less product: hash byte `o` is the XOR,
+/// over input bytes `i`, of an 8×8 bit matrix of the key (bits `8(i + o)` onwards, so one
+/// matrix for every `s = i + o`, `keys.affine[s]`) applied to byte `i`. Two byte permutes put
+/// input byte `s - o` in qword `s`, two affine transforms apply each qword's matrix, and the
+/// sixteen qwords are XORed into one, whose high dword is the hash.
+#[inline]
+#[target_feature(enable = "sse4.1,avx2,avx512f,avx512bw,avx512vbmi,gfni")]
+fn short_affine(keys: &ClmulKeys, t: &Tuple) -> u32 {
+    let x = _mm512_zextsi128_si512(load16::<0>(t));
+    // SAFETY: each array is 64 bytes.
+    let (pa, pb, ma, mb) = unsafe {
+        (
+            _mm512_loadu_si512(AFFINE_PICK[0].as_ptr() as *const __m512i),
+            _mm512_loadu_si512(AFFINE_PICK[1].as_ptr() as *const __m512i),
+            _mm512_loadu_si512(keys.affine.as_ptr() as *const __m512i),
+            _mm512_loadu_si512(keys.affine[8..].as_ptr() as *const __m512i),
+        )
+    };
+    let a = _mm512_gf2p8affine_epi64_epi8::<0>(_mm512_permutexvar_epi8(pa, x), ma);
+    let b = _mm512_gf2p8affine_epi64_epi8::<0>(_mm512_permutexvar_epi8(pb, x), mb);
+    let w = _mm512_xor_si512(a, b);
+    let w = _mm256_xor_si256(_mm512_castsi512_si256(w), _mm512_extracti64x4_epi64::<1>(w));
+    let w = _mm_xor_si128(_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+    let w = _mm_xor_si128(w, _mm_unpackhi_epi64(w, w));
+    _mm_extract_epi32::<1>(w) as u32
+}
+
 /// The single-tuple kernel of a CPU with AVX-512 and GFNI.
 #[inline]
-#[target_feature(enable = "pclmulqdq,ssse3,sse4.1,avx2,avx512f,avx512bw,vpclmulqdq,gfni")]
+#[target_feature(
+    enable = "pclmulqdq,ssse3,sse4.1,avx2,avx512f,avx512bw,avx512vbmi,vpclmulqdq,gfni"
+)]
 fn one_zmm(keys: &ClmulKeys, t: &Tuple) -> u32 {
     if t.input_len() & 32 == 0 {
-        return short(keys, bitrev_gfni(load16::<0>(t)));
+        return short_affine(keys, t);
     }
     long512(keys, t)
 }

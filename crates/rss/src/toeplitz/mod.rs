@@ -145,6 +145,10 @@ pub(crate) struct ClmulKeys {
     /// and K4, K3, K2, K1, K0, 0, 0, 0.
     pub(crate) zmm_x: [u64; 8],
     pub(crate) zmm_y: [u64; 8],
+    /// The 8×8 bit matrices of the IPv4 affine kernel (`clmul.rs`, `short_affine`): matrix `s`
+    /// maps an input byte `i` to its part of hash byte `s - i`; its byte `r` is key bits
+    /// `8s + r .. 8s + r + 8`, the row of output bit `7 - r` as GF2P8AFFINEQB reads it.
+    pub(crate) affine: [u64; 16],
 }
 
 impl ClmulKeys {
@@ -168,6 +172,9 @@ impl ClmulKeys {
             wide_y: [k4, k3, k2, k1],
             zmm_x: [k2, k3, k0, k1, 0, 0, 0, 0],
             zmm_y: [k4, k3, k2, k1, k0, 0, 0, 0],
+            affine: std::array::from_fn(|s| {
+                u64::from_le_bytes(std::array::from_fn(|r| (key.window(8 * s + r) >> 24) as u8))
+            }),
         }
     }
 }
