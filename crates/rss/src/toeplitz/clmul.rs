@@ -10,7 +10,7 @@
 //! instructions a hash: 0.93× the time of DPDK's `rte_thash_gfni`, BENCHMARKS.md), and an
 //! IPv4 tuple takes no carry-less product at all: GF(2) affine transforms apply the key's
 //! 8×8 bit matrices to its bytes directly (`short_affine`; 0.75× the time of the three
-//! products here, VPCLMULQDQ's throughput being what held them).
+//! products on this path's first host, a Zen 5).
 //!
 //! The CPU check is made once, when a [`Toeplitz`](super::Toeplitz) is built: it keeps the
 //! [`Cpu`] token this module hands out only after the check, and every call goes through it.
