@@ -3,11 +3,13 @@
 # time). nginx (one worker, as in benches/http_loopback.rs) on CPU 1 in a private namespace,
 # each client on CPU 0 against it (keep-alive, 100 connections, 64-byte answers, SECS
 # seconds), sampled by `perf record -e cpu-clock` (a timer: this VM has no hardware PMU) on
-# CPU 0, one sample per 100 µs of CPU time. Each client's samples are sorted into what every client pays — TCP/IP, socket
-# buffers and copies; scheduling, wake-ups and the samples that land where interrupts come
-# back on — and what a client could still shed: system-call entry and file lookups, epoll,
-# its own user space. Prints ns per answer for each, and what the shared part alone would
-# make of the client's answers per CPU second against wrk's.
+# CPU 0, one sample per 100 µs of CPU time. Each client's samples are sorted, by kernel
+# symbol name, into what every client pays — TCP/IP, socket buffers and copies; scheduling,
+# wake-ups and the samples that land where interrupts come back on — and what a client could
+# still shed: system-call entry and file lookups, epoll, its own user space. Prints ns per
+# answer for each, then wrk's total over ours (answers per CPU second, ours against wrk's),
+# over ours without the epoll and system-call rows (what io_uring could at best make of it)
+# and over our shared rows alone (a client with no cost of its own).
 # Needs root, nginx (nginx-light), wrk and perf (linux-perf); run after `cargo build --release`.
 # Usage: bench/http_cpu_profile.sh [SECS=5]
 set -eu
@@ -89,3 +91,12 @@ echo
 printf "%-40s %10s %10s\n" "ns of client CPU per answer" flowlane wrk
 join -t "$(printf '\t')" <(sort "$dir/flowlane.kinds") <(sort "$dir/wrk.kinds") 2>/dev/null |
     awk -F '\t' '{ printf "%-40s %10s %10s\n", $1, $2, $3 }'
+awk -F '\t' '
+    FILENAME ~ /wrk/ && $1 == "total" { w = $2 }
+    FILENAME ~ /flowlane/ { f[$1] = $2 }
+    END {
+        shed = f["own: epoll"] + f["own: system-call entry, file lookup"]
+        shared = f["shared: TCP/IP, skbs, copies"] + f["shared: scheduling, wake-ups, irq-on"]
+        printf "\nanswers per CPU second, ours / wrk: %.2fx; without epoll and system calls: %.2fx; with no cost of our own: %.2fx\n",
+            w / f["total"], w / (f["total"] - shed), w / shared
+    }' "$dir/flowlane.kinds" "$dir/wrk.kinds"
