@@ -4,12 +4,16 @@
 //! 1. Clients: `http load`, wrk, oha and h2load (HTTP/1.1) against nginx with one worker, for
 //!    64 B, 1 KiB and 64 KiB responses at 10, 100 and 1 000 connections, alternated in the same
 //!    run (three rounds, each starting with the next tool; the median is shown). Per client: requests/s,
-//!    requests per second of client CPU time, and peak memory (from `wait4`).
+//!    requests per second of client CPU time, and peak memory (from `wait4`). `http load` runs
+//!    twice: as shipped (it sleeps when idle, drops large bodies whole) and with the settings
+//!    that trade client CPU for the server's throughput (`flowlane-tp`: FLOWLANE_BENCH_TUNED,
+//!    default `--busy-poll 50us --read-size 4k`), each compared with the best peer.
 //! 2. Servers: `http serve` against nginx under the same client (wrk), same grid.
 //! 3. Constant rate: `http load -R 5000` against nginx, the rate held and p50.
 //!
 //! Run: `cargo bench -p flowlane --bench http_loopback` (root; FLOWLANE_BENCH_SECS sets each
-//! measurement's length, default 3; FLOWLANE_BENCH_QUICK=1 runs one row per part). A peer that
+//! measurement's length, default 3; FLOWLANE_BENCH_QUICK=1 runs one row per part;
+//! FLOWLANE_BENCH_GRID=64:100,64k:1000 runs only those rows). A peer that
 //! is not installed is left out with a note (wrk, nginx-light, nghttp2-client for h2load;
 //! `cargo install oha`).
 
@@ -82,7 +86,7 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
     let d = format!("{}", secs.round() as u64);
     let mut cmd;
     match tool {
-        "flowlane" => {
+        "flowlane" | "flowlane-tp" => {
             cmd = Command::new(BIN);
             cmd.args(["http", "load", url, "-c", &c, "-d", &d, "--cpus", "0"])
                 .args([
@@ -93,6 +97,9 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
                     "--json",
                     "--quiet",
                 ]);
+            if tool == "flowlane-tp" {
+                cmd.args(tuned().split_whitespace());
+            }
         }
         "wrk" => {
             cmd = Command::new("wrk");
@@ -110,7 +117,7 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
     }
     let (out, u) = run_client(ns, cmd);
     let rps = match tool {
-        "flowlane" => serde_json::from_str::<serde_json::Value>(&out)
+        "flowlane" | "flowlane-tp" => serde_json::from_str::<serde_json::Value>(&out)
             .ok()
             .and_then(|j| {
                 (j["errors"].as_u64() == Some(0)).then(|| j["requests_per_s"].as_f64())?
@@ -181,6 +188,20 @@ fn have(p: &str) -> bool {
     ok
 }
 
+/// The flags of the second `http load` column (the throughput settings).
+fn tuned() -> String {
+    std::env::var("FLOWLANE_BENCH_TUNED")
+        .unwrap_or_else(|_| "--busy-poll 50us --read-size 4k".into())
+}
+
+/// Whether the person running the bench asked for this row (FLOWLANE_BENCH_GRID).
+fn wanted(size: &str, conns: usize) -> bool {
+    match std::env::var("FLOWLANE_BENCH_GRID") {
+        Ok(g) => g.split(',').any(|r| r.trim() == format!("{size}:{conns}")),
+        Err(_) => true,
+    }
+}
+
 fn main() {
     if !flowlane_lab::can_create_namespaces() {
         eprintln!("http_loopback: needs root (namespaces); skipped");
@@ -211,9 +232,10 @@ fn main() {
     let nginx = Child(spawn_on(&ns, SERVER_CPU, nginx_cmd));
     wait_listening(&ns, 8081);
 
-    let tools: Vec<&str> = ["flowlane", "wrk", "oha", "h2load"]
+    let ours_t = |t: &str| t.starts_with("flowlane");
+    let tools: Vec<&str> = ["flowlane", "flowlane-tp", "wrk", "oha", "h2load"]
         .into_iter()
-        .filter(|t| *t == "flowlane" || have(t))
+        .filter(|t| ours_t(t) || have(t))
         .collect();
     let grid: Vec<(&str, usize)> = if quick {
         vec![("64", 100)]
@@ -221,20 +243,27 @@ fn main() {
         sizes
             .iter()
             .flat_map(|(s, _)| [10usize, 100, 1000].map(move |c| (*s, c)))
+            .filter(|(s, c)| wanted(s, *c))
             .collect()
     };
+    println!(
+        "flowlane-tp: http load {} (spends client CPU to raise the server's throughput)",
+        tuned()
+    );
     println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, 3 rounds, median");
     println!(
-        "{:>5} {:>6} | {}| {:>9} {:>9} {:>9}",
+        "{:>5} {:>6} | {}| {:>9} {:>9} {:>9} | {:>9} {:>9}",
         "size",
         "conns",
         tools
             .iter()
-            .map(|t| format!("{t:>10} req/s "))
+            .map(|t| format!("{t:>11} req/s "))
             .collect::<String>(),
         "vs best",
         "cpu-eff×",
-        "mem vs wrk"
+        "mem vs wrk",
+        "tp best",
+        "tp eff×"
     );
     for (size, conns) in &grid {
         let url = format!("http://{ADDR}:8081/{size}");
@@ -261,9 +290,10 @@ fn main() {
             })
         };
         let ours = mean("flowlane").unwrap_or_default();
+        let ours_bp = mean("flowlane-tp").unwrap_or_default();
         let peers: Vec<(&str, Run)> = tools
             .iter()
-            .filter(|t| **t != "flowlane")
+            .filter(|t| !ours_t(t))
             .filter_map(|t| mean(t).map(|r| (*t, r)))
             .collect();
         let best = peers.iter().map(|(_, r)| r.rps).fold(0.0, f64::max);
@@ -286,13 +316,13 @@ fn main() {
             }
         };
         println!(
-            "{:>5} {:>6} | {}| {:>8.2}× {:>8.2}× {:>9}",
+            "{:>5} {:>6} | {}| {:>8.2}× {:>8.2}× {:>9} | {:>8.2}× {:>8.2}×",
             size,
             conns,
             tools
                 .iter()
                 .map(|t| format!(
-                    "{:>10.0} {:>5} ",
+                    "{:>11.0} {:>5} ",
                     mean(t).map_or(0.0, |r| r.rps),
                     mean(t).map_or(0, |r| r.rss_kib / 1024)
                 ))
@@ -304,6 +334,8 @@ fn main() {
             } else {
                 "-".into()
             },
+            vs_best(&ours_bp),
+            vs_eff(&ours_bp),
         );
         // Per request, the client's own work (user) and the kernel's on its behalf (system:
         // its syscalls, and on loopback the receive path of every request it sends). The

@@ -450,6 +450,23 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
     Ok(v * scale)
 }
 
+/// A byte count: `4096`, `4k` / `4KiB` (×1024), `1m` / `1MiB` (×1 048 576).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let bad = || format!("`{s}` is not a byte count: 4096, 4k, 4KiB, 1m");
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.strip_suffix("ib").unwrap_or(&t);
+    let t = t.strip_suffix('b').unwrap_or(t);
+    let (num, scale) = if let Some(n) = t.strip_suffix('k') {
+        (n, 1usize << 10)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 1 << 20)
+    } else {
+        (t, 1)
+    };
+    let v: usize = num.trim().parse().map_err(|_| bad())?;
+    v.checked_mul(scale).ok_or_else(bad)
+}
+
 #[cfg(test)]
 mod rate_tests {
     use super::*;
@@ -504,6 +521,23 @@ mod rate_tests {
         }
         for bad in ["", "ten", "-1", "5x", "1e400"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn byte_counts() {
+        for (text, n) in [
+            ("4096", 4096),
+            ("4k", 4096),
+            ("4KiB", 4096),
+            ("16kb", 16384),
+            ("1m", 1 << 20),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_bytes(text), Ok(n), "{text}");
+        }
+        for bad in ["", "k", "-4k", "4.5k", "4x", "99999999999999999999m"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
         }
     }
 

@@ -399,6 +399,9 @@ fn serve_counts_equal_load_and_bound_wrk() {
         u(&l, &["total", "connects"]) + u(&big, &["total", "connects"])
     );
     assert_eq!(u(&l, &["total", "body_bytes"]), n * 1024);
+    // Without --read-size a large body is dropped in few calls (up to 64 KiB each).
+    let reads = u(&big, &["total", "reads"]);
+    assert!(reads >= nb * 2 && reads < nb * 10, "{big}");
     assert_eq!(u(&big, &["total", "body_bytes"]), nb * 100_000, "{big}");
     assert_eq!(u(&s, &["total", "sendfile_bytes"]), nb * 100_000, "{s}");
     // Cost: the workers' thread CPU time per request (server) and per answer (load); the load
@@ -448,6 +451,66 @@ fn serve_counts_equal_load_and_bound_wrk() {
         "wrk {wrk_n}, served {served}\n{text}"
     );
     assert_eq!(u(&s, &["total", "status_2xx"]), served);
+}
+
+/// The throughput settings (`--busy-poll`, `--read-size`): the same exact counts, bodies read
+/// and dropped in small pieces, and the polls made instead of sleeps reported.
+#[test]
+fn busy_polling_with_small_reads_counts_exactly() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8080, &[]);
+    let mut runs = Vec::new();
+    // 100 000 B bodies are dropped in the kernel 1 KiB at a time; with a 256 B read a head
+    // (about 100 B) can still straddle two reads and be joined; 64 B bodies are read whole.
+    for (size, read) in [(100_000u64, "1k"), (64, "256"), (100_000, "256")] {
+        let url = format!("http://198.18.0.1:8080/bytes/{size}");
+        let (code, j) = load(
+            &ns,
+            &[
+                &url,
+                "-c",
+                "8",
+                "-d",
+                "1",
+                "--max-errors",
+                "0",
+                "--busy-poll",
+                "200us",
+                "--read-size",
+                read,
+            ],
+        );
+        assert_eq!(code, Some(0), "{j}");
+        let n = u(&j, &["total", "responses"]);
+        assert!(n > 100, "{j}");
+        assert_eq!(u(&j, &["total", "requests"]), n, "{j}");
+        assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
+        assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
+        assert_eq!(j["busy_poll_us"].as_f64(), Some(200.0), "{j}");
+        // Every read took at most the read size: at least the bytes over it.
+        let piece = if read == "1k" { 1024 } else { 256 };
+        let rx = u(&j, &["total", "rx_bytes"]);
+        assert!(rx >= n * size, "{j}");
+        assert!(
+            u(&j, &["total", "reads"]) >= rx.div_ceil(piece),
+            "reads of at most {piece} B: {j}"
+        );
+        // A closed loop on one host waits for every answer: some of those waits are polled.
+        assert!(u(&j, &["loop_spins"]) > 0, "{j}");
+        runs.push(n);
+    }
+    let (code, s) = srv.finish();
+    assert_eq!(code, Some(0), "{s}");
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        runs.iter().sum::<u64>(),
+        "serve {s}"
+    );
+    assert_eq!(
+        u(&s, &["total", "sendfile_bytes"]),
+        (runs[0] + runs[2]) * 100_000,
+        "{s}"
+    );
 }
 
 #[test]
@@ -811,6 +874,11 @@ fn load_errors_and_usage() {
         vec![&url, "--source", "198.18.0.0/99"],
         vec![&url, "--source", "198.18.200.0/24"],
         vec![&url, "--body-size", "100000000000"],
+        vec![&url, "--read-size", "100"],
+        vec![&url, "--read-size", "1m"],
+        vec![&url, "--read-size", "4x"],
+        vec![&url, "--busy-poll", "2s"],
+        vec![&url, "--busy-poll", "-1us"],
     ] {
         let out = Command::new(BIN)
             .args(["http", "load"])

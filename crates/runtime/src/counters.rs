@@ -79,6 +79,8 @@ counters! {
         busy_rounds,
         /// Times the worker slept on readiness.
         sleeps,
+        /// Short rounds followed by another poll instead of a sleep (busy polling).
+        spins,
         /// CPU time the worker's thread used in its loop, user and system, nanoseconds (read
         /// every 1024 rounds, every 64th sleep and at the end: up to a few milliseconds behind
         /// during a run, exact in the final counters).

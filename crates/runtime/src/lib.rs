@@ -6,7 +6,10 @@
 //! allocated where it runs. Workers are initialised one at a time in index order (a
 //! `SO_REUSEPORT` group's index is its bind order), then wait until [`Runtime::go`]. The loop
 //! is NAPI-style: poll up to `budget` packets; a full round polls again at once; a short round
-//! sleeps on readiness with a timeout, so a stop request is noticed within `wait_ms`.
+//! sleeps on readiness with a timeout, so a stop request is noticed within `wait_ms`. With
+//! `busy_poll` set, a short round polls again instead of sleeping until no round has found
+//! work for that long (user-space busy polling: the worker spends its CPU so that whoever
+//! sends to it never has to wake it).
 //! Counters are per worker and per role (see [`counters`]), cache-line aligned, written only by
 //! their worker and read by the control thread.
 
@@ -82,6 +85,9 @@ pub struct Config {
     pub budget: usize,
     /// Longest sleep on readiness, so stop requests are seen (ms).
     pub wait_ms: i32,
+    /// Keep polling without sleeping until no round has found work for this long (zero:
+    /// sleep after every short round). Each such round counts in `spins`.
+    pub busy_poll: std::time::Duration,
 }
 
 /// Why workers could not start.
@@ -184,7 +190,8 @@ impl<S: Counters> Runtime<S> {
                 errors.clone(),
                 ready_tx.clone(),
             );
-            let (budget, wait_ms) = (cfg.budget.max(1), cfg.wait_ms.max(1));
+            let (budget, wait_ms, busy_poll) =
+                (cfg.budget.max(1), cfg.wait_ms.max(1), cfg.busy_poll);
             let h = std::thread::Builder::new()
                 .name(format!("flowlane-w{idx}-cpu{cpu}"))
                 .spawn(move || {
@@ -230,6 +237,7 @@ impl<S: Counters> Runtime<S> {
                         stop: &stop,
                         budget,
                         wait_ms,
+                        busy_poll,
                         idx,
                         errors: &errors,
                         pmu: &pmu,
@@ -326,6 +334,7 @@ struct LoopCtx<'a> {
     stop: &'a AtomicBool,
     budget: usize,
     wait_ms: i32,
+    busy_poll: std::time::Duration,
     idx: usize,
     errors: &'a Mutex<Vec<(usize, String)>>,
     pmu: &'a Mutex<Option<String>>,
@@ -336,6 +345,7 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
         stop,
         budget,
         wait_ms,
+        busy_poll,
         idx,
         errors,
         pmu,
@@ -373,6 +383,8 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
     // A poll error ends the loop as a stop does: the worker finishes (its counts are kept),
     // then the error is reported.
     let (mut rounds, mut sleeps) = (0u32, 0u32);
+    // Busy polling: when a round last found work (read only when `busy_poll` is set).
+    let mut worked = std::time::Instant::now();
     let outcome = 'run: {
         while !stop.load(Ordering::Relaxed) && !p.done() {
             bump(&lp.rounds, 1);
@@ -389,6 +401,16 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
                 Ok(n) => {
                     if n > 0 {
                         bump(&lp.busy_rounds, 1);
+                    }
+                    if !busy_poll.is_zero() {
+                        let now = std::time::Instant::now();
+                        if n > 0 {
+                            worked = now;
+                        }
+                        if now.duration_since(worked) < busy_poll {
+                            bump(&lp.spins, 1);
+                            continue;
+                        }
                     }
                     bump(&lp.sleeps, 1);
                     sleeps = sleeps.wrapping_add(1);
@@ -499,6 +521,7 @@ mod tests {
                 cpus: vec![here],
                 budget: 64,
                 wait_ms: 5,
+                busy_poll: std::time::Duration::ZERO,
             };
             let mut rt = Runtime::start(&cfg, stop.clone(), move |_, _| {
                 Ok::<_, ()>(Ring {
@@ -532,6 +555,7 @@ mod tests {
             cpus: cpus.clone(),
             budget: 64,
             wait_ms: 5,
+            busy_poll: std::time::Duration::ZERO,
         };
         let mut rt = Runtime::start(&cfg, stop.clone(), move |idx, cpu| {
             o2.lock().expect("lock").push(idx);
@@ -571,6 +595,90 @@ mod tests {
         assert!(rt.errors().is_empty());
     }
 
+    /// Hands out `left` packets, then nothing; notes when it last handed some out and when
+    /// it was first asked to sleep.
+    struct Timed {
+        fake: Fake,
+        seen: Arc<Mutex<(Option<std::time::Instant>, Option<std::time::Instant>)>>,
+    }
+
+    impl Poll for Timed {
+        type Stats = FakeStats;
+        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
+            let n = self.fake.poll(budget, st)?;
+            if n > 0 {
+                if let Ok(mut g) = self.seen.lock() {
+                    g.0 = Some(std::time::Instant::now());
+                }
+            }
+            Ok(n)
+        }
+        fn wait(&mut self, ms: i32) -> Result<(), String> {
+            if let Ok(mut g) = self.seen.lock() {
+                g.1.get_or_insert_with(std::time::Instant::now);
+            }
+            self.fake.wait(ms)
+        }
+    }
+
+    #[test]
+    fn busy_polling_keeps_polling_after_the_last_work_before_it_sleeps() {
+        let here = flowlane_io::os::current_cpu().unwrap_or(0);
+        for busy in [
+            std::time::Duration::ZERO,
+            std::time::Duration::from_millis(30),
+        ] {
+            let stop = Arc::new(AtomicBool::new(false));
+            let seen = Arc::new(Mutex::new((None, None)));
+            let s2 = seen.clone();
+            let cfg = Config {
+                cpus: vec![here],
+                budget: 64,
+                wait_ms: 5,
+                busy_poll: busy,
+            };
+            let mut rt = Runtime::start(&cfg, stop.clone(), move |_, _| {
+                Ok::<_, ()>(Timed {
+                    fake: Fake { left: 100 },
+                    seen: s2.clone(),
+                })
+            })
+            .expect("start");
+            rt.go();
+            // Bounded: the first sleep comes 30 ms after the last packet at the latest, plus
+            // whatever a busy machine adds.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while seen.lock().expect("lock").1.is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            stop.store(true, Ordering::Relaxed);
+            rt.join();
+            let (last_work, first_sleep) = *seen.lock().expect("lock");
+            let (last_work, first_sleep) = (
+                last_work.expect("packets handed out"),
+                first_sleep.expect("slept within 10 s"),
+            );
+            let l = rt.stats()[0].snapshot().looped;
+            assert_eq!(l.busy_rounds, 2, "100 packets: a full round and one of 36");
+            if busy.is_zero() {
+                assert_eq!(l.spins, 0);
+                assert!(first_sleep >= last_work, "slept after the short round");
+            } else {
+                assert!(
+                    first_sleep.duration_since(last_work) >= busy,
+                    "kept polling {:?} after the last work, asked {busy:?}",
+                    first_sleep.duration_since(last_work)
+                );
+                assert!(l.spins >= 1, "the polls in between count as spins");
+                assert_eq!(
+                    l.rounds,
+                    l.full_rounds + l.spins + l.sleeps,
+                    "every round counted once"
+                );
+            }
+        }
+    }
+
     #[test]
     fn init_error_is_returned_and_workers_end() {
         let stop = Arc::new(AtomicBool::new(false));
@@ -578,6 +686,7 @@ mod tests {
             cpus: vec![0, 0],
             budget: 8,
             wait_ms: 5,
+            busy_poll: std::time::Duration::ZERO,
         };
         let r = Runtime::start(&cfg, stop, |idx, _| {
             if idx == 1 {
@@ -596,6 +705,7 @@ mod tests {
             cpus: vec![0, 0, 0],
             budget: 8,
             wait_ms: 5,
+            busy_poll: std::time::Duration::ZERO,
         };
         let r = Runtime::start(&cfg, stop, |idx, _| {
             assert_ne!(idx, 1, "deliberate panic in worker 1");
@@ -611,6 +721,7 @@ mod tests {
             cpus: vec![100_000],
             budget: 8,
             wait_ms: 5,
+            busy_poll: std::time::Duration::ZERO,
         };
         let r = Runtime::start(&cfg, stop, |_, _| Ok::<_, ()>(Fake { left: 0 }));
         assert!(matches!(r, Err(StartError::Pin { cpu: 100_000, .. })));

@@ -163,6 +163,7 @@ mod tests {
                 cpus: vec![cpu],
                 budget: 1,
                 wait_ms: 1,
+                busy_poll: std::time::Duration::ZERO,
             },
             Arc::new(AtomicBool::new(false)),
             move |_, _| Ok::<_, String>(Counter(n)),

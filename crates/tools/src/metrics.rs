@@ -37,11 +37,12 @@ use prometheus_client::registry::Registry;
 use crate::ToolError;
 
 /// The loop counters every role has (the rest are the role's).
-const LOOP: [&str; 8] = [
+const LOOP: [&str; 9] = [
     "rounds",
     "full_rounds",
     "busy_rounds",
     "sleeps",
+    "spins",
     "cpu_ns",
     "pmu_cycles",
     "pmu_instructions",

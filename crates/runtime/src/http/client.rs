@@ -48,6 +48,8 @@ counters! {
         status_5xx,
         /// Bytes read (heads and bodies).
         rx_bytes,
+        /// Reads (and drops of body bytes) that returned bytes.
+        reads,
         /// Response body bytes.
         body_bytes,
         /// Bytes sent.
@@ -104,6 +106,10 @@ pub struct LoadPlan {
     /// Connects in progress at once, per worker (paces new connections so the server's
     /// accept queue does not overflow).
     pub connect_window: usize,
+    /// The most one read (or one drop of body bytes) takes, bytes (at most [`READ_BUF`]; 0:
+    /// that). Smaller reads free receive space sooner: on one host, the server's next
+    /// segments then go out in the client's system calls, on the client's CPU.
+    pub read_size: usize,
 }
 
 impl LoadPlan {
@@ -250,6 +256,8 @@ pub struct ClientWorker {
     poller: Poller,
     conns: Slab<Conn>,
     scratch: Vec<u8>,
+    /// The most one read takes (≤ `scratch.len()`).
+    read_size: usize,
     ready: usize,
     timers: BinaryHeap<Reverse<(u64, usize)>>,
     connecting: usize,
@@ -266,6 +274,9 @@ pub struct ClientWorker {
     ramps: bool,
     finished: bool,
 }
+
+/// The worker's read buffer, bytes: the most one read takes.
+pub const READ_BUF: usize = 64 * 1024;
 
 /// A body with at least this much left is dropped in the kernel (`MSG_TRUNC`), not read.
 const DISCARD_MIN: u64 = 2048;
@@ -286,6 +297,10 @@ impl ClientWorker {
         seed: u64,
     ) -> Result<ClientWorker, flowlane_io::SysError> {
         let total: usize = pools.iter().map(|p| p.conns).sum();
+        let read_size = match plan.read_size {
+            0 => READ_BUF,
+            n => n.min(READ_BUF),
+        };
         // Made on the worker's thread: its timed waits end when asked, not up to 50 µs later.
         flowlane_io::os::set_timer_slack_ns(1)?;
         Ok(ClientWorker {
@@ -296,7 +311,8 @@ impl ClientWorker {
             plan,
             poller: Poller::new(512)?,
             conns: Slab::with_capacity(total),
-            scratch: vec![0; 64 * 1024],
+            scratch: vec![0; READ_BUF],
+            read_size,
             ready: 0,
             timers: BinaryHeap::new(),
             connecting: 0,
@@ -572,9 +588,9 @@ impl ClientWorker {
             _ => None,
         };
         let want = match (discard, c.state) {
-            (Some(left), _) => (left as usize).min(self.scratch.len()),
-            (None, State::Reading(Resp::Head)) => HEAD_READ,
-            _ => self.scratch.len(),
+            (Some(left), _) => (left as usize).min(self.read_size),
+            (None, State::Reading(Resp::Head)) => HEAD_READ.min(self.read_size),
+            _ => self.read_size,
         };
         let r = match discard {
             Some(_) => tcp::discard(s, &mut self.scratch[..want]),
@@ -608,6 +624,7 @@ impl ClientWorker {
             return false;
         }
         bump(&st.rx_bytes, n as u64);
+        bump(&st.reads, 1);
         if let Some(left) = discard {
             // Body bytes dropped in the kernel: counted, never copied.
             bump(&st.body_bytes, n as u64);

@@ -105,6 +105,7 @@ pub(super) fn run_step(
         cpus: plan.cpus.clone(),
         budget: a.batch,
         wait_ms: 50,
+        busy_poll: std::time::Duration::ZERO,
     };
     let (mode, link) = (a.mode, plan.link.clone());
     // The step's own stop flag (the runtime raises it when the step ends); a stop request

@@ -123,6 +123,7 @@ pub(super) fn run_xdp_sockets(
             cpus: worker_cpus.clone(),
             budget: 256,
             wait_ms: 50,
+            busy_poll: std::time::Duration::ZERO,
         },
         stop.clone(),
         move |idx, _| {
@@ -263,6 +264,7 @@ fn start_ports<W: Poll<Stats = ForwardStats>>(
             cpus: cpus.to_vec(),
             budget: 256,
             wait_ms: 50,
+            busy_poll: std::time::Duration::ZERO,
         },
         stop.clone(),
         move |_, _| {
@@ -410,6 +412,7 @@ fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
             cpus: worker_cpus.clone(),
             budget: 256,
             wait_ms: 50,
+            busy_poll: std::time::Duration::ZERO,
         },
         stop.clone(),
         move |idx, _| {

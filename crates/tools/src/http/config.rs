@@ -101,6 +101,16 @@ pub struct HttpLoadConfig {
     /// Status interval, seconds.
     #[serde(default = "one_f")]
     pub interval_s: f64,
+    /// Busy polling, microseconds: a worker that found no work keeps polling this long before
+    /// it sleeps (0: sleep at once). Spends client CPU so that the server never has to wake the
+    /// client — on one host (loopback) that buys the server's throughput with the client's CPU.
+    #[serde(default)]
+    pub busy_poll_us: f64,
+    /// The most one read (or one drop of body bytes) takes, bytes (0: the whole 64 KiB read
+    /// buffer). Smaller reads free receive space sooner; on one host the server's next
+    /// segments then go out in the client's system calls, on the client's CPU.
+    #[serde(default)]
+    pub read_size: usize,
     /// More errors than this (connect, reset, timeout, parse, closed early, 4xx/5xx) fail
     /// the run.
     #[serde(default)]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use flowlane_runtime::http::client::{
     ClientWorker, HttpLoadSnapshot, HttpLoadStats, LatencySlot, LoadPlan, PoolLatency, PoolPlan,
+    READ_BUF,
 };
 use flowlane_runtime::{Config, Runtime, StopRule, WorkerSnapshot};
 use flowlane_wire::http as h;
@@ -88,6 +89,9 @@ pub struct HttpLoadCounts {
     pub status_5xx: u64,
     /// Bytes read.
     pub rx_bytes: u64,
+    /// Reads (and drops of body bytes in the kernel) that returned bytes.
+    #[serde(default)]
+    pub reads: u64,
     /// Body bytes read.
     pub body_bytes: u64,
     /// Bytes sent.
@@ -137,6 +141,7 @@ impl From<&WorkerSnapshot<HttpLoadSnapshot>> for HttpLoadCounts {
             status_3xx: s.status_3xx,
             status_4xx: s.status_4xx,
             status_5xx: s.status_5xx,
+            reads: s.reads,
             rx_bytes: s.rx_bytes,
             body_bytes: s.body_bytes,
             tx_bytes: s.tx_bytes,
@@ -227,6 +232,15 @@ pub struct HttpLoadReport {
     pub memory: Memory,
     /// CPU time the load process used, seconds (user + system).
     pub cpu_s: f64,
+    /// Busy polling asked for, microseconds (0: none).
+    #[serde(default)]
+    pub busy_poll_us: f64,
+    /// Poll rounds that found nothing and polled again instead of sleeping (busy polling).
+    #[serde(default)]
+    pub loop_spins: u64,
+    /// Times the workers slept on readiness.
+    #[serde(default)]
+    pub loop_sleeps: u64,
     /// Answers per second of that CPU time.
     pub responses_per_cpu_s: f64,
     /// The workers' own CPU time (their loops only) per answer, nanoseconds.
@@ -427,6 +441,19 @@ pub fn run(
         opt("drain", cfg.drain_s)?,
         crate::seconds("timeout", cfg.timeout_s)?,
     );
+    if !(0.0..=1e6).contains(&cfg.busy_poll_us) {
+        return Err(ToolError::usage(format!(
+            "busy poll {} µs: give 0 (sleep when idle) up to 1 s, e.g. 50us",
+            cfg.busy_poll_us
+        )));
+    }
+    if cfg.read_size != 0 && !(256..=READ_BUF).contains(&cfg.read_size) {
+        return Err(ToolError::usage(format!(
+            "read size {} B: give 256 B up to {} KiB (0: the whole buffer)",
+            cfg.read_size,
+            READ_BUF / 1024
+        )));
+    }
     if cfg.cpus.is_empty() || cfg.pools.is_empty() {
         return Err(ToolError::usage("no CPUs or no pools to run"));
     }
@@ -454,6 +481,7 @@ pub fn run(
         drain,
         timeout,
         connect_window: cfg.connect_window.max(1),
+        read_size: cfg.read_size,
     };
     let slots: Vec<LatencySlot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
     let (slots2, plan2) = (slots.clone(), plan.clone());
@@ -466,6 +494,7 @@ pub fn run(
         cpus: cfg.cpus.clone(),
         budget: 512,
         wait_ms: 20,
+        busy_poll: Duration::from_nanos((cfg.busy_poll_us * 1e3) as u64),
     };
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
     let mut rt: Runtime<HttpLoadStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
@@ -640,6 +669,9 @@ pub fn run(
             rss_steady_last_kib: steady_last,
         },
         cpu_s: (cpu_s * 1000.0).round() / 1000.0,
+        busy_poll_us: cfg.busy_poll_us,
+        loop_spins: looped.spins,
+        loop_sleeps: looped.sleeps,
         worker_cpu_ns_per_response: crate::ns_per(total.cpu_ns, total.responses),
         pmu: crate::PmuCost::of(&looped, total.responses, rt.pmu_unavailable()),
         responses_per_cpu_s: if cpu_s > 0.0 {

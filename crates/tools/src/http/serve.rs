@@ -273,6 +273,7 @@ pub fn run(
         cpus: cfg.cpus.clone(),
         budget: 256,
         wait_ms: 100,
+        busy_poll: std::time::Duration::ZERO,
     };
     let mut rt: Runtime<HttpServeStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
         let l = tcp::listen_one(&lcfg)?;

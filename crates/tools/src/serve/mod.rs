@@ -232,6 +232,7 @@ impl Startup {
             cpus: cfg.cpus.clone(),
             budget,
             wait_ms: 100,
+            busy_poll: std::time::Duration::ZERO,
         };
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
             let sock = udp::bind_one(&g2)?;

@@ -342,6 +342,7 @@ pub fn run(
         cpus: worker_cpus.clone(),
         budget: 256,
         wait_ms: 50,
+        busy_poll: std::time::Duration::ZERO,
     };
     // Every worker is made the same way around its ring.
     let make = Maker {
