@@ -8,12 +8,14 @@
 //!    twice: as shipped (it sleeps when idle, drops large bodies whole) and with the settings
 //!    that trade client CPU for the server's throughput (`flowlane-tp`: FLOWLANE_BENCH_TUNED,
 //!    default `--busy-poll 50us --read-size 4k`), each compared with the best peer.
-//! 2. Servers: `http serve` against nginx under the same client (wrk), same grid.
+//! 2. Servers: `http serve` against nginx under the same client — wrk, and `http load` with the
+//!    throughput settings — same grid.
 //! 3. Constant rate: `http load -R 5000` against nginx, the rate held and p50.
 //!
 //! Run: `cargo bench -p flowlane --bench http_loopback` (root; FLOWLANE_BENCH_SECS sets each
 //! measurement's length, default 3; FLOWLANE_BENCH_QUICK=1 runs one row per part;
-//! FLOWLANE_BENCH_GRID=64:100,64k:1000 runs only those rows). A peer that
+//! FLOWLANE_BENCH_GRID=64:100,64k:1000 runs only those rows; FLOWLANE_BENCH_ROUNDS=5 runs each
+//! tool five times a row). A peer that
 //! is not installed is left out with a note (wrk, nginx-light, nghttp2-client for h2load;
 //! `cargo install oha`).
 
@@ -30,8 +32,14 @@ use flowlane_lab::Netns;
 const ADDR: &str = "198.18.0.1";
 const CLIENT_CPU: usize = 0;
 const SERVER_CPU: usize = 1;
-/// Runs per tool and row; the median is shown.
-const ROUNDS: usize = 3;
+/// Runs per tool and row (FLOWLANE_BENCH_ROUNDS, default 3); the median is shown.
+fn rounds() -> usize {
+    std::env::var("FLOWLANE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(3)
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -160,6 +168,20 @@ http {{
 
 struct Child(std::process::Child);
 
+/// CPU seconds (user + system) process `pid` has used so far (`/proc/PID/stat`, in USER_HZ =
+/// 100 ticks a second).
+fn proc_cpu_s(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|t| {
+            // The fields after the command name: state is the first, utime the 12th.
+            let rest = t.rsplit_once(") ")?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+        })
+        .map_or(0.0, |ticks| ticks / 100.0)
+}
+
 impl Drop for Child {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -250,7 +272,7 @@ fn main() {
         "flowlane-tp: http load {} (spends client CPU to raise the server's throughput)",
         tuned()
     );
-    println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, 3 rounds, median");
+    println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, {} rounds, median", rounds());
     println!(
         "{:>5} {:>6} | {}| {:>9} {:>9} {:>9} | {:>9} {:>9}",
         "size",
@@ -270,7 +292,7 @@ fn main() {
         let mut runs: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
         // Each round starts with the next tool (this VM's speed drifts within seconds, so no
         // tool always runs first or last).
-        for round in 0..ROUNDS {
+        for round in 0..rounds() {
             let mut order = tools.clone();
             order.rotate_left(round % tools.len().max(1));
             for t in order {
@@ -365,10 +387,22 @@ fn main() {
     }
 
     if have("wrk") {
-        println!("\npart 2: servers under the same client (wrk -t1 on CPU {CLIENT_CPU}); server on CPU {SERVER_CPU}");
+        println!("\npart 2: servers under the same client (wrk -t1, then http load {}, on CPU {CLIENT_CPU}); server on CPU {SERVER_CPU}", tuned());
         println!(
-            "{:>5} {:>6} | {:>12} {:>12} | {:>8}",
-            "size", "conns", "nginx", "http serve", "ratio"
+            "{:>5} {:>6} | {:>12} {:>12} {:>8} {:>8} | {:>12} {:>12} {:>8} {:>8}",
+            "size",
+            "conns",
+            "nginx",
+            "http serve",
+            "ratio",
+            "cpu/req",
+            "nginx (tp)",
+            "serve (tp)",
+            "ratio",
+            "cpu/req"
+        );
+        println!(
+            "  (cpu/req: http serve's CPU time per request over nginx's, from /proc/PID/stat)"
         );
         let mut serve_cmd = Command::new(BIN);
         serve_cmd.args([
@@ -387,30 +421,51 @@ fn main() {
                 .iter()
                 .find(|(s, _)| s == size)
                 .map_or(64, |(_, n)| *n);
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            for round in 0..ROUNDS {
-                for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
-                    let url = if which == 0 {
-                        format!("http://{ADDR}:8081/{size}")
-                    } else {
-                        format!("http://{ADDR}:8082/bytes/{n}")
-                    };
-                    let r = client(&ns, "wrk", &url, *conns, secs).map_or(0.0, |r| r.rps);
-                    if which == 0 {
-                        a.push(r)
-                    } else {
-                        b.push(r)
+            // Under wrk, and under `http load` with the throughput settings (a client that
+            // takes the most of the server's work on itself: the server's core is then the
+            // limit more often than under wrk, which copies every body).
+            let mut ratios = Vec::new();
+            for tool in ["wrk", "flowlane-tp"] {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                // Server CPU seconds and requests, summed over the rounds.
+                let mut cost = [(0.0f64, 0.0f64); 2];
+                for round in 0..rounds() {
+                    for which in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+                        let (url, pid) = if which == 0 {
+                            (format!("http://{ADDR}:8081/{size}"), nginx.0.id())
+                        } else {
+                            (format!("http://{ADDR}:8082/bytes/{n}"), ours.0.id())
+                        };
+                        let c0 = proc_cpu_s(pid);
+                        let r = client(&ns, tool, &url, *conns, secs).map_or(0.0, |r| r.rps);
+                        cost[which].0 += proc_cpu_s(pid) - c0;
+                        cost[which].1 += r * secs;
+                        if which == 0 {
+                            a.push(r)
+                        } else {
+                            b.push(r)
+                        }
                     }
                 }
+                let per = |(cpu, n): (f64, f64)| if n > 0.0 { cpu / n } else { 0.0 };
+                let (pa, pb) = (per(cost[0]), per(cost[1]));
+                ratios.push((median(a), median(b), if pa > 0.0 { pb / pa } else { 0.0 }));
             }
-            let (a, b) = (median(a), median(b));
+            let cell = |(a, b, c): (f64, f64, f64)| {
+                format!(
+                    "{:>12.0} {:>12.0} {:>7.2}× {:>7.2}×",
+                    a,
+                    b,
+                    if a > 0.0 { b / a } else { 0.0 },
+                    c
+                )
+            };
             println!(
-                "{:>5} {:>6} | {:>12.0} {:>12.0} | {:>7.2}×",
+                "{:>5} {:>6} | {} | {}",
                 size,
                 conns,
-                a,
-                b,
-                if a > 0.0 { b / a } else { 0.0 }
+                cell(ratios[0]),
+                cell(ratios[1])
             );
         }
         drop(ours);
