@@ -190,10 +190,12 @@ pub struct LoadArgs {
     #[arg(long, value_parser = parse_secs0, default_value_t = 0.0)]
     busy_poll: f64,
 
-    /// The most one read (or one drop of body bytes) takes, e.g. 4k (default: the whole
-    /// 64 KiB buffer; 256 B up to 64 KiB). Large bodies are dropped in the kernel either
-    /// way; smaller reads free receive space sooner, so on one host more of the server's
-    /// sending runs in the client's system calls (more client CPU per answer).
+    /// The most one read (or one drop of body bytes) takes while a worker has 64 or more
+    /// answers outstanding, e.g. 4k (default: the whole 64 KiB buffer; 256 B up to 64 KiB).
+    /// Large bodies are dropped in the kernel either way; smaller reads free receive space
+    /// sooner, so on one host more of the server's sending runs in the client's system calls
+    /// (more client CPU per answer). With fewer outstanding, reads stay whole: the server is
+    /// then waiting for the next requests.
     #[arg(long, value_parser = parse_bytes)]
     read_size: Option<usize>,
 

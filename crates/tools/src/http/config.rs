@@ -106,9 +106,10 @@ pub struct HttpLoadConfig {
     /// client — on one host (loopback) that buys the server's throughput with the client's CPU.
     #[serde(default)]
     pub busy_poll_us: f64,
-    /// The most one read (or one drop of body bytes) takes, bytes (0: the whole 64 KiB read
-    /// buffer). Smaller reads free receive space sooner; on one host the server's next
-    /// segments then go out in the client's system calls, on the client's CPU.
+    /// The most one read (or one drop of body bytes) takes while a worker has 64 or more
+    /// answers outstanding, bytes (0: the whole 64 KiB read buffer). Smaller reads free
+    /// receive space sooner; on one host the server's next segments then go out in the
+    /// client's system calls, on the client's CPU.
     #[serde(default)]
     pub read_size: usize,
     /// More errors than this (connect, reset, timeout, parse, closed early, 4xx/5xx) fail
