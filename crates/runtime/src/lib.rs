@@ -397,6 +397,9 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
                 Ok(n) if n >= budget => {
                     bump(&lp.full_rounds, 1);
                     bump(&lp.busy_rounds, 1);
+                    if !busy_poll.is_zero() {
+                        worked = std::time::Instant::now();
+                    }
                 }
                 Ok(n) => {
                     if n > 0 {
@@ -595,8 +598,8 @@ mod tests {
         assert!(rt.errors().is_empty());
     }
 
-    /// Hands out `left` packets, then nothing; notes when it last handed some out and when
-    /// it was first asked to sleep.
+    /// Hands out `left` packets, then nothing, taking 40 ms over each round that has some;
+    /// notes when it last handed some out and when it was first asked to sleep.
     struct Timed {
         fake: Fake,
         seen: Arc<Mutex<(Option<std::time::Instant>, Option<std::time::Instant>)>>,
@@ -607,6 +610,7 @@ mod tests {
         fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
             let n = self.fake.poll(budget, st)?;
             if n > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(40));
                 if let Ok(mut g) = self.seen.lock() {
                     g.0 = Some(std::time::Instant::now());
                 }
@@ -639,7 +643,9 @@ mod tests {
             };
             let mut rt = Runtime::start(&cfg, stop.clone(), move |_, _| {
                 Ok::<_, ()>(Timed {
-                    fake: Fake { left: 100 },
+                    // Two full rounds of 64 (80 ms, longer than the busy poll), then nothing:
+                    // the busy poll counts from the last full round, not from the start.
+                    fake: Fake { left: 128 },
                     seen: s2.clone(),
                 })
             })
@@ -659,10 +665,14 @@ mod tests {
                 first_sleep.expect("slept within 10 s"),
             );
             let l = rt.stats()[0].snapshot().looped;
-            assert_eq!(l.busy_rounds, 2, "100 packets: a full round and one of 36");
+            assert_eq!(
+                (l.full_rounds, l.busy_rounds),
+                (2, 2),
+                "128 packets: two full rounds"
+            );
             if busy.is_zero() {
                 assert_eq!(l.spins, 0);
-                assert!(first_sleep >= last_work, "slept after the short round");
+                assert!(first_sleep >= last_work, "slept after the last work");
             } else {
                 assert!(
                     first_sleep.duration_since(last_work) >= busy,
