@@ -184,11 +184,6 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
             continue;
         }
         assert_eq!(t["ndr"]["confirmed"], true, "{t}");
-        // The limit within the resolution (and tbf's own rounding, < 0.5 %).
-        assert!(
-            (CAPACITY_PPS - 1_488.0 - CAPACITY_PPS * 0.005..=CAPACITY_PPS * 1.005).contains(&ndr),
-            "NDR {ndr} for a DUT of {CAPACITY_PPS}: {err}"
-        );
         // Converged within its bound (16 trials); how many it takes is a benchmark figure
         // (BENCHMARKS.md: 4-5 on a quiet machine), not a test's: a loaded CI machine failed
         // a confirmation and needed 12.
@@ -198,6 +193,20 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         assert!(counted
             .iter()
             .any(|t| t["verdict"] == "fail" && t["rate_pps"].as_f64().expect("r") > CAPACITY_PPS));
+        // The limit within the resolution (and tbf's own rounding, < 0.5 %). Never above it.
+        // Below it, a busy machine can be the cause: a generator whose sends bunch up fills
+        // the bucket's 3 000-byte burst at 98 % of its rate (seen in CI: 17 of 97 465 frames
+        // lost at 48 992 pps, so the search went one step lower, to 48 248); that attempt
+        // is fully checked above and another is made (at most three).
+        let window = CAPACITY_PPS - 1_488.0 - CAPACITY_PPS * 0.005..=CAPACITY_PPS * 1.005;
+        assert!(
+            ndr <= *window.end(),
+            "NDR {ndr} above a DUT of {CAPACITY_PPS}: {err}"
+        );
+        if !window.contains(&ndr) {
+            limited.push(format!("NDR {ndr} below the window {window:?}: {err}"));
+            continue;
+        }
         assert_eq!(j["receiver"], "af-xdp", "the default receiver");
         // IPv6 through the same bucket: 124-byte frames (128 with FCS), 24 194 per second;
         // received by the AF_PACKET sink, the other receiver.
@@ -236,7 +245,9 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         }
         return;
     }
-    panic!("the tester was the limit in all three attempts: {limited:?}");
+    panic!(
+        "no attempt of three found the DUT's capacity (tester-limited, or below it): {limited:?}"
+    );
 }
 
 /// A DUT that still holds frames when the generator stops gives them all up to the tester,
