@@ -184,11 +184,11 @@ pub struct LoadArgs {
     connect_window: usize,
 
     /// Busy polling: after a round with no work, keep polling this long before sleeping
-    /// (e.g. 50us; default 0, sleep at once). Spends client CPU (up to a whole core per
+    /// (e.g. 50us; default 0, sleep at once; with --scenario it replaces the file's). Spends client CPU (up to a whole core per
     /// worker) so the server never has to wake the client; on one host that can raise the
     /// server's requests/s at the cost of requests per client CPU second.
-    #[arg(long, value_parser = parse_secs0, default_value_t = 0.0)]
-    busy_poll: f64,
+    #[arg(long, value_parser = parse_secs0)]
+    busy_poll: Option<f64>,
 
     /// The most one read (or one drop of body bytes) takes while a worker has 64 or more
     /// answers outstanding, e.g. 4k (default: the whole 64 KiB buffer; 256 B up to 64 KiB).
@@ -218,6 +218,11 @@ pub struct LoadArgs {
 
     #[command(flatten)]
     live: LiveArgs,
+}
+
+/// Seconds as whole nanoseconds' worth of microseconds (`200us` is 200, not 199.99…).
+fn micros(secs: f64) -> f64 {
+    (secs * 1e9).round() / 1e3
 }
 
 fn parse_secs0(s: &str) -> Result<f64, String> {
@@ -384,7 +389,7 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
             timeout_s: a.timeout,
             connect_window: a.connect_window,
             interval_s: a.live.interval,
-            busy_poll_us: (a.busy_poll * 1e9).round() / 1e3,
+            busy_poll_us: a.busy_poll.map_or(0.0, micros),
             read_size: a.read_size.unwrap_or(0),
             max_errors: a.max_errors,
         }
@@ -393,8 +398,8 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
         cfg.cpus = cpus;
     }
     if a.scenario.is_some() {
-        if a.busy_poll > 0.0 {
-            cfg.busy_poll_us = (a.busy_poll * 1e9).round() / 1e3;
+        if let Some(b) = a.busy_poll {
+            cfg.busy_poll_us = micros(b);
         }
         if let Some(n) = a.read_size {
             cfg.read_size = n;
