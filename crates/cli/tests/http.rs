@@ -533,6 +533,62 @@ fn busy_polling_with_small_reads_counts_exactly() {
 }
 
 #[test]
+fn batch_waits_only_where_they_apply_and_count_exactly() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8080, &[]);
+    let mut runs = Vec::new();
+    // One worker: 100 connections keep 64 or more answers outstanding whenever it sleeps, so
+    // small answers get batch waits; 64 KiB answers (over the 16 KiB rule) and 8 connections
+    // (never 64 outstanding) get none.
+    for (size, conns, waits) in [(64u64, 100, true), (65_536, 100, false), (64, 8, false)] {
+        let url = format!("http://198.18.0.1:8080/bytes/{size}");
+        let (code, j) = load(
+            &ns,
+            &[
+                &url,
+                "-c",
+                &conns.to_string(),
+                "--cpus",
+                "0",
+                "-d",
+                "1",
+                "--max-errors",
+                "0",
+                "--batch-wait",
+                "500us",
+            ],
+        );
+        assert_eq!(code, Some(0), "{j}");
+        let n = u(&j, &["total", "responses"]);
+        assert!(n > 100, "{j}");
+        assert_eq!(u(&j, &["total", "requests"]), n, "{j}");
+        assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
+        assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
+        assert_eq!(j["batch_wait_us"].as_f64(), Some(500.0), "{j}");
+        assert_eq!(j["pools"][0]["latency"]["count"].as_u64(), Some(n), "{j}");
+        let (made, slept) = (
+            u(&j, &["total", "batch_waits"]),
+            u(&j, &["total", "batch_wait_ns"]),
+        );
+        if waits {
+            assert!(made > 0, "{j}");
+            // Each wait is sized from the answer rate and never longer than asked.
+            assert!(slept > 0 && slept <= made * 500_000, "{j}");
+        } else {
+            assert_eq!((made, slept), (0, 0), "{j}");
+        }
+        runs.push(n);
+    }
+    let (code, s) = srv.finish();
+    assert_eq!(code, Some(0), "{s}");
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        runs.iter().sum::<u64>(),
+        "serve {s}"
+    );
+}
+
+#[test]
 fn constant_rate_is_held_and_latency_counts_from_the_intended_time() {
     let Some((_g, ns)) = netns() else { return };
     let srv = serve(&ns, 8080, &[]);
@@ -910,6 +966,8 @@ fn load_errors_and_usage() {
         vec![&url, "--read-size", "4x"],
         vec![&url, "--busy-poll", "2s"],
         vec![&url, "--busy-poll", "-1us"],
+        vec![&url, "--batch-wait", "20ms"],
+        vec![&url, "--batch-wait", "500us", "--busy-poll", "50us"],
     ] {
         let out = Command::new(BIN)
             .args(["http", "load"])

@@ -87,6 +87,11 @@ impl Poller {
         })
     }
 
+    /// The most members one wait reports.
+    pub fn capacity(&self) -> usize {
+        self.events.len()
+    }
+
     fn ctl(
         &self,
         op: libc::c_int,

@@ -92,6 +92,12 @@ pub struct HttpLoadCounts {
     /// Reads (and drops of body bytes in the kernel) that returned bytes.
     #[serde(default)]
     pub reads: u64,
+    /// Batch waits made (`--batch-wait`).
+    #[serde(default)]
+    pub batch_waits: u64,
+    /// Time spent in them, nanoseconds.
+    #[serde(default)]
+    pub batch_wait_ns: u64,
     /// Body bytes read.
     pub body_bytes: u64,
     /// Bytes sent.
@@ -142,6 +148,8 @@ impl From<&WorkerSnapshot<HttpLoadSnapshot>> for HttpLoadCounts {
             status_4xx: s.status_4xx,
             status_5xx: s.status_5xx,
             reads: s.reads,
+            batch_waits: s.batch_waits,
+            batch_wait_ns: s.batch_wait_ns,
             rx_bytes: s.rx_bytes,
             body_bytes: s.body_bytes,
             tx_bytes: s.tx_bytes,
@@ -235,6 +243,9 @@ pub struct HttpLoadReport {
     /// Busy polling asked for, microseconds (0: none).
     #[serde(default)]
     pub busy_poll_us: f64,
+    /// Longest batch wait asked for, microseconds (0: none).
+    #[serde(default)]
+    pub batch_wait_us: f64,
     /// Poll rounds that found nothing and polled again instead of sleeping (busy polling).
     #[serde(default)]
     pub loop_spins: u64,
@@ -447,6 +458,18 @@ pub fn run(
             cfg.busy_poll_us
         )));
     }
+    if !(0.0..=10_000.0).contains(&cfg.batch_wait_us) {
+        return Err(ToolError::usage(format!(
+            "batch wait {} µs: give 0 (none) up to 10 ms, e.g. 500us",
+            cfg.batch_wait_us
+        )));
+    }
+    if cfg.busy_poll_us > 0.0 && cfg.batch_wait_us > 0.0 {
+        return Err(ToolError::usage(
+            "busy polling and batch waits pull against each other (one never sleeps, the other \
+             sleeps on purpose): give one of them",
+        ));
+    }
     if cfg.read_size != 0 && !(256..=READ_BUF).contains(&cfg.read_size) {
         return Err(ToolError::usage(format!(
             "read size {} B: give 256 B up to {} KiB (0: the whole buffer)",
@@ -482,6 +505,7 @@ pub fn run(
         timeout,
         connect_window: cfg.connect_window.max(1),
         read_size: cfg.read_size,
+        batch_wait: Duration::from_nanos((cfg.batch_wait_us * 1e3) as u64),
     };
     let slots: Vec<LatencySlot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
     let (slots2, plan2) = (slots.clone(), plan.clone());
@@ -670,6 +694,7 @@ pub fn run(
         },
         cpu_s: (cpu_s * 1000.0).round() / 1000.0,
         busy_poll_us: cfg.busy_poll_us,
+        batch_wait_us: cfg.batch_wait_us,
         loop_spins: looped.spins,
         loop_sleeps: looped.sleeps,
         worker_cpu_ns_per_response: crate::ns_per(total.cpu_ns, total.responses),
