@@ -46,8 +46,8 @@ pub mod os {
         ChildUsage,
     };
     pub use crate::sys::{
-        allowed_cpus, current_cpu, default_sigpipe, enter_netns, monotonic_ns, pin_current_thread,
-        possible_cpus, signal_process, thread_cpu_ns, Signal, ThreadHandle,
+        allowed_cpus, block_sigpipe_here, current_cpu, default_sigpipe, enter_netns, monotonic_ns,
+        pin_current_thread, possible_cpus, signal_process, thread_cpu_ns, Signal, ThreadHandle,
     };
 }
 

@@ -112,9 +112,10 @@ pub fn incoming_cpu(s: &impl AsRawFd) -> Option<usize> {
 }
 
 /// Sends `buf` with `MSG_MORE` (more follows at once, e.g. a body by `sendfile` after its
-/// header: one segment, not two); returns the bytes taken.
+/// header: one segment, not two); returns the bytes taken. A peer that reset is an error
+/// (`MSG_NOSIGNAL`), never a SIGPIPE.
 pub fn send_more(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    SockRef::from(s).send_with_flags(buf, libc::MSG_MORE)
+    SockRef::from(s).send_with_flags(buf, libc::MSG_MORE | libc::MSG_NOSIGNAL)
 }
 
 /// Up to `count` bytes of `file` from `*offset` into `s` by `sendfile(2)`, advancing

@@ -195,8 +195,12 @@ impl<S: Counters> Runtime<S> {
             let h = std::thread::Builder::new()
                 .name(format!("flowlane-w{idx}-cpu{cpu}"))
                 .spawn(move || {
-                    let pinned = flowlane_io::os::pin_current_thread(cpu)
-                        .map_err(|error| StartError::Pin { cpu, error });
+                    // A send to a peer that reset fails (EPIPE) instead of ending the process.
+                    let pinned = match flowlane_io::os::block_sigpipe_here() {
+                        Err(e) => Err(StartError::Thread(format!("worker {idx}: {e}"))),
+                        Ok(()) => flowlane_io::os::pin_current_thread(cpu)
+                            .map_err(|error| StartError::Pin { cpu, error }),
+                    };
                     // Initialise in index order.
                     let made = {
                         let (lock, cv) = &*turn;

@@ -456,6 +456,29 @@ pub fn default_sigpipe() {
     }
 }
 
+/// Blocks SIGPIPE on the calling thread (and the threads it starts). A send on a connection the
+/// peer has reset fails with EPIPE and raises SIGPIPE at the sending thread; `sendfile(2)` has no
+/// `MSG_NOSIGNAL`, and with the default action restored ([`default_sigpipe`]) the signal would
+/// end the whole process. Blocked, it stays pending on the thread, harmless, and the call's
+/// error is handled like any other.
+pub fn block_sigpipe_here() -> Result<(), SysError> {
+    // SAFETY: a zeroed sigset_t is a valid set for sigemptyset/sigaddset; pthread_sigmask
+    // reads it and writes no old mask (null).
+    let ret = unsafe {
+        let mut set: libc::sigset_t = zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+    };
+    if ret != 0 {
+        return Err(SysError {
+            call: "pthread_sigmask",
+            source: io::Error::from_raw_os_error(ret),
+        });
+    }
+    Ok(())
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<(), SysError> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays inside it for

@@ -470,6 +470,12 @@ pub fn run(
              sleeps on purpose): give one of them",
         ));
     }
+    if cfg.batch_wait_us > 0.0 && cfg.pools.iter().any(|p| p.rate.is_some()) {
+        return Err(ToolError::usage(
+            "batch waits apply only when every pool is a closed loop (at a constant rate each \
+             request's intended time decides when it goes): drop --batch-wait or the rate",
+        ));
+    }
     if cfg.read_size != 0 && !(256..=READ_BUF).contains(&cfg.read_size) {
         return Err(ToolError::usage(format!(
             "read size {} B: give 256 B up to {} KiB (0: the whole buffer)",
