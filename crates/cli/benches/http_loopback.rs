@@ -7,7 +7,9 @@
 //!    requests per second of client CPU time, and peak memory (from `wait4`). `http load` runs
 //!    twice: as shipped (it sleeps when idle, drops large bodies whole) and with the settings
 //!    that trade client CPU for the server's throughput (`flowlane-tp`: FLOWLANE_BENCH_TUNED,
-//!    default `--busy-poll 50us --read-size 4k`), each compared with the best peer.
+//!    default `--busy-poll 50us --read-size 4k`), and a third time with batch waits, which
+//!    trade latency for answers per client CPU second (`flowlane-bw`: FLOWLANE_BENCH_BATCH,
+//!    default `--batch-wait 1ms`), each compared with the best peer.
 //! 2. Servers: `http serve` against nginx under the same client — wrk, and `http load` with the
 //!    throughput settings — same grid.
 //! 3. Constant rate: `http load -R 5000` against nginx, the rate held and p50.
@@ -94,7 +96,7 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
     let d = format!("{}", secs.round() as u64);
     let mut cmd;
     match tool {
-        "flowlane" | "flowlane-tp" => {
+        "flowlane" | "flowlane-tp" | "flowlane-bw" => {
             cmd = Command::new(BIN);
             cmd.args(["http", "load", url, "-c", &c, "-d", &d, "--cpus", "0"])
                 .args([
@@ -107,6 +109,9 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
                 ]);
             if tool == "flowlane-tp" {
                 cmd.args(tuned().split_whitespace());
+            }
+            if tool == "flowlane-bw" {
+                cmd.args(batched().split_whitespace());
             }
         }
         "wrk" => {
@@ -125,11 +130,13 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
     }
     let (out, u) = run_client(ns, cmd);
     let rps = match tool {
-        "flowlane" | "flowlane-tp" => serde_json::from_str::<serde_json::Value>(&out)
-            .ok()
-            .and_then(|j| {
-                (j["errors"].as_u64() == Some(0)).then(|| j["requests_per_s"].as_f64())?
-            }),
+        "flowlane" | "flowlane-tp" | "flowlane-bw" => {
+            serde_json::from_str::<serde_json::Value>(&out)
+                .ok()
+                .and_then(|j| {
+                    (j["errors"].as_u64() == Some(0)).then(|| j["requests_per_s"].as_f64())?
+                })
+        }
         "wrk" => number_after(&out, "Requests/sec:"),
         "oha" => number_after(&out, "Requests/sec:"),
         "h2load" => number_after(&out, " in ").and_then(|_| {
@@ -216,6 +223,11 @@ fn tuned() -> String {
         .unwrap_or_else(|_| "--busy-poll 50us --read-size 4k".into())
 }
 
+/// The flags of the third `http load` column (batch waits).
+fn batched() -> String {
+    std::env::var("FLOWLANE_BENCH_BATCH").unwrap_or_else(|_| "--batch-wait 1ms".into())
+}
+
 /// Whether the person running the bench asked for this row (FLOWLANE_BENCH_GRID).
 fn wanted(size: &str, conns: usize) -> bool {
     match std::env::var("FLOWLANE_BENCH_GRID") {
@@ -255,10 +267,17 @@ fn main() {
     wait_listening(&ns, 8081);
 
     let ours_t = |t: &str| t.starts_with("flowlane");
-    let tools: Vec<&str> = ["flowlane", "flowlane-tp", "wrk", "oha", "h2load"]
-        .into_iter()
-        .filter(|t| ours_t(t) || have(t))
-        .collect();
+    let tools: Vec<&str> = [
+        "flowlane",
+        "flowlane-tp",
+        "flowlane-bw",
+        "wrk",
+        "oha",
+        "h2load",
+    ]
+    .into_iter()
+    .filter(|t| ours_t(t) || have(t))
+    .collect();
     let grid: Vec<(&str, usize)> = if quick {
         vec![("64", 100)]
     } else {
@@ -272,9 +291,13 @@ fn main() {
         "flowlane-tp: http load {} (spends client CPU to raise the server's throughput)",
         tuned()
     );
+    println!(
+        "flowlane-bw: http load {} (sleeps on purpose so each wake finds a batch of answers)",
+        batched()
+    );
     println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, {} rounds, median", rounds());
     println!(
-        "{:>5} {:>6} | {}| {:>9} {:>9} {:>9} | {:>9} {:>9}",
+        "{:>5} {:>6} | {}| {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9}",
         "size",
         "conns",
         tools
@@ -285,7 +308,9 @@ fn main() {
         "cpu-eff×",
         "mem vs wrk",
         "tp best",
-        "tp eff×"
+        "tp eff×",
+        "bw best",
+        "bw eff×"
     );
     for (size, conns) in &grid {
         let url = format!("http://{ADDR}:8081/{size}");
@@ -313,6 +338,7 @@ fn main() {
         };
         let ours = mean("flowlane").unwrap_or_default();
         let ours_bp = mean("flowlane-tp").unwrap_or_default();
+        let ours_bw = mean("flowlane-bw").unwrap_or_default();
         let peers: Vec<(&str, Run)> = tools
             .iter()
             .filter(|t| !ours_t(t))
@@ -338,7 +364,7 @@ fn main() {
             }
         };
         println!(
-            "{:>5} {:>6} | {}| {:>8.2}× {:>8.2}× {:>9} | {:>8.2}× {:>8.2}×",
+            "{:>5} {:>6} | {}| {:>8.2}× {:>8.2}× {:>9} | {:>8.2}× {:>8.2}× | {:>8.2}× {:>8.2}×",
             size,
             conns,
             tools
@@ -358,6 +384,8 @@ fn main() {
             },
             vs_best(&ours_bp),
             vs_eff(&ours_bp),
+            vs_best(&ours_bw),
+            vs_eff(&ours_bw),
         );
         // Per request, the client's own work (user) and the kernel's on its behalf (system:
         // its syscalls, and on loopback the receive path of every request it sends). The
@@ -414,9 +442,9 @@ fn main() {
             "1",
             "--quiet",
         ]);
-        let ours = Child(spawn_on(&ns, SERVER_CPU, serve_cmd));
+        let mut ours = Child(spawn_on(&ns, SERVER_CPU, serve_cmd));
         wait_listening(&ns, 8082);
-        for (size, conns) in &grid {
+        'rows: for (size, conns) in &grid {
             let n = sizes
                 .iter()
                 .find(|(s, _)| s == size)
@@ -444,6 +472,11 @@ fn main() {
                             a.push(r)
                         } else {
                             b.push(r)
+                        }
+                        // A server that ended makes every later figure void: say so, stop.
+                        if let Ok(Some(status)) = ours.0.try_wait() {
+                            println!("  http serve ended ({status}); part 2 stops here");
+                            break 'rows;
                         }
                     }
                 }
