@@ -204,7 +204,8 @@ pub struct LoadArgs {
     /// none; up to 10ms; with --scenario it replaces the file's). It sizes each wait from the
     /// answer rate (a third of the time the server takes to answer what is outstanding), so it
     /// wakes to a batch of answers: fewer client wake-ups, more answers per client CPU second.
-    /// Latency then includes the wait (it ends when the answer is read).
+    /// An answer read right after a wait has its latency end when the kernel received its
+    /// last segment (its receive timestamp), not when the client got round to reading it.
     #[arg(long, value_parser = parse_secs0)]
     batch_wait: Option<f64>,
 
@@ -624,10 +625,12 @@ fn summary(r: &HttpLoadReport) -> String {
     if r.batch_wait_us > 0.0 {
         let _ = writeln!(
             s,
-            "  batch waits up to {:.0} µs: {} made, {:.1} µs on average (latency includes them)",
+            "  batch waits up to {:.0} µs: {} made, {:.1} µs on average; {} of {} answers read right after one, their latency ending at the kernel's receipt of their last segment (the rest: when read)",
             r.batch_wait_us,
             r.total.batch_waits,
-            r.total.batch_wait_ns as f64 / r.total.batch_waits.max(1) as f64 / 1e3
+            r.total.batch_wait_ns as f64 / r.total.batch_waits.max(1) as f64 / 1e3,
+            r.total.stamped,
+            r.total.responses
         );
     }
     if r.busy_poll_us > 0.0 {

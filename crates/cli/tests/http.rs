@@ -566,6 +566,21 @@ fn batch_waits_only_where_they_apply_and_count_exactly() {
         assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
         assert_eq!(j["batch_wait_us"].as_f64(), Some(500.0), "{j}");
         assert_eq!(j["pools"][0]["latency"]["count"].as_u64(), Some(n), "{j}");
+        // Answers read right after a batch wait end their latency at the kernel's receive
+        // timestamp of their last segment, turned onto the run's clock: sane values, not 0
+        // or years. Without waits every answer ends at its read.
+        let stamped = u(&j, &["total", "stamped"]);
+        if waits {
+            assert!(stamped > 0 && stamped <= n, "{j}");
+        } else {
+            assert_eq!(stamped, 0, "{j}");
+        }
+        let lat = &j["pools"][0]["latency"];
+        let (p50, max) = (
+            lat["p50"].as_f64().unwrap_or(0.0),
+            lat["max"].as_f64().unwrap_or(0.0),
+        );
+        assert!(p50 >= 1.0 && max <= 2e6, "latency µs: {j}");
         let (made, slept) = (
             u(&j, &["total", "batch_waits"]),
             u(&j, &["total", "batch_wait_ns"]),

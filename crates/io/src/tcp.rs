@@ -130,6 +130,23 @@ pub fn discard(s: &TcpStream, max: &mut [u8]) -> io::Result<usize> {
     sys::stream::recv_discard(s, max)
 }
 
+/// Turns on the kernel's receive timestamps on `s` (`SO_TIMESTAMPNS`), for [`read_stamped`].
+pub fn set_rx_timestamps(s: &TcpStream) -> Result<(), SysError> {
+    sys::stream::set_rx_timestamps(s)
+}
+
+/// A read into `buf` (or, with `discard`, a drop of up to `buf.len()` bytes as [`discard`]) that
+/// also says when the kernel received the last segment it took: `CLOCK_REALTIME` ns, when
+/// receive timestamps are on ([`set_rx_timestamps`]). How a client's latency can end where the
+/// answer arrived rather than where the client got round to reading it.
+pub fn read_stamped(
+    s: &TcpStream,
+    buf: &mut [u8],
+    discard: bool,
+) -> io::Result<(usize, Option<u64>)> {
+    sys::stream::recv_stamped(s, buf, discard)
+}
+
 /// An in-memory file holding `contents` (`memfd_create`): the source `sendfile` reads large
 /// responses from.
 pub fn memfd_with(name: &CStr, contents: &[u8]) -> Result<File, SysError> {

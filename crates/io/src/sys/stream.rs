@@ -347,6 +347,67 @@ pub fn recv_discard(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(ret as usize)
 }
 
+/// Turns on software receive timestamps (`SO_TIMESTAMPNS`) on a TCP socket: each
+/// [`recv_stamped`] then also says when the kernel received the last segment it took.
+pub fn set_rx_timestamps(fd: &impl AsRawFd) -> Result<(), SysError> {
+    let on: libc::c_int = 1;
+    // SAFETY: `on` is a valid c_int that outlives the call; its size is passed.
+    check("setsockopt(SO_TIMESTAMPNS)", unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Like a read (or, with `discard`, [`recv_discard`]) on a TCP socket with receive timestamps
+/// on ([`set_rx_timestamps`]): the bytes taken, and when the kernel received the last segment
+/// they came from (`CLOCK_REALTIME`, ns since the epoch) if it said.
+pub fn recv_stamped(
+    fd: &impl AsRawFd,
+    buf: &mut [u8],
+    discard: bool,
+) -> io::Result<(usize, Option<u64>)> {
+    // Room for one SCM_TIMESTAMPNS (a timespec) with its header, aligned as cmsghdr.
+    let mut ctl = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid (null name, no iovecs, no control) before it is filled.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(&ctl) as _;
+    let flags = libc::MSG_DONTWAIT | if discard { libc::MSG_TRUNC } else { 0 };
+    // SAFETY: `msg` points at `iov` (valid for writes of `buf.len()` bytes; TCP's MSG_TRUNC
+    // writes nothing) and at `ctl` (valid for `msg_controllen` bytes); all outlive the call.
+    let ret = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut stamp = None;
+    // SAFETY: the kernel wrote `msg_controllen` bytes of well-formed control messages into
+    // `ctl`; CMSG_FIRSTHDR/CMSG_NXTHDR stay within them, and a SCM_TIMESTAMPNS message's data
+    // is a timespec (read unaligned).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((ret as usize, stamp))
+}
+
 /// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`): how late the kernel may end
 /// its timed waits to batch wakeups. The default, 50 µs, would show in every constant-rate
 /// request's send time.

@@ -98,6 +98,10 @@ pub struct HttpLoadCounts {
     /// Time spent in them, nanoseconds.
     #[serde(default)]
     pub batch_wait_ns: u64,
+    /// Answers whose latency ended at the kernel's receive timestamp of their last segment
+    /// (with batch waits; the others end when read).
+    #[serde(default)]
+    pub stamped: u64,
     /// Body bytes read.
     pub body_bytes: u64,
     /// Bytes sent.
@@ -150,6 +154,7 @@ impl From<&WorkerSnapshot<HttpLoadSnapshot>> for HttpLoadCounts {
             reads: s.reads,
             batch_waits: s.batch_waits,
             batch_wait_ns: s.batch_wait_ns,
+            stamped: s.stamped,
             rx_bytes: s.rx_bytes,
             body_bytes: s.body_bytes,
             tx_bytes: s.tx_bytes,
