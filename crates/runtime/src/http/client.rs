@@ -290,8 +290,9 @@ pub struct ClientWorker {
     pace: AnswerPace,
     /// With batch waits: the kernel's receive timestamps end each latency (see [`StampClock`]).
     stamps: Option<StampClock>,
-    /// The read being handled carried a receive timestamp (its answers end there).
-    stamp_read: bool,
+    /// The read being handled carried a receive timestamp (its answers' latency ends there):
+    /// when the read was made, which is when their connections' next requests go.
+    stamp_read: Option<u64>,
 }
 
 /// Turns the kernel's receive timestamps (`CLOCK_REALTIME`) into the worker's clock (ns since
@@ -418,7 +419,7 @@ impl ClientWorker {
             finished: false,
             pace: AnswerPace::default(),
             stamps,
-            stamp_read: false,
+            stamp_read: None,
         })
     }
 
@@ -610,10 +611,10 @@ impl ClientWorker {
         }
     }
 
-    /// An answer completed at `now`.
+    /// An answer completed at `now` (its latency ends there).
     fn complete(&mut self, key: usize, status: u16, keep: bool, now: u64, st: &HttpLoadStats) {
         bump(&st.responses, 1);
-        if self.stamp_read {
+        if self.stamp_read.is_some() {
             bump(&st.stamped, 1);
         }
         self.pace.answers += 1;
@@ -650,6 +651,8 @@ impl ClientWorker {
             self.closing.push(key);
             return;
         }
+        // The next request goes from now, not from when the answer arrived.
+        let now = self.stamp_read.unwrap_or(now);
         let think = self.pools[c.pool].think;
         if self.pools[c.pool].rate.is_none() {
             c.next_due = now + ns(think);
@@ -681,7 +684,7 @@ impl ClientWorker {
 
     /// One read (or one drop of body bytes); whether it filled what it asked for.
     fn read_once(&mut self, key: usize, st: &HttpLoadStats) -> bool {
-        self.stamp_read = false;
+        self.stamp_read = None;
         let c = &mut self.conns[key];
         let Some(s) = c.stream.as_mut() else {
             return false;
@@ -746,7 +749,7 @@ impl ClientWorker {
         // it said (never later than now: the clocks are read apart).
         let now = match (stamp, self.stamps) {
             (Some(t), Some(clock)) => {
-                self.stamp_read = true;
+                self.stamp_read = Some(now);
                 clock.at(t).min(now)
             }
             _ => now,
