@@ -201,9 +201,9 @@ pub struct LoadArgs {
 
     /// Batch waits: in a closed loop with 64 or more answers outstanding (and answers under
     /// 16 KiB), a worker about to sleep first waits up to this long, e.g. 500us (default 0,
-    /// none; up to 10ms; with --scenario it replaces the file's). It sizes each wait from the
-    /// answer rate (a third of the time the server takes to answer what is outstanding), so it
-    /// wakes to a batch of answers: fewer client wake-ups, more answers per client CPU second.
+    /// none; up to 10ms; with --scenario it replaces the file's). Each wait is steered so the
+    /// wake after it finds 50-80 % of what was outstanding ready, so the worker wakes to a
+    /// batch of answers: fewer client wake-ups, more answers per client CPU second.
     /// An answer read right after a wait has its latency end when the kernel received its
     /// last segment (its receive timestamp), not when the client got round to reading it.
     #[arg(long, value_parser = parse_secs0)]

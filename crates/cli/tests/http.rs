@@ -587,7 +587,7 @@ fn batch_waits_only_where_they_apply_and_count_exactly() {
         );
         if waits {
             assert!(made > 0, "{j}");
-            // Each wait is sized from the answer rate and never longer than asked.
+            // Each wait is steered by what the wakes find and never longer than asked.
             assert!(slept > 0 && slept <= made * 500_000, "{j}");
         } else {
             assert_eq!((made, slept), (0, 0), "{j}");

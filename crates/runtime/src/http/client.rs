@@ -119,7 +119,7 @@ pub struct LoadPlan {
     pub read_size: usize,
     /// Batch waits (zero: none): the longest a worker sleeps, with answers outstanding,
     /// before it waits on readiness — so it wakes to a batch of answers, not to each one.
-    /// Sized from the answer rate (see `ClientWorker::batch_wait`).
+    /// Steered by what each wake finds (see `ClientWorker::batch_wait`).
     pub batch_wait: Duration,
 }
 
@@ -982,9 +982,10 @@ impl ClientWorker {
     /// one — and the server's sends find no sleeping reader to wake. The wait is steered by
     /// what each wake finds ([`ClientWorker::batch_found`]): between 50 % and 80 % of what was
     /// outstanding (against one nginx worker at 100 connections that made 1.5–1.7× wrk's
-    /// answers per CPU second, where 30–60 % made 1.4–1.6×, at the same requests/s). Only in a closed loop, with [`SMALL_READS_FROM`] or more answers
-    /// outstanding (with fewer the server would idle while the client sleeps) and answers
-    /// under [`BATCH_ANSWERS_BELOW`] on average.
+    /// answers per CPU second, where 30–60 % made 1.4–1.6×, at the same requests/s). Only in
+    /// a closed loop, with [`SMALL_READS_FROM`] or more answers outstanding (with fewer the
+    /// server would idle while the client sleeps) and answers under [`BATCH_ANSWERS_BELOW`] on
+    /// average.
     fn batch_wait(&mut self) {
         if self.plan.batch_wait.is_zero()
             || !self.closed_loop
@@ -1015,6 +1016,11 @@ impl ClientWorker {
         p.slept_ns += d;
         p.woke = true;
         p.outstanding = self.in_flight;
+        // The receive timestamps' clock (CLOCK_REALTIME) may be slewed against the monotonic
+        // one over a long run: their offset is read again at every wake.
+        if let Some(c) = self.stamps.as_mut() {
+            *c = StampClock::now(self.plan.start);
+        }
     }
 
     /// After a batch wait, `ready` connections were found ready: found more than 80 % of what

@@ -114,8 +114,8 @@ pub struct HttpLoadConfig {
     pub read_size: usize,
     /// Batch waits, microseconds (0: none): in a closed loop with 64 or more answers
     /// outstanding and answers under 16 KiB, a worker about to sleep first waits up to this
-    /// long (a third of the time the server has been taking to answer what is outstanding),
-    /// so it wakes to a batch of answers and the server never has to wake it. Fewer client
+    /// long (steered so the wake finds 50–80 % of what was outstanding ready), so it wakes to
+    /// a batch of answers and the server never has to wake it. Fewer client
     /// wake-ups: more answers per client CPU second, and on one host more of the server's.
     #[serde(default)]
     pub batch_wait_us: f64,
