@@ -456,6 +456,34 @@ fn serve_counts_equal_load_and_bound_wrk() {
 /// The throughput settings (`--busy-poll`, `--read-size`): the same exact counts, bodies read
 /// and dropped in small pieces while a worker has 64 or more answers outstanding (whole with
 /// fewer), and the polls made instead of sleeps reported.
+/// `http load` on one worker (CPU 0) for a second against the `http serve` on port 8080, with
+/// `extra`: a clean run (exit 0, every request answered, every body byte counted). Returns its
+/// JSON and the answers.
+fn one_worker_clean_run(ns: &Netns, size: u64, conns: usize, extra: &[&str]) -> (Value, u64) {
+    let url = format!("http://198.18.0.1:8080/bytes/{size}");
+    let conns = conns.to_string();
+    let mut args = vec![
+        url.as_str(),
+        "-c",
+        &conns,
+        "--cpus",
+        "0",
+        "-d",
+        "1",
+        "--max-errors",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let (code, j) = load(ns, &args);
+    assert_eq!(code, Some(0), "{j}");
+    let n = u(&j, &["total", "responses"]);
+    assert!(n > 100, "{j}");
+    assert_eq!(u(&j, &["total", "requests"]), n, "{j}");
+    assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
+    assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
+    (j, n)
+}
+
 #[test]
 fn busy_polling_with_small_reads_counts_exactly() {
     let Some((_g, ns)) = netns() else { return };
@@ -471,31 +499,13 @@ fn busy_polling_with_small_reads_counts_exactly() {
         (100_000, 256, 80),
         (100_000, 256, 8),
     ] {
-        let url = format!("http://198.18.0.1:8080/bytes/{size}");
-        let (code, j) = load(
+        let read_arg = read.to_string();
+        let (j, n) = one_worker_clean_run(
             &ns,
-            &[
-                &url,
-                "-c",
-                &conns.to_string(),
-                "--cpus",
-                "0",
-                "-d",
-                "1",
-                "--max-errors",
-                "0",
-                "--busy-poll",
-                "200us",
-                "--read-size",
-                &read.to_string(),
-            ],
+            size,
+            conns,
+            &["--busy-poll", "200us", "--read-size", &read_arg],
         );
-        assert_eq!(code, Some(0), "{j}");
-        let n = u(&j, &["total", "responses"]);
-        assert!(n > 100, "{j}");
-        assert_eq!(u(&j, &["total", "requests"]), n, "{j}");
-        assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
-        assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
         assert_eq!(j["busy_poll_us"].as_f64(), Some(200.0), "{j}");
         // A closed loop on one host waits for answers: some of those waits are polled.
         assert!(u(&j, &["loop_spins"]) > 0, "{j}");
@@ -541,29 +551,7 @@ fn batch_waits_only_where_they_apply_and_count_exactly() {
     // small answers get batch waits; 64 KiB answers (over the 16 KiB rule) and 8 connections
     // (never 64 outstanding) get none.
     for (size, conns, waits) in [(64u64, 100, true), (65_536, 100, false), (64, 8, false)] {
-        let url = format!("http://198.18.0.1:8080/bytes/{size}");
-        let (code, j) = load(
-            &ns,
-            &[
-                &url,
-                "-c",
-                &conns.to_string(),
-                "--cpus",
-                "0",
-                "-d",
-                "1",
-                "--max-errors",
-                "0",
-                "--batch-wait",
-                "500us",
-            ],
-        );
-        assert_eq!(code, Some(0), "{j}");
-        let n = u(&j, &["total", "responses"]);
-        assert!(n > 100, "{j}");
-        assert_eq!(u(&j, &["total", "requests"]), n, "{j}");
-        assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
-        assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
+        let (j, n) = one_worker_clean_run(&ns, size, conns, &["--batch-wait", "500us"]);
         assert_eq!(j["batch_wait_us"].as_f64(), Some(500.0), "{j}");
         assert_eq!(j["pools"][0]["latency"]["count"].as_u64(), Some(n), "{j}");
         // Answers read right after a batch wait end their latency at the kernel's receive
@@ -635,21 +623,7 @@ fn serve_outlives_clients_that_reset_mid_body() {
         .expect("in the namespace");
     assert_eq!(done, clients, "every client was answered before it reset");
     // Still serving, and counting: a clean run against it after the resets.
-    let (code, j) = load(
-        &ns,
-        &[
-            "http://198.18.0.1:8080/bytes/1000",
-            "-c",
-            "4",
-            "-d",
-            "1",
-            "--max-errors",
-            "0",
-        ],
-    );
-    assert_eq!(code, Some(0), "{j}");
-    let n = u(&j, &["total", "responses"]);
-    assert!(n > 100, "{j}");
+    let (_, n) = one_worker_clean_run(&ns, 1000, 4, &[]);
     let (code, s) = srv.finish();
     assert_eq!(code, Some(0), "the server ended by itself: {s}");
     // Each reset client's first request was read (its answer had begun); the second may have
