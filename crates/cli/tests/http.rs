@@ -339,6 +339,54 @@ http {{
         u(t, &["connects"]) + 2,
         "stub_status accepts: {stub}"
     );
+    // Batch waits against a server slower than the client (nginx writing its access log), one
+    // worker so that its 100 connections keep 64 or more answers outstanding:
+    // most answers are read right after a wait, their latency ending at the kernel's receive
+    // timestamp. Little's law bounds it: a connection's cycle (100 connections at R answers/s:
+    // 100/R) is its latency plus the client's time from the answer's arrival to the next send,
+    // which holds the wait — so the mean latency is well under the cycle (it was the whole
+    // cycle when the next request was timed from the answer's arrival).
+    let (code, b) = load(
+        &ns,
+        &[
+            "http://198.18.0.1:8081/a",
+            "-c",
+            "100",
+            "--cpus",
+            "0",
+            "-d",
+            "2",
+            "--max-errors",
+            "0",
+            "--batch-wait",
+            "1ms",
+        ],
+    );
+    assert_eq!(code, Some(0), "{b}");
+    let bt = &b["total"];
+    let batched = u(bt, &["responses"]);
+    assert_eq!(u(bt, &["requests"]), batched, "{b}");
+    assert_eq!(u(&b, &["unanswered"]), 0, "{b}");
+    assert!(u(bt, &["batch_waits"]) > 0, "{b}");
+    assert!(u(bt, &["stamped"]) * 2 > batched, "{b}");
+    let rate = b["requests_per_s"].as_f64().unwrap_or(0.0);
+    let mean = b["pools"][0]["latency"]["mean"]
+        .as_f64()
+        .unwrap_or(f64::MAX);
+    let cycle = 100.0 / rate.max(1.0) * 1e6;
+    assert!(
+        mean < 0.9 * cycle,
+        "mean latency {mean:.0} µs against a {cycle:.0} µs cycle per connection: {b}"
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    while logged() < responses + batched && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        logged(),
+        responses + batched,
+        "nginx's access log, both runs"
+    );
     drop(nginx);
     let _ = std::fs::remove_dir_all(&dir);
 }
