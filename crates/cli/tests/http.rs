@@ -371,6 +371,7 @@ http {{
     let batched = u(bt, &["responses"]);
     assert_eq!(u(bt, &["requests"]), batched, "{b}");
     assert_eq!(u(&b, &["unanswered"]), 0, "{b}");
+    assert_eq!(u(bt, &["body_bytes"]), batched * 15_000, "{b}");
     assert!(u(bt, &["batch_waits"]) > 0, "{b}");
     assert!(u(bt, &["stamped"]) * 2 > batched, "{b}");
     let rate = b["requests_per_s"].as_f64().unwrap_or(0.0);
