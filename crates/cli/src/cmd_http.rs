@@ -184,9 +184,10 @@ pub struct LoadArgs {
     connect_window: usize,
 
     /// Busy polling: after a round with no work, keep polling this long before sleeping
-    /// (e.g. 50us; default 0, sleep at once; with --scenario it replaces the file's). Spends client CPU (up to a whole core per
-    /// worker) so the server never has to wake the client; on one host that can raise the
-    /// server's requests/s at the cost of requests per client CPU second.
+    /// (e.g. 50us; default 0, sleep at once; with --scenario it replaces the file's). Spends
+    /// client CPU (up to a whole core per worker) so the server never has to wake the client;
+    /// on one host that can raise the server's requests/s at the cost of requests per client
+    /// CPU second.
     #[arg(long, value_parser = parse_secs0)]
     busy_poll: Option<f64>,
 

@@ -235,8 +235,8 @@ pub struct HttpLoadReport {
     pub pools: Vec<PoolReport>,
     /// Every pool's latency merged.
     pub latency: Option<LatencyUs>,
-    /// The whole latency distribution (nanoseconds) of every pool, from the intended send time,, for `--histogram`
-    /// (not in the JSON).
+    /// The whole latency distribution (nanoseconds) of every pool, from the intended send
+    /// time, for `--histogram` (not in the JSON).
     #[serde(skip)]
     pub histogram: Option<hdrhistogram::Histogram<u64>>,
     /// Open-file limit (soft) after raising it to the hard one.
