@@ -102,7 +102,8 @@ pub struct ServeArgs {
 /// connections, weighted URLs with response sizes, rate or think time, body size and
 /// keep-alive, and the phases (ramp_up_s, duration_s, ramp_down_s); see docs/http.md.
 ///
-/// Exit status: 0, or 1 when errors exceed --max-errors or a worker failed.
+/// Exit status: 0, or 1 when errors exceed --max-errors, no request was answered at all (the
+/// first error says why), or a worker failed.
 ///
 /// Examples:
 ///   flowlane http load http://198.18.0.2:8080/bytes/64 -c 100 -d 10
@@ -517,11 +518,8 @@ fn load(a: LoadArgs) -> CmdResult {
         eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
     }
     if !report.passed {
-        if let Some(m) = report.max_errors.filter(|&m| report.errors > m) {
-            eprintln!(
-                "flowlane: FAIL: {} errors, more than --max-errors {m}",
-                report.errors
-            );
+        for f in &report.failures {
+            eprintln!("flowlane: FAIL: {f}");
         }
         return Ok(ExitCode::from(1));
     }
@@ -565,6 +563,9 @@ fn summary(r: &HttpLoadReport) -> String {
         t.status_4xx + t.status_5xx,
         r.unanswered
     );
+    if let Some(e) = &r.first_error {
+        let _ = writeln!(s, "  first error: {e}");
+    }
     for p in &r.pools {
         let _ = writeln!(
             s,

@@ -1021,6 +1021,28 @@ urls = [ { path = "/echo" } ]
     );
 }
 
+/// A loopback server that reads requests and never answers them (`garbage`: answers each
+/// read with a line that is not HTTP). Its threads end with the test process.
+fn mute_server(garbage: bool) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for c in l.incoming().take(10_000) {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4096];
+                while matches!(c.read(&mut b), Ok(1..)) {
+                    if garbage && c.write_all(b"SPAM 42 NOT-HTTP\r\n\r\n").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
 #[test]
 fn load_errors_and_usage() {
     // Refused: nothing listens on this loopback port.
@@ -1054,6 +1076,67 @@ fn load_errors_and_usage() {
     let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(u(&j, &["total", "refused"]) > 0, "{j}");
     assert_eq!(j["passed"], false);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("FAIL: ") && err.contains("more than --max-errors 0"),
+        "{err}"
+    );
+    // With no limit on errors, a run that got no answer at all still fails, and says why.
+    let out = Command::new(BIN)
+        .args([
+            "http", "load", &url, "-c", "2", "-d", "1", "--json", "--quiet",
+        ])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "FAIL: no answers: all {} connects were refused — is a server listening at 127.0.0.1:{port}?",
+            u(&serde_json::from_slice::<Value>(&out.stdout).expect("JSON"), &["total", "refused"])
+        )),
+        "{err}"
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(j["passed"], false);
+    assert_eq!(u(&j, &["total", "responses"]), 0, "{j}");
+    let first = j["first_error"].as_str().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("connect to 127.0.0.1:{port}: ")) && first.contains("refused"),
+        "{j}"
+    );
+    // A server that takes the requests and never answers: timeouts, named as such.
+    let (silent, bad) = (mute_server(false), mute_server(true));
+    for (port, class, words) in [
+        (silent, "timeouts", "no complete answer from 127.0.0.1:"),
+        (bad, "parse_errors", "malformed head"),
+    ] {
+        let url = format!("http://127.0.0.1:{port}/");
+        let out = Command::new(BIN)
+            .args([
+                "http",
+                "load",
+                &url,
+                "-c",
+                "2",
+                "-d",
+                "1",
+                "--timeout",
+                "0.3",
+            ])
+            .args(["--drain", "0", "--json", "--quiet"])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{class}: {err}");
+        let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert!(u(&j, &["total", class]) > 0, "{j}");
+        assert_eq!(u(&j, &["total", "responses"]), 0, "{j}");
+        let first = j["first_error"].as_str().unwrap_or_default();
+        assert!(first.contains(words), "{class}: {j}");
+        assert!(err.contains("FAIL: no answers: "), "{class}: {err}");
+        assert!(err.contains("none answered in the run"), "{class}: {err}");
+    }
     for bad in [
         vec!["https://127.0.0.1/"],
         vec![&url, "-c", "30000"],

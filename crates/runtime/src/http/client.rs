@@ -216,8 +216,17 @@ impl Default for PoolLatency {
     }
 }
 
-/// Where a worker leaves its histograms when it ends.
-pub type LatencySlot = Arc<Mutex<Option<Vec<PoolLatency>>>>;
+/// What a worker leaves when it ends.
+#[derive(Debug, Default)]
+pub struct WorkerEnd {
+    /// Its histograms, one per pool.
+    pub latency: Vec<PoolLatency>,
+    /// The first error it met, in words (what the counters cannot say: why).
+    pub first_error: Option<String>,
+}
+
+/// Where a worker leaves its histograms and first error when it ends.
+pub type LatencySlot = Arc<Mutex<Option<WorkerEnd>>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resp {
@@ -293,6 +302,8 @@ pub struct ClientWorker {
     /// The read being handled carried a receive timestamp (its answers' latency ends there):
     /// when the read was made, which is when their connections' next requests go.
     stamp_read: Option<u64>,
+    /// The first error met, in words, for the report.
+    first_error: Option<String>,
 }
 
 /// Turns the kernel's receive timestamps (`CLOCK_REALTIME`) into the worker's clock (ns since
@@ -420,6 +431,7 @@ impl ClientWorker {
             pace: AnswerPace::default(),
             stamps,
             stamp_read: None,
+            first_error: None,
         })
     }
 
@@ -496,8 +508,11 @@ impl ClientWorker {
         let src = (!p.sources.is_empty()).then(|| p.sources[c.index % p.sources.len()]);
         match tcp::connect(src, p.target) {
             Ok(s) => {
-                if self.poller.add(&s, key as u64, Interest::BOTH).is_err() {
+                if let Err(e) = self.poller.add(&s, key as u64, Interest::BOTH) {
                     bump(&st.connect_errors, 1);
+                    self.note(key, |t| {
+                        format!("watching a connection to {t} (epoll): {e}")
+                    });
                     self.conns[key].state = State::Closed(now + 10_000_000);
                     return;
                 }
@@ -518,7 +533,17 @@ impl ClientWorker {
         }
     }
 
+    /// Keeps the first error's words (`what` is made only for the first).
+    fn note(&mut self, key: usize, what: impl FnOnce(SocketAddr) -> String) {
+        if self.first_error.is_none() {
+            if let Some(c) = self.conns.get(key) {
+                self.first_error = Some(what(self.pools[c.pool].target));
+            }
+        }
+    }
+
     fn connect_failed(&mut self, key: usize, e: &io::Error, now: u64, st: &HttpLoadStats) {
+        self.note(key, |t| format!("connect to {t}: {e}"));
         if e.kind() == io::ErrorKind::ConnectionRefused {
             bump(&st.refused, 1);
         } else {
@@ -584,9 +609,10 @@ impl ClientWorker {
                     done += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
+                Err(e) => {
                     bump(&st.resets, 1);
                     self.closing.push(key);
+                    self.note(key, |t| format!("sending to {t}: {e}"));
                     return;
                 }
             }
@@ -718,9 +744,10 @@ impl ClientWorker {
         let (n, stamp) = match r {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(_) => {
+            Err(e) => {
                 if matches!(c.state, State::Reading(_) | State::Writing(_)) {
                     bump(&st.resets, 1);
+                    self.note(key, |t| format!("reading from {t}: {e}"));
                 }
                 self.closing.push(key);
                 return false;
@@ -736,6 +763,9 @@ impl ClientWorker {
                 }
                 State::Reading(_) | State::Writing(_) => {
                     bump(&st.closed_early, 1);
+                    self.note(key, |t| {
+                        format!("{t} closed the connection before its answer was complete")
+                    });
                 }
                 _ => {}
             }
@@ -792,6 +822,7 @@ impl ClientWorker {
                 // Bytes nobody asked for.
                 bump(&st.parse_errors, 1);
                 self.closing.push(key);
+                self.note(key, |t| format!("{t} sent bytes no request asked for"));
                 return data.len();
             };
             match resp {
@@ -817,9 +848,10 @@ impl ClientWorker {
                             self.complete(key, head.status, keep, now, st);
                         }
                     }
-                    Err(_) => {
+                    Err(e) => {
                         bump(&st.parse_errors, 1);
                         self.closing.push(key);
+                        self.note(key, |t| format!("answer from {t}: {e}"));
                         return data.len();
                     }
                 },
@@ -850,9 +882,10 @@ impl ClientWorker {
                                 (self.conns[key].status, !self.conns[key].close_after);
                             self.complete(key, status, keep, now, st);
                         }
-                        Err(_) => {
+                        Err(e) => {
                             bump(&st.parse_errors, 1);
                             self.closing.push(key);
+                            self.note(key, |t| format!("chunked answer from {t}: {e}"));
                             return data.len();
                         }
                     }
@@ -955,19 +988,26 @@ impl ClientWorker {
         }
         self.last_scan = now;
         let limit = ns(self.plan.timeout);
+        let mut first: Option<(usize, &str)> = None;
         for (key, c) in self.conns.iter() {
             let late = now.saturating_sub(c.sent_at) > limit;
             match c.state {
                 State::Writing(_) | State::Reading(_) if late => {
                     bump(&st.timeouts, 1);
                     self.closing.push(key);
+                    first.get_or_insert((key, "no complete answer from"));
                 }
                 State::Connecting if late => {
                     bump(&st.connect_errors, 1);
                     self.closing.push(key);
+                    first.get_or_insert((key, "no answer to the connect from"));
                 }
                 _ => {}
             }
+        }
+        if let Some((key, what)) = first {
+            let secs = self.plan.timeout.as_secs_f64();
+            self.note(key, |t| format!("{what} {t} within the timeout ({secs} s)"));
         }
     }
 
@@ -1138,7 +1178,10 @@ impl Poll for ClientWorker {
         bump(&st.closes, open as u64);
         self.conns.clear();
         if let Ok(mut g) = self.slot.lock() {
-            *g = Some(std::mem::take(&mut self.lat));
+            *g = Some(WorkerEnd {
+                latency: std::mem::take(&mut self.lat),
+                first_error: self.first_error.take(),
+            });
         }
     }
 }

@@ -229,8 +229,12 @@ pub struct HttpLoadReport {
     pub errors: u64,
     /// The error limit, and whether the run stayed within it.
     pub max_errors: Option<u64>,
-    /// False when errors exceeded `max_errors` (or a worker failed).
+    /// False when errors exceeded `max_errors`, no request was answered, or a worker failed.
     pub passed: bool,
+    /// Why the run failed (besides `worker_errors`), in words.
+    pub failures: Vec<String>,
+    /// The first error any worker met, in words (the counters say how many, this says why).
+    pub first_error: Option<String>,
     /// Per pool.
     pub pools: Vec<PoolReport>,
     /// Every pool's latency merged.
@@ -617,11 +621,13 @@ pub fn run(
     let looped = end.total().looped;
     let total = HttpLoadCounts::from(&end.total());
     let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
+    let mut first_error = None;
     for s in &slots {
         if let Some(v) = s.lock().ok().and_then(|mut g| g.take()) {
-            for (a, b) in lat.iter_mut().zip(&v) {
+            for (a, b) in lat.iter_mut().zip(&v.latency) {
                 a.merge(b);
             }
+            first_error = first_error.or(v.first_error);
         }
     }
     let mut all = PoolLatency::new();
@@ -650,7 +656,14 @@ pub fn run(
         .into_iter()
         .map(|(worker, error)| WorkerError { worker, error })
         .collect();
-    let passed = worker_errors.is_empty() && cfg.max_errors.is_none_or(|m| errors <= m);
+    let mut failures = Vec::new();
+    if let Some(m) = cfg.max_errors.filter(|&m| errors > m) {
+        failures.push(format!("{errors} errors, more than --max-errors {m}"));
+    }
+    if total.responses == 0 {
+        failures.push(no_answers(cfg, &total, first_error.as_deref()));
+    }
+    let passed = worker_errors.is_empty() && failures.is_empty();
     Ok(HttpLoadReport {
         cpus: cfg.cpus.clone(),
         duration_s: (secs * 1000.0).round() / 1000.0,
@@ -661,6 +674,8 @@ pub fn run(
         errors,
         max_errors: cfg.max_errors,
         passed,
+        failures,
+        first_error,
         pools: cfg
             .pools
             .iter()
@@ -718,4 +733,36 @@ pub fn run(
         total,
         worker_errors,
     })
+}
+
+/// Why a run with no answer at all failed: a run that measured nothing is a failure whatever
+/// `--max-errors` says.
+fn no_answers(cfg: &HttpLoadConfig, t: &HttpLoadCounts, first: Option<&str>) -> String {
+    let mut targets: Vec<&str> = cfg.pools.iter().map(|p| p.target.as_str()).collect();
+    targets.dedup();
+    let targets = targets.join(", ");
+    let why = first
+        .map(|e| format!(" (the first: {e})"))
+        .unwrap_or_default();
+    if t.connects == 0 && t.refused > 0 && t.connect_errors == 0 {
+        format!(
+            "no answers: all {} connects were refused — is a server listening at {targets}?",
+            t.refused
+        )
+    } else if t.connects == 0 && t.refused + t.connect_errors > 0 {
+        format!(
+            "no answers: no connection to {targets} could be made ({} refused, {} failed otherwise){why}",
+            t.refused, t.connect_errors
+        )
+    } else if t.requests == 0 {
+        format!(
+            "no answers: {} connections made, but no request was sent in the run{why}",
+            t.connects
+        )
+    } else {
+        format!(
+            "no answers: {} requests sent to {targets}, none answered in the run{why}",
+            t.requests
+        )
+    }
 }
