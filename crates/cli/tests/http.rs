@@ -693,7 +693,8 @@ fn constant_rate_is_held_and_latency_counts_from_the_intended_time() {
     let Some((_g, ns)) = netns() else { return };
     let srv = serve(&ns, 8080, &[]);
     // A busy 2-core machine can hold the sender back; the run says how much (send lag). Two
-    // attempts, each checked in full.
+    // attempts, each checked in full. With ramps, the rate is the steady phase's (between its
+    // first and last status lines: it was two thirds of it when divided by the phase's length).
     let (mut last, mut answered) = (Value::Null, 0);
     for _ in 0..2 {
         let (code, j) = load(
@@ -704,8 +705,12 @@ fn constant_rate_is_held_and_latency_counts_from_the_intended_time() {
                 "20",
                 "-R",
                 "2000",
+                "--ramp-up",
+                "1",
                 "-d",
                 "3",
+                "--ramp-down",
+                "0.5",
                 "--max-errors",
                 "0",
             ],
@@ -719,6 +724,8 @@ fn constant_rate_is_held_and_latency_counts_from_the_intended_time() {
         assert!(intended >= actual, "{j}");
         assert_eq!(p["send_lag"]["count"], p["latency"]["count"], "{j}");
         let rate = j["requests_per_s"].as_f64().expect("rate");
+        let steady = j["steady_s"].as_f64().expect("steady_s");
+        assert!((1.5..=3.1).contains(&steady), "{j}");
         last = j;
         if (rate - 2000.0).abs() / 2000.0 < 0.02 {
             let (code, s) = srv.finish();

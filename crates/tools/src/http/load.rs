@@ -215,7 +215,8 @@ pub struct HttpLoadReport {
     pub cpus: Vec<usize>,
     /// Seconds from start to the last answer waited for.
     pub duration_s: f64,
-    /// The steady phase's length, seconds.
+    /// The seconds the rates are over: the steady phase (with ramps, from its first status
+    /// line to its last), or as much of it as ran when the run was stopped sooner.
     pub steady_s: f64,
     /// Answers per second over the steady phase (whole run when there are no ramps).
     pub requests_per_s: f64,
@@ -568,7 +569,9 @@ pub fn run(
         ramp_up + Duration::from_millis(50),
         ramp_up + steady + Duration::from_millis(50),
     );
-    let mut steady_counts: (Option<HttpLoadSnapshot>, Option<HttpLoadSnapshot>) = (None, None);
+    // The first and last status lines inside the steady phase: when, and the counts then.
+    type Mark = Option<(Duration, HttpLoadSnapshot)>;
+    let mut steady_counts: (Mark, Mark) = (None, None);
     let _metrics = cfg
         .metrics
         .map(|a| {
@@ -601,10 +604,10 @@ pub fn run(
             steady_last = rss;
         }
         if steady_counts.0.is_none() && t.elapsed >= steady_span.0 {
-            steady_counts.0 = Some(total);
+            steady_counts.0 = Some((t.elapsed, total));
         }
         if t.elapsed <= steady_span.1 {
-            steady_counts.1 = Some(total);
+            steady_counts.1 = Some((t.elapsed, total));
         }
         on_event(HttpLoadEvent::Tick(HttpLoadTick {
             elapsed_s: t.elapsed.as_secs_f64(),
@@ -634,15 +637,16 @@ pub fn run(
     for l in &lat {
         all.merge(l);
     }
-    // Rates over the steady phase: the answers counted in it when there are ramps; else the
-    // whole run over its length (from the start to the last answer).
+    // Rates over the steady phase: with ramps, the answers counted between its first and last
+    // status lines over the time between them; else the whole run's answers over the steady
+    // phase's length, or over the run's if it was stopped sooner (Ctrl-C).
     let ramps = !ramp_up.is_zero() || !ramp_down.is_zero();
     let secs = end.elapsed.as_secs_f64();
     let (span_resp, span_body, span_s) = match (ramps, steady_counts) {
-        (true, (Some(a), Some(b))) => (
+        (true, (Some((t0, a)), Some((t1, b)))) if t1 > t0 => (
             b.responses.saturating_sub(a.responses),
             b.body_bytes.saturating_sub(a.body_bytes),
-            steady.as_secs_f64(),
+            (t1 - t0).as_secs_f64(),
         ),
         _ => (
             total.responses,
@@ -667,7 +671,7 @@ pub fn run(
     Ok(HttpLoadReport {
         cpus: cfg.cpus.clone(),
         duration_s: (secs * 1000.0).round() / 1000.0,
-        steady_s: steady.as_secs_f64(),
+        steady_s: span_s,
         requests_per_s: span_resp as f64 / span_s,
         body_bytes_per_s: span_body as f64 / span_s,
         unanswered: total.requests.saturating_sub(total.responses),
