@@ -161,12 +161,13 @@ fn serve_refuses_port_zero_and_its_live_rows_carry_the_time() {
         .lines()
         .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains('s'))
         .collect();
-    // Rows at about 0.5, 1.0 and 1.5 s, each starting with its time.
-    assert!(live.len() >= 2, "{text}");
+    // Rows at about 0.5, 1.0 and 1.5 s, each starting with its time, and one for the rest when
+    // the run ends (about 1.6 s).
+    assert!(live.len() >= 3, "{text}");
     for l in &live {
         let t = l.split_whitespace().next().expect("time");
         let secs: f64 = t.trim_end_matches('s').parse().expect("seconds");
-        assert!(secs > 0.3 && secs < 1.7, "{l}");
+        assert!(secs > 0.3 && secs < 2.5, "{l}");
     }
 }
 
