@@ -1056,22 +1056,17 @@ fn load_errors_and_usage() {
         .expect("port")
         .port();
     let url = format!("http://127.0.0.1:{port}/");
-    let out = Command::new(BIN)
-        .args([
-            "http",
-            "load",
-            &url,
-            "-c",
-            "2",
-            "-d",
-            "1",
-            "--max-errors",
-            "0",
-            "--json",
-            "--quiet",
-        ])
-        .output()
-        .expect("runs");
+    // Two connections for a second on loopback, JSON out, plus `more`.
+    let brief = |url: &str, more: &[&str]| {
+        Command::new(BIN)
+            .args([
+                "http", "load", url, "-c", "2", "-d", "1", "--json", "--quiet",
+            ])
+            .args(more)
+            .output()
+            .expect("runs")
+    };
+    let out = brief(&url, &["--max-errors", "0"]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -1087,12 +1082,7 @@ fn load_errors_and_usage() {
         "{err}"
     );
     // With no limit on errors, a run that got no answer at all still fails, and says why.
-    let out = Command::new(BIN)
-        .args([
-            "http", "load", &url, "-c", "2", "-d", "1", "--json", "--quiet",
-        ])
-        .output()
-        .expect("runs");
+    let out = brief(&url, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -1117,21 +1107,7 @@ fn load_errors_and_usage() {
         (bad, "parse_errors", "malformed head"),
     ] {
         let url = format!("http://127.0.0.1:{port}/");
-        let out = Command::new(BIN)
-            .args([
-                "http",
-                "load",
-                &url,
-                "-c",
-                "2",
-                "-d",
-                "1",
-                "--timeout",
-                "0.3",
-            ])
-            .args(["--drain", "0", "--json", "--quiet"])
-            .output()
-            .expect("runs");
+        let out = brief(&url, &["--timeout", "0.3", "--drain", "0"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{class}: {err}");
         let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
