@@ -569,12 +569,15 @@ fn summary(r: &HttpLoadReport) -> String {
     for p in &r.pools {
         let _ = writeln!(
             s,
-            "  pool {} ({}, {} connections{}):",
+            "  pool {} ({}, {} connections{}): {:.0} requests/s, {:.2} MB/s of bodies ({} answers)",
             p.name,
             p.mode,
             p.connections,
             p.rate
-                .map_or(String::new(), |x| format!(", {x} requests/s asked"))
+                .map_or(String::new(), |x| format!(", {x} requests/s asked")),
+            p.requests_per_s,
+            p.body_bytes_per_s / 1e6,
+            p.answers
         );
         if let Some(l) = &p.latency {
             let label = if p.rate.is_some() {

@@ -163,6 +163,11 @@ pub struct PoolLatency {
     pub lag: Option<Histogram<u64>>,
     /// `intended` of answers with status 1xx, 3xx, 4xx, 5xx (index: class − 1; 2xx unused).
     pub by_class: [Option<Histogram<u64>>; 5],
+    /// Answers in these histograms (all, or with ramps those to requests sent in the steady
+    /// phase): what the pool's rates count.
+    pub answers: u64,
+    /// Their body bytes.
+    pub body_bytes: u64,
 }
 
 /// An empty histogram for 1 ns … 100 s at 3 significant digits.
@@ -185,6 +190,8 @@ impl PoolLatency {
             actual: histogram(),
             lag: None,
             by_class: [None, None, None, None, None],
+            answers: 0,
+            body_bytes: 0,
         }
     }
 
@@ -196,6 +203,8 @@ impl PoolLatency {
         for (a, b) in self.by_class.iter_mut().zip(&o.by_class) {
             add(a, b);
         }
+        self.answers += o.answers;
+        self.body_bytes += o.body_bytes;
     }
 
     /// Latency by status class (index: class − 1), 2xx included: `intended` less the others.
@@ -266,6 +275,8 @@ struct Conn {
     /// Connections closed after each answer (keep-alive off, or the server said close).
     close_after: bool,
     writing: bool,
+    /// Body bytes of the answer being read, so far.
+    body: u64,
 }
 
 /// One load worker.
@@ -481,6 +492,7 @@ impl ClientWorker {
                     next_due: 0,
                     close_after: !self.pools[p].keep_alive,
                     writing: false,
+                    body: 0,
                 });
                 self.first_due(key, now);
                 self.connect(key, now, st);
@@ -592,6 +604,7 @@ impl ClientWorker {
         }
         self.in_flight += 1;
         c.state = State::Writing(0);
+        c.body = 0;
         self.write_more(key, st);
     }
 
@@ -638,6 +651,12 @@ impl ClientWorker {
     }
 
     /// An answer completed at `now` (its latency ends there).
+    /// `n` body bytes of the answer `key` is reading.
+    fn body_in(&mut self, key: usize, n: u64, st: &HttpLoadStats) {
+        bump(&st.body_bytes, n);
+        self.conns[key].body += n;
+    }
+
     fn complete(&mut self, key: usize, status: u16, keep: bool, now: u64, st: &HttpLoadStats) {
         bump(&st.responses, 1);
         if self.stamp_read.is_some() {
@@ -659,6 +678,8 @@ impl ClientWorker {
         );
         if !self.ramps || self.plan.steady_at(Duration::from_nanos(c.intended)) {
             let l = &mut self.lat[c.pool];
+            l.answers += 1;
+            l.body_bytes += c.body;
             let total = now.saturating_sub(c.intended).max(1);
             let _ = l.intended.record(total);
             let _ = l.actual.record(now.saturating_sub(c.sent_at).max(1));
@@ -673,6 +694,7 @@ impl ClientWorker {
             }
         }
         c.state = State::Idle;
+        c.body = 0;
         if !keep || c.close_after {
             self.closing.push(key);
             return;
@@ -786,7 +808,7 @@ impl ClientWorker {
         };
         if let Some(left) = discard {
             // Body bytes dropped in the kernel: counted, never copied.
-            bump(&st.body_bytes, n as u64);
+            self.body_in(key, n as u64, st);
             let left = left - n as u64;
             if left == 0 {
                 let (status, keep) = (self.conns[key].status, !self.conns[key].close_after);
@@ -858,7 +880,7 @@ impl ClientWorker {
                 Resp::Body(left) => {
                     let take = (left as usize).min(data.len() - at);
                     at += take;
-                    bump(&st.body_bytes, take as u64);
+                    self.body_in(key, take as u64, st);
                     let left = left - take as u64;
                     if left == 0 {
                         let (status, keep) = (self.conns[key].status, !self.conns[key].close_after);
@@ -871,12 +893,12 @@ impl ClientWorker {
                     let before = walk.data;
                     match walk.step(&data[at..]) {
                         Ok(ChunkStep::More(n)) => {
-                            bump(&st.body_bytes, walk.data - before);
+                            self.body_in(key, walk.data - before, st);
                             self.conns[key].state = State::Reading(Resp::Chunked(walk));
                             return at + n;
                         }
                         Ok(ChunkStep::Done(n)) => {
-                            bump(&st.body_bytes, walk.data - before);
+                            self.body_in(key, walk.data - before, st);
                             at += n;
                             let (status, keep) =
                                 (self.conns[key].status, !self.conns[key].close_after);
@@ -891,7 +913,7 @@ impl ClientWorker {
                     }
                 }
                 Resp::UntilClose => {
-                    bump(&st.body_bytes, (data.len() - at) as u64);
+                    self.body_in(key, (data.len() - at) as u64, st);
                     return data.len();
                 }
             }

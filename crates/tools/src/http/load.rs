@@ -179,6 +179,13 @@ pub struct PoolReport {
     pub connections: usize,
     /// Requests per second asked (constant rate).
     pub rate: Option<f64>,
+    /// Answers its rates count: all, or with ramps those to requests sent in the steady
+    /// phase (the ones its latency is measured on).
+    pub answers: u64,
+    /// Those answers per second of the steady phase (`steady_s`).
+    pub requests_per_s: f64,
+    /// Their body bytes per second.
+    pub body_bytes_per_s: f64,
     /// From the intended send time (closed loop: the actual one) to the complete answer.
     pub latency: Option<LatencyUs>,
     /// From the actual send.
@@ -215,10 +222,11 @@ pub struct HttpLoadReport {
     pub cpus: Vec<usize>,
     /// Seconds from start to the last answer waited for.
     pub duration_s: f64,
-    /// The seconds the rates are over: the steady phase (with ramps, from its first status
-    /// line to its last), or as much of it as ran when the run was stopped sooner.
+    /// The seconds the rates are over: the steady phase, or as much of it as ran when the run
+    /// was stopped sooner.
     pub steady_s: f64,
-    /// Answers per second over the steady phase (whole run when there are no ramps).
+    /// Answers per second of the steady phase: every answer (with ramps, those to requests
+    /// sent in the steady phase) over `steady_s`.
     pub requests_per_s: f64,
     /// Body bytes per second, same span.
     pub body_bytes_per_s: f64,
@@ -569,9 +577,6 @@ pub fn run(
         ramp_up + Duration::from_millis(50),
         ramp_up + steady + Duration::from_millis(50),
     );
-    // The first and last status lines inside the steady phase: when, and the counts then.
-    type Mark = Option<(Duration, HttpLoadSnapshot)>;
-    let mut steady_counts: (Mark, Mark) = (None, None);
     let _metrics = cfg
         .metrics
         .map(|a| {
@@ -603,12 +608,6 @@ pub fn run(
             }
             steady_last = rss;
         }
-        if steady_counts.0.is_none() && t.elapsed >= steady_span.0 {
-            steady_counts.0 = Some((t.elapsed, total));
-        }
-        if t.elapsed <= steady_span.1 {
-            steady_counts.1 = Some((t.elapsed, total));
-        }
         on_event(HttpLoadEvent::Tick(HttpLoadTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
@@ -637,23 +636,16 @@ pub fn run(
     for l in &lat {
         all.merge(l);
     }
-    // Rates over the steady phase: with ramps, the answers counted between its first and last
-    // status lines over the time between them; else the whole run's answers over the steady
-    // phase's length, or over the run's if it was stopped sooner (Ctrl-C).
-    let ramps = !ramp_up.is_zero() || !ramp_down.is_zero();
+    // Rates over the steady phase: the answers the latency is measured on (all of them; with
+    // ramps, those to requests sent in the steady phase) over its length, or over as much of
+    // it as ran when the run was stopped sooner (Ctrl-C).
     let secs = end.elapsed.as_secs_f64();
-    let (span_resp, span_body, span_s) = match (ramps, steady_counts) {
-        (true, (Some((t0, a)), Some((t1, b)))) if t1 > t0 => (
-            b.responses.saturating_sub(a.responses),
-            b.body_bytes.saturating_sub(a.body_bytes),
-            (t1 - t0).as_secs_f64(),
-        ),
-        _ => (
-            total.responses,
-            total.body_bytes,
-            steady.as_secs_f64().min(secs).max(1e-9),
-        ),
-    };
+    let span_s = steady
+        .as_secs_f64()
+        .min(secs - ramp_up.as_secs_f64())
+        .max(1e-9);
+    let span_resp: u64 = lat.iter().map(|l| l.answers).sum();
+    let span_body: u64 = lat.iter().map(|l| l.body_bytes).sum();
     let errors = total.errors();
     let worker_errors: Vec<WorkerError> = end
         .errors
@@ -694,6 +686,9 @@ pub fn run(
                 .into(),
                 connections: p.connections,
                 rate: p.rate,
+                answers: l.answers,
+                requests_per_s: l.answers as f64 / span_s,
+                body_bytes_per_s: l.body_bytes as f64 / span_s,
                 latency: LatencyUs::of(&l.intended),
                 latency_actual: LatencyUs::of(&l.actual),
                 send_lag: l.lag.as_ref().and_then(LatencyUs::of),
