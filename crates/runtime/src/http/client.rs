@@ -235,7 +235,7 @@ pub struct WorkerEnd {
 }
 
 /// Where a worker leaves its histograms and first error when it ends.
-pub type LatencySlot = Arc<Mutex<Option<WorkerEnd>>>;
+pub type EndSlot = Arc<Mutex<Option<WorkerEnd>>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resp {
@@ -295,7 +295,7 @@ pub struct ClientWorker {
     /// Connections not yet opened, per pool (opened as the ramp and the window allow).
     unopened: Vec<usize>,
     lat: Vec<PoolLatency>,
-    slot: LatencySlot,
+    slot: EndSlot,
     /// `--metrics`: the latency from the intended send, over the pools, as it goes.
     latency: crate::latency::Publisher,
     rng: u64,
@@ -407,7 +407,7 @@ impl ClientWorker {
     pub fn new(
         pools: Vec<PoolPlan>,
         plan: LoadPlan,
-        slot: LatencySlot,
+        slot: EndSlot,
         seed: u64,
     ) -> Result<ClientWorker, flowlane_io::SysError> {
         let total: usize = pools.iter().map(|p| p.conns).sum();
@@ -650,13 +650,13 @@ impl ClientWorker {
         }
     }
 
-    /// An answer completed at `now` (its latency ends there).
     /// `n` body bytes of the answer `key` is reading.
     fn body_in(&mut self, key: usize, n: u64, st: &HttpLoadStats) {
         bump(&st.body_bytes, n);
         self.conns[key].body += n;
     }
 
+    /// An answer completed at `now` (its latency ends there).
     fn complete(&mut self, key: usize, status: u16, keep: bool, now: u64, st: &HttpLoadStats) {
         bump(&st.responses, 1);
         if self.stamp_read.is_some() {

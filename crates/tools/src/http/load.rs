@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flowlane_runtime::http::client::{
-    ClientWorker, HttpLoadSnapshot, HttpLoadStats, LatencySlot, LoadPlan, PoolLatency, PoolPlan,
+    ClientWorker, EndSlot, HttpLoadSnapshot, HttpLoadStats, LoadPlan, PoolLatency, PoolPlan,
     READ_BUF,
 };
 use flowlane_runtime::{Config, Runtime, StopRule, WorkerSnapshot};
@@ -531,7 +531,7 @@ pub fn run(
         read_size: cfg.read_size,
         batch_wait: Duration::from_nanos((cfg.batch_wait_us * 1e3) as u64),
     };
-    let slots: Vec<LatencySlot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
+    let slots: Vec<EndSlot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
     let (slots2, plan2) = (slots.clone(), plan.clone());
     // `--metrics`: each worker's latency, published as it goes.
     let shares: Vec<flowlane_runtime::latency::LatencyShare> = (0..n)
@@ -738,6 +738,7 @@ pub fn run(
 /// `--max-errors` says.
 fn no_answers(cfg: &HttpLoadConfig, t: &HttpLoadCounts, first: Option<&str>) -> String {
     let mut targets: Vec<&str> = cfg.pools.iter().map(|p| p.target.as_str()).collect();
+    targets.sort_unstable();
     targets.dedup();
     let targets = targets.join(", ");
     let why = first
