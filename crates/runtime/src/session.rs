@@ -84,7 +84,10 @@ impl<S: Counters> Runtime<S> {
         self.go();
         let start = Instant::now();
         let deadline = rule.deadline.and_then(|d| start.checked_add(d));
-        let mut prev = snap(self);
+        // From zero, not from a first look: what the workers count between `go` and that look
+        // would be in no tick (the ticks would not add up to the final counters).
+        let mut prev: Vec<WorkerSnapshot<S::Snapshot>> =
+            vec![WorkerSnapshot::default(); self.stats().len()];
         let mut prev_t = start;
         let mut next = interval.map(|i| start + i);
         loop {
