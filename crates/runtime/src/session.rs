@@ -78,16 +78,19 @@ impl<S: Counters> Runtime<S> {
         rule: &StopRule,
         on_tick: &mut dyn FnMut(&Tick<'_, S::Snapshot>),
     ) -> SessionEnd<S::Snapshot> {
-        let snap = |rt: &Runtime<S>| -> Vec<WorkerSnapshot<S::Snapshot>> {
+        type Snaps<T> = Vec<WorkerSnapshot<T>>;
+        let snap = |rt: &Runtime<S>| -> Snaps<S::Snapshot> {
             rt.stats().iter().map(|s| s.snapshot()).collect()
+        };
+        let since = |cur: &Snaps<S::Snapshot>, prev: &Snaps<S::Snapshot>| -> Snaps<S::Snapshot> {
+            cur.iter().zip(prev).map(|(c, p)| c.since(p)).collect()
         };
         self.go();
         let start = Instant::now();
         let deadline = rule.deadline.and_then(|d| start.checked_add(d));
         // From zero, not from a first look: what the workers count between `go` and that look
         // would be in no tick (the ticks would not add up to the final counters).
-        let mut prev: Vec<WorkerSnapshot<S::Snapshot>> =
-            vec![WorkerSnapshot::default(); self.stats().len()];
+        let mut prev: Snaps<S::Snapshot> = vec![WorkerSnapshot::default(); self.stats().len()];
         let mut prev_t = start;
         let mut next = interval.map(|i| start + i);
         loop {
@@ -102,8 +105,7 @@ impl<S: Counters> Runtime<S> {
             if let (Some(n), Some(i)) = (next, interval) {
                 if now >= n {
                     let cur = snap(self);
-                    let deltas: Vec<WorkerSnapshot<S::Snapshot>> =
-                        cur.iter().zip(&prev).map(|(c, p)| c.since(p)).collect();
+                    let deltas = since(&cur, &prev);
                     on_tick(&Tick {
                         elapsed: now.duration_since(start),
                         interval: now.duration_since(prev_t),
@@ -121,8 +123,7 @@ impl<S: Counters> Runtime<S> {
         let finals = snap(self);
         let elapsed = start.elapsed();
         if interval.is_some() {
-            let deltas: Vec<WorkerSnapshot<S::Snapshot>> =
-                finals.iter().zip(&prev).map(|(c, p)| c.since(p)).collect();
+            let deltas = since(&finals, &prev);
             on_tick(&Tick {
                 elapsed,
                 interval: elapsed.saturating_sub(prev_t.duration_since(start)),
