@@ -14,7 +14,7 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 pub use crate::sys::stream::{Interest, Poller, Readiness};
 use crate::sys::{self, SysError};
-pub use crate::udp::{attach_steering, GroupError, GroupMember, Steering};
+pub use crate::udp::{attach_spread_steering, attach_steering, GroupError, GroupMember, Steering};
 
 fn sys_err(call: &'static str, e: io::Error) -> SysError {
     SysError { call, source: e }

@@ -194,16 +194,27 @@ impl GroupMember {
 /// Attaches CPU steering to a group (through any one member, once all are bound). Never fails:
 /// when the program is refused, the group keeps reuseport hashing and the reason is returned.
 pub fn attach_steering(member: &impl AsRawFd, cpus: &[usize], steer: bool) -> Steering {
+    attach_spread_steering(member, cpus, 1, steer)
+}
+
+/// [`attach_steering`] for `per_cpu` members on each CPU (bound in rounds over `cpus`, as
+/// [`spread_steering_program`] expects).
+pub fn attach_spread_steering(
+    member: &impl AsRawFd,
+    cpus: &[usize],
+    per_cpu: usize,
+    steer: bool,
+) -> Steering {
     if !steer {
         return Steering::ReuseportHash {
             reason: "CPU steering turned off".into(),
         };
     }
-    if cpus.len() == 1 {
+    if cpus.len() == 1 && per_cpu <= 1 {
         // One socket receives everything.
         return Steering::CpuBpf;
     }
-    match sys::attach_reuseport_cbpf(member, &steering_program(cpus)) {
+    match sys::attach_reuseport_cbpf(member, &spread_steering_program(cpus, per_cpu)) {
         Ok(()) => Steering::CpuBpf,
         Err(e) => Steering::ReuseportHash {
             reason: e.to_string(),
@@ -378,8 +389,17 @@ const BPF_JMP_JEQ_K: u16 = 0x15;
 const BPF_ALU_MOD_K: u16 = 0x94;
 const BPF_RET_K: u16 = 0x06;
 const BPF_RET_A: u16 = 0x16;
+// BPF_LD|BPF_W|BPF_IMM (0x00), BPF_ALU|BPF_MUL|BPF_K (0x20), BPF_ALU|BPF_ADD|BPF_X (0x08),
+// BPF_MISC|BPF_TAX (0x07|0x00).
+const BPF_LD_IMM: u16 = 0x00;
+const BPF_ALU_MUL_K: u16 = 0x24;
+const BPF_ALU_ADD_X: u16 = 0x0c;
+const BPF_MISC_TAX: u16 = 0x07;
 /// `SKF_AD_OFF + SKF_AD_CPU`: loading this "offset" yields the current CPU number.
 const AD_CPU: u32 = (-0x1000i32 + 36) as u32;
+/// `SKF_AD_OFF + SKF_AD_RXHASH`: the packet's flow hash (`skb->hash`: the NIC's RSS hash, or
+/// on loopback and veth the sending socket's random `sk_txhash`; 0 when nobody set one).
+const AD_RXHASH: u32 = (-0x1000i32 + 32) as u32;
 
 fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
     BpfInsn { code, jt, jf, k }
@@ -405,15 +425,59 @@ pub fn steering_program(cpus: &[usize]) -> Vec<BpfInsn> {
     prog
 }
 
+/// The steering program for `per_cpu` workers on each of `cpus`, bound in rounds (socket
+/// `p + j·m` on `cpus[p]`, `m = cpus.len()`, `j < per_cpu`): the CPU picks `p` as in
+/// [`steering_program`], the flow hash picks `j`:
+/// `X = hash % per_cpu * m; A = cpu; if A == cpus[0] return 0 + X; …; return A % m + X`.
+/// With one worker per CPU it is [`steering_program`]. Packets without a hash all go to the
+/// CPU's first worker.
+pub fn spread_steering_program(cpus: &[usize], per_cpu: usize) -> Vec<BpfInsn> {
+    if per_cpu <= 1 {
+        return steering_program(cpus);
+    }
+    let m = cpus.len().max(1) as u32;
+    let mut prog = vec![
+        insn(BPF_LD_W_ABS, 0, 0, AD_RXHASH),
+        insn(BPF_ALU_MOD_K, 0, 0, per_cpu as u32),
+        insn(BPF_ALU_MUL_K, 0, 0, m),
+        insn(BPF_MISC_TAX, 0, 0, 0),
+        insn(BPF_LD_W_ABS, 0, 0, AD_CPU),
+    ];
+    let identity = cpus.iter().enumerate().all(|(i, &c)| i == c);
+    if !identity && cpus.len() <= 120 {
+        for (i, &c) in cpus.iter().enumerate() {
+            prog.push(insn(BPF_JMP_JEQ_K, 0, 3, c as u32));
+            prog.push(insn(BPF_LD_IMM, 0, 0, i as u32));
+            prog.push(insn(BPF_ALU_ADD_X, 0, 0, 0));
+            prog.push(insn(BPF_RET_A, 0, 0, 0));
+        }
+    }
+    prog.push(insn(BPF_ALU_MOD_K, 0, 0, m));
+    prog.push(insn(BPF_ALU_ADD_X, 0, 0, 0));
+    prog.push(insn(BPF_RET_A, 0, 0, 0));
+    prog
+}
+
 /// Runs a classic BPF steering program on a CPU number (for tests and `--explain`): only the
 /// instructions [`steering_program`] emits are understood.
 pub fn run_steering_program(prog: &[BpfInsn], cpu: u32) -> Option<u32> {
-    let mut a = 0u32;
+    run_spread_steering_program(prog, cpu, 0)
+}
+
+/// Runs a program of [`spread_steering_program`] (or [`steering_program`]) on a CPU number
+/// and a flow hash.
+pub fn run_spread_steering_program(prog: &[BpfInsn], cpu: u32, hash: u32) -> Option<u32> {
+    let (mut a, mut x) = (0u32, 0u32);
     let mut pc = 0usize;
     for _ in 0..prog.len() + 1 {
         let i = prog.get(pc)?;
         match i.code {
             BPF_LD_W_ABS if i.k == AD_CPU => a = cpu,
+            BPF_LD_W_ABS if i.k == AD_RXHASH => a = hash,
+            BPF_LD_IMM => a = i.k,
+            BPF_ALU_MUL_K => a = a.wrapping_mul(i.k),
+            BPF_ALU_ADD_X => a = a.wrapping_add(x),
+            BPF_MISC_TAX => x = a,
             BPF_JMP_JEQ_K => {
                 pc += 1 + if a == i.k { i.jt } else { i.jf } as usize;
                 continue;
@@ -450,6 +514,33 @@ mod tests {
         }
         // A CPU without a worker falls through to modulo.
         assert_eq!(run_steering_program(&p, 5), Some(5 % 3));
+    }
+
+    #[test]
+    fn spread_programs_pick_the_cpu_then_one_of_its_workers_by_hash() {
+        for cpus in [vec![0, 1], vec![3, 1, 6], vec![0]] {
+            let m = cpus.len() as u32;
+            for per_cpu in 1..=4u32 {
+                let p = spread_steering_program(&cpus, per_cpu as usize);
+                for (i, &c) in cpus.iter().enumerate() {
+                    let mut seen = std::collections::BTreeSet::new();
+                    for hash in [0u32, 1, 2, 3, 7, 0xdead_beef, u32::MAX] {
+                        let got = run_spread_steering_program(&p, c as u32, hash);
+                        let want = if per_cpu == 1 {
+                            i as u32
+                        } else {
+                            i as u32 + hash % per_cpu * m
+                        };
+                        assert_eq!(got, Some(want), "cpus {cpus:?} × {per_cpu}, hash {hash}");
+                        seen.insert(want);
+                    }
+                    // Every worker of the CPU is reachable, and only those.
+                    let all: std::collections::BTreeSet<u32> =
+                        (0..per_cpu).map(|j| i as u32 + j * m).collect();
+                    assert_eq!(seen, all, "cpus {cpus:?} × {per_cpu}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub struct Config {
     /// Keep polling without sleeping until no round has found work for this long (zero:
     /// sleep after every short round). Each such round counts in `spins`.
     pub busy_poll: std::time::Duration,
+    /// Each worker gets a file table of its own before `make` (`unshare(CLONE_FILES)`), so the
+    /// open-file limit bounds each worker rather than the process: for roles that hold more
+    /// sockets than one table may. What a worker opens is then usable only on its thread.
+    pub own_files: bool,
 }
 
 /// Why workers could not start.
@@ -190,13 +194,23 @@ impl<S: Counters> Runtime<S> {
                 errors.clone(),
                 ready_tx.clone(),
             );
-            let (budget, wait_ms, busy_poll) =
-                (cfg.budget.max(1), cfg.wait_ms.max(1), cfg.busy_poll);
+            let (budget, wait_ms, busy_poll, own_files) = (
+                cfg.budget.max(1),
+                cfg.wait_ms.max(1),
+                cfg.busy_poll,
+                cfg.own_files,
+            );
             let h = std::thread::Builder::new()
                 .name(format!("flowlane-w{idx}-cpu{cpu}"))
                 .spawn(move || {
                     // A send to a peer that reset fails (EPIPE) instead of ending the process.
-                    let pinned = match flowlane_io::os::block_sigpipe_here() {
+                    let pinned = match flowlane_io::os::block_sigpipe_here().and_then(|()| {
+                        if own_files {
+                            flowlane_io::os::unshare_files()
+                        } else {
+                            Ok(())
+                        }
+                    }) {
                         Err(e) => Err(StartError::Thread(format!("worker {idx}: {e}"))),
                         Ok(()) => flowlane_io::os::pin_current_thread(cpu)
                             .map_err(|error| StartError::Pin { cpu, error }),
@@ -529,6 +543,7 @@ mod tests {
                 budget: 64,
                 wait_ms: 5,
                 busy_poll: std::time::Duration::ZERO,
+                own_files: false,
             };
             let mut rt = Runtime::start(&cfg, stop.clone(), move |_, _| {
                 Ok::<_, ()>(Ring {
@@ -563,6 +578,7 @@ mod tests {
             budget: 64,
             wait_ms: 5,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         };
         let mut rt = Runtime::start(&cfg, stop.clone(), move |idx, cpu| {
             o2.lock().expect("lock").push(idx);
@@ -644,6 +660,7 @@ mod tests {
                 budget: 64,
                 wait_ms: 5,
                 busy_poll: busy,
+                own_files: false,
             };
             let mut rt = Runtime::start(&cfg, stop.clone(), move |_, _| {
                 Ok::<_, ()>(Timed {
@@ -693,6 +710,78 @@ mod tests {
         }
     }
 
+    /// A worker holding one open file, closed on its own thread when the worker ends.
+    struct Holding {
+        _file: std::fs::File,
+    }
+
+    impl Poll for Holding {
+        type Stats = FakeStats;
+        fn poll(&mut self, _budget: usize, _st: &FakeStats) -> Result<usize, String> {
+            Ok(0)
+        }
+        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            Ok(())
+        }
+    }
+
+    /// The files a thread's table holds, as the paths they name.
+    fn open_here() -> Vec<std::path::PathBuf> {
+        std::fs::read_dir("/proc/thread-self/fd")
+            .expect("/proc/thread-self/fd")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .collect()
+    }
+
+    #[test]
+    fn workers_with_their_own_file_tables_open_files_the_process_table_does_not_hold() {
+        let here = flowlane_io::os::current_cpu().unwrap_or(0);
+        for own_files in [false, true] {
+            let dir = std::env::temp_dir();
+            let paths: Vec<std::path::PathBuf> = (0..2)
+                .map(|i| {
+                    dir.join(format!(
+                        "flowlane-own-files-{}-{own_files}-{i}",
+                        std::process::id()
+                    ))
+                })
+                .collect();
+            let stop = Arc::new(AtomicBool::new(false));
+            let cfg = Config {
+                cpus: vec![here, here],
+                budget: 8,
+                wait_ms: 5,
+                busy_poll: std::time::Duration::ZERO,
+                own_files,
+            };
+            let (p2, seen) = (paths.clone(), Arc::new(Mutex::new(Vec::new())));
+            let seen2 = seen.clone();
+            let mut rt = Runtime::start(&cfg, stop, move |idx, _| {
+                let file = std::fs::File::create(&p2[idx]).map_err(|e| e.to_string())?;
+                // The worker sees its own file either way.
+                let mine = open_here();
+                seen2.lock().expect("lock").push(mine.contains(&p2[idx]));
+                Ok::<_, String>(Holding { _file: file })
+            })
+            .expect("start");
+            rt.go();
+            let in_process_table = open_here();
+            rt.join();
+            for p in &paths {
+                let _ = std::fs::remove_file(p);
+            }
+            assert_eq!(*seen.lock().expect("lock"), vec![true, true]);
+            for p in &paths {
+                assert_eq!(
+                    in_process_table.contains(p),
+                    !own_files,
+                    "{p:?} in the main thread's table, own_files {own_files}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn init_error_is_returned_and_workers_end() {
         let stop = Arc::new(AtomicBool::new(false));
@@ -701,6 +790,7 @@ mod tests {
             budget: 8,
             wait_ms: 5,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         };
         let r = Runtime::start(&cfg, stop, |idx, _| {
             if idx == 1 {
@@ -720,6 +810,7 @@ mod tests {
             budget: 8,
             wait_ms: 5,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         };
         let r = Runtime::start(&cfg, stop, |idx, _| {
             assert_ne!(idx, 1, "deliberate panic in worker 1");
@@ -736,6 +827,7 @@ mod tests {
             budget: 8,
             wait_ms: 5,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         };
         let r = Runtime::start(&cfg, stop, |_, _| Ok::<_, ()>(Fake { left: 0 }));
         assert!(matches!(r, Err(StartError::Pin { cpu: 100_000, .. })));

@@ -182,6 +182,7 @@ mod tests {
                 budget: 1,
                 wait_ms: 1,
                 busy_poll: std::time::Duration::ZERO,
+                own_files: false,
             },
             Arc::new(AtomicBool::new(false)),
             move |_, _| Ok::<_, String>(Counter(n)),

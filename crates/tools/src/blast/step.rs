@@ -106,6 +106,7 @@ pub(super) fn run_step(
         budget: a.batch,
         wait_ms: 50,
         busy_poll: std::time::Duration::ZERO,
+        own_files: false,
     };
     let (mode, link) = (a.mode, plan.link.clone());
     // The step's own stop flag (the runtime raises it when the step ends); a stop request

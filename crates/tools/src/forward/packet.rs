@@ -124,6 +124,7 @@ pub(super) fn run_xdp_sockets(
             budget: 256,
             wait_ms: 50,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         },
         stop.clone(),
         move |idx, _| {
@@ -265,6 +266,7 @@ fn start_ports<W: Poll<Stats = ForwardStats>>(
             budget: 256,
             wait_ms: 50,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         },
         stop.clone(),
         move |_, _| {
@@ -413,6 +415,7 @@ fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
             budget: 256,
             wait_ms: 50,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         },
         stop.clone(),
         move |idx, _| {

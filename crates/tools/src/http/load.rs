@@ -254,6 +254,13 @@ pub struct HttpLoadReport {
     pub histogram: Option<hdrhistogram::Histogram<u64>>,
     /// Open-file limit (soft) after raising it to the hard one.
     pub nofile: u64,
+    /// Workers run: one per CPU, or more when the connections need more file tables.
+    #[serde(default)]
+    pub workers: usize,
+    /// When the connections did not fit in one file table: each worker had a table of its
+    /// own, of this many files (the open-file limit bounds each table, not the process).
+    #[serde(default)]
+    pub files_per_worker: Option<u64>,
     /// Memory.
     pub memory: Memory,
     /// CPU time the load process used, seconds (user + system).
@@ -301,6 +308,10 @@ pub struct HttpLoadTick {
 pub struct HttpLoadStart {
     /// Workers' CPUs.
     pub cpus: Vec<usize>,
+    /// Workers (more than CPUs when the connections need more file tables).
+    pub workers: usize,
+    /// Each worker's own file table holds this many files (`None`: they share the process's).
+    pub files_per_worker: Option<u64>,
     /// Connections asked, all pools.
     pub connections: usize,
     /// Open-file limit got.
@@ -434,6 +445,67 @@ fn plans(p: &PoolConfig, n: usize) -> Result<Vec<PoolPlan>, ToolError> {
     Ok(out)
 }
 
+/// Files a worker keeps besides its connections (its epoll and timer descriptors, and what
+/// the process had open when the worker copied its table), with room to spare.
+const FILES_BESIDES: u64 = 64;
+/// At most this many workers per CPU (each a file table).
+const MAX_WORKERS_PER_CPU: usize = 64;
+
+/// How the connections are spread over file tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tables {
+    /// Workers to run (a multiple of the CPUs).
+    workers: usize,
+    /// Whether each worker has a file table of its own.
+    own_files: bool,
+}
+
+/// One worker per CPU sharing the process's file table when the connections fit in it; else
+/// each worker gets a table of its own (the limit bounds each table), and as many workers per
+/// CPU as it takes for every worker's share to fit in one.
+fn file_tables(cfg: &HttpLoadConfig, nofile: u64, hard: u64) -> Result<Tables, ToolError> {
+    let cpus = cfg.cpus.len();
+    let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
+    if nofile == 0 || connections as u64 + FILES_BESIDES <= nofile {
+        return Ok(Tables {
+            workers: cpus,
+            own_files: false,
+        });
+    }
+    let room = nofile.saturating_sub(FILES_BESIDES);
+    // Worker 0 holds the most: each pool's share rounded up.
+    let most = |w: usize| -> u64 {
+        cfg.pools
+            .iter()
+            .map(|p| p.connections.div_ceil(w) as u64)
+            .sum()
+    };
+    (1..=MAX_WORKERS_PER_CPU)
+        .map(|k| cpus * k)
+        .find(|&w| most(w) <= room)
+        .map(|workers| Tables {
+            workers,
+            own_files: true,
+        })
+        .ok_or_else(|| {
+            // What surely fits: one pool's share rounds up by less than one connection per
+            // worker; several pools' shares by less than one each.
+            let w = (cpus * MAX_WORKERS_PER_CPU) as u64;
+            let pools = cfg.pools.len() as u64;
+            let most = if pools == 1 {
+                room * w
+            } else {
+                room.saturating_sub(pools) * w
+            };
+            ToolError::usage(format!(
+                "{connections} connections need as many open files: with {MAX_WORKERS_PER_CPU} \
+                 workers per CPU on {cpus} CPU(s), each with a file table of {nofile} (hard \
+                 limit {hard}; root without CAP_SYS_RESOURCE cannot raise it), ask for at most \
+                 {most}, or give more CPUs"
+            ))
+        })
+}
+
 /// Source addresses must be local; the first and the last are tried.
 fn check_local(v: &[std::net::IpAddr], prefix: &str) -> Result<(), ToolError> {
     for ip in [v.first(), v.last()].into_iter().flatten() {
@@ -504,21 +576,18 @@ pub fn run(
     if cfg.cpus.is_empty() || cfg.pools.is_empty() {
         return Err(ToolError::usage("no CPUs or no pools to run"));
     }
-    let n = cfg.cpus.len();
+    let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
+    let (nofile, hard) = flowlane_io::os::raise_nofile_limit().unwrap_or((0, 0));
+    let tables = file_tables(cfg, nofile, hard)?;
+    let n = tables.workers;
+    // Worker `i` runs on `cfg.cpus[i % cpus]`: the extra workers of a CPU come after one on
+    // every CPU, so each CPU gets its share.
+    let worker_cpus: Vec<usize> = (0..n).map(|i| cfg.cpus[i % cfg.cpus.len()]).collect();
     let per_pool: Vec<Vec<PoolPlan>> = cfg
         .pools
         .iter()
         .map(|p| plans(p, n))
         .collect::<Result<_, _>>()?;
-    let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
-    let (nofile, hard) = flowlane_io::os::raise_nofile_limit().unwrap_or((0, 0));
-    if nofile > 0 && connections as u64 + 64 > nofile {
-        return Err(ToolError::usage(format!(
-            "{connections} connections need as many open files, and this process may open {nofile} \
-             (hard limit {hard}; root without CAP_SYS_RESOURCE cannot raise it): ask for at most {}",
-            nofile.saturating_sub(64)
-        )));
-    }
     let start_at = Instant::now() + Duration::from_millis(50);
     let plan = LoadPlan {
         start: start_at,
@@ -539,10 +608,11 @@ pub fn run(
         .collect();
     let (shares2, timed) = (shares.clone(), cfg.metrics.is_some());
     let rt_cfg = Config {
-        cpus: cfg.cpus.clone(),
+        cpus: worker_cpus.clone(),
         budget: 512,
         wait_ms: 20,
         busy_poll: Duration::from_nanos((cfg.busy_poll_us * 1e3) as u64),
+        own_files: tables.own_files,
     };
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
     let mut rt: Runtime<HttpLoadStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
@@ -563,6 +633,8 @@ pub fn run(
     let rss_start = rss_kib();
     on_event(HttpLoadEvent::Started(HttpLoadStart {
         cpus: cfg.cpus.clone(),
+        workers: n,
+        files_per_worker: tables.own_files.then_some(nofile),
         connections,
         nofile,
         nofile_hard: hard,
@@ -588,7 +660,7 @@ pub fn run(
             crate::metrics::Exporter::start_with(
                 a,
                 "http_load",
-                &cfg.cpus,
+                &worker_cpus,
                 rt.stats(),
                 Some(latency),
             )
@@ -707,6 +779,8 @@ pub fn run(
         latency: LatencyUs::of(&all.intended),
         histogram: Some(all.intended.clone()).filter(|h| !h.is_empty()),
         nofile,
+        workers: n,
+        files_per_worker: tables.own_files.then_some(nofile),
         memory: Memory {
             rss_start_kib: rss_start,
             rss_connected_kib: rss_at_peak,
@@ -764,5 +838,91 @@ fn no_answers(cfg: &HttpLoadConfig, t: &HttpLoadCounts, first: Option<&str>) -> 
             "no answers: {} requests sent to {targets}, none answered in the run{why}",
             t.requests
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(cpus: usize, pools: &[usize]) -> HttpLoadConfig {
+        let mut text = format!(
+            "duration_s = 1\ncpus = {:?}\n",
+            (0..cpus).collect::<Vec<_>>()
+        );
+        for (i, c) in pools.iter().enumerate() {
+            text += &format!(
+                "[[pools]]\nname = \"p{i}\"\ntarget = \"198.18.0.1:80\"\nconnections = {c}\nurls = [{{ path = \"/\" }}]\n"
+            );
+        }
+        HttpLoadConfig::from_toml(&text).expect("config")
+    }
+
+    fn tables(workers: usize, own_files: bool) -> Tables {
+        Tables { workers, own_files }
+    }
+
+    #[test]
+    fn connections_that_fit_one_file_table_share_it() {
+        assert_eq!(
+            file_tables(&cfg(2, &[19_000]), 20_000, 20_000).ok(),
+            Some(tables(2, false))
+        );
+        assert_eq!(
+            file_tables(&cfg(1, &[19_936]), 20_000, 20_000).ok(),
+            Some(tables(1, false))
+        );
+        // An unknown limit: one table, and the kernel says when it is full.
+        assert_eq!(
+            file_tables(&cfg(2, &[500_000]), 0, 0).ok(),
+            Some(tables(2, false))
+        );
+    }
+
+    #[test]
+    fn more_connections_get_tables_of_their_own_and_workers_enough_to_hold_them() {
+        // 30 000 on 2 CPUs: 15 000 a worker fits its own table.
+        assert_eq!(
+            file_tables(&cfg(2, &[30_000]), 20_000, 20_000).ok(),
+            Some(tables(2, true))
+        );
+        // 100 000 on 2 CPUs: 3 workers a CPU, 16 667 each.
+        assert_eq!(
+            file_tables(&cfg(2, &[100_000]), 20_000, 20_000).ok(),
+            Some(tables(6, true))
+        );
+        // Each pool's share is rounded up: 2 pools of 19 937 on 1 CPU need 3 tables, not 2.
+        assert_eq!(
+            file_tables(&cfg(1, &[19_937, 19_937]), 20_000, 20_000).ok(),
+            Some(tables(3, true))
+        );
+        for (cpus, conns, nofile) in [(2, 100_000, 20_000), (1, 1000, 300), (3, 150_000, 1024)] {
+            let t = file_tables(&cfg(cpus, &[conns]), nofile, nofile).expect("fits");
+            assert!(conns.div_ceil(t.workers) as u64 + FILES_BESIDES <= nofile);
+            assert!(
+                t.workers == cpus
+                    || conns.div_ceil(t.workers - cpus) as u64 + FILES_BESIDES > nofile,
+                "the fewest workers that hold them: {t:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn more_than_every_table_may_hold_is_a_usage_error_that_names_the_most() {
+        let e = file_tables(&cfg(1, &[10_000]), 100, 100).expect_err("too many");
+        let text = e.to_string();
+        assert!(text.contains("at most 2304,"), "{text}");
+        // …and that many do fit, one more does not.
+        assert!(file_tables(&cfg(1, &[2304]), 100, 100).is_ok());
+        assert!(file_tables(&cfg(1, &[2305]), 100, 100).is_err());
+        // With pools, what it names fits however they are split.
+        let e = file_tables(&cfg(1, &[5000, 5000]), 100, 100).expect_err("too many");
+        assert!(e.to_string().contains("at most 2176,"), "{e}");
+        for a in [1, 63, 64, 65, 1000, 2112] {
+            assert!(
+                file_tables(&cfg(1, &[a, 2176 - a]), 100, 100).is_ok(),
+                "{a}"
+            );
+        }
     }
 }

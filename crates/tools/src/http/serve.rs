@@ -29,6 +29,11 @@ pub struct HttpServeConfig {
     pub bind: SocketAddr,
     /// One worker per CPU, in this order.
     pub cpus: Vec<usize>,
+    /// Workers on each CPU (more than one only to hold more connections than one file table
+    /// may: each worker has a table of its own); the CPU's workers share its connections by
+    /// the flow hash.
+    #[serde(default = "one")]
+    pub workers_per_cpu: usize,
     /// Steer connections to the worker on the CPU that processed their SYN (else the
     /// kernel's reuseport hash).
     pub steer: bool,
@@ -52,9 +57,17 @@ pub struct HttpServeConfig {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
+fn one() -> usize {
+    1
+}
+
+/// At most this many workers per CPU.
+pub const MAX_WORKERS_PER_CPU: usize = 64;
+
 impl Default for HttpServeConfig {
     fn default() -> Self {
         HttpServeConfig {
+            workers_per_cpu: 1,
             metrics: None,
             bind: SocketAddr::from(([0, 0, 0, 0], 8080)),
             cpus: vec![0],
@@ -140,6 +153,9 @@ impl From<&WorkerSnapshot<HttpServeSnapshot>> for HttpServeCounts {
 pub struct HttpServeWorker {
     /// Its CPU.
     pub cpu: usize,
+    /// Its place among the CPU's workers (0 unless `workers_per_cpu` > 1).
+    #[serde(default)]
+    pub slot: usize,
     /// Its counters.
     pub counts: HttpServeCounts,
 }
@@ -167,8 +183,12 @@ pub struct HttpServeReport {
     pub copy_max: usize,
     /// The largest body answered.
     pub max_size: u64,
-    /// The open-file limit in force (soft; raised to the hard one at start).
+    /// The open-file limit in force (soft; raised to the hard one at start): each worker has
+    /// a file table of its own and may hold this many files.
     pub nofile: u64,
+    /// Workers on each CPU.
+    #[serde(default = "one")]
+    pub workers_per_cpu: usize,
     /// What each packet cost in cycles, instructions and cache misses, or why not known.
     #[serde(default)]
     pub pmu: crate::PmuCost,
@@ -187,8 +207,10 @@ pub struct HttpServeStart {
     pub steering: String,
     /// Why not CPU steering.
     pub steering_reason: Option<String>,
-    /// Open-file limit.
+    /// Open-file limit (of each worker's own file table).
     pub nofile: u64,
+    /// Workers on each CPU.
+    pub workers_per_cpu: usize,
 }
 
 /// One status interval.
@@ -250,6 +272,12 @@ pub fn run(
     if cfg.cpus.is_empty() {
         return Err(ToolError::usage("no CPUs to run workers on"));
     }
+    let per_cpu = cfg.workers_per_cpu;
+    if !(1..=MAX_WORKERS_PER_CPU).contains(&per_cpu) {
+        return Err(ToolError::usage(format!(
+            "workers per CPU: give 1 up to {MAX_WORKERS_PER_CPU}, not {per_cpu}"
+        )));
+    }
     let nofile = flowlane_io::os::raise_nofile_limit()
         .map(|(soft, _)| soft)
         .unwrap_or(0);
@@ -262,23 +290,34 @@ pub fn run(
         backlog: cfg.backlog,
         v6only: false,
     };
-    // Worker 0 keeps its listener aside so steering is attached once all are bound.
-    let first = tcp::GroupMember::default();
-    let f2 = first.clone();
+    // Workers in rounds over the CPUs (worker i on cpus[i % m]), the order the steering
+    // program expects.
+    let m = cfg.cpus.len();
+    let worker_cpus: Vec<usize> = (0..m * per_cpu).map(|i| cfg.cpus[i % m]).collect();
+    let last = worker_cpus.len() - 1;
+    // The last worker to bind attaches steering to the whole group: its listener lives in its
+    // own file table, so it is the one thread that can name it.
+    let steering_slot: Arc<std::sync::Mutex<Option<Steering>>> = Arc::default();
+    let (slot2, cpus2, steer) = (steering_slot.clone(), cfg.cpus.clone(), cfg.steer);
     let scfg = ServerConfig {
         default_size: cfg.default_size,
         max_head: cfg.max_head,
     };
     let rt_cfg = Config {
-        cpus: cfg.cpus.clone(),
+        cpus: worker_cpus.clone(),
         budget: 256,
         wait_ms: 100,
         busy_poll: std::time::Duration::ZERO,
+        // Each worker's connections count against its own table, not one for the process.
+        own_files: true,
     };
     let mut rt: Runtime<HttpServeStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
         let l = tcp::listen_one(&lcfg)?;
-        if idx == 0 {
-            f2.keep(&l)?;
+        if idx == last {
+            let st = tcp::attach_spread_steering(&l, &cpus2, per_cpu, steer);
+            if let Ok(mut g) = slot2.lock() {
+                *g = Some(st);
+            }
         }
         ServerWorker::new(l, cpu, bodies.clone(), scfg.clone()).map_err(GroupError::Sys)
     })
@@ -286,7 +325,13 @@ pub fn run(
         StartError::Open(g) => group_error(g),
         other => ToolError::runtime(other.to_string()),
     })?;
-    let (steering, _) = first.attach(&cfg.cpus, cfg.steer);
+    let steering = steering_slot
+        .lock()
+        .ok()
+        .and_then(|mut g| g.take())
+        .unwrap_or_else(|| Steering::ReuseportHash {
+            reason: "no socket to attach to".into(),
+        });
     let steering_reason = match &steering {
         Steering::ReuseportHash { reason } => Some(reason.clone()),
         Steering::CpuBpf => None,
@@ -297,6 +342,7 @@ pub fn run(
         steering: steering.name().into(),
         steering_reason: steering_reason.clone(),
         nofile,
+        workers_per_cpu: per_cpu,
     }));
     let rule = StopRule {
         external: stop.clone(),
@@ -304,7 +350,7 @@ pub fn run(
     };
     let _metrics = cfg
         .metrics
-        .map(|a| crate::metrics::Exporter::start(a, "http_serve", &cfg.cpus, rt.stats()))
+        .map(|a| crate::metrics::Exporter::start(a, "http_serve", &worker_cpus, rt.stats()))
         .transpose()?;
     let end = rt.session(Some(interval), &rule, &mut |t| {
         let total = t.total();
@@ -322,12 +368,13 @@ pub fn run(
         steering: steering.name().into(),
         steering_reason,
         duration_s: (secs * 1000.0).round() / 1000.0,
-        workers: cfg
-            .cpus
+        workers: worker_cpus
             .iter()
             .zip(&end.finals)
-            .map(|(&cpu, s)| HttpServeWorker {
+            .enumerate()
+            .map(|(i, (&cpu, s))| HttpServeWorker {
                 cpu,
+                slot: i / m,
                 counts: HttpServeCounts::from(s),
             })
             .collect(),
@@ -342,6 +389,7 @@ pub fn run(
         copy_max: cfg.copy_max,
         max_size: cfg.max_size.max(cfg.copy_max as u64),
         nofile,
+        workers_per_cpu: per_cpu,
         errors: end
             .errors
             .into_iter()

@@ -233,6 +233,7 @@ impl Startup {
             budget,
             wait_ms: 100,
             busy_poll: std::time::Duration::ZERO,
+            own_files: false,
         };
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
             let sock = udp::bind_one(&g2)?;

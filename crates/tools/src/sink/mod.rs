@@ -343,6 +343,7 @@ pub fn run(
         budget: 256,
         wait_ms: 50,
         busy_poll: std::time::Duration::ZERO,
+        own_files: false,
     };
     // Every worker is made the same way around its ring.
     let make = Maker {
