@@ -1,7 +1,8 @@
 //! `flowlane http serve` and `http load` against real peers in private namespaces: curl and
 //! raw sockets check the server's bodies byte for byte, nginx's access log and stub_status
-//! count what `http load` sent, wrk loads the server, and one run holds 19 000 connections
-//! from 100 source addresses (counted in the kernel's socket table).
+//! count what `http load` sent, wrk loads the server, one run holds 19 000 connections
+//! from 100 source addresses (counted in the kernel's socket table), and others hold more
+//! than the open-file limit allows one file table — 100 000 — at both ends.
 
 mod common;
 
@@ -818,6 +819,224 @@ fn nineteen_thousand_connections_from_a_hundred_addresses() {
     assert!(u(m, &["per_connection_bytes"]) < 4096, "{j}");
 }
 
+/// Runs `flowlane ARGS…` in `ns` under an open-file limit of `nofile` (soft and hard: `sh`'s
+/// `ulimit -n`), as a machine whose hard limit is that low would.
+fn limited(ns: &Netns, nofile: u32, args: &[&str]) -> std::process::Command {
+    let mut cmd = ns.command("sh");
+    cmd.args([
+        "-c",
+        &format!("ulimit -n {nofile} && exec \"$0\" \"$@\""),
+        BIN,
+    ])
+    .args(args);
+    cmd
+}
+
+/// Established TCP sockets in this thread's namespace (`TCP: inuse` of /proc/net/sockstat:
+/// both ends of every connection, and the listeners).
+fn tcp_in_use() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/net/sockstat").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("TCP: inuse "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls the namespace's TCP sockets in use until `want` (at most 60 s); returns the most seen.
+fn hold_sockets(ns: &Netns, want: u64) -> u64 {
+    ns.run(|| {
+        let until = Instant::now() + Duration::from_secs(60);
+        let mut best = 0;
+        while Instant::now() < until && best < want {
+            best = best.max(tcp_in_use());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        best
+    })
+    .expect("in namespace")
+}
+
+#[test]
+fn connections_beyond_the_file_limit_live_in_file_tables_of_their_own() {
+    let Some((_g, ns)) = netns() else { return };
+    ns.ip(&["route", "add", "local", "198.18.128.0/17", "dev", "lo"])
+        .expect("local route");
+    // A limit of 300 files: 1000 connections fit no single table, on either side.
+    let mut cmd = limited(&ns, 300, &["http", "serve", "--bind", "198.18.0.1:8080"]);
+    cmd.args([
+        "--cpus",
+        "0",
+        "--workers-per-cpu",
+        "5",
+        "--json",
+        "--duration",
+        "300",
+    ]);
+    let srv = Running::start_with(cmd, "flowlane http serve:");
+    let handle = {
+        let cmd_ns = Netns::existing(ns.name());
+        std::thread::spawn(move || {
+            let out = limited(
+                &cmd_ns,
+                300,
+                &[
+                    "http",
+                    "load",
+                    "--json",
+                    "--quiet",
+                    "http://198.18.0.1:8080/bytes/64",
+                    "-c",
+                    "1000",
+                    "--cpus",
+                    "0",
+                    "--source",
+                    "198.18.128.0/17",
+                    "--source-count",
+                    "8",
+                    "--think-ms",
+                    "500",
+                    "-d",
+                    "3",
+                    "--max-errors",
+                    "0",
+                ],
+            )
+            .output()
+            .expect("load runs");
+            let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "load's JSON ({e}): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+            (out.status.code(), j)
+        })
+    };
+    // Both ends of 1000 connections and 5 listeners, in the kernel's count.
+    let seen = hold_sockets(&ns, 2005);
+    let (code, j) = handle.join().expect("load thread");
+    let (_, s) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(seen, 2005, "TCP sockets in use at best; load: {j}");
+    // 1000 over tables of 300 (64 kept for other files): 5 workers of 200.
+    assert_eq!(u(&j, &["nofile"]), 300, "{j}");
+    assert_eq!(u(&j, &["workers"]), 5, "{j}");
+    assert_eq!(u(&j, &["files_per_worker"]), 300, "{j}");
+    assert_eq!(u(&j, &["total", "connects"]), 1000, "{j}");
+    assert_eq!(u(&j, &["errors"]), 0, "{j}");
+    // The server's five workers on CPU 0 shared them by flow hash, none over its table.
+    assert_eq!(u(&s, &["nofile"]), 300, "{s}");
+    assert_eq!(u(&s, &["total", "accepted"]), 1000, "{s}");
+    assert_eq!(u(&s, &["total", "accept_errors"]), 0, "{s}");
+    let per: Vec<u64> = s["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| u(w, &["counts", "accepted"]))
+        .collect();
+    assert_eq!(per.len(), 5, "{s}");
+    assert!(
+        per.iter().all(|&n| n > 100 && n < 290),
+        "accepted per worker {per:?}"
+    );
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        u(&j, &["total", "responses"])
+    );
+
+    // More than every table may hold: a usage error naming what fits.
+    let out = limited(
+        &ns,
+        100,
+        &[
+            "http",
+            "load",
+            "http://198.18.0.1:8080/",
+            "-c",
+            "10000",
+            "--cpus",
+            "0",
+            "-d",
+            "1",
+        ],
+    )
+    .output()
+    .expect("load runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ask for at most 2304"), "{err}");
+}
+
+#[test]
+fn a_hundred_thousand_connections() {
+    let Some((_g, ns)) = netns() else { return };
+    ns.ip(&["route", "add", "local", "198.18.128.0/17", "dev", "lo"])
+        .expect("local route");
+    let cpus = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(2);
+    let cpu_list = if cpus == 2 { "0,1" } else { "0" };
+    // Server workers enough for 100 000 under a 20 000-file limit (the development
+    // machine's), with room for the flow hash's unevenness.
+    let per_cpu = (6 / cpus).to_string();
+    let srv = serve(
+        &ns,
+        8080,
+        &["--cpus", cpu_list, "--workers-per-cpu", &per_cpu],
+    );
+    let handle = {
+        let cmd_ns = Netns::existing(ns.name());
+        let cpu_list = cpu_list.to_string();
+        std::thread::spawn(move || {
+            load(
+                &cmd_ns,
+                &[
+                    "http://198.18.0.1:8080/bytes/64",
+                    "-c",
+                    "100000",
+                    "--cpus",
+                    &cpu_list,
+                    "--source",
+                    "198.18.128.0/17",
+                    "--source-count",
+                    "100",
+                    "--think-ms",
+                    "2000",
+                    "-d",
+                    "6",
+                    "--max-errors",
+                    "0",
+                ],
+            )
+        })
+    };
+    let listeners = (cpus * (6 / cpus)) as u64;
+    let seen = hold_sockets(&ns, 200_000 + listeners);
+    let (code, j) = handle.join().expect("load thread");
+    let (_, s) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(
+        seen,
+        200_000 + listeners,
+        "TCP sockets in use at best (both ends, listeners); load: {j}"
+    );
+    assert_eq!(u(&j, &["total", "connects"]), 100_000, "{j}");
+    assert_eq!(u(&j, &["errors"]), 0, "{j}");
+    // Where one table cannot hold them, each worker had its own.
+    let nofile = u(&j, &["nofile"]);
+    if nofile < 100_064 {
+        let workers = u(&j, &["workers"]);
+        assert_eq!(u(&j, &["files_per_worker"]), nofile, "{j}");
+        assert!(100_000u64.div_ceil(workers) + 64 <= nofile, "{j}");
+    }
+    assert_eq!(u(&s, &["total", "accepted"]), 100_000, "{s}");
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        u(&j, &["total", "responses"])
+    );
+    assert_eq!(u(&j["memory"], &["connections_then"]), 100_000, "{j}");
+}
+
 #[test]
 fn load_memory_stays_flat_over_a_run() {
     let Some((_g, ns)) = netns() else { return };
@@ -1136,7 +1355,8 @@ fn load_errors_and_usage() {
     }
     for bad in [
         vec!["https://127.0.0.1/"],
-        vec![&url, "-c", "30000"],
+        // More than 64 file tables on one CPU hold (nr_open caps a table at 1 048 576).
+        vec![&url, "--cpus", "0", "-c", "100000000"],
         vec![&url, "-R", "-5"],
         vec![&url, "--source", "198.18.0.0/99"],
         vec![&url, "--source", "198.18.200.0/24"],
