@@ -90,7 +90,10 @@ pub struct Config {
     pub busy_poll: std::time::Duration,
     /// Each worker gets a file table of its own before `make` (`unshare(CLONE_FILES)`), so the
     /// open-file limit bounds each worker rather than the process: for roles that hold more
-    /// sockets than one table may. What a worker opens is then usable only on its thread.
+    /// sockets than one table may. What a worker opens is then usable only on its thread, and
+    /// a descriptor opened before the start is in every table: the thread that opened it must
+    /// drop it last (hold a reference until the workers are joined), or its own copy stays
+    /// open.
     pub own_files: bool,
 }
 

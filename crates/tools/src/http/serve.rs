@@ -311,6 +311,9 @@ pub fn run(
         // Each worker's connections count against its own table, not one for the process.
         own_files: true,
     };
+    // The workers' tables are copies of this one: the memfd must be closed here, so the last
+    // reference is this thread's, dropped once the workers have ended.
+    let bodies_here = bodies.clone();
     let mut rt: Runtime<HttpServeStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
         let l = tcp::listen_one(&lcfg)?;
         if idx == last {
@@ -361,6 +364,8 @@ pub fn run(
             open: total.role.accepted.saturating_sub(total.role.closed),
         }))
     });
+    rt.join();
+    drop(bodies_here);
     let secs = end.elapsed.as_secs_f64();
     let total = HttpServeCounts::from(&end.total());
     Ok(HttpServeReport {
@@ -396,4 +401,41 @@ pub fn run(
             .map(|(worker, error)| WorkerError { worker, error })
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The body memfds this thread's file table holds.
+    fn body_files_here() -> usize {
+        std::fs::read_dir("/proc/thread-self/fd")
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter(|p| p.to_string_lossy().contains("flowlane-http-body"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_run_leaves_no_file_open_in_the_callers_table() {
+        // Workers copy the caller's table: whatever they drop last must still be closed here.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let cfg = HttpServeConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], port)),
+            cpus: vec![0, 0],
+            duration_s: Some(0.2),
+            interval_s: 0.1,
+            ..HttpServeConfig::default()
+        };
+        let before = body_files_here();
+        let stop = Arc::new(AtomicBool::new(false));
+        let r = run(&cfg, &stop, &mut |_| {}).expect("serves");
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(body_files_here(), before, "the body memfd left open");
+    }
 }
