@@ -737,35 +737,46 @@ fn constant_rate_is_held_and_latency_counts_from_the_intended_time() {
     panic!("2000 requests/s not held within 2 % in two attempts: {last}");
 }
 
+/// Starts, on a thread, a 6 s load of `conns` connections to 198.18.0.1:8080 from 100 addresses
+/// of 198.18.128.0/17, each asking every 2 s, with no error allowed.
+fn hold_load(
+    ns: &Netns,
+    conns: usize,
+    extra: &[&str],
+) -> std::thread::JoinHandle<(Option<i32>, Value)> {
+    let cmd_ns = Netns::existing(ns.name());
+    let mut args: Vec<String> = [
+        "http://198.18.0.1:8080/bytes/64",
+        "--source",
+        "198.18.128.0/17",
+        "--source-count",
+        "100",
+        "--think-ms",
+        "2000",
+        "-d",
+        "6",
+        "--max-errors",
+        "0",
+        "-c",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.push(conns.to_string());
+    args.extend(extra.iter().map(|a| a.to_string()));
+    std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        load(&cmd_ns, &args)
+    })
+}
+
 #[test]
 fn nineteen_thousand_connections_from_a_hundred_addresses() {
     let Some((_g, ns)) = netns() else { return };
     ns.ip(&["route", "add", "local", "198.18.128.0/17", "dev", "lo"])
         .expect("local route");
     let srv = serve(&ns, 8080, &[]);
-    let handle = {
-        let cmd_ns = Netns::existing(ns.name());
-        std::thread::spawn(move || {
-            load(
-                &cmd_ns,
-                &[
-                    "http://198.18.0.1:8080/bytes/64",
-                    "-c",
-                    "19000",
-                    "--source",
-                    "198.18.128.0/17",
-                    "--source-count",
-                    "100",
-                    "--think-ms",
-                    "2000",
-                    "-d",
-                    "6",
-                    "--max-errors",
-                    "0",
-                ],
-            )
-        })
-    };
+    let handle = hold_load(&ns, 19_000, &[]);
     // The kernel's view while the load holds its connections: established TCP sockets to
     // port 8080 (the client ends), by local address.
     let seen = ns
@@ -984,32 +995,7 @@ fn a_hundred_thousand_connections() {
         8080,
         &["--cpus", cpu_list, "--workers-per-cpu", &per_cpu],
     );
-    let handle = {
-        let cmd_ns = Netns::existing(ns.name());
-        let cpu_list = cpu_list.to_string();
-        std::thread::spawn(move || {
-            load(
-                &cmd_ns,
-                &[
-                    "http://198.18.0.1:8080/bytes/64",
-                    "-c",
-                    "100000",
-                    "--cpus",
-                    &cpu_list,
-                    "--source",
-                    "198.18.128.0/17",
-                    "--source-count",
-                    "100",
-                    "--think-ms",
-                    "2000",
-                    "-d",
-                    "6",
-                    "--max-errors",
-                    "0",
-                ],
-            )
-        })
-    };
+    let handle = hold_load(&ns, 100_000, &["--cpus", cpu_list]);
     let listeners = (cpus * (6 / cpus)) as u64;
     let seen = hold_sockets(&ns, 200_000 + listeners);
     let (code, j) = handle.join().expect("load thread");
