@@ -287,7 +287,7 @@ fn serve(a: ServeArgs) -> CmdResult {
     let report = http::serve::run(&cfg, &stop, &mut |e| match e {
         HttpServeEvent::Started(s) => {
             log.line(&format!(
-                "flowlane http serve: http://{} on {} worker(s) (CPUs {:?}{}), steering {}{}, open-file limit {} per worker",
+                "flowlane http serve: http://{} on {} worker(s) (CPUs {:?}{}), steering {}{}, open-file limit {} {}",
                 s.bind,
                 s.cpus.len() * s.workers_per_cpu,
                 s.cpus,
@@ -298,7 +298,10 @@ fn serve(a: ServeArgs) -> CmdResult {
                 },
                 s.steering,
                 s.steering_reason.map_or(String::new(), |r| format!(" ({r})")),
-                s.nofile
+                s.nofile,
+                s.own_files_refused.map_or("per worker".into(), |r| format!(
+                    "for all workers (file tables of their own refused: {r})"
+                ))
             ));
             if !quiet {
                 log.line(&serve_header());

@@ -90,7 +90,8 @@ pub struct Config {
     pub busy_poll: std::time::Duration,
     /// Each worker gets a file table of its own before `make` (`unshare(CLONE_FILES)`), so the
     /// open-file limit bounds each worker rather than the process: for roles that hold more
-    /// sockets than one table may. What a worker opens is then usable only on its thread, and
+    /// sockets than one table may. Where the system refuses, workers share the process's
+    /// table and [`Runtime::own_files_refused`] says why. What a worker opens is then usable only on its thread, and
     /// a descriptor opened before the start is in every table: the thread that opened it must
     /// drop it last (hold a reference until the workers are joined), or its own copy stays
     /// open.
@@ -159,6 +160,8 @@ pub struct Runtime<S: Counters> {
     errors: Arc<Mutex<Vec<(usize, String)>>>,
     /// Why the workers' hardware counters could not be opened (the first worker's reason).
     pmu: Arc<Mutex<Option<String>>>,
+    /// Why workers asked for file tables of their own share the process's (the first reason).
+    own_files_refused: Arc<Mutex<Option<String>>>,
     started: bool,
 }
 
@@ -182,13 +185,14 @@ impl<S: Counters> Runtime<S> {
         let go = Arc::new(Gate::default());
         let errors = Arc::new(Mutex::new(Vec::new()));
         let pmu = Arc::new(Mutex::new(None));
+        let own_files_refused = Arc::new(Mutex::new(None));
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StartError<E>>>();
         let mut handles = Vec::with_capacity(n);
         let mut stats = Vec::with_capacity(n);
         for (idx, &cpu) in cfg.cpus.iter().enumerate() {
             let st = Arc::new(WorkerCounters::<S>::default());
             stats.push(st.clone());
-            let pmu = pmu.clone();
+            let (pmu, refused) = (pmu.clone(), own_files_refused.clone());
             let (make, turn, go, stop, errors, ready) = (
                 make.clone(),
                 turn.clone(),
@@ -207,13 +211,16 @@ impl<S: Counters> Runtime<S> {
                 .name(format!("flowlane-w{idx}-cpu{cpu}"))
                 .spawn(move || {
                     // A send to a peer that reset fails (EPIPE) instead of ending the process.
-                    let pinned = match flowlane_io::os::block_sigpipe_here().and_then(|()| {
-                        if own_files {
-                            flowlane_io::os::unshare_files()
-                        } else {
-                            Ok(())
+                    // A table of its own where the system allows one (a seccomp filter, e.g. a
+                    // container's, may refuse `unshare`): else the shared one, and why.
+                    if own_files {
+                        if let Err(e) = flowlane_io::os::unshare_files() {
+                            if let Ok(mut r) = refused.lock() {
+                                r.get_or_insert_with(|| e.to_string());
+                            }
                         }
-                    }) {
+                    }
+                    let pinned = match flowlane_io::os::block_sigpipe_here() {
                         Err(e) => Err(StartError::Thread(format!("worker {idx}: {e}"))),
                         Ok(()) => flowlane_io::os::pin_current_thread(cpu)
                             .map_err(|error| StartError::Pin { cpu, error }),
@@ -290,6 +297,7 @@ impl<S: Counters> Runtime<S> {
             go,
             errors,
             pmu,
+            own_files_refused,
             started: false,
         };
         if let Some(e) = first_err {
@@ -317,6 +325,13 @@ impl<S: Counters> Runtime<S> {
     /// Why the workers count no cycles or instructions (`None`: they do).
     pub fn pmu_unavailable(&self) -> Option<String> {
         self.pmu.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// With [`Config::own_files`]: why the workers (some or all) share the process's file
+    /// table after all (`None`: each has its own). The system may refuse `unshare` (a
+    /// seccomp filter, as containers' default profiles have); the workers run on regardless.
+    pub fn own_files_refused(&self) -> Option<String> {
+        self.own_files_refused.lock().ok().and_then(|g| g.clone())
     }
 
     /// Errors workers stopped on: (worker index, message).
@@ -783,6 +798,45 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn where_the_system_refuses_own_file_tables_workers_share_the_process_table_and_say_why() {
+        let here = flowlane_io::os::current_cpu().unwrap_or(0);
+        // A thread under a seccomp filter that refuses `unshare`, as in a container; the
+        // workers it starts inherit it.
+        std::thread::spawn(move || {
+            flowlane_io::os::refuse_unshare_here().expect("seccomp filter");
+            let path = std::env::temp_dir()
+                .join(format!("flowlane-own-files-refused-{}", std::process::id()));
+            let p2 = path.clone();
+            let cfg = Config {
+                cpus: vec![here],
+                budget: 8,
+                wait_ms: 5,
+                busy_poll: std::time::Duration::ZERO,
+                own_files: true,
+            };
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut rt = Runtime::start(&cfg, stop, move |_, _| {
+                let file = std::fs::File::create(&p2).map_err(|e| e.to_string())?;
+                Ok::<_, String>(Holding { _file: file })
+            })
+            .expect("workers start regardless");
+            rt.go();
+            let shared = open_here().contains(&path);
+            let why = rt.own_files_refused();
+            rt.join();
+            let _ = std::fs::remove_file(&path);
+            assert!(shared, "the worker's file is in the shared table");
+            let why = why.expect("a reason");
+            assert!(
+                why.contains("unshare") && why.contains("not permitted"),
+                "{why}"
+            );
+        })
+        .join()
+        .expect("test thread");
     }
 
     #[test]

@@ -629,6 +629,17 @@ pub fn run(
         })
     })
     .map_err(|e| ToolError::runtime(e.to_string()))?;
+    if tables.own_files {
+        if let Some(why) = rt.own_files_refused() {
+            rt.join();
+            return Err(ToolError::usage(format!(
+                "{connections} connections need file tables of their own (one holds {nofile} \
+                 files), and this system refuses them ({why}: a seccomp filter, as containers \
+                 have, forbids unshare): ask for at most {}",
+                nofile.saturating_sub(FILES_BESIDES)
+            )));
+        }
+    }
     // After the workers made their buffers, before any connection.
     let rss_start = rss_kib();
     on_event(HttpLoadEvent::Started(HttpLoadStart {
@@ -905,6 +916,29 @@ mod tests {
                 "the fewest workers that hold them: {t:?}"
             );
         }
+    }
+
+    #[test]
+    fn where_own_file_tables_are_refused_more_than_one_holds_is_a_usage_error() {
+        // Under a seccomp filter refusing unshare (as in a container), on a thread of its own.
+        std::thread::spawn(|| {
+            flowlane_io::os::refuse_unshare_here().expect("seccomp filter");
+            let (nofile, _) = flowlane_io::os::raise_nofile_limit().expect("limit");
+            // More than one table holds, to a port nobody listens on: it must stop before.
+            let mut c = cfg(2, &[nofile as usize + 1000]);
+            c.pools[0].target = "127.0.0.1:1".into();
+            let stop = Arc::new(AtomicBool::new(false));
+            let e = run(&c, &stop, &mut |_| {}).expect_err("refused");
+            let text = e.to_string();
+            assert!(
+                text.contains("refuses")
+                    && text.contains("unshare")
+                    && text.contains(&format!("at most {}", nofile - FILES_BESIDES)),
+                "{text}"
+            );
+        })
+        .join()
+        .expect("test thread");
     }
 
     #[test]

@@ -189,6 +189,10 @@ pub struct HttpServeReport {
     /// Workers on each CPU.
     #[serde(default = "one")]
     pub workers_per_cpu: usize,
+    /// Why the workers share the process's file table after all (the system refused tables
+    /// of their own: a seccomp filter, as containers have); then `nofile` bounds them all.
+    #[serde(default)]
+    pub own_files_refused: Option<String>,
     /// What each packet cost in cycles, instructions and cache misses, or why not known.
     #[serde(default)]
     pub pmu: crate::PmuCost,
@@ -211,6 +215,8 @@ pub struct HttpServeStart {
     pub nofile: u64,
     /// Workers on each CPU.
     pub workers_per_cpu: usize,
+    /// Why the workers share the process's file table (`None`: each has its own).
+    pub own_files_refused: Option<String>,
 }
 
 /// One status interval.
@@ -328,6 +334,7 @@ pub fn run(
         StartError::Open(g) => group_error(g),
         other => ToolError::runtime(other.to_string()),
     })?;
+    let own_files_refused = rt.own_files_refused();
     let steering = steering_slot
         .lock()
         .ok()
@@ -346,6 +353,7 @@ pub fn run(
         steering_reason: steering_reason.clone(),
         nofile,
         workers_per_cpu: per_cpu,
+        own_files_refused: own_files_refused.clone(),
     }));
     let rule = StopRule {
         external: stop.clone(),
@@ -395,6 +403,7 @@ pub fn run(
         max_size: cfg.max_size.max(cfg.copy_max as u64),
         nofile,
         workers_per_cpu: per_cpu,
+        own_files_refused,
         errors: end
             .errors
             .into_iter()
@@ -406,6 +415,9 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// These tests count the body memfds of the process's table: one at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// The body memfds this thread's file table holds.
     fn body_files_here() -> usize {
@@ -420,6 +432,7 @@ mod tests {
 
     #[test]
     fn a_run_leaves_no_file_open_in_the_callers_table() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         // Workers copy the caller's table: whatever they drop last must still be closed here.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -436,6 +449,48 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let r = run(&cfg, &stop, &mut |_| {}).expect("serves");
         assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.own_files_refused, None);
         assert_eq!(body_files_here(), before, "the body memfd left open");
+    }
+
+    #[test]
+    fn where_own_file_tables_are_refused_it_serves_from_the_shared_one_and_says_why() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        std::thread::spawn(|| {
+            flowlane_io::os::refuse_unshare_here().expect("seccomp filter");
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            let port = l.local_addr().expect("addr").port();
+            drop(l);
+            let cfg = HttpServeConfig {
+                bind: SocketAddr::from(([127, 0, 0, 1], port)),
+                cpus: vec![0],
+                duration_s: Some(1.0),
+                interval_s: 0.2,
+                ..HttpServeConfig::default()
+            };
+            let stop = Arc::new(AtomicBool::new(false));
+            let client = std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                loop {
+                    if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                        c.write_all(b"GET /bytes/5 HTTP/1.0\r\n\r\n").expect("send");
+                        let mut got = Vec::new();
+                        c.read_to_end(&mut got).expect("answer");
+                        return got;
+                    }
+                    assert!(std::time::Instant::now() < until, "never listening");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            });
+            let r = run(&cfg, &stop, &mut |_| {}).expect("serves regardless");
+            let got = client.join().expect("client");
+            assert!(got.ends_with(&flowlane_wire::http::body(5)), "{got:?}");
+            assert_eq!(r.total.requests, 1);
+            let why = r.own_files_refused.expect("a reason");
+            assert!(why.contains("unshare"), "{why}");
+        })
+        .join()
+        .expect("test thread");
     }
 }
