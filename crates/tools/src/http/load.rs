@@ -445,9 +445,17 @@ fn plans(p: &PoolConfig, n: usize) -> Result<Vec<PoolPlan>, ToolError> {
     Ok(out)
 }
 
-/// Files a worker keeps besides its connections (its epoll and timer descriptors, and what
-/// the process had open when the worker copied its table), with room to spare.
+/// Files a worker keeps besides its connections at the least (its epoll and timer
+/// descriptors, and what the process had open when the worker copied its table), with room
+/// to spare.
 const FILES_BESIDES: u64 = 64;
+
+/// Files a worker keeps besides its connections: [`FILES_BESIDES`], or more where the caller
+/// (a program using the library) has many open — a worker's table starts as a copy of its.
+fn files_besides() -> u64 {
+    let open = std::fs::read_dir("/proc/thread-self/fd").map_or(0, |d| d.count() as u64);
+    FILES_BESIDES.max(open + 32)
+}
 /// At most this many workers per CPU (each a file table).
 const MAX_WORKERS_PER_CPU: usize = 64;
 
@@ -463,16 +471,21 @@ struct Tables {
 /// One worker per CPU sharing the process's file table when the connections fit in it; else
 /// each worker gets a table of its own (the limit bounds each table), and as many workers per
 /// CPU as it takes for every worker's share to fit in one.
-fn file_tables(cfg: &HttpLoadConfig, nofile: u64, hard: u64) -> Result<Tables, ToolError> {
+fn file_tables(
+    cfg: &HttpLoadConfig,
+    nofile: u64,
+    hard: u64,
+    besides: u64,
+) -> Result<Tables, ToolError> {
     let cpus = cfg.cpus.len();
     let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
-    if nofile == 0 || connections as u64 + FILES_BESIDES <= nofile {
+    if nofile == 0 || connections as u64 + besides <= nofile {
         return Ok(Tables {
             workers: cpus,
             own_files: false,
         });
     }
-    let room = nofile.saturating_sub(FILES_BESIDES);
+    let room = nofile.saturating_sub(besides);
     // Worker 0 holds the most: each pool's share rounded up.
     let most = |w: usize| -> u64 {
         cfg.pools
@@ -578,7 +591,8 @@ pub fn run(
     }
     let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
     let (nofile, hard) = flowlane_io::os::raise_nofile_limit().unwrap_or((0, 0));
-    let tables = file_tables(cfg, nofile, hard)?;
+    let besides = files_besides();
+    let tables = file_tables(cfg, nofile, hard, besides)?;
     let n = tables.workers;
     // Worker `i` runs on `cfg.cpus[i % cpus]`: the extra workers of a CPU come after one on
     // every CPU, so each CPU gets its share.
@@ -636,7 +650,7 @@ pub fn run(
                 "{connections} connections need file tables of their own (one holds {nofile} \
                  files), and this system refuses them ({why}: a seccomp filter, as containers \
                  have, forbids unshare): ask for at most {}",
-                nofile.saturating_sub(FILES_BESIDES)
+                nofile.saturating_sub(besides)
             )));
         }
     }
@@ -876,16 +890,16 @@ mod tests {
     #[test]
     fn connections_that_fit_one_file_table_share_it() {
         assert_eq!(
-            file_tables(&cfg(2, &[19_000]), 20_000, 20_000).ok(),
+            file_tables(&cfg(2, &[19_000]), 20_000, 20_000, FILES_BESIDES).ok(),
             Some(tables(2, false))
         );
         assert_eq!(
-            file_tables(&cfg(1, &[19_936]), 20_000, 20_000).ok(),
+            file_tables(&cfg(1, &[19_936]), 20_000, 20_000, FILES_BESIDES).ok(),
             Some(tables(1, false))
         );
         // An unknown limit: one table, and the kernel says when it is full.
         assert_eq!(
-            file_tables(&cfg(2, &[500_000]), 0, 0).ok(),
+            file_tables(&cfg(2, &[500_000]), 0, 0, FILES_BESIDES).ok(),
             Some(tables(2, false))
         );
     }
@@ -894,21 +908,21 @@ mod tests {
     fn more_connections_get_tables_of_their_own_and_workers_enough_to_hold_them() {
         // 30 000 on 2 CPUs: 15 000 a worker fits its own table.
         assert_eq!(
-            file_tables(&cfg(2, &[30_000]), 20_000, 20_000).ok(),
+            file_tables(&cfg(2, &[30_000]), 20_000, 20_000, FILES_BESIDES).ok(),
             Some(tables(2, true))
         );
         // 100 000 on 2 CPUs: 3 workers a CPU, 16 667 each.
         assert_eq!(
-            file_tables(&cfg(2, &[100_000]), 20_000, 20_000).ok(),
+            file_tables(&cfg(2, &[100_000]), 20_000, 20_000, FILES_BESIDES).ok(),
             Some(tables(6, true))
         );
         // Each pool's share is rounded up: 2 pools of 19 937 on 1 CPU need 3 tables, not 2.
         assert_eq!(
-            file_tables(&cfg(1, &[19_937, 19_937]), 20_000, 20_000).ok(),
+            file_tables(&cfg(1, &[19_937, 19_937]), 20_000, 20_000, FILES_BESIDES).ok(),
             Some(tables(3, true))
         );
         for (cpus, conns, nofile) in [(2, 100_000, 20_000), (1, 1000, 300), (3, 150_000, 1024)] {
-            let t = file_tables(&cfg(cpus, &[conns]), nofile, nofile).expect("fits");
+            let t = file_tables(&cfg(cpus, &[conns]), nofile, nofile, FILES_BESIDES).expect("fits");
             assert!(conns.div_ceil(t.workers) as u64 + FILES_BESIDES <= nofile);
             assert!(
                 t.workers == cpus
@@ -931,9 +945,17 @@ mod tests {
             let e = run(&c, &stop, &mut |_| {}).expect_err("refused");
             let text = e.to_string();
             assert!(
-                text.contains("refuses")
-                    && text.contains("unshare")
-                    && text.contains(&format!("at most {}", nofile - FILES_BESIDES)),
+                text.contains("refuses") && text.contains("unshare"),
+                "{text}"
+            );
+            // What one table holds besides the caller's own files (64 at least).
+            let most: u64 = text
+                .rsplit("at most ")
+                .next()
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("a number: {text}"));
+            assert!(
+                most <= nofile - FILES_BESIDES && most + 1000 > nofile,
                 "{text}"
             );
         })
@@ -942,19 +964,34 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_with_many_files_open_leaves_workers_less_room() {
+        let base = files_besides();
+        assert!(base >= FILES_BESIDES);
+        let held: Vec<std::fs::File> = (0..200)
+            .map(|_| std::fs::File::open("/proc/self/stat").expect("open"))
+            .collect();
+        assert!(
+            files_besides() >= 200 + 32,
+            "{} with 200 more open",
+            files_besides()
+        );
+        drop(held);
+    }
+
+    #[test]
     fn more_than_every_table_may_hold_is_a_usage_error_that_names_the_most() {
-        let e = file_tables(&cfg(1, &[10_000]), 100, 100).expect_err("too many");
+        let e = file_tables(&cfg(1, &[10_000]), 100, 100, FILES_BESIDES).expect_err("too many");
         let text = e.to_string();
         assert!(text.contains("at most 2304,"), "{text}");
         // …and that many do fit, one more does not.
-        assert!(file_tables(&cfg(1, &[2304]), 100, 100).is_ok());
-        assert!(file_tables(&cfg(1, &[2305]), 100, 100).is_err());
+        assert!(file_tables(&cfg(1, &[2304]), 100, 100, FILES_BESIDES).is_ok());
+        assert!(file_tables(&cfg(1, &[2305]), 100, 100, FILES_BESIDES).is_err());
         // With pools, what it names fits however they are split.
-        let e = file_tables(&cfg(1, &[5000, 5000]), 100, 100).expect_err("too many");
+        let e = file_tables(&cfg(1, &[5000, 5000]), 100, 100, FILES_BESIDES).expect_err("too many");
         assert!(e.to_string().contains("at most 2176,"), "{e}");
         for a in [1, 63, 64, 65, 1000, 2112] {
             assert!(
-                file_tables(&cfg(1, &[a, 2176 - a]), 100, 100).is_ok(),
+                file_tables(&cfg(1, &[a, 2176 - a]), 100, 100, FILES_BESIDES).is_ok(),
                 "{a}"
             );
         }
