@@ -456,6 +456,7 @@ fn files_besides() -> u64 {
     let open = std::fs::read_dir("/proc/thread-self/fd").map_or(0, |d| d.count() as u64);
     FILES_BESIDES.max(open + 32)
 }
+
 /// At most this many workers per CPU (each a file table).
 const MAX_WORKERS_PER_CPU: usize = 64;
 
