@@ -833,7 +833,7 @@ fn nineteen_thousand_connections_from_a_hundred_addresses() {
 /// Runs `flowlane ARGS…` in `ns` under an open-file limit of `nofile` (soft and hard: `sh`'s
 /// `ulimit -n`), as a machine whose hard limit is that low would.
 fn limited(ns: &Netns, nofile: u32, args: &[&str]) -> std::process::Command {
-    let mut cmd = ns.command("sh");
+    let mut cmd = ns.command("/bin/sh");
     cmd.args([
         "-c",
         &format!("ulimit -n {nofile} && exec \"$0\" \"$@\""),
