@@ -979,6 +979,57 @@ fn connections_beyond_the_file_limit_live_in_file_tables_of_their_own() {
 }
 
 #[test]
+fn more_connections_than_local_ports_is_said_before_the_run() {
+    let Some((_g, ns)) = netns() else { return };
+    ns.ip(&["route", "add", "local", "198.18.128.0/17", "dev", "lo"])
+        .expect("local route");
+    // 100 local ports an address, in this namespace only.
+    ns.run(|| std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "40000 40099"))
+        .expect("in namespace")
+        .expect("port range");
+    let srv = serve(&ns, 8080, &["--cpus", "0"]);
+    let url = "http://198.18.0.1:8080/bytes/64";
+    let out = ns
+        .command(BIN)
+        .args(["http", "load", url, "-c", "150", "--cpus", "0", "-d", "1"])
+        .output()
+        .expect("load runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("150 connections to 198.18.0.1:8080 need as many local ports")
+            && err.contains("one source address gives 100")
+            && err.contains("--source-count 2"),
+        "{err}"
+    );
+    // Two addresses hold them: every one connects, each address uses at most its range.
+    let (code, j) = load(
+        &ns,
+        &[
+            url,
+            "-c",
+            "150",
+            "--cpus",
+            "0",
+            "-d",
+            "1",
+            "--think-ms",
+            "200",
+            "--source",
+            "198.18.128.0/17",
+            "--source-count",
+            "2",
+            "--max-errors",
+            "0",
+        ],
+    );
+    let (_, s) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(u(&j, &["total", "connects"]), 150, "{j}");
+    assert_eq!(u(&s, &["total", "accepted"]), 150, "{s}");
+}
+
+#[test]
 fn a_hundred_thousand_connections() {
     let Some((_g, ns)) = netns() else { return };
     ns.ip(&["route", "add", "local", "198.18.128.0/17", "dev", "lo"])

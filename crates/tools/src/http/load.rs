@@ -382,6 +382,9 @@ fn plans(p: &PoolConfig, n: usize) -> Result<Vec<PoolPlan>, ToolError> {
         }
         None => Vec::new(),
     };
+    if let Some((lo, hi)) = local_port_range() {
+        ports_enough(p, sources.len(), lo, hi)?;
+    }
     let method = p.method.clone().unwrap_or_else(|| {
         if p.body_size > 0 {
             "POST".into()
@@ -518,6 +521,42 @@ fn file_tables(
                  {most}, or give more CPUs"
             ))
         })
+}
+
+/// The local ports connects choose from (`net.ipv4.ip_local_port_range` of this namespace).
+fn local_port_range() -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = s.split_whitespace().map(|v| v.parse::<u32>().ok());
+    match (it.next()??, it.next()??) {
+        (lo, hi) if lo <= hi => Some((lo, hi)),
+        _ => None,
+    }
+}
+
+/// A pool's connections each need a local port of their source address for its target: more
+/// than the range holds per address cannot connect (the kernel says "Cannot assign requested
+/// address"), so say it before the run, with the number of addresses that would do.
+fn ports_enough(p: &PoolConfig, sources: usize, lo: u32, hi: u32) -> Result<(), ToolError> {
+    let ports = (hi - lo + 1) as usize;
+    let from = sources.max(1);
+    if p.connections <= ports * from {
+        return Ok(());
+    }
+    let need = p.connections.div_ceil(ports);
+    let have = if sources == 0 {
+        "one source address gives".to_string()
+    } else {
+        format!("{sources} source addresses give")
+    };
+    Err(ToolError::usage(format!(
+        "pool {:?}: {} connections to {} need as many local ports, and {have} {} ({ports} an \
+         address: net.ipv4.ip_local_port_range {lo} {hi}): give at least {need} source \
+         addresses (--source PREFIX --source-count {need}; in a scenario: source, source_count)",
+        p.name,
+        p.connections,
+        p.target,
+        ports * from
+    )))
 }
 
 /// Source addresses must be local; the first and the last are tried.
@@ -977,6 +1016,26 @@ mod tests {
             files_besides()
         );
         drop(held);
+    }
+
+    #[test]
+    fn more_connections_than_local_ports_name_the_addresses_that_would_do() {
+        let c = cfg(1, &[100_000]);
+        let p = &c.pools[0];
+        // The default range, 28 232 ports an address.
+        let e = ports_enough(p, 0, 32768, 60999).expect_err("one address is not enough");
+        let text = e.to_string();
+        assert!(text.contains("one source address gives 28232"), "{text}");
+        assert!(text.contains("--source-count 4"), "{text}");
+        let e = ports_enough(p, 3, 32768, 60999).expect_err("three are not enough");
+        assert!(
+            e.to_string().contains("3 source addresses give 84696"),
+            "{e}"
+        );
+        assert!(ports_enough(p, 4, 32768, 60999).is_ok());
+        // Exactly the range fits.
+        assert!(ports_enough(&cfg(1, &[100]).pools[0], 0, 1000, 1099).is_ok());
+        assert!(ports_enough(&cfg(1, &[101]).pools[0], 0, 1000, 1099).is_err());
     }
 
     #[test]
