@@ -346,10 +346,10 @@ mod tests {
 
     use super::*;
 
-    /// A whole run on loopback, in process: the count is exact at the receiving socket, the
-    /// kernel's source port is reported, and the report reads back from its JSON unchanged.
-    #[test]
-    fn a_loopback_count_is_exact_and_the_report_round_trips() {
+    /// One run of 500 datagrams on loopback at 50 000/s, read as they come: the report and
+    /// how many arrived, and its config. Checks what holds in any attempt (one step, sizes,
+    /// counts, ports).
+    fn loopback_attempt() -> (BlastReport, usize, BlastConfig) {
         let sink = UdpSocket::bind("127.0.0.1:0").expect("sink");
         sink.set_read_timeout(Some(Duration::from_secs(2)))
             .expect("timeout");
@@ -389,7 +389,31 @@ mod tests {
             let src: SocketAddr = f.src.parse().expect("addr");
             assert_ne!(src.port(), 0, "the kernel's port is reported");
         }
-        assert_eq!(reader.join().expect("reader"), 500);
+        (r, reader.join().expect("reader"), cfg)
+    }
+
+    /// A whole run on loopback, in process: the count is exact at the receiving socket, the
+    /// kernel's source port is reported, and the report reads back from its JSON unchanged.
+    #[test]
+    fn a_loopback_count_is_exact_and_the_report_round_trips() {
+        // 500 datagrams at 50 000/s take 10 ms: a busy test machine can stall the sender for
+        // that long, which the step rightly judges "the generator was the limit". Such an
+        // attempt is run again (at most three, each checked whole); any other problem fails.
+        let mut attempts = 0;
+        let (r, got, cfg) = loop {
+            attempts += 1;
+            let (r, got, cfg) = loopback_attempt();
+            let stalled = !r.steps[0].problems.is_empty()
+                && r.steps[0]
+                    .problems
+                    .iter()
+                    .all(|p| p.contains("the generator was the limit"));
+            if !stalled || attempts == 3 {
+                break (r, got, cfg);
+            }
+        };
+        let s = &r.steps[0];
+        assert_eq!(got, 500);
         assert_eq!(s.ring_refused, 0);
         assert!(s.problems.is_empty(), "{:?}", s.problems);
         // Frames a ring refuses are never silent: the step fails and says how many.
