@@ -91,10 +91,10 @@ pub struct Config {
     /// Each worker gets a file table of its own before `make` (`unshare(CLONE_FILES)`), so the
     /// open-file limit bounds each worker rather than the process: for roles that hold more
     /// sockets than one table may. Where the system refuses, workers share the process's
-    /// table and [`Runtime::own_files_refused`] says why. What a worker opens is then usable only on its thread, and
-    /// a descriptor opened before the start is in every table: the thread that opened it must
-    /// drop it last (hold a reference until the workers are joined), or its own copy stays
-    /// open.
+    /// table and [`Runtime::own_files_refused`] says why. What a worker opens is then usable
+    /// only on its thread, and a descriptor opened before the start is in every table: the
+    /// thread that opened it must drop it last (hold a reference until the workers are
+    /// joined), or its own copy stays open.
     pub own_files: bool,
 }
 
@@ -210,7 +210,6 @@ impl<S: Counters> Runtime<S> {
             let h = std::thread::Builder::new()
                 .name(format!("flowlane-w{idx}-cpu{cpu}"))
                 .spawn(move || {
-                    // A send to a peer that reset fails (EPIPE) instead of ending the process.
                     // A table of its own where the system allows one (a seccomp filter, e.g. a
                     // container's, may refuse `unshare`): else the shared one, and why.
                     if own_files {
@@ -220,6 +219,7 @@ impl<S: Counters> Runtime<S> {
                             }
                         }
                     }
+                    // A send to a peer that reset fails (EPIPE) instead of ending the process.
                     let pinned = match flowlane_io::os::block_sigpipe_here() {
                         Err(e) => Err(StartError::Thread(format!("worker {idx}: {e}"))),
                         Ok(()) => flowlane_io::os::pin_current_thread(cpu)
