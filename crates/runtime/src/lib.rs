@@ -92,9 +92,10 @@ pub struct Config {
     /// open-file limit bounds each worker rather than the process: for roles that hold more
     /// sockets than one table may. Where the system refuses, workers share the process's
     /// table and [`Runtime::own_files_refused`] says why. What a worker opens is then usable
-    /// only on its thread, and a descriptor opened before the start is in every table: the
-    /// thread that opened it must drop it last (hold a reference until the workers are
-    /// joined), or its own copy stays open.
+    /// only on its thread, and a descriptor opened before the start is in every table. The
+    /// runtime keeps `make` (and what it captured) until the workers are joined and drops it
+    /// on the joining thread, so a file `make` shares into the workers is closed in the
+    /// caller's table too; a file a worker sends elsewhere is the role's to close there.
     pub own_files: bool,
 }
 
@@ -162,6 +163,9 @@ pub struct Runtime<S: Counters> {
     pmu: Arc<Mutex<Option<String>>>,
     /// Why workers asked for file tables of their own share the process's (the first reason).
     own_files_refused: Arc<Mutex<Option<String>>>,
+    /// The workers' `make`, dropped in [`Runtime::join`] after them: what it captured is then
+    /// dropped last on the joining thread (see [`Config::own_files`]).
+    make: Option<Arc<dyn std::any::Any + Send + Sync>>,
     started: bool,
 }
 
@@ -249,6 +253,8 @@ impl<S: Counters> Runtime<S> {
                         cv.notify_all();
                         made
                     };
+                    // The runtime holds `make` until after the join (see `Runtime::make`).
+                    drop(make);
                     let mut poller = match made {
                         Ok(p) => {
                             let _ = ready.send(Ok(()));
@@ -298,6 +304,7 @@ impl<S: Counters> Runtime<S> {
             errors,
             pmu,
             own_files_refused,
+            make: Some(make),
             started: false,
         };
         if let Some(e) = first_err {
@@ -356,6 +363,7 @@ impl<S: Counters> Runtime<S> {
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
+        self.make = None;
     }
 }
 
@@ -798,6 +806,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A worker holding a reference to a file its `make` shares among the workers.
+    struct Sharing {
+        _file: Arc<std::fs::File>,
+    }
+
+    impl Poll for Sharing {
+        type Stats = FakeStats;
+        fn poll(&mut self, _budget: usize, _st: &FakeStats) -> Result<usize, String> {
+            Ok(0)
+        }
+        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_file_the_workers_share_is_closed_in_the_callers_table_when_they_end() {
+        let here = flowlane_io::os::current_cpu().unwrap_or(0);
+        let path =
+            std::env::temp_dir().join(format!("flowlane-shared-file-{}", std::process::id()));
+        let file = Arc::new(std::fs::File::create(&path).expect("a temporary file"));
+        let cfg = Config {
+            cpus: vec![here, here],
+            budget: 8,
+            wait_ms: 5,
+            busy_poll: std::time::Duration::ZERO,
+            own_files: true,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        // Only the closure holds the file: its workers' tables are copies of this one, so
+        // wherever the last reference drops, the descriptor must be closed in this table too.
+        let mut rt = Runtime::start(&cfg, stop, move |_, _| {
+            Ok::<_, String>(Sharing {
+                _file: file.clone(),
+            })
+        })
+        .expect("start");
+        rt.go();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        rt.join();
+        let left_open = open_here().contains(&path);
+        let _ = std::fs::remove_file(&path);
+        assert!(!left_open, "{path:?} still open in the caller's table");
     }
 
     #[test]

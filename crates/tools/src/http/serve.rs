@@ -317,9 +317,8 @@ pub fn run(
         // Each worker's connections count against its own table, not one for the process.
         own_files: true,
     };
-    // The workers' tables are copies of this one: the memfd must be closed here, so the last
-    // reference is this thread's, dropped once the workers have ended.
-    let bodies_here = bodies.clone();
+    // The workers' tables are copies of this one; the runtime drops `make`, and with it the
+    // last reference to the body memfd, here after the join, so it is closed here too.
     let mut rt: Runtime<HttpServeStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, cpu| {
         let l = tcp::listen_one(&lcfg)?;
         if idx == last {
@@ -373,7 +372,6 @@ pub fn run(
         }))
     });
     rt.join();
-    drop(bodies_here);
     let secs = end.elapsed.as_secs_f64();
     let total = HttpServeCounts::from(&end.total());
     Ok(HttpServeReport {
