@@ -1,7 +1,7 @@
 #!/bin/bash
 # Where an HTTP client's CPU goes, per answer (issue 27: requests per second of client CPU
 # time). nginx (one worker, as in benches/http_loopback.rs) on CPU 1 in a private namespace,
-# each client on CPU 0 against it (keep-alive, 100 connections, 64-byte answers, SECS
+# each client on CPU 0 against it (keep-alive, by default 100 connections and 64-byte answers, SECS
 # seconds), sampled by `perf record -e cpu-clock` (a timer: this VM has no hardware PMU) on
 # CPU 0, one sample per 100 µs of CPU time. Each client's samples are sorted, by kernel
 # symbol name, into what every client pays — TCP/IP, socket buffers and copies; scheduling,
@@ -11,13 +11,15 @@
 # over ours without the epoll and system-call rows (what io_uring could at best make of it)
 # and over our shared rows alone (a client with no cost of its own).
 # Needs root, nginx (nginx-light), wrk and perf (linux-perf); run after `cargo build --release`.
-# Usage: bench/http_cpu_profile.sh [SECS=5]
+# Usage: bench/http_cpu_profile.sh [SECS=5]; CONNS (100) and SIZE (64, 1k or 64k) in the
+# environment.
 set -eu
 secs=${1:-5}
 bin=$(dirname "$0")/../target/release/flowlane
 needs="wrk:wrk perf:linux-perf"
 . "$(dirname "$0")/nginx_ns.sh"
-url=http://198.18.0.1:8081/64
+conns=${CONNS:-100}
+url=http://198.18.0.1:8081/${SIZE:-64}
 
 period=100000 # ns of CPU time per sample
 # Samples of one process, as "samples symbol-kind symbol" lines.
@@ -41,9 +43,9 @@ sort_out() { # ANSWERS
 
 for tool in flowlane wrk; do
     case $tool in
-    flowlane) set -- "$bin" http load "$url" -c 100 -d "$secs" --cpus 0 --connect-window 1000 \
+    flowlane) set -- "$bin" http load "$url" -c "$conns" -d "$secs" --cpus 0 --connect-window 1000 \
         --drain 0 --json --quiet ;;
-    wrk) set -- taskset -c 0 wrk -t1 -c 100 -d "${secs}s" "$url" ;;
+    wrk) set -- taskset -c 0 wrk -t1 -c "$conns" -d "${secs}s" "$url" ;;
     esac
     ip netns exec $ns perf record -q -e cpu-clock -c $period -C 0 -o "$dir/$tool.data" -- "$@" \
         >"$dir/$tool.out" 2>/dev/null
