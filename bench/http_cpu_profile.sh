@@ -1,9 +1,9 @@
 #!/bin/bash
 # Where an HTTP client's CPU goes, per answer (issue 27: requests per second of client CPU
 # time). nginx (one worker, as in benches/http_loopback.rs) on CPU 1 in a private namespace,
-# each client on CPU 0 against it (keep-alive, by default 100 connections and 64-byte answers, SECS
-# seconds), sampled by `perf record -e cpu-clock` (a timer: this VM has no hardware PMU) on
-# CPU 0, one sample per 100 µs of CPU time. Each client's samples are sorted, by kernel
+# each client on CPU 0 against it (keep-alive; by default 100 connections and 64-byte
+# answers; SECS seconds), sampled by `perf record -e cpu-clock` (a timer: this VM has no
+# hardware PMU) on CPU 0, one sample per 100 µs of CPU time. Each client's samples are sorted, by kernel
 # symbol name, into what every client pays — TCP/IP, socket buffers and copies; scheduling,
 # wake-ups and the samples that land where interrupts come back on — and what a client could
 # still shed: system-call entry and file lookups, epoll, its own user space. Prints ns per
