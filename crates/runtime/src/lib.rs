@@ -736,12 +736,13 @@ mod tests {
         }
     }
 
-    /// A worker holding one open file, closed on its own thread when the worker ends.
-    struct Holding {
-        _file: std::fs::File,
+    /// A worker holding one open file (`File`, or a reference to one `make` shares among the
+    /// workers), dropped on its own thread when the worker ends.
+    struct Holding<F> {
+        _file: F,
     }
 
-    impl Poll for Holding {
+    impl<F: Send + 'static> Poll for Holding<F> {
         type Stats = FakeStats;
         fn poll(&mut self, _budget: usize, _st: &FakeStats) -> Result<usize, String> {
             Ok(0)
@@ -749,6 +750,17 @@ mod tests {
         fn wait(&mut self, _ms: i32) -> Result<(), String> {
             std::thread::sleep(std::time::Duration::from_millis(1));
             Ok(())
+        }
+    }
+
+    /// Workers on `cpus` with a small budget and short waits, as the tests below run them.
+    fn small_cfg(cpus: Vec<usize>, own_files: bool) -> Config {
+        Config {
+            cpus,
+            budget: 8,
+            wait_ms: 5,
+            busy_poll: std::time::Duration::ZERO,
+            own_files,
         }
     }
 
@@ -774,13 +786,7 @@ mod tests {
                 })
                 .collect();
             let stop = Arc::new(AtomicBool::new(false));
-            let cfg = Config {
-                cpus: vec![here, here],
-                budget: 8,
-                wait_ms: 5,
-                busy_poll: std::time::Duration::ZERO,
-                own_files,
-            };
+            let cfg = small_cfg(vec![here, here], own_files);
             let (p2, seen) = (paths.clone(), Arc::new(Mutex::new(Vec::new())));
             let seen2 = seen.clone();
             let mut rt = Runtime::start(&cfg, stop, move |idx, _| {
@@ -808,40 +814,18 @@ mod tests {
         }
     }
 
-    /// A worker holding a reference to a file its `make` shares among the workers.
-    struct Sharing {
-        _file: Arc<std::fs::File>,
-    }
-
-    impl Poll for Sharing {
-        type Stats = FakeStats;
-        fn poll(&mut self, _budget: usize, _st: &FakeStats) -> Result<usize, String> {
-            Ok(0)
-        }
-        fn wait(&mut self, _ms: i32) -> Result<(), String> {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            Ok(())
-        }
-    }
-
     #[test]
     fn a_file_the_workers_share_is_closed_in_the_callers_table_when_they_end() {
         let here = flowlane_io::os::current_cpu().unwrap_or(0);
         let path =
             std::env::temp_dir().join(format!("flowlane-shared-file-{}", std::process::id()));
         let file = Arc::new(std::fs::File::create(&path).expect("a temporary file"));
-        let cfg = Config {
-            cpus: vec![here, here],
-            budget: 8,
-            wait_ms: 5,
-            busy_poll: std::time::Duration::ZERO,
-            own_files: true,
-        };
+        let cfg = small_cfg(vec![here, here], true);
         let stop = Arc::new(AtomicBool::new(false));
         // Only the closure holds the file: its workers' tables are copies of this one, so
         // wherever the last reference drops, the descriptor must be closed in this table too.
         let mut rt = Runtime::start(&cfg, stop, move |_, _| {
-            Ok::<_, String>(Sharing {
+            Ok::<_, String>(Holding {
                 _file: file.clone(),
             })
         })
@@ -864,13 +848,7 @@ mod tests {
             let path = std::env::temp_dir()
                 .join(format!("flowlane-own-files-refused-{}", std::process::id()));
             let p2 = path.clone();
-            let cfg = Config {
-                cpus: vec![here],
-                budget: 8,
-                wait_ms: 5,
-                busy_poll: std::time::Duration::ZERO,
-                own_files: true,
-            };
+            let cfg = small_cfg(vec![here], true);
             let stop = Arc::new(AtomicBool::new(false));
             let mut rt = Runtime::start(&cfg, stop, move |_, _| {
                 let file = std::fs::File::create(&p2).map_err(|e| e.to_string())?;
@@ -896,13 +874,7 @@ mod tests {
     #[test]
     fn init_error_is_returned_and_workers_end() {
         let stop = Arc::new(AtomicBool::new(false));
-        let cfg = Config {
-            cpus: vec![0, 0],
-            budget: 8,
-            wait_ms: 5,
-            busy_poll: std::time::Duration::ZERO,
-            own_files: false,
-        };
+        let cfg = small_cfg(vec![0, 0], false);
         let r = Runtime::start(&cfg, stop, |idx, _| {
             if idx == 1 {
                 Err("no socket for you")
@@ -916,13 +888,7 @@ mod tests {
     #[test]
     fn a_panicking_worker_fails_the_start_instead_of_hanging() {
         let stop = Arc::new(AtomicBool::new(false));
-        let cfg = Config {
-            cpus: vec![0, 0, 0],
-            budget: 8,
-            wait_ms: 5,
-            busy_poll: std::time::Duration::ZERO,
-            own_files: false,
-        };
+        let cfg = small_cfg(vec![0, 0, 0], false);
         let r = Runtime::start(&cfg, stop, |idx, _| {
             assert_ne!(idx, 1, "deliberate panic in worker 1");
             Ok::<_, ()>(Fake { left: 0 })
@@ -933,13 +899,7 @@ mod tests {
     #[test]
     fn unknown_cpu_is_an_error() {
         let stop = Arc::new(AtomicBool::new(false));
-        let cfg = Config {
-            cpus: vec![100_000],
-            budget: 8,
-            wait_ms: 5,
-            busy_poll: std::time::Duration::ZERO,
-            own_files: false,
-        };
+        let cfg = small_cfg(vec![100_000], false);
         let r = Runtime::start(&cfg, stop, |_, _| Ok::<_, ()>(Fake { left: 0 }));
         assert!(matches!(r, Err(StartError::Pin { cpu: 100_000, .. })));
     }
