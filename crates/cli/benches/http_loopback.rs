@@ -20,6 +20,13 @@
 //! tool five times a row). A peer that
 //! is not installed is left out with a note (wrk, nginx-light, nghttp2-client for h2load;
 //! `cargo install oha`).
+//!
+//! FLOWLANE_BENCH_TWO_HOSTS=1 runs the same parts as if client and server were two hosts: the
+//! clients in a namespace of their own, joined to the servers' by a veth pair (MTU 65 535, as
+//! loopback's, so the segments are the same), and each end's receive processing steered to
+//! its own side's CPU (Receive Packet Steering). On loopback the sending CPU runs the
+//! receiver's TCP stack, so a client's and a server's kernel work mix on both cores; here
+//! each host's CPU receives its own packets, as across a network (BENCHMARKS.md).
 
 mod common;
 
@@ -236,6 +243,35 @@ fn wanted(size: &str, conns: usize) -> bool {
     }
 }
 
+/// FLOWLANE_BENCH_TWO_HOSTS: a client namespace joined to `servers` by a veth pair with the
+/// servers' address (`ADDR`) at their end; each end hands its received packets to its own
+/// side's CPU (RPS), so neither side's CPU runs the other's receive path. Returns the
+/// clients' namespace.
+fn two_hosts_setup(servers: &Netns) -> Netns {
+    let clients = Netns::create("flhc").expect("namespace");
+    let tag = std::process::id() % 100_000;
+    let (s_if, c_if) = (format!("flhs{tag}"), format!("flhc{tag}"));
+    flowlane_lab::veth_pair(
+        servers,
+        &s_if,
+        &format!("{ADDR}/24"),
+        &clients,
+        &c_if,
+        "198.18.0.2/24",
+        1,
+    )
+    .expect("veth pair");
+    for (n, ifname, cpu) in [(servers, &s_if, SERVER_CPU), (&clients, &c_if, CLIENT_CPU)] {
+        n.ip(&["link", "set", ifname, "mtu", "65535"]).expect("mtu");
+        n.write_sys(
+            &format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus"),
+            &format!("{:x}", 1u64 << cpu),
+        )
+        .expect("rps_cpus");
+    }
+    clients
+}
+
 fn main() {
     if !flowlane_lab::can_create_namespaces() {
         eprintln!("http_loopback: needs root (namespaces); skipped");
@@ -247,8 +283,16 @@ fn main() {
     let secs = secs();
     let quick = std::env::var_os("FLOWLANE_BENCH_QUICK").is_some();
     let ns = Netns::create("flhb").expect("namespace");
-    ns.ip(&["addr", "add", &format!("{ADDR}/32"), "dev", "lo"])
-        .expect("address");
+    let two_hosts = std::env::var_os("FLOWLANE_BENCH_TWO_HOSTS").is_some();
+    let client_host = if two_hosts {
+        Some(two_hosts_setup(&ns))
+    } else {
+        ns.ip(&["addr", "add", &format!("{ADDR}/32"), "dev", "lo"])
+            .expect("address");
+        None
+    };
+    // Where the clients run (the servers run in `ns`).
+    let cns = client_host.as_ref().unwrap_or(&ns);
     let dir = std::env::temp_dir().join(format!("flhb-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("www")).expect("dir");
     let sizes: [(&str, usize); 3] = [("64", 64), ("1k", 1024), ("64k", 65536)];
@@ -264,7 +308,7 @@ fn main() {
         &format!("{}/nginx.conf", dir.display()),
     ]);
     let nginx = Child(spawn_on(&ns, SERVER_CPU, nginx_cmd));
-    wait_listening(&ns, 8081);
+    wait_listening(cns, 8081);
 
     let ours_t = |t: &str| t.starts_with("flowlane");
     let tools: Vec<&str> = [
@@ -295,6 +339,9 @@ fn main() {
         "flowlane-bw: http load {} (sleeps on purpose so each wake finds a batch of answers)",
         batched()
     );
+    if two_hosts {
+        println!("two hosts: clients in a namespace of their own, a veth pair (MTU 65535) to the servers', each end's receive processing on its own side's CPU (RPS)");
+    }
     println!("part 1: clients against nginx (1 worker, CPU {SERVER_CPU}); client on CPU {CLIENT_CPU}; {secs} s per run, {} rounds, median", rounds());
     println!(
         "{:>5} {:>6} | {}| {:>9} {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9}",
@@ -321,7 +368,7 @@ fn main() {
             let mut order = tools.clone();
             order.rotate_left(round % tools.len().max(1));
             for t in order {
-                if let Some(r) = client(&ns, t, &url, *conns, secs) {
+                if let Some(r) = client(cns, t, &url, *conns, secs) {
                     runs.entry(t).or_default().push(r);
                 }
             }
@@ -443,7 +490,7 @@ fn main() {
             "--quiet",
         ]);
         let mut ours = Child(spawn_on(&ns, SERVER_CPU, serve_cmd));
-        wait_listening(&ns, 8082);
+        wait_listening(cns, 8082);
         'rows: for (size, conns) in &grid {
             let n = sizes
                 .iter()
@@ -465,7 +512,7 @@ fn main() {
                             (format!("http://{ADDR}:8082/bytes/{n}"), ours.0.id())
                         };
                         let c0 = proc_cpu_s(pid);
-                        let r = client(&ns, tool, &url, *conns, secs).map_or(0.0, |r| r.rps);
+                        let r = client(cns, tool, &url, *conns, secs).map_or(0.0, |r| r.rps);
                         cost[which].0 += proc_cpu_s(pid) - c0;
                         cost[which].1 += r * secs;
                         if which == 0 {
@@ -519,7 +566,7 @@ fn main() {
         &d,
     ])
     .args(["--cpus", "0", "--json", "--quiet"]);
-    let (out, _) = run_client(&ns, cmd);
+    let (out, _) = run_client(cns, cmd);
     match serde_json::from_str::<serde_json::Value>(&out) {
         Ok(j) => {
             let rate = j["requests_per_s"].as_f64().unwrap_or(0.0);
