@@ -62,6 +62,10 @@ struct Run {
     cpu_s: f64,
     /// The user part of `cpu_s`.
     user_s: f64,
+    /// How long the client's CPU was busy meanwhile (`/proc/stat`): the process's time and
+    /// the interrupt and softirq work done there while it slept — where its packets are
+    /// received in the two-hosts mode.
+    core_s: f64,
     rss_kib: u64,
 }
 
@@ -135,7 +139,15 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
         }
         _ => return None,
     }
+    let busy = || {
+        flowlane_lab::counters::cpu_times()
+            .ok()
+            .and_then(|v| v.into_iter().find(|c| c.cpu == CLIENT_CPU))
+            .map_or(0, |c| c.busy)
+    };
+    let b0 = busy();
     let (out, u) = run_client(ns, cmd);
+    let core_s = busy().saturating_sub(b0) as f64 / 100.0;
     let rps = match tool {
         "flowlane" | "flowlane-tp" | "flowlane-bw" => {
             serde_json::from_str::<serde_json::Value>(&out)
@@ -160,6 +172,7 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
         rps,
         cpu_s: u.cpu_ns as f64 / 1e9,
         user_s: u.user_ns as f64 / 1e9,
+        core_s,
         rss_kib: u.max_rss_kib,
     })
 }
@@ -392,10 +405,14 @@ fn main() {
             .filter_map(|t| mean(t).map(|r| (*t, r)))
             .collect();
         let best = peers.iter().map(|(_, r)| r.rps).fold(0.0, f64::max);
-        // Requests per CPU second: requests/s × seconds / CPU seconds.
+        // Requests per CPU second: requests/s × seconds / CPU seconds. On loopback the
+        // client's process time (its receive work runs in the sender's system calls); with two
+        // hosts the client CPU's busy time, which also holds its packets' receive work done
+        // while it slept (charged to no process: a client that sleeps more would look cheaper).
+        let charged = |r: &Run| if two_hosts { r.core_s } else { r.cpu_s };
         let eff = |r: &Run| {
-            if r.cpu_s > 0.0 {
-                r.rps * secs / r.cpu_s
+            if charged(r) > 0.0 {
+                r.rps * secs / charged(r)
             } else {
                 0.0
             }
@@ -442,20 +459,21 @@ fn main() {
         for t in &tools {
             if let Some(r) = mean(t) {
                 eprintln!(
-                    "  {t}: {:.0} req/s, {:.2} CPU s ({:.2} µs user + {:.2} µs system a request), {:.0} req per CPU s, peak {} KiB",
+                    "  {t}: {:.0} req/s, {:.2} CPU s ({:.2} µs user + {:.2} µs system a request; its CPU busy {:.2} s), {:.0} req per CPU s, peak {} KiB",
                     r.rps,
                     r.cpu_s,
                     per_req(&r, r.user_s),
                     per_req(&r, r.cpu_s - r.user_s),
+                    r.core_s,
                     eff(&r),
                     r.rss_kib
                 );
             }
         }
-        let sys = ours.cpu_s - ours.user_s;
+        let sys = charged(&ours) - ours.user_s;
         if sys > 0.0 && best_eff > 0.0 {
             eprintln!(
-                "  cpu-eff with no user time at all (our system time only): {:.2}× the best",
+                "  cpu-eff with no user time at all (our kernel time only): {:.2}× the best",
                 ours.rps * secs / sys / best_eff
             );
         }
