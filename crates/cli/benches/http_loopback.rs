@@ -26,7 +26,9 @@
 //! loopback's, so the segments are the same), and each end's receive processing steered to
 //! its own side's CPU (Receive Packet Steering). On loopback the sending CPU runs the
 //! receiver's TCP stack, so a client's and a server's kernel work mix on both cores; here
-//! each host's CPU receives its own packets, as across a network (BENCHMARKS.md).
+//! each host's CPU receives its own packets, as across a network (BENCHMARKS.md). There a
+//! client's packets are received on its CPU even while it sleeps, charged to no process, so
+//! requests per client CPU second count that CPU's busy time (`/proc/stat`), not `wait4`'s.
 
 mod common;
 
