@@ -649,6 +649,12 @@ fn summary(r: &HttpLoadReport) -> String {
         r.nofile,
         own_tables(r.workers, r.cpus.len(), r.files_per_worker)
     );
+    if let (Some(b), Some(per)) = (r.cpus_busy_s, r.responses_per_busy_cpu_s) {
+        let _ = writeln!(
+            s,
+            "  its CPUs busy: {b:.2} s, {per:.0} answers per busy CPU second (all that ran there, with interrupts and softirqs: the receive work for its packets done while it slept counts here, not above)"
+        );
+    }
     if r.total.responses > 0 {
         let _ = writeln!(
             s,

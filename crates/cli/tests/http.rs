@@ -535,6 +535,19 @@ fn one_worker_clean_run(ns: &Netns, size: u64, conns: usize, extra: &[&str]) -> 
     assert_eq!(u(&j, &["total", "requests"]), n, "{j}");
     assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
     assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
+    // The kernel's count of its CPU's busy time (/proc/stat, in 10 ms ticks) holds what the
+    // worker pinned there used by its own clock, and no more than the CPU's whole time.
+    let busy = j["cpus_busy_s"].as_f64().expect("cpus_busy_s");
+    let worker_s = j["worker_cpu_ns_per_response"].as_f64().unwrap_or(0.0) * n as f64 / 1e9;
+    let wall = j["duration_s"].as_f64().expect("duration_s");
+    assert!(
+        busy >= worker_s * 0.8 - 0.05,
+        "busy {busy} s, worker {worker_s} s: {j}"
+    );
+    assert!(
+        busy <= wall + 0.25,
+        "busy {busy} s in {wall} s on one CPU: {j}"
+    );
     (j, n)
 }
 

@@ -279,6 +279,16 @@ pub struct HttpLoadReport {
     pub loop_sleeps: u64,
     /// Answers per second of that CPU time.
     pub responses_per_cpu_s: f64,
+    /// How long the workers' CPUs were busy meanwhile, seconds (`/proc/stat`: user, system,
+    /// irq, softirq and steal, whatever ran there; `None` if it could not be read). Unlike
+    /// `cpu_s` it holds the receive work for this client's packets that its CPUs did while it
+    /// slept — charged to no process, and where a NIC or RPS hands a client's packets to its
+    /// CPUs, much of what the client costs.
+    #[serde(default)]
+    pub cpus_busy_s: Option<f64>,
+    /// Answers per second of that busy time.
+    #[serde(default)]
+    pub responses_per_busy_cpu_s: Option<f64>,
     /// The workers' own CPU time (their loops only) per answer, nanoseconds.
     pub worker_cpu_ns_per_response: Option<f64>,
     /// What each packet cost in cycles, instructions and cache misses, or why not known.
@@ -462,6 +472,21 @@ fn files_besides() -> u64 {
 
 /// At most this many workers per CPU (each a file table).
 const MAX_WORKERS_PER_CPU: usize = 64;
+
+/// `/proc/stat`'s unit (USER_HZ: 100 on every Linux architecture's ABI).
+const USER_HZ: f64 = 100.0;
+
+/// The busy jiffies of `cpus` together (each once), from `/proc/stat`; `None` if it cannot be
+/// read or lists one of them not.
+fn cpus_busy_jiffies(cpus: &[usize]) -> Option<u64> {
+    let times = flowlane_lab::counters::cpu_times().ok()?;
+    let mut want: Vec<usize> = cpus.to_vec();
+    want.sort_unstable();
+    want.dedup();
+    want.iter()
+        .map(|c| times.iter().find(|t| t.cpu == *c).map(|t| t.busy))
+        .sum()
+}
 
 /// How the connections are spread over file tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -669,6 +694,7 @@ pub fn run(
         own_files: tables.own_files,
     };
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
+    let busy0 = cpus_busy_jiffies(&cfg.cpus);
     let mut rt: Runtime<HttpLoadStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
         let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
         let w = ClientWorker::new(
@@ -757,6 +783,9 @@ pub fn run(
         .unwrap_or(0)
         .saturating_sub(cpu0) as f64
         / 1e9;
+    let cpus_busy_s = busy0
+        .zip(cpus_busy_jiffies(&cfg.cpus))
+        .map(|(a, b)| b.saturating_sub(a) as f64 / USER_HZ);
     let looped = end.total().looped;
     let total = HttpLoadCounts::from(&end.total());
     let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
@@ -868,6 +897,10 @@ pub fn run(
         } else {
             0.0
         },
+        cpus_busy_s,
+        responses_per_busy_cpu_s: cpus_busy_s
+            .filter(|b| *b > 0.0)
+            .map(|b| total.responses as f64 / b),
         total,
         worker_errors,
     })
