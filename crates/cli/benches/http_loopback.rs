@@ -149,7 +149,7 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
     };
     let b0 = busy();
     let (out, u) = run_client(ns, cmd);
-    let core_s = busy().saturating_sub(b0) as f64 / 100.0;
+    let core_s = busy().saturating_sub(b0) as f64 / os::clock_ticks_per_s() as f64;
     let rps = match tool {
         "flowlane" | "flowlane-tp" | "flowlane-bw" => {
             serde_json::from_str::<serde_json::Value>(&out)
@@ -197,8 +197,8 @@ http {{
 
 struct Child(std::process::Child);
 
-/// CPU seconds (user + system) process `pid` has used so far (`/proc/PID/stat`, in USER_HZ =
-/// 100 ticks a second).
+/// CPU seconds (user + system) process `pid` has used so far (`/proc/PID/stat`, in clock
+/// ticks: USER_HZ).
 fn proc_cpu_s(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -208,7 +208,7 @@ fn proc_cpu_s(pid: u32) -> f64 {
             let f: Vec<&str> = rest.split_whitespace().collect();
             Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
         })
-        .map_or(0.0, |ticks| ticks / 100.0)
+        .map_or(0.0, |ticks| ticks / os::clock_ticks_per_s() as f64)
 }
 
 impl Drop for Child {

@@ -42,8 +42,8 @@ pub use sys::SysError;
 pub mod os {
     pub use crate::sys::netdev::{mount_fs, private_sysfs};
     pub use crate::sys::stream::{
-        nofile_limit, process_cpu_ns, raise_nofile_limit, refuse_unshare_here, set_timer_slack_ns,
-        unshare_files, wait_child, ChildUsage,
+        clock_ticks_per_s, nofile_limit, process_cpu_ns, raise_nofile_limit, refuse_unshare_here,
+        set_timer_slack_ns, unshare_files, wait_child, ChildUsage,
     };
     pub use crate::sys::{
         allowed_cpus, block_sigpipe_here, current_cpu, default_sigpipe, enter_netns, monotonic_ns,

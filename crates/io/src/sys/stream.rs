@@ -340,6 +340,18 @@ pub fn process_cpu_ns() -> Result<u64, SysError> {
     Ok(t(r.ru_utime) + t(r.ru_stime))
 }
 
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, USER_HZ): the unit of `/proc/stat`'s
+/// CPU times. 100 where the system will not say.
+pub fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
 /// What a child process used, read when it is reaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChildUsage {

@@ -473,9 +473,6 @@ fn files_besides() -> u64 {
 /// At most this many workers per CPU (each a file table).
 const MAX_WORKERS_PER_CPU: usize = 64;
 
-/// `/proc/stat`'s unit (USER_HZ: 100 on every Linux architecture's ABI).
-const USER_HZ: f64 = 100.0;
-
 /// The busy jiffies of `cpus` together (each once), from `/proc/stat`; `None` if it cannot be
 /// read or lists one of them not.
 fn cpus_busy_jiffies(cpus: &[usize]) -> Option<u64> {
@@ -785,7 +782,7 @@ pub fn run(
         / 1e9;
     let cpus_busy_s = busy0
         .zip(cpus_busy_jiffies(&cfg.cpus))
-        .map(|(a, b)| b.saturating_sub(a) as f64 / USER_HZ);
+        .map(|(a, b)| b.saturating_sub(a) as f64 / flowlane_io::os::clock_ticks_per_s() as f64);
     let looped = end.total().looped;
     let total = HttpLoadCounts::from(&end.total());
     let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
