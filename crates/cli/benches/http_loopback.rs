@@ -141,12 +141,7 @@ fn client(ns: &Netns, tool: &str, url: &str, conns: usize, secs: f64) -> Option<
         }
         _ => return None,
     }
-    let busy = || {
-        flowlane_lab::counters::cpu_times()
-            .ok()
-            .and_then(|v| v.into_iter().find(|c| c.cpu == CLIENT_CPU))
-            .map_or(0, |c| c.busy)
-    };
+    let busy = || flowlane_lab::counters::busy_jiffies(&[CLIENT_CPU]).unwrap_or(0);
     let b0 = busy();
     let (out, u) = run_client(ns, cmd);
     let core_s = busy().saturating_sub(b0) as f64 / os::clock_ticks_per_s() as f64;

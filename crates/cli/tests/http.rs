@@ -528,7 +528,9 @@ fn one_worker_clean_run(ns: &Netns, size: u64, conns: usize, extra: &[&str]) -> 
         "0",
     ];
     args.extend_from_slice(extra);
+    let started = std::time::Instant::now();
     let (code, j) = load(ns, &args);
+    let wall = started.elapsed().as_secs_f64();
     assert_eq!(code, Some(0), "{j}");
     let n = u(&j, &["total", "responses"]);
     assert!(n > 100, "{j}");
@@ -536,16 +538,16 @@ fn one_worker_clean_run(ns: &Netns, size: u64, conns: usize, extra: &[&str]) -> 
     assert_eq!(u(&j, &["unanswered"]), 0, "{j}");
     assert_eq!(u(&j, &["total", "body_bytes"]), n * size, "{j}");
     // The kernel's count of its CPU's busy time (/proc/stat, in 10 ms ticks) holds what the
-    // worker pinned there used by its own clock, and no more than the CPU's whole time.
+    // worker pinned there used by its own clock, and no more than the CPU's whole time while
+    // the load process ran (whatever else ran there: a busy machine cannot exceed it).
     let busy = j["cpus_busy_s"].as_f64().expect("cpus_busy_s");
     let worker_s = j["worker_cpu_ns_per_response"].as_f64().unwrap_or(0.0) * n as f64 / 1e9;
-    let wall = j["duration_s"].as_f64().expect("duration_s");
     assert!(
         busy >= worker_s * 0.8 - 0.05,
         "busy {busy} s, worker {worker_s} s: {j}"
     );
     assert!(
-        busy <= wall + 0.25,
+        busy <= wall + 0.05,
         "busy {busy} s in {wall} s on one CPU: {j}"
     );
     (j, n)

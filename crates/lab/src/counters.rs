@@ -384,9 +384,44 @@ pub fn cpu_times() -> Result<Vec<CpuTime>, LabError> {
         })
 }
 
+/// The busy time of `cpus` together (each counted once), jiffies, from `/proc/stat`; `None`
+/// if it cannot be read or does not list one of them.
+pub fn busy_jiffies(cpus: &[usize]) -> Option<u64> {
+    let times = cpu_times().ok()?;
+    busy_of(&times, cpus)
+}
+
+fn busy_of(times: &[CpuTime], cpus: &[usize]) -> Option<u64> {
+    let mut want = cpus.to_vec();
+    want.sort_unstable();
+    want.dedup();
+    want.iter()
+        .map(|c| times.iter().find(|t| t.cpu == *c).map(|t| t.busy))
+        .sum()
+}
+
 #[cfg(test)]
 mod cpu_time_tests {
     use super::*;
+
+    #[test]
+    fn busy_of_counts_each_cpu_once_and_needs_every_one() {
+        let t = [
+            CpuTime {
+                cpu: 0,
+                busy: 5,
+                total: 9,
+            },
+            CpuTime {
+                cpu: 1,
+                busy: 7,
+                total: 9,
+            },
+        ];
+        assert_eq!(busy_of(&t, &[0, 1, 0]), Some(12));
+        assert_eq!(busy_of(&t, &[1]), Some(7));
+        assert_eq!(busy_of(&t, &[1, 2]), None);
+    }
 
     #[test]
     fn per_cpu_lines_are_read_and_the_sum_line_is_not() {

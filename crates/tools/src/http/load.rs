@@ -473,18 +473,6 @@ fn files_besides() -> u64 {
 /// At most this many workers per CPU (each a file table).
 const MAX_WORKERS_PER_CPU: usize = 64;
 
-/// The busy jiffies of `cpus` together (each once), from `/proc/stat`; `None` if it cannot be
-/// read or lists one of them not.
-fn cpus_busy_jiffies(cpus: &[usize]) -> Option<u64> {
-    let times = flowlane_lab::counters::cpu_times().ok()?;
-    let mut want: Vec<usize> = cpus.to_vec();
-    want.sort_unstable();
-    want.dedup();
-    want.iter()
-        .map(|c| times.iter().find(|t| t.cpu == *c).map(|t| t.busy))
-        .sum()
-}
-
 /// How the connections are spread over file tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tables {
@@ -691,7 +679,7 @@ pub fn run(
         own_files: tables.own_files,
     };
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
-    let busy0 = cpus_busy_jiffies(&cfg.cpus);
+    let busy0 = flowlane_lab::counters::busy_jiffies(&cfg.cpus);
     let mut rt: Runtime<HttpLoadStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
         let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
         let w = ClientWorker::new(
@@ -781,7 +769,7 @@ pub fn run(
         .saturating_sub(cpu0) as f64
         / 1e9;
     let cpus_busy_s = busy0
-        .zip(cpus_busy_jiffies(&cfg.cpus))
+        .zip(flowlane_lab::counters::busy_jiffies(&cfg.cpus))
         .map(|(a, b)| b.saturating_sub(a) as f64 / flowlane_io::os::clock_ticks_per_s() as f64);
     let looped = end.total().looped;
     let total = HttpLoadCounts::from(&end.total());
