@@ -104,6 +104,25 @@ pub fn parse_addr_range(s: &str) -> Result<(IpAddr, IpAddr), String> {
     Ok((a, a))
 }
 
+/// A source range for placement: its bounds, and the addresses inside it never to offer (an
+/// IPv4 prefix's network and broadcast addresses; RFC 3021's /31 and a /32 have none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRange {
+    pub lo: IpAddr,
+    pub hi: IpAddr,
+    pub exclude: Vec<IpAddr>,
+}
+
+pub fn parse_source_range(s: &str) -> Result<SourceRange, String> {
+    let (lo, hi) = parse_addr_range(s)?;
+    let prefix_len = s.split_once('/').and_then(|(_, l)| l.parse::<u32>().ok());
+    let exclude = match (lo, prefix_len) {
+        (IpAddr::V4(_), Some(len)) if len <= 30 => vec![lo, hi],
+        _ => Vec::new(),
+    };
+    Ok(SourceRange { lo, hi, exclude })
+}
+
 /// A comma-separated list of u32, e.g. weights `1,1,2` or queues `0,3`. (A newtype: clap
 /// would treat a bare `Vec` as a multi-value argument.)
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,19 +189,27 @@ pub enum ModelArg {
     Freebsd,
 }
 
-/// How a hash becomes a queue (shared by `hash`, `pick`, `rss show`).
+/// How a hash becomes a queue (shared by `hash`, `pick`, `rss show`, `blast --per-queue`).
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// RSS key: hex (6d5a56da…), ethtool's colon form (6d:5a:…), or `microsoft` / `symmetric`.
-    #[arg(long, value_parser = parse_key, default_value = "microsoft")]
-    pub key: Key,
+    /// Default: the key in the --reta file when it holds one (`ethtool -x` output), else
+    /// Microsoft's. A key that differs from the file's is refused.
+    #[arg(long, value_parser = parse_key)]
+    pub key: Option<Key>,
+
+    /// Model a NIC's symmetric hashing (both directions of a flow hash the same): `xor` is
+    /// ethtool's `symmetric-xor`, `sort` DPDK's sorted Toeplitz. Default: what the --reta file
+    /// says (`RSS input transformation`), else off.
+    #[arg(long, value_enum)]
+    pub symmetric: Option<SymmetricArg>,
 
     /// Receive queues (for `--model freebsd`: CPUs). Default: this machine's CPU count.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub queues: Option<u32>,
 
     /// Indirection table from a file: queue numbers separated by white space, or the output
-    /// of `ethtool -x DEV`.
+    /// of `ethtool -x DEV` — whose key, hash function and input transformation are used too.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["queues", "weights"])]
     pub reta: Option<PathBuf>,
 
@@ -197,6 +224,12 @@ pub struct ModelArgs {
     /// Hash → queue model.
     #[arg(long, value_enum, default_value_t = ModelArg::Reta)]
     pub model: ModelArg,
+
+    /// With `--model freebsd`: bits of the hash that pick the bucket (the tunable
+    /// `net.inet.rss.bits`; the FreeBSD RSS experiment set 3 for 8 buckets). Default: FreeBSD's, at least two
+    /// buckets per CPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=7))]
+    pub bits: Option<u32>,
 }
 
 /// CPUs this process may use (online and allowed), for defaults such as the queue count.
@@ -207,29 +240,103 @@ pub fn cpu_count() -> u32 {
         .max(1) as u32
 }
 
+/// Where a model's key came from: said by every command that takes `--reta`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// Microsoft's key, for want of another.
+    Default,
+    /// `--key`.
+    Flag,
+    /// The `ethtool -x` text given with `--reta`.
+    RetaFile(PathBuf),
+}
+
+impl KeySource {
+    /// Words for the output: `the key in FILE (ethtool -x)`.
+    pub fn describe(&self) -> String {
+        match self {
+            KeySource::Default => "Microsoft's default key".into(),
+            KeySource::Flag => "--key".into(),
+            KeySource::RetaFile(p) => format!("the key in {} (ethtool -x)", p.display()),
+        }
+    }
+}
+
+/// A queue model with the key and the symmetric transformation it hashes with.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub queue: QueueModel,
+    pub key: Key,
+    pub key_source: KeySource,
+    pub symmetric: Symmetric,
+}
+
 impl ModelArgs {
     pub fn queue_count(&self) -> u32 {
         self.queues.unwrap_or_else(cpu_count)
     }
 
     /// Builds the model; errors are usage errors (exit 2).
-    pub fn build(&self) -> Result<QueueModel, Failure> {
+    pub fn build(&self) -> Result<Model, Failure> {
         let reta_only = self.reta.is_some() || self.weights.is_some();
         if reta_only && self.model != ModelArg::Reta {
             return Err(Failure::usage(anyhow::anyhow!(
                 "--reta and --weights describe an indirection table; use them with --model reta"
             )));
         }
+        if self.bits.is_some() && self.model != ModelArg::Freebsd {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--bits sets FreeBSD's bucket count; use it with --model freebsd"
+            )));
+        }
         let n = self.queue_count();
-        Ok(match self.model {
+        let mut key = (self.key, KeySource::Flag);
+        let mut symmetric = self.symmetric.map(Symmetric::from);
+        let queue = match self.model {
             ModelArg::Reta => {
                 let reta = if let Some(path) = &self.reta {
                     let text = std::fs::read_to_string(path)
                         .with_context(|| format!("cannot read RETA file {}", path.display()))
                         .map_err(Failure::usage)?;
-                    Reta::parse(&text)
+                    let dump = flowlane_rss::ethtool::EthtoolRss::parse(&text)
                         .with_context(|| format!("in RETA file {}", path.display()))
-                        .map_err(Failure::usage)?
+                        .map_err(Failure::usage)?;
+                    if let Some(why) = dump.unmodelled() {
+                        return Err(Failure::usage(anyhow::anyhow!(
+                            "RETA file {}: {why}",
+                            path.display()
+                        )));
+                    }
+                    if let Some(k) = dump.key {
+                        match &key.0 {
+                            Some(given) if *given != k => {
+                                return Err(Failure::usage(anyhow::anyhow!(
+                                    "--key {} differs from the key in RETA file {} ({}); the \
+                                     NIC hashes with the file's: leave --key out",
+                                    given.to_colon_hex(),
+                                    path.display(),
+                                    k.to_colon_hex()
+                                )))
+                            }
+                            Some(_) => {}
+                            None => key = (Some(k), KeySource::RetaFile(path.clone())),
+                        }
+                    }
+                    if let Some(file_sym) = dump.symmetric {
+                        match symmetric {
+                            Some(given) if given != file_sym => {
+                                return Err(Failure::usage(anyhow::anyhow!(
+                                    "--symmetric {} differs from RETA file {}, whose input \
+                                     transformation is {}: leave --symmetric out",
+                                    given.name(),
+                                    path.display(),
+                                    file_sym.name()
+                                )))
+                            }
+                            _ => symmetric = Some(file_sym),
+                        }
+                    }
+                    dump.reta
                 } else if let Some(w) = &self.weights {
                     Reta::weighted(self.reta_size, &w.0).map_err(Failure::usage)?
                 } else {
@@ -239,7 +346,22 @@ impl ModelArgs {
             }
             ModelArg::Modulo => QueueModel::Modulo(n),
             ModelArg::Rps => QueueModel::Rps(n),
-            ModelArg::Freebsd => QueueModel::FreeBsd(FreeBsdBuckets::new(n)),
+            ModelArg::Freebsd => QueueModel::FreeBsd(match self.bits {
+                Some(b) => FreeBsdBuckets::with_bits(b, n).ok_or_else(|| {
+                    Failure::usage(anyhow::anyhow!("--bits {b}: FreeBSD takes 0 to 7"))
+                })?,
+                None => FreeBsdBuckets::new(n),
+            }),
+        };
+        let (key, key_source) = match key {
+            (Some(k), src) => (k, src),
+            (None, _) => (Key::MICROSOFT, KeySource::Default),
+        };
+        Ok(Model {
+            queue,
+            key,
+            key_source,
+            symmetric: symmetric.unwrap_or(Symmetric::Off),
         })
     }
 }

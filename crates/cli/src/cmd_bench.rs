@@ -65,8 +65,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = BenchMode::Echo)]
     mode: BenchMode,
 
-    /// Frame size without FCS (60: the minimum frame, an 18-byte UDP payload — the smallest
-    /// frame of the FreeBSD experiment).
+    /// Frame size without FCS (60: the minimum frame, an 18-byte UDP payload). The FreeBSD
+    /// RSS experiment sent 510-byte datagrams (`udp-clt -s 510`): `--size 552`.
     #[arg(long, short = 'l', default_value_t = 60, value_parser = clap::value_parser!(u64).range(60..=1514))]
     size: u64,
 

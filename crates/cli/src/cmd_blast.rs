@@ -300,15 +300,19 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         a.to.as_ref()
             .map(|e| SocketAddr::new(e.addr, e.port.unwrap_or(0)));
     let placement = match a.per_queue {
-        Some(k) => Some(Placement {
-            per_queue: k,
-            queues: a
-                .pick_queues
-                .as_ref()
-                .map(|q| q.0.iter().map(|&x| x as u32).collect())
-                .unwrap_or_default(),
-            key: a.model.key.to_hex(),
-            model: ModelSpec::of(&a.model.build()?),
+        Some(k) => Some({
+            let model = a.model.build()?;
+            Placement {
+                per_queue: k,
+                queues: a
+                    .pick_queues
+                    .as_ref()
+                    .map(|q| q.0.iter().map(|&x| x as u32).collect())
+                    .unwrap_or_default(),
+                key: model.key.to_hex(),
+                symmetric: model.symmetric,
+                model: ModelSpec::of(&model.queue),
+            }
         }),
         None => None,
     };

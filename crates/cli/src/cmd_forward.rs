@@ -14,7 +14,7 @@ use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, CpuL
 use crate::live::{stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
 
-/// Forward frames as a device under test: a reflector, or an IPv4/IPv6 router on our FIB.
+/// Forward frames as a device under test: reflect, bridge two ports, or route IPv4/IPv6 on our FIB.
 ///
 /// `--mode reflect` turns each frame around on the interface it came in on: MACs swapped and,
 /// with `--swap ip,ports`, addresses and UDP/TCP ports too, so a `flowlane blast --echo` (or

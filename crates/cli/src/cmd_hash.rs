@@ -8,7 +8,7 @@ use clap::Args;
 use flowlane_rss::{QueueModel, Symmetric, Toeplitz, Tuple};
 use serde_json::json;
 
-use crate::args::{hex32, parse_endpoint, print_json, Endpoint, ModelArgs, SymmetricArg};
+use crate::args::{hex32, parse_endpoint, print_json, Endpoint, KeySource, ModelArgs};
 use crate::{CmdResult, Failure};
 
 /// Compute the RSS hash of a flow and the queue a NIC would put it on.
@@ -31,10 +31,6 @@ pub struct HashArgs {
     #[arg(long, value_parser = parse_endpoint, required_unless_present = "stdin")]
     dst: Option<Endpoint>,
 
-    /// Model a NIC's symmetric hashing (both directions of a flow hash the same).
-    #[arg(long, value_enum, default_value_t = SymmetricArg::Off)]
-    symmetric: SymmetricArg,
-
     /// Read lines `SRC DST [SPORT DPORT]` from standard input and print one 8-hex-digit hash per
     /// line. Malformed lines are reported on stderr with their number and skipped; the exit
     /// code is then 1.
@@ -50,11 +46,12 @@ pub struct HashArgs {
 }
 
 pub fn run(a: HashArgs) -> CmdResult {
-    let model = a.model.build()?;
-    let hasher = Toeplitz::new(&a.model.key);
-    let sym: Symmetric = a.symmetric.into();
+    let m = a.model.build()?;
+    let hasher = Toeplitz::new(&m.key);
+    let sym = m.symmetric;
+    let model = &m.queue;
     if a.stdin {
-        return run_stdin(&hasher, &model, sym, a.json);
+        return run_stdin(&hasher, model, sym, a.json);
     }
     let (Some(src), Some(dst)) = (a.src, a.dst) else {
         return Err(Failure::usage(anyhow!("give --src and --dst, or --stdin")));
@@ -86,12 +83,13 @@ pub fn run(a: HashArgs) -> CmdResult {
             "dst": tuple.dst().to_string(),
             "src_port": ports.map(|p| p.0),
             "dst_port": ports.map(|p| p.1),
-            "symmetric": format!("{:?}", a.symmetric).to_lowercase(),
+            "symmetric": sym.name(),
             "model": model.name(),
             "index": index,
             "queue": queue,
             "queues": model.queues(),
-            "key": a.model.key.to_hex(),
+            "key": m.key.to_hex(),
+            "key_source": m.key_source.describe(),
         });
         if let Some((fh, fq)) = frag {
             v["fragment_hash"] = json!(hex32(fh));
@@ -102,9 +100,9 @@ pub fn run(a: HashArgs) -> CmdResult {
         println!("hash      {}", hex32(hash));
         println!("tuple     {}  {}", tuple.kind().name(), tuple);
         if sym != Symmetric::Off {
-            println!("hashed as {}  ({:?} symmetric input)", input, a.symmetric);
+            println!("hashed as {}  ({} symmetric input)", input, sym.name());
         }
-        match (&model, index) {
+        match (model, index) {
             (QueueModel::Reta(r), Some(i)) => println!(
                 "queue     {queue}  (RETA index {i} of {}, {} queues)",
                 r.len(),
@@ -124,6 +122,9 @@ pub fn run(a: HashArgs) -> CmdResult {
                 "fragments {}  -> queue {fq}  (2-tuple: IP fragments carry no ports)",
                 hex32(fh)
             );
+        }
+        if a.model.reta.is_some() || m.key_source != KeySource::Default {
+            println!("key       {}", m.key_source.describe());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -134,7 +134,8 @@ pub struct LoadArgs {
     #[arg(long, short = 'c', default_value_t = 10)]
     connections: usize,
 
-    /// Workers (threads), one per CPU, on the first usable CPUs. Default: every CPU.
+    /// Workers (threads), one per CPU, on the first usable CPUs. Default: every CPU. `-t` is
+    /// wrk's spelling for threads here; elsewhere in flowlane `-t` is a duration.
     #[arg(long, short = 't', conflicts_with = "cpus")]
     threads: Option<usize>,
 
@@ -142,7 +143,7 @@ pub struct LoadArgs {
     #[arg(long, value_parser = parse_cpu_list)]
     cpus: Option<CpuList>,
 
-    /// Seconds of full load.
+    /// Seconds of full load. `-d` as in wrk (the other commands take `--duration`/`-t`).
     #[arg(long, short = 'd', value_parser = parse_duration, default_value_t = 10.0)]
     duration: f64,
 

@@ -166,7 +166,7 @@ pub struct StatusArgs {
     pub name: NameArg,
 
     /// As JSON.
-    #[arg(long)]
+    #[arg(long, short = 'J')]
     pub json: bool,
 }
 

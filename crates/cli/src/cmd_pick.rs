@@ -9,8 +9,8 @@ use flowlane_rss::Toeplitz;
 use serde_json::json;
 
 use crate::args::{
-    hex32, parse_addr_range, parse_endpoint_with_port, parse_port_range, parse_u32_list,
-    print_json, Endpoint, ModelArgs,
+    hex32, parse_endpoint_with_port, parse_port_range, parse_source_range, parse_u32_list,
+    print_json, Endpoint, ModelArgs, SourceRange,
 };
 use crate::{CmdResult, Failure};
 
@@ -34,9 +34,10 @@ pub struct PickArgs {
     #[arg(long, value_parser = parse_endpoint_with_port)]
     dst: Endpoint,
 
-    /// Source address(es) to choose from: IP, IP/LEN or IP-IP.
-    #[arg(long, value_parser = parse_addr_range)]
-    src_ip: (std::net::IpAddr, std::net::IpAddr),
+    /// Source address(es) to choose from: IP, IP/LEN or IP-IP. The destination is never
+    /// offered, nor an IPv4 prefix's network and broadcast addresses (up to /30).
+    #[arg(long, value_parser = parse_source_range)]
+    src_ip: SourceRange,
 
     /// Source ports to choose from: A-B or a single port.
     #[arg(long, value_parser = parse_port_range, default_value = "1024-65535")]
@@ -67,22 +68,25 @@ pub struct PickArgs {
 }
 
 pub fn run(a: PickArgs) -> CmdResult {
-    let model = a.model.build()?;
-    let hasher = Toeplitz::new(&a.model.key);
+    let m = a.model.build()?;
+    let model = &m.queue;
+    let hasher = Toeplitz::new(&m.key);
     let dst_port = a
         .dst
         .port
         .ok_or_else(|| Failure::usage(anyhow!("--dst needs a port")))?;
     let spec = PickSpec {
-        src_addrs: a.src_ip,
+        src_addrs: (a.src_ip.lo, a.src_ip.hi),
         dst: a.dst.addr,
         src_ports: a.src_ports,
         dst_port,
         hash_ports: !a.two_tuple,
         queues: a.only.clone().map(|l| l.0).unwrap_or_default(),
         per_queue: (!a.all).then_some(a.per_queue),
+        symmetric: m.symmetric,
+        exclude: a.src_ip.exclude.clone(),
     };
-    let result = pick(&hasher, &model, &spec).map_err(Failure::usage)?;
+    let result = pick(&hasher, model, &spec).map_err(Failure::usage)?;
     if result.verify_failures > 0 {
         return Err(Failure::runtime(anyhow!(
             "internal error: {} picked tuple(s) failed verification by hashing",
@@ -119,7 +123,9 @@ pub fn run(a: PickArgs) -> CmdResult {
             })
             .collect();
         print_json(&json!({
-            "key": a.model.key.to_hex(),
+            "key": m.key.to_hex(),
+            "key_source": m.key_source.describe(),
+            "symmetric": m.symmetric.name(),
             "model": model.name(),
             "queues_in_model": model.queues(),
             "hash_fields": if a.two_tuple { "2-tuple" } else { "4-tuple" },
@@ -146,8 +152,14 @@ pub fn run(a: PickArgs) -> CmdResult {
         }
         let total: usize = result.queues.iter().map(|q| q.tuples.len()).sum();
         eprintln!(
-            "flowlane: {total} flow(s) for {} queue(s), solved by {method}, every one verified by hashing",
-            result.queues.len()
+            "flowlane: {total} flow(s) for {} queue(s), solved by {method}, every one verified by \
+             hashing with {}{}",
+            result.queues.len(),
+            m.key_source.describe(),
+            match m.symmetric {
+                flowlane_rss::Symmetric::Off => String::new(),
+                s => format!(" ({} symmetric)", s.name()),
+            }
         );
     }
     for (q, got, avail) in &short {

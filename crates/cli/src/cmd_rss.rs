@@ -42,8 +42,9 @@ pub struct ShowArgs {
     #[command(flatten)]
     model: ModelArgs,
 
-    /// CPUs for the FreeBSD bucket→CPU table. Default: this machine's CPU count.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    /// CPUs for the FreeBSD bucket→CPU table. Default: this machine's CPU count (with
+    /// `--model freebsd`, the model's own: --queues CPUs and --bits).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096), conflicts_with = "bits")]
     cpus: Option<u32>,
 
     /// Flows in the spread sample (IPv4 4-tuples from 198.18.0.0/15 with random ports).
@@ -97,11 +98,17 @@ fn keygen(a: KeygenArgs) -> CmdResult {
 }
 
 fn show(a: ShowArgs) -> CmdResult {
-    let key = a.model.key;
-    let model = a.model.build()?;
+    let m = a.model.build()?;
+    let key = m.key;
+    let model = &m.queue;
     let hasher = Toeplitz::new(&key);
-    let cpus = a.cpus.unwrap_or_else(cpu_count);
-    let bsd = FreeBsdBuckets::new(cpus);
+    // One FreeBSD configuration: the model's when the model is FreeBSD's (--queues CPUs,
+    // --bits), else FreeBSD's default for --cpus (or this machine's CPUs).
+    let bsd = match model {
+        QueueModel::FreeBsd(b) if a.cpus.is_none() => *b,
+        _ => FreeBsdBuckets::new(a.cpus.unwrap_or_else(cpu_count)),
+    };
+    let cpus = bsd.ncpus();
     // A deterministic sample: the same flows every run, so outputs compare across keys.
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
     let tuples: Vec<Tuple> = (0..a.sample)
@@ -110,11 +117,12 @@ fn show(a: ShowArgs) -> CmdResult {
             Tuple::v4(src, Ipv4Addr::new(198, 19, 0, 1), rng.random(), 8080)
         })
         .collect();
-    let s = spread(&hasher, &model, &tuples);
+    let tuples: Vec<Tuple> = tuples.iter().map(|t| t.symmetric(m.symmetric)).collect();
+    let s = spread(&hasher, model, &tuples);
     let bits4 = key.entropy_bits(12);
     let bits6 = key.entropy_bits(36);
     let backends: Vec<&str> = Backend::available().iter().map(|b| b.name()).collect();
-    let reta_entries = match &model {
+    let reta_entries = match model {
         QueueModel::Reta(r) => Some(r.entries().to_vec()),
         _ => None,
     };
@@ -123,6 +131,8 @@ fn show(a: ShowArgs) -> CmdResult {
             "key": key.to_hex(),
             "key_ethtool": key.to_colon_hex(),
             "key_len": key.len(),
+            "key_source": m.key_source.describe(),
+            "symmetric": m.symmetric.name(),
             "period_bits": key.period_bits(),
             "hash_bits_ipv4_4tuple": bits4,
             "hash_bits_ipv6_4tuple": bits6,
@@ -140,7 +150,18 @@ fn show(a: ShowArgs) -> CmdResult {
         }))
         .map(|()| ExitCode::SUCCESS);
     }
-    println!("key        {}  ({} bytes)", key.to_hex(), key.len());
+    println!(
+        "key        {}  ({} bytes; {})",
+        key.to_hex(),
+        key.len(),
+        m.key_source.describe()
+    );
+    if m.symmetric != flowlane_rss::Symmetric::Off {
+        println!(
+            "symmetric  {}: both directions of a flow hash alike",
+            m.symmetric.name()
+        );
+    }
     println!("ethtool    {}", key.to_colon_hex());
     match key.period_bits() {
         Some(p) => {

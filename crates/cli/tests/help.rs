@@ -168,3 +168,40 @@ fn a_closed_pipe_ends_the_output_quietly() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// One vocabulary: the top-level help names all three forward modes; every command that
+/// prints JSON takes `-J` (`lab status` did not); `http load` says that its `-t` and `-d` are
+/// wrk's (threads and duration: `-t` is a duration everywhere else); `bench --size` says what
+/// the FreeBSD experiment sent (510-byte datagrams), not that 60 bytes was its frame.
+#[test]
+fn one_vocabulary_across_commands() {
+    let mut texts = Vec::new();
+    check_tree(Vec::new(), &mut texts);
+    let top = &texts[0].1;
+    for mode in ["reflect", "bridge", "route"] {
+        let line = top
+            .lines()
+            .find(|l| l.trim_start().starts_with("forward"))
+            .expect("forward listed");
+        assert!(line.contains(mode), "top help's forward line: {line}");
+    }
+    for (path, text) in &texts {
+        if text.contains("--json ") || text.contains("--json\n") {
+            assert!(
+                text.contains("-J, --json"),
+                "`{path}` takes --json without -J"
+            );
+        }
+    }
+    let load = help(&["http", "load"]);
+    for flag in ["-t, --threads", "-d, --duration"] {
+        let at = load.find(flag).expect(flag);
+        assert!(
+            load[at..].lines().take(3).any(|l| l.contains("wrk")),
+            "{flag}: {load}"
+        );
+    }
+    let bench = help(&["bench"]);
+    assert!(bench.contains("510-byte datagrams"), "{bench}");
+    assert!(!bench.contains("smallest frame of the FreeBSD experiment"));
+}

@@ -185,7 +185,7 @@ fn hash_reta_file_in_ethtool_form() {
         }
         text.push('\n');
     }
-    text.push_str("RSS hash key:\n6d:5a\n");
+    text.push_str("RSS hash key:\n6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa\n");
     std::fs::write(&path, text).expect("write reta");
     let o = flowlane(&[
         "hash",
@@ -201,6 +201,126 @@ fn hash_reta_file_in_ethtool_form() {
     let j = json(&o);
     // index 120 -> 3 - 120 % 4 = 3
     assert_eq!(j["queue"], 3);
+}
+
+/// A saved `ethtool -x` (here a 52-byte key, as ice NICs have, 4 queues round-robin).
+fn ethtool_dump(key: &str, function: &str, xfrm: &str) -> String {
+    let mut text = String::from("RX flow hash indirection table for enp1s0 with 4 RX ring(s):\n");
+    for row in 0..16 {
+        text.push_str(&format!("{:5}:", row * 8));
+        for i in 0..8 {
+            text.push_str(&format!("{:6}", (row * 8 + i) % 4));
+        }
+        text.push('\n');
+    }
+    text.push_str(&format!("RSS hash key:\n{key}\nRSS hash function:\n"));
+    for f in ["toeplitz", "xor", "crc32"] {
+        let on = if f == function { "on" } else { "off" };
+        text.push_str(&format!("    {f}: {on}\n"));
+    }
+    let on = if xfrm == "symmetric-xor" { "on" } else { "off" };
+    text.push_str(&format!(
+        "RSS input transformation:\n    symmetric-xor: {on}\n"
+    ));
+    text
+}
+
+/// The key of an `ethtool -x` file is the NIC's: `hash --reta FILE` answers as `--key` with
+/// that key does (the Microsoft key was used silently before, giving another queue); a
+/// `--key` that differs is refused, as is a hash function flowlane does not model; the file's
+/// symmetric-xor is honoured; and each command says which key it used.
+#[test]
+fn the_key_and_function_of_an_ethtool_dump_are_the_nics() {
+    let dir = std::env::temp_dir().join(format!("flowlane-reta-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let key = "3c:fd:21:9a:55:10:d4:6e:a8:1f:43:bb:02:77:c0:5e:91:e3:7a:4b:66:08:fd:2c:39:d1:\
+               8e:40:b5:7f:13:a2:c6:59:0d:e4:71:2b:98:34:af:6c:05:e1:d7:3a:4c:80:19:b6:62:f5";
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_str().expect("utf-8").to_string()
+    };
+    let dump = write("dump.txt", ethtool_dump(key, "toeplitz", ""));
+    let plain = write("plain.txt", "0 1 2 3\n".repeat(32));
+    let sym = write("sym.txt", ethtool_dump(key, "toeplitz", "symmetric-xor"));
+    let xor = write("xor.txt", ethtool_dump(key, "xor", ""));
+    let flow = ["--src", "198.18.0.1:1000", "--dst", "198.18.0.2:80"];
+    let run = |extra: &[&str]| {
+        let mut args = vec!["hash"];
+        args.extend_from_slice(&flow);
+        args.extend_from_slice(extra);
+        args.push("--json");
+        flowlane(&args)
+    };
+    let from_file = run(&["--reta", &dump]);
+    let by_flag = run(&["--reta", &plain, "--key", key]);
+    let microsoft = run(&["--reta", &plain]);
+    let other_key = run(&["--reta", &dump, "--key", "microsoft"]);
+    let same_key = run(&["--reta", &dump, "--key", key]);
+    let not_toeplitz = run(&["--reta", &xor]);
+    let symmetric = run(&["--reta", &sym]);
+    let symmetric_by_flag = run(&["--reta", &plain, "--key", key, "--symmetric", "xor"]);
+    let symmetric_clash = run(&["--reta", &sym, "--symmetric", "off"]);
+    let text = flowlane(&["hash", flow[0], flow[1], flow[2], flow[3], "--reta", &dump]);
+    let pick = flowlane(&[
+        "pick",
+        "--dst",
+        "198.18.0.2:80",
+        "--src-ip",
+        "198.18.0.1",
+        "--reta",
+        &dump,
+        "--json",
+    ]);
+    let show = flowlane(&["rss", "show", "--reta", &dump, "--sample", "64"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let (f, k, m) = (json(&from_file), json(&by_flag), json(&microsoft));
+    let expect = Toeplitz::new(&Key::parse(key).expect("key")).hash(&Tuple::v4(
+        "198.18.0.1".parse().expect("ip"),
+        "198.18.0.2".parse().expect("ip"),
+        1000,
+        80,
+    ));
+    assert_eq!(f["hash"], format!("{expect:08x}"), "{f}");
+    assert_eq!(f["hash"], k["hash"]);
+    assert_eq!(f["queue"], k["queue"]);
+    assert_eq!(f["queue"], (expect % 4) as u64);
+    assert_ne!(f["hash"], m["hash"], "the Microsoft key gives another hash");
+    assert!(
+        f["key_source"].as_str().expect("said").contains("dump.txt"),
+        "{f}"
+    );
+    assert_eq!(m["key_source"], "Microsoft's default key");
+    assert_eq!(other_key.status.code(), Some(2), "{}", stderr(&other_key));
+    assert!(
+        stderr(&other_key).contains("differs from the key"),
+        "{}",
+        stderr(&other_key)
+    );
+    assert!(same_key.status.success(), "{}", stderr(&same_key));
+    assert_eq!(not_toeplitz.status.code(), Some(2));
+    assert!(
+        stderr(&not_toeplitz).contains("not Toeplitz"),
+        "{}",
+        stderr(&not_toeplitz)
+    );
+    let (s, sf) = (json(&symmetric), json(&symmetric_by_flag));
+    assert_eq!(s["symmetric"], "xor");
+    assert_eq!(s["hash"], sf["hash"]);
+    assert_ne!(s["hash"], f["hash"]);
+    assert_eq!(symmetric_clash.status.code(), Some(2));
+    assert!(stderr(&symmetric_clash).contains("symmetric"));
+    assert!(
+        stdout(&text).contains("key       the key in"),
+        "{}",
+        stdout(&text)
+    );
+    assert!(json(&pick)["key_source"]
+        .as_str()
+        .expect("said")
+        .contains("dump.txt"));
+    assert!(stdout(&show).contains("the key in"), "{}", stdout(&show));
+    assert!(stdout(&show).contains("3c:fd:21"), "{}", stdout(&show));
 }
 
 #[test]
@@ -414,5 +534,106 @@ fn keygen_makes_valid_keys() {
     assert_eq!(
         flowlane(&["rss", "keygen", "--len", "39"]).status.code(),
         Some(2)
+    );
+}
+
+/// `pick --src-ip PREFIX` never offers the destination, nor the prefix's network or broadcast
+/// address (`pick --dst 10.11.2.1:8080 --src-ip 10.11.2.0/24 --two-tuple` offered the
+/// destination); `--symmetric` places flows by the NIC's symmetric hash.
+#[test]
+fn pick_offers_only_usable_sources_and_takes_symmetric() {
+    let o = flowlane(&[
+        "pick",
+        "--dst",
+        "198.18.2.1:8080",
+        "--src-ip",
+        "198.18.2.0/24",
+        "--two-tuple",
+        "--queues",
+        "2",
+        "--all",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = json(&o);
+    let srcs: Vec<String> = j["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .flat_map(|q| q["tuples"].as_array().expect("tuples").clone())
+        .map(|t| t["src"].as_str().expect("src").to_string())
+        .collect();
+    assert_eq!(
+        srcs.len(),
+        253,
+        "256 less the destination, network and broadcast"
+    );
+    for bad in ["198.18.2.1", "198.18.2.0", "198.18.2.255"] {
+        assert!(!srcs.iter().any(|s| s == bad), "{bad} offered");
+    }
+    let o = flowlane(&[
+        "pick",
+        "--dst",
+        "198.19.0.1:8080",
+        "--src-ip",
+        "198.18.0.1",
+        "--queues",
+        "4",
+        "--per-queue",
+        "2",
+        "--symmetric",
+        "xor",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["symmetric"], "xor");
+    let m = QueueModel::Reta(Reta::round_robin(128, 4).expect("reta"));
+    let h = Toeplitz::new(&Key::MICROSOFT);
+    for q in j["queues"].as_array().expect("queues") {
+        for t in q["tuples"].as_array().expect("tuples") {
+            let tuple = Tuple::v4(
+                t["src"].as_str().expect("src").parse().expect("ip"),
+                "198.19.0.1".parse().expect("ip"),
+                t["src_port"].as_u64().expect("port") as u16,
+                8080,
+            );
+            // Both directions land on the queue asked for.
+            for dir in [tuple, tuple.reversed()] {
+                let hash = h.hash(&dir.symmetric(flowlane_rss::Symmetric::Xor));
+                assert_eq!(u64::from(m.queue(hash)), q["queue"].as_u64().expect("q"));
+            }
+        }
+    }
+}
+
+/// `rss show --model freebsd` shows the one FreeBSD configuration asked for: --queues CPUs
+/// and --bits (the seed's `net.inet.rss.bits=3`), not another one from the host's CPUs.
+#[test]
+fn rss_show_freebsd_takes_bits() {
+    let j = json(&flowlane(&[
+        "rss", "show", "--model", "freebsd", "--queues", "4", "--bits", "3", "--sample", "64",
+        "--json",
+    ]));
+    assert_eq!(j["freebsd"]["bits"], 3);
+    assert_eq!(j["freebsd"]["buckets"], 8);
+    assert_eq!(j["freebsd"]["cpus"], 4);
+    // The model's queues are its buckets.
+    assert_eq!(j["queues"], 8);
+    let j = json(&flowlane(&[
+        "rss", "show", "--model", "freebsd", "--queues", "6", "--sample", "64", "--json",
+    ]));
+    // FreeBSD's default for 6 CPUs: fls(5) + 1 = 4 bits.
+    assert_eq!(j["freebsd"]["cpus"], 6);
+    assert_eq!(j["freebsd"]["bits"], 4);
+    let o = flowlane(&["rss", "show", "--bits", "3"]);
+    assert_eq!(o.status.code(), Some(2), "--bits without --model freebsd");
+    let text = stdout(&flowlane(&[
+        "rss", "show", "--model", "freebsd", "--queues", "4", "--bits", "3", "--sample", "64",
+    ]));
+    assert_eq!(text.matches("FreeBSD buckets").count(), 1, "{text}");
+    assert!(
+        text.contains("FreeBSD buckets for 4 CPUs: 3 bits, 8 buckets"),
+        "{text}"
     );
 }

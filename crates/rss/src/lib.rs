@@ -11,6 +11,7 @@
 //!   models of symmetric hashing ([`Symmetric`]).
 //! * [`queue`]: hash → queue models: RETA, `% n`, Linux RPS, FreeBSD buckets.
 //! * [`pick`]: exact inverse — tuples that land on chosen queues, by linear algebra over GF(2).
+//! * [`ethtool`]: what a saved `ethtool -x` says: table, key, hash function, transformation.
 //! * [`analysis`]: how evenly a key spreads a population over a model's queues.
 //!
 //! Guarantees: no function here panics on any input (keys, tuples, files) — errors are small
@@ -21,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod ethtool;
 mod gf2;
 pub mod key;
 pub mod pick;

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::gf2::XorBasis;
 use crate::queue::QueueModel;
 use crate::toeplitz::Toeplitz;
-use crate::tuple::Tuple;
+use crate::tuple::{Symmetric, Tuple};
 
 /// Most free bits in one block (source-address bits plus port bits).
 pub const MAX_FREE_BITS: u32 = 64;
@@ -42,6 +42,11 @@ pub struct PickSpec {
     pub queues: Vec<u32>,
     /// Tuples wanted per queue; `None` = all of them.
     pub per_queue: Option<u64>,
+    /// The NIC's symmetric hashing: tuples are hashed as [`Tuple::symmetric`] turns them.
+    pub symmetric: Symmetric,
+    /// Source addresses never offered (e.g. an IPv4 prefix's network and broadcast
+    /// addresses). The destination itself is never offered either way.
+    pub exclude: Vec<IpAddr>,
 }
 
 /// Why a request cannot be answered.
@@ -73,6 +78,8 @@ pub enum PickError {
         /// Candidates in the range.
         candidates: u128,
     },
+    /// The source range holds nothing but the destination and excluded addresses.
+    NothingLeft,
 }
 
 impl std::fmt::Display for PickError {
@@ -101,6 +108,11 @@ impl std::fmt::Display for PickError {
                 f,
                 "this queue model is not a bit field of the hash, so the range is walked; \
                  {candidates} candidates exceed the limit of {MAX_WALK}"
+            ),
+            PickError::NothingLeft => write!(
+                f,
+                "the source range holds only the destination and excluded addresses (an IPv4 \
+                 prefix's network and broadcast addresses); widen it"
             ),
         }
     }
@@ -245,7 +257,13 @@ pub fn pick(
     } else {
         vec![(plo as u128, 0)]
     };
-    let addr_blocks = aligned_blocks(alo, ahi);
+    let addr_blocks: Vec<(u128, u32)> = allowed_ranges(alo, ahi, spec)
+        .into_iter()
+        .flat_map(|(a, b)| aligned_blocks(a, b))
+        .collect();
+    if addr_blocks.is_empty() {
+        return Err(PickError::NothingLeft);
+    }
     let ctx = Ctx {
         hasher,
         model,
@@ -257,6 +275,35 @@ pub fn pick(
         Some(view) => ctx.solve_gf2(&view, &queues, &addr_blocks, &port_blocks),
         None => ctx.walk(&queues, &addr_blocks, &port_blocks),
     }
+}
+
+/// `lo..=hi` less the destination and the excluded addresses, as ascending sub-ranges. The
+/// destination splits the range, so under [`Symmetric::Sort`] every sub-range lies wholly on
+/// one side of it.
+fn allowed_ranges(lo: u128, hi: u128, spec: &PickSpec) -> Vec<(u128, u128)> {
+    let mut cut: Vec<u128> = spec
+        .exclude
+        .iter()
+        .filter(|a| a.is_ipv4() == spec.dst.is_ipv4())
+        .chain(std::iter::once(&spec.dst))
+        .map(|&a| addr_to_u128(a))
+        .filter(|x| (lo..=hi).contains(x))
+        .collect();
+    cut.sort_unstable();
+    cut.dedup();
+    let mut out = Vec::new();
+    let mut cur = Some(lo);
+    for x in cut {
+        let Some(c) = cur else { break };
+        if x > c {
+            out.push((c, x - 1));
+        }
+        cur = x.checked_add(1);
+    }
+    if let Some(c) = cur.filter(|&c| c <= hi) {
+        out.push((c, hi));
+    }
+    out
 }
 
 struct Ctx<'a> {
@@ -286,6 +333,31 @@ impl Ctx<'_> {
         Tuple::new(src, self.spec.dst, ports).unwrap_or_else(|_| unreachable!("families checked"))
     }
 
+    /// The hash the NIC computes for `t` (its symmetric transformation applied).
+    fn hash(&self, t: &Tuple) -> u32 {
+        self.hasher.hash(&t.symmetric(self.spec.symmetric))
+    }
+
+    /// The key window a free input bit at `pos` of the source address (`in_addr`) or source
+    /// port contributes: under `Xor` the bit also stands in the destination's field; under
+    /// `Sort`, a source above the destination is hashed in the destination's place.
+    fn image(&self, pos: usize, in_addr: bool, addr_base: u128) -> u32 {
+        let key = self.hasher.key();
+        let shift = if in_addr {
+            self.layout.addr_bits as usize
+        } else {
+            16
+        };
+        let dst = addr_to_u128(self.spec.dst);
+        match self.spec.symmetric {
+            Symmetric::Off => key.window(pos),
+            Symmetric::Xor => key.window(pos) ^ key.window(pos + shift),
+            // Blocks never straddle the destination (see `allowed_ranges`).
+            Symmetric::Sort if addr_base > dst => key.window(pos + shift),
+            Symmetric::Sort => key.window(pos),
+        }
+    }
+
     fn block(
         &self,
         (addr_base, addr_free): (u128, u32),
@@ -295,13 +367,12 @@ impl Ctx<'_> {
         if free > MAX_FREE_BITS {
             return Err(PickError::RangeTooWide { free_bits: free });
         }
-        let key = self.hasher.key();
         let mut images = Vec::with_capacity(free as usize);
         for j in 0..addr_free {
-            images.push(key.window(self.layout.addr_bit_pos(j)));
+            images.push(self.image(self.layout.addr_bit_pos(j), true, addr_base));
         }
         for j in 0..port_free {
-            images.push(key.window(self.layout.port_bit_pos(j)));
+            images.push(self.image(self.layout.port_bit_pos(j), false, addr_base));
         }
         let port_base = port_base as u16;
         Ok(Block {
@@ -309,7 +380,7 @@ impl Ctx<'_> {
             addr_free,
             port_base,
             port_free,
-            base_hash: self.hasher.hash(&self.tuple(addr_base, port_base)),
+            base_hash: self.hash(&self.tuple(addr_base, port_base)),
             images,
         })
     }
@@ -327,7 +398,7 @@ impl Ctx<'_> {
     }
 
     fn verify(&self, t: Tuple, queue: u32, failures: &mut u64) -> Option<Picked> {
-        let hash = self.hasher.hash(&t);
+        let hash = self.hash(&t);
         if self.model.queue(hash) == queue {
             Some(Picked { tuple: t, hash })
         } else {

@@ -104,73 +104,10 @@ impl Reta {
     }
 
     /// Parses a table from text: either whitespace-separated queue numbers, or the output of
-    /// `ethtool -x DEV` (lines like `    8:      0     1     2 …`; headers and the key section
-    /// are skipped). `#` starts a comment.
+    /// `ethtool -x DEV` (lines like `    8:      0     1     2 …`). `#` starts a comment. The
+    /// key and hash function of an `ethtool -x` text are read by [`crate::ethtool::EthtoolRss`].
     pub fn parse(text: &str) -> Result<Reta, RetaError> {
-        let mut entries = Vec::new();
-        let mut in_ethtool_table = false;
-        for (i, raw) in text.lines().enumerate() {
-            let line = raw.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
-                continue;
-            }
-            let lower = line.to_ascii_lowercase();
-            if lower.starts_with("rx flow hash indirection table") {
-                in_ethtool_table = true;
-                continue;
-            }
-            if lower.starts_with("rss hash key") || lower.starts_with("rss hash function") {
-                // ethtool's trailer: the key and hash function sections end the table.
-                if in_ethtool_table {
-                    break;
-                }
-                continue;
-            }
-            let body = match line.split_once(':') {
-                // `ethtool -x` rows start with the index of their first entry.
-                Some((idx, rest)) if idx.trim().chars().all(|c| c.is_ascii_digit()) => {
-                    let idx: usize = idx.trim().parse().map_err(|_| RetaError::Parse {
-                        line: i + 1,
-                        reason: "bad row index".into(),
-                    })?;
-                    if idx != entries.len() {
-                        return Err(RetaError::Parse {
-                            line: i + 1,
-                            reason: format!(
-                                "row starts at entry {idx} but {} entries were read so far",
-                                entries.len()
-                            ),
-                        });
-                    }
-                    rest
-                }
-                Some(_) if in_ethtool_table => {
-                    return Err(RetaError::Parse {
-                        line: i + 1,
-                        reason: "expected `INDEX: QUEUE QUEUE …`".into(),
-                    })
-                }
-                Some(_) => continue, // other ethtool header lines
-                None => line,
-            };
-            for tok in body.split_ascii_whitespace() {
-                let q: u16 = tok.parse().map_err(|_| RetaError::Parse {
-                    line: i + 1,
-                    reason: format!("`{tok}` is not a queue number (0-65535)"),
-                })?;
-                if entries.len() >= RETA_MAX {
-                    return Err(RetaError::BadSize(entries.len() + 1));
-                }
-                entries.push(q);
-            }
-        }
-        if entries.is_empty() {
-            return Err(RetaError::Parse {
-                line: 0,
-                reason: "no entries found".into(),
-            });
-        }
-        Reta::from_entries(entries)
+        crate::ethtool::EthtoolRss::parse(text).map(|d| d.reta)
     }
 
     /// The entries.
@@ -233,6 +170,15 @@ impl FreeBsdBuckets {
             bits: (fls + 1).min(FREEBSD_MAX_BITS),
             ncpus,
         }
+    }
+
+    /// A configuration whose bits are set by hand, as the tunable `net.inet.rss.bits` does
+    /// (the seed set 3 for 8 buckets); `None` outside 0..=[`FREEBSD_MAX_BITS`].
+    pub fn with_bits(bits: u32, ncpus: u32) -> Option<FreeBsdBuckets> {
+        (bits <= FREEBSD_MAX_BITS).then_some(FreeBsdBuckets {
+            bits,
+            ncpus: ncpus.max(1),
+        })
     }
 
     /// Bits of the hash used (`rss_bits`).
@@ -390,7 +336,7 @@ mod tests {
                        \x20   0:      0     1     0     1\n\
                        \x20   4:      1     0     1     0\n\
                        RSS hash key:\n\
-                       6d:5a:56:da\n\
+                       6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa\n\
                        RSS hash function:\n    toeplitz: on\n";
         let r = Reta::parse(ethtool).expect("valid");
         assert_eq!(r.entries(), &[0, 1, 0, 1, 1, 0, 1, 0]);

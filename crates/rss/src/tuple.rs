@@ -64,7 +64,10 @@ impl TupleKind {
 }
 
 /// How a NIC makes the hash the same in both directions of a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Symmetric {
     /// Plain Toeplitz: (a → b) and (b → a) usually hash differently.
     #[default]
@@ -75,6 +78,17 @@ pub enum Symmetric {
     /// Sort before hash (DPDK's `RTE_ETH_HASH_FUNCTION_SYMMETRIC_TOEPLITZ_SORT`, software RSS):
     /// the endpoint `(addr, port)` that compares smaller is put first.
     Sort,
+}
+
+impl Symmetric {
+    /// The name the output uses: `off`, `xor`, `sort`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Symmetric::Off => "off",
+            Symmetric::Xor => "xor",
+            Symmetric::Sort => "sort",
+        }
+    }
 }
 
 /// Why a tuple could not be made or parsed.

@@ -15,6 +15,8 @@ fn spec(ports: (u16, u16)) -> PickSpec {
         hash_ports: true,
         queues: vec![],
         per_queue: Some(4),
+        symmetric: Symmetric::Off,
+        exclude: vec![],
     }
 }
 
@@ -23,6 +25,10 @@ fn brute_counts(h: &Toeplitz, m: &QueueModel, s: &PickSpec) -> Vec<u128> {
     let mut counts = vec![0u128; m.queues() as usize];
     let (lo, hi) = (addr_to_u128(s.src_addrs.0), addr_to_u128(s.src_addrs.1));
     for a in lo..=hi {
+        let src = u128_to_addr(a, s.dst);
+        if src == s.dst || s.exclude.contains(&src) {
+            continue;
+        }
         for p in s.src_ports.0..=s.src_ports.1 {
             let t = Tuple::new(
                 u128_to_addr(a, s.dst),
@@ -30,7 +36,7 @@ fn brute_counts(h: &Toeplitz, m: &QueueModel, s: &PickSpec) -> Vec<u128> {
                 s.hash_ports.then_some((p, s.dst_port)),
             )
             .expect("same family");
-            counts[m.queue(h.hash(&t)) as usize] += 1;
+            counts[m.queue(h.hash(&t.symmetric(s.symmetric))) as usize] += 1;
             if !s.hash_ports {
                 break;
             }
@@ -50,7 +56,9 @@ fn check(h: &Toeplitz, m: &QueueModel, s: &PickSpec) -> PickResult {
             .map_or(qp.available, |k| (k as u128).min(qp.available));
         assert_eq!(qp.tuples.len() as u128, want, "queue {}", qp.queue);
         for p in &qp.tuples {
-            assert_eq!(h.hash(&p.tuple), p.hash);
+            assert_eq!(h.hash(&p.tuple.symmetric(s.symmetric)), p.hash);
+            assert_ne!(p.tuple.src(), s.dst, "the destination offered as a source");
+            assert!(!s.exclude.contains(&p.tuple.src()), "{}", p.tuple);
             assert_eq!(m.queue(p.hash), qp.queue, "{}", p.tuple);
             let (sp, dp) = p.tuple.ports().unwrap_or((s.src_ports.0, s.dst_port));
             assert!((s.src_ports.0..=s.src_ports.1).contains(&sp));
@@ -132,6 +140,8 @@ fn ipv6_sources() {
         hash_ports: true,
         queues: vec![5, 0],
         per_queue: Some(3),
+        symmetric: Symmetric::Off,
+        exclude: vec![],
     };
     let r = check(&h, &m, &s);
     assert_eq!(
@@ -194,7 +204,7 @@ fn too_wide_and_too_many() {
     let m = QueueModel::Reta(Reta::round_robin(128, 2).expect("valid"));
     let wide = PickSpec {
         src_addrs: (v4("2001:2::"), v4("2001:2::ffff:ffff:ffff:ffff")),
-        dst: v4("2001:2::1"),
+        dst: v4("2001:2:1::1"),
         ..spec((0, 65535))
     };
     assert_eq!(
@@ -216,8 +226,76 @@ fn too_wide_and_too_many() {
         ..many
     };
     let r = pick(&h, &m, &few).expect("solvable");
-    assert!(r
-        .queues
-        .iter()
-        .all(|q| q.tuples.len() == 2 && q.available == 1u128 << 32));
+    assert!(r.queues.iter().all(|q| q.tuples.len() == 2));
+    // 2^17 addresses less the destination (inside the range), 2^16 ports each.
+    let total: u128 = r.queues.iter().map(|q| q.available).sum();
+    assert_eq!(total, ((1u128 << 17) - 1) << 16);
+}
+
+/// The destination is never offered as a source, nor an excluded address (a prefix's network
+/// and broadcast addresses): `pick --dst 10.11.2.1:8080 --src-ip 10.11.2.0/24 --two-tuple`
+/// once offered 10.11.2.1 itself.
+#[test]
+fn the_destination_and_excluded_addresses_are_never_offered() {
+    let h = Toeplitz::new(&Key::MICROSOFT);
+    for queues in [2, 4] {
+        let m = QueueModel::Reta(Reta::round_robin(128, queues).expect("valid"));
+        for two_tuple in [true, false] {
+            let s = PickSpec {
+                src_addrs: (v4("198.18.2.0"), v4("198.18.2.255")),
+                dst: v4("198.18.2.1"),
+                hash_ports: !two_tuple,
+                per_queue: None,
+                exclude: vec![v4("198.18.2.0"), v4("198.18.2.255")],
+                ..spec((5000, 5003))
+            };
+            let r = check(&h, &m, &s);
+            let total: u128 = r.queues.iter().map(|q| q.available).sum();
+            let per_addr = if two_tuple { 1 } else { 4 };
+            assert_eq!(total, 253 * per_addr);
+        }
+    }
+    let only = PickSpec {
+        src_addrs: (v4("198.19.0.1"), v4("198.19.0.1")),
+        ..spec((5000, 5000))
+    };
+    let m = QueueModel::Reta(Reta::round_robin(128, 2).expect("valid"));
+    assert_eq!(pick(&h, &m, &only), Err(PickError::NothingLeft));
+}
+
+/// Under a NIC's symmetric hashing the picker still solves exactly: the counts equal brute
+/// force over the transformed tuples, for ranges below, above and around the destination.
+#[test]
+fn symmetric_hashing_is_solved_exactly() {
+    let h = Toeplitz::new(&Key::MICROSOFT);
+    let m = QueueModel::Reta(Reta::round_robin(128, 4).expect("valid"));
+    for sym in [Symmetric::Xor, Symmetric::Sort] {
+        for (lo, hi) in [
+            ("198.18.0.0", "198.18.0.15"),
+            ("198.20.0.0", "198.20.0.15"),
+            ("198.19.0.0", "198.19.0.7"),
+        ] {
+            for two_tuple in [false, true] {
+                let s = PickSpec {
+                    src_addrs: (v4(lo), v4(hi)),
+                    dst: v4("198.19.0.1"),
+                    hash_ports: !two_tuple,
+                    per_queue: None,
+                    symmetric: sym,
+                    ..spec((40000, 40063))
+                };
+                let r = check(&h, &m, &s);
+                assert_eq!(r.method, Method::Gf2);
+            }
+        }
+    }
+    let m = QueueModel::Modulo(3);
+    let s = PickSpec {
+        src_addrs: (v4("198.19.0.0"), v4("198.19.0.3")),
+        dst: v4("198.19.0.1"),
+        per_queue: None,
+        symmetric: Symmetric::Sort,
+        ..spec((40000, 40015))
+    };
+    assert_eq!(check(&h, &m, &s).method, Method::Walk);
 }

@@ -185,6 +185,7 @@ pub(super) fn step(
         per_queue: a.per_bucket,
         queues: (0..k).collect(),
         key: t.key.clone(),
+        symmetric: Default::default(),
         model: ModelSpec::Reta(match &t.lab {
             Some((_, _, c)) => c.reta.clone(),
             None => Reta::round_robin(128, t.buckets as usize)

@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use flowlane_rss::queue::{FreeBsdBuckets, QueueModel, Reta};
+use flowlane_rss::Symmetric;
 use serde::{Deserialize, Serialize};
 
 use crate::ToolError;
@@ -84,8 +85,15 @@ pub enum ModelSpec {
     Modulo(u32),
     /// Linux RPS: `(hash * n) >> 32`.
     Rps(u32),
-    /// FreeBSD buckets over this many CPUs.
+    /// FreeBSD buckets over this many CPUs, FreeBSD's default bit count.
     Freebsd(u32),
+    /// FreeBSD buckets with the bits set by hand (`net.inet.rss.bits`).
+    FreebsdBits {
+        /// CPUs.
+        cpus: u32,
+        /// Bits of the hash that pick the bucket.
+        bits: u32,
+    },
 }
 
 impl ModelSpec {
@@ -95,7 +103,13 @@ impl ModelSpec {
             QueueModel::Reta(r) => ModelSpec::Reta(r.entries().to_vec()),
             QueueModel::Modulo(n) => ModelSpec::Modulo(*n),
             QueueModel::Rps(n) => ModelSpec::Rps(*n),
-            QueueModel::FreeBsd(b) => ModelSpec::Freebsd(b.ncpus()),
+            QueueModel::FreeBsd(b) if *b == FreeBsdBuckets::new(b.ncpus()) => {
+                ModelSpec::Freebsd(b.ncpus())
+            }
+            QueueModel::FreeBsd(b) => ModelSpec::FreebsdBits {
+                cpus: b.ncpus(),
+                bits: b.bits(),
+            },
         }
     }
 
@@ -108,6 +122,11 @@ impl ModelSpec {
             ModelSpec::Modulo(n) => QueueModel::Modulo(*n),
             ModelSpec::Rps(n) => QueueModel::Rps(*n),
             ModelSpec::Freebsd(n) => QueueModel::FreeBsd(FreeBsdBuckets::new(*n)),
+            ModelSpec::FreebsdBits { cpus, bits } => {
+                QueueModel::FreeBsd(FreeBsdBuckets::with_bits(*bits, *cpus).ok_or_else(|| {
+                    ToolError::usage(format!("FreeBSD takes 0 to 7 bits, not {bits}"))
+                })?)
+            }
         })
     }
 }
@@ -121,6 +140,9 @@ pub struct Placement {
     pub queues: Vec<u32>,
     /// The RSS key, hex.
     pub key: String,
+    /// The NIC's symmetric hashing (ethtool `symmetric-xor`), if any.
+    #[serde(default)]
+    pub symmetric: Symmetric,
     /// Hash → queue.
     pub model: ModelSpec,
 }

@@ -127,6 +127,8 @@ fn placed(
         hash_ports: true,
         queues: p.queues.clone(),
         per_queue: Some(p.per_queue),
+        symmetric: p.symmetric,
+        exclude: Vec::new(),
     };
     let r =
         pick(&Toeplitz::new(&key), &model, &spec).map_err(|e| ToolError::usage(e.to_string()))?;
@@ -210,6 +212,7 @@ mod tests {
             per_queue: 2,
             queues: Vec::new(),
             key: Key::MICROSOFT.to_hex(),
+            symmetric: Default::default(),
             model: ModelSpec::Modulo(4),
         });
         let f = make_flows(&c).expect("flows");

@@ -225,6 +225,7 @@ impl Rfc2544Config {
             per_queue,
             queues,
             key: l.key.clone(),
+            symmetric: Default::default(),
             model: ModelSpec::Reta(l.reta.clone()),
         };
         let placement = match run.per_queue {
