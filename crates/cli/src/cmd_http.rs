@@ -226,9 +226,11 @@ pub struct LoadArgs {
     #[arg(long, value_parser = parse_secs0)]
     batch_wait: Option<f64>,
 
-    /// Fail (exit 1) when errors exceed this many.
-    #[arg(long)]
-    max_errors: Option<u64>,
+    /// Fail (exit 1) when errors (connect, reset, timeout, parse, 4xx and 5xx answers)
+    /// exceed this: a count (`100`) or a share of the requests sent (`0.5%`). Default: 1% —
+    /// a run whose answers are all errors never passes.
+    #[arg(long, value_parser = parse_error_budget)]
+    max_errors: Option<ErrorBudget>,
 
     /// A scenario file (TOML) with pools and phases; plain flags then only set workers.
     #[arg(long)]
@@ -433,11 +435,20 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
             busy_poll_us: a.busy_poll.map_or(0.0, micros),
             read_size: a.read_size.unwrap_or(0),
             batch_wait_us: a.batch_wait.map_or(0.0, micros),
-            max_errors: a.max_errors,
+            max_errors: None,
+            max_error_share: None,
         }
     };
     if cfg.cpus.is_empty() {
         cfg.cpus = cpus;
+    }
+    // A scenario's own limit stands; the command line's applies where it sets none.
+    if cfg.max_errors.is_none() && cfg.max_error_share.is_none() {
+        match a.max_errors {
+            Some(ErrorBudget::Count(n)) => cfg.max_errors = Some(n),
+            Some(ErrorBudget::Share(s)) => cfg.max_error_share = Some(s),
+            None => {}
+        }
     }
     if a.scenario.is_some() {
         if let Some(b) = a.busy_poll {
@@ -449,10 +460,29 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
         if let Some(b) = a.batch_wait {
             cfg.batch_wait_us = micros(b);
         }
-        cfg.max_errors = cfg.max_errors.or(a.max_errors);
         cfg.metrics = a.live.metrics.or(cfg.metrics);
     }
     Ok(cfg)
+}
+
+/// `--max-errors`: a count, or a share of the requests sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ErrorBudget {
+    Count(u64),
+    Share(f64),
+}
+
+fn parse_error_budget(s: &str) -> Result<ErrorBudget, String> {
+    match s.strip_suffix('%') {
+        Some(p) => match p.trim().parse::<f64>() {
+            Ok(v) if (0.0..=100.0).contains(&v) => Ok(ErrorBudget::Share(v / 100.0)),
+            _ => Err(format!("`{s}`: a share is a percentage from 0% to 100%")),
+        },
+        None => s
+            .parse()
+            .map(ErrorBudget::Count)
+            .map_err(|_| format!("`{s}`: give a count of errors (100) or a share (0.5%)")),
+    }
 }
 
 const CSV_HEAD: &str = "elapsed_s,interval_s,open,requests,responses,responses_per_s,body_bytes_per_s,status_2xx,errors,rss_kib";

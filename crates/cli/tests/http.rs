@@ -251,6 +251,7 @@ http {{
     location = /stub {{ stub_status; access_log off; }}
     location / {{ return 200 \"0123456789\"; }}
     location = /f {{ root {d}; sendfile off; output_buffers 1 1k; }}
+    location = /forbidden {{ access_log off; return 403; }}
   }}
 }}
 "
@@ -344,6 +345,26 @@ http {{
         u(t, &["connects"]) + 2,
         "stub_status accepts: {stub}"
     );
+    // A run whose every answer is nginx's 403 fails by default (more errors than 1 % of the
+    // requests), its `passed` and exit code agreeing; `--max-errors 100%` lets it pass, and a
+    // count below the errors fails it again. (It once said `"passed": true` with 50 000 403s.)
+    let forbidden = "http://198.18.0.1:8081/forbidden";
+    for (limit, want) in [(None, 1), (Some("100%"), 0), (Some("10"), 1)] {
+        let mut args = vec![forbidden, "-c", "4", "-d", "0.5"];
+        args.extend(limit.iter().flat_map(|l| ["--max-errors", l]));
+        let (code, j) = load(&ns, &args);
+        let t = &j["total"];
+        assert!(u(t, &["status_4xx"]) > 10, "{j}");
+        assert_eq!(u(t, &["status_4xx"]), u(t, &["responses"]), "{j}");
+        assert_eq!(u(&j, &["errors"]), u(t, &["status_4xx"]), "{j}");
+        assert_eq!(code, Some(want), "--max-errors {limit:?}: {j}");
+        assert_eq!(j["passed"], want == 0, "{j}");
+        if limit.is_none() {
+            assert_eq!(j["max_error_share"], 0.01, "{j}");
+            let why = j["failures"][0].as_str().expect("a failure");
+            assert!(why.contains("errors in"), "{why}");
+        }
+    }
     // Batch waits against nginx made the limit (/f: measured 0.61–0.69 of the cycle below in
     // debug and release builds), one worker so that its 100 connections keep 64 or more
     // answers outstanding: most answers are read right after a wait, their latency ending at

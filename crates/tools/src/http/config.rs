@@ -71,6 +71,9 @@ fn default_name() -> String {
     "default".into()
 }
 
+/// The share of requests that may be errors when no limit is given (1 %).
+pub const DEFAULT_MAX_ERROR_SHARE: f64 = 0.01;
+
 /// What `http load` runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,9 +123,14 @@ pub struct HttpLoadConfig {
     #[serde(default)]
     pub batch_wait_us: f64,
     /// More errors than this (connect, reset, timeout, parse, closed early, 4xx/5xx) fail
-    /// the run.
+    /// the run. Unset: `max_error_share` of the requests sent.
     #[serde(default)]
     pub max_errors: Option<u64>,
+    /// Without `max_errors`: a run whose errors are more than this share (0–1) of the
+    /// requests it sent fails. Unset: [`DEFAULT_MAX_ERROR_SHARE`] (1 %), so that a run
+    /// whose answers are all 403s or 404s is never "passed".
+    #[serde(default)]
+    pub max_error_share: Option<f64>,
     /// Serve the workers' counters in the OpenMetrics text format at this address while
     /// running (`--metrics`).
     #[serde(default)]

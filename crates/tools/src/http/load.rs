@@ -236,8 +236,11 @@ pub struct HttpLoadReport {
     pub unanswered: u64,
     /// Errors (see `HttpLoadCounts::errors`).
     pub errors: u64,
-    /// The error limit, and whether the run stayed within it.
+    /// The error limit as a count, when one was given.
     pub max_errors: Option<u64>,
+    /// The error limit as a share of the requests sent (0–1), when no count was given.
+    #[serde(default)]
+    pub max_error_share: Option<f64>,
     /// False when errors exceeded `max_errors`, no request was answered, or a worker failed.
     pub passed: bool,
     /// Why the run failed (besides `worker_errors`), in words.
@@ -804,9 +807,28 @@ pub fn run(
         .map(|(worker, error)| WorkerError { worker, error })
         .collect();
     let mut failures = Vec::new();
-    if let Some(m) = cfg.max_errors.filter(|&m| errors > m) {
-        failures.push(format!("{errors} errors, more than --max-errors {m}"));
-    }
+    let share = match cfg.max_errors {
+        Some(m) => {
+            if errors > m {
+                failures.push(format!("{errors} errors, more than --max-errors {m}"));
+            }
+            None
+        }
+        None => {
+            let share = cfg
+                .max_error_share
+                .unwrap_or(super::config::DEFAULT_MAX_ERROR_SHARE);
+            if errors as f64 > share * total.requests as f64 {
+                failures.push(format!(
+                    "{errors} errors in {} requests, more than --max-errors {}% of them \
+                     (the default; set --max-errors to a count or a share)",
+                    total.requests,
+                    share * 100.0
+                ));
+            }
+            Some(share)
+        }
+    };
     if total.responses == 0 {
         failures.push(no_answers(cfg, &total, first_error.as_deref()));
     }
@@ -820,6 +842,7 @@ pub fn run(
         unanswered: total.requests.saturating_sub(total.responses),
         errors,
         max_errors: cfg.max_errors,
+        max_error_share: share,
         passed,
         failures,
         first_error,
