@@ -125,6 +125,77 @@ fn tbf_lab_with(tag: &str, lab_args: &[&str], rate: &str, limit: u32) -> Option<
     Some(lab)
 }
 
+/// A rate limiter, not a queue: the DUT's kernel routes through an nftables policer of
+/// 30 000 frames a second (`limit rate over 30000/second drop`), which forwards its rate
+/// however hard it is pushed, behind a generator whose ceiling (the maximum here: no line
+/// rate) is hundreds of times higher. The search once aimed its second trial at half of what
+/// the first overload trial delivered, passed there, and stopped at half the policer's rate.
+/// The PDR must be the policer's rate (the policer loses a few frames at any rate near its
+/// edge when the generator's sends bunch past its 50-frame burst, so the NDR is asserted
+/// only to lie below it).
+#[test]
+fn a_rate_limiter_is_found_at_its_rate() {
+    if !need_program("nft") {
+        return;
+    }
+    let Some(lab) = Line::up(
+        "p",
+        &["--kernel", "route", "--steer", "rss", "--cpu-queue", "512"],
+    ) else {
+        return;
+    };
+    quiet(&lab);
+    for rule in [
+        &["add", "table", "inet", "fl_policer"][..],
+        &[
+            "add",
+            "chain",
+            "inet",
+            "fl_policer",
+            "c",
+            "{ type filter hook forward priority 0; }",
+        ],
+        &[
+            "add",
+            "rule",
+            "inet",
+            "fl_policer",
+            "c",
+            "limit",
+            "rate",
+            "over",
+            "30000/second",
+            "burst",
+            "50",
+            "packets",
+            "drop",
+        ],
+    ] {
+        let st = lab.dut.command("nft").args(rule).status().expect("nft");
+        assert!(st.success(), "nft {rule:?}");
+    }
+    let (code, j, err) = rfc2544(&lab, &["--tests", "throughput", "--trial-secs", "2"]);
+    assert_eq!(code, Some(0), "{err}");
+    let t = &j["sizes"][0]["throughput"];
+    let pdr = t["pdr"]["pps"].as_f64().expect("pdr");
+    assert_eq!(t["pdr"]["confirmed"], true, "{t}");
+    assert!(
+        (29_100.0..=30_300.0).contains(&pdr),
+        "PDR {pdr} against a 30 000/s policer: {t}"
+    );
+    let ndr = t["ndr"]["pps"].as_f64().expect("ndr");
+    assert!(ndr <= 30_300.0, "{t}");
+    // The first failure's delivered rate was used: no trial between a third and 97 % of the
+    // policer's rate was needed to find it (halving from it tried 15 000).
+    let trials = trials(&j);
+    let second = &trials[2];
+    assert!(
+        second["rate_pps"].as_f64().expect("rate") > 29_000.0,
+        "{second}"
+    );
+    valid(&j);
+}
+
 #[test]
 fn a_dut_of_known_capacity_is_found_within_the_resolution() {
     let Some(lab) = tbf_lab("c", Steer::Rss) else {
