@@ -84,7 +84,8 @@ pub fn run(a: PickArgs) -> CmdResult {
         queues: a.only.clone().map(|l| l.0).unwrap_or_default(),
         per_queue: (!a.all).then_some(a.per_queue),
         symmetric: m.symmetric,
-        exclude: a.src_ip.exclude.clone(),
+        // The destination is no source for a flow to it, whatever the range.
+        exclude: [a.src_ip.exclude.as_slice(), &[a.dst.addr]].concat(),
     };
     let result = pick(&hasher, model, &spec).map_err(Failure::usage)?;
     if result.verify_failures > 0 {

@@ -26,7 +26,8 @@ fn brute_counts(h: &Toeplitz, m: &QueueModel, s: &PickSpec) -> Vec<u128> {
     let (lo, hi) = (addr_to_u128(s.src_addrs.0), addr_to_u128(s.src_addrs.1));
     for a in lo..=hi {
         let src = u128_to_addr(a, s.dst);
-        if src == s.dst || s.exclude.contains(&src) {
+        let sorted_dst = s.symmetric == Symmetric::Sort && src == s.dst;
+        if sorted_dst || s.exclude.contains(&src) {
             continue;
         }
         for p in s.src_ports.0..=s.src_ports.1 {
@@ -57,7 +58,6 @@ fn check(h: &Toeplitz, m: &QueueModel, s: &PickSpec) -> PickResult {
         assert_eq!(qp.tuples.len() as u128, want, "queue {}", qp.queue);
         for p in &qp.tuples {
             assert_eq!(h.hash(&p.tuple.symmetric(s.symmetric)), p.hash);
-            assert_ne!(p.tuple.src(), s.dst, "the destination offered as a source");
             assert!(!s.exclude.contains(&p.tuple.src()), "{}", p.tuple);
             assert_eq!(m.queue(p.hash), qp.queue, "{}", p.tuple);
             let (sp, dp) = p.tuple.ports().unwrap_or((s.src_ports.0, s.dst_port));
@@ -226,15 +226,15 @@ fn too_wide_and_too_many() {
         ..many
     };
     let r = pick(&h, &m, &few).expect("solvable");
-    assert!(r.queues.iter().all(|q| q.tuples.len() == 2));
-    // 2^17 addresses less the destination (inside the range), 2^16 ports each.
-    let total: u128 = r.queues.iter().map(|q| q.available).sum();
-    assert_eq!(total, ((1u128 << 17) - 1) << 16);
+    assert!(r
+        .queues
+        .iter()
+        .all(|q| q.tuples.len() == 2 && q.available == 1u128 << 32));
 }
 
-/// The destination is never offered as a source, nor an excluded address (a prefix's network
-/// and broadcast addresses): `pick --dst 10.11.2.1:8080 --src-ip 10.11.2.0/24 --two-tuple`
-/// once offered 10.11.2.1 itself.
+/// An excluded address (the destination, a prefix's network and broadcast addresses, as `pick`
+/// excludes them) is never offered: `pick --dst 10.11.2.1:8080 --src-ip 10.11.2.0/24
+/// --two-tuple` once offered 10.11.2.1 itself.
 #[test]
 fn the_destination_and_excluded_addresses_are_never_offered() {
     let h = Toeplitz::new(&Key::MICROSOFT);
@@ -246,7 +246,7 @@ fn the_destination_and_excluded_addresses_are_never_offered() {
                 dst: v4("198.18.2.1"),
                 hash_ports: !two_tuple,
                 per_queue: None,
-                exclude: vec![v4("198.18.2.0"), v4("198.18.2.255")],
+                exclude: vec![v4("198.18.2.0"), v4("198.18.2.255"), v4("198.18.2.1")],
                 ..spec((5000, 5003))
             };
             let r = check(&h, &m, &s);
@@ -257,10 +257,20 @@ fn the_destination_and_excluded_addresses_are_never_offered() {
     }
     let only = PickSpec {
         src_addrs: (v4("198.19.0.1"), v4("198.19.0.1")),
+        exclude: vec![v4("198.19.0.1")],
         ..spec((5000, 5000))
     };
     let m = QueueModel::Reta(Reta::round_robin(128, 2).expect("valid"));
     assert_eq!(pick(&h, &m, &only), Err(PickError::NothingLeft));
+    // Unexcluded, the destination is a source like any other (loopback sends from it).
+    let lo = PickSpec {
+        exclude: vec![],
+        ..only
+    };
+    assert!(check(&h, &m, &lo)
+        .queues
+        .iter()
+        .any(|q| !q.tuples.is_empty()));
 }
 
 /// Under a NIC's symmetric hashing the picker still solves exactly: the counts equal brute
