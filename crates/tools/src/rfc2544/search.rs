@@ -282,11 +282,11 @@ impl Search {
             // step of the maximum can be wider than the DUT's whole rate (a policer of 30 000
             // frames/s behind a generator of 7 M: 69 000), and halving from the estimate
             // then stopped the search at half the policer's rate.
-            let aim = [e * (1.0 - self.cfg.resolution / 2.0)]
-                .into_iter()
-                .find(|&a| a > lo)
-                .unwrap_or((lo + e) / 2.0);
-            (aim, TrialKind::Search)
+            let aim = e * (1.0 - self.cfg.resolution / 2.0);
+            (
+                if aim > lo { aim } else { (lo + e) / 2.0 },
+                TrialKind::Search,
+            )
         } else if goal.estimate.is_some_and(|e| {
             // A failure that delivered a little less than a rate that passed (a DUT whose
             // rate moves between trials, or sags when overloaded): the edge is just above the
