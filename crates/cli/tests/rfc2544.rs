@@ -126,13 +126,19 @@ fn tbf_lab_with(tag: &str, lab_args: &[&str], rate: &str, limit: u32) -> Option<
 }
 
 /// A rate limiter, not a queue: the DUT's kernel routes through an nftables policer of
-/// 30 000 frames a second (`limit rate over 30000/second drop`), which forwards its rate
-/// however hard it is pushed, behind a generator whose ceiling (the maximum here: no line
-/// rate) is hundreds of times higher. The search once aimed its second trial at half of what
-/// the first overload trial delivered, passed there, and stopped at half the policer's rate.
-/// The PDR must be the policer's rate (the policer loses a few frames at any rate near its
-/// edge when the generator's sends bunch past its 50-frame burst, so the NDR is asserted
-/// only to lie below it).
+/// 30 000 frames a second (`limit rate over 30000/second burst 1000 packets drop`), which
+/// forwards its rate however hard it is pushed, behind a generator whose ceiling (the maximum
+/// here: no line rate) is hundreds of times higher. The search once aimed its second trial at
+/// half of what the first overload trial delivered, passed there, and stopped at half the
+/// policer's rate.
+///
+/// The policer's burst is 1000 frames (33 ms of its rate), as a real one's is tens of ms: with
+/// a burst of 50 (1.7 ms) the generator's own bunching (bursts of up to 32 frames, two of them
+/// back to back after a late wake-up) lost a few frames at every rate — 0.1-0.2 % at 7-15 k
+/// frames/s here, and on the CI host more than the 0.5 % tolerance at 15 k, so the search
+/// walked down to a quarter of the rate. With 1000 a 2 s trial may carry 500 frames/s more
+/// than the rate (the burst spread over it), which the 10 s confirmation and the long trials
+/// take back: the PDR must end within 3 % below the policer's rate, the NDR within 5 %.
 #[test]
 fn a_rate_limiter_is_found_at_its_rate() {
     if !need_program("nft") {
@@ -166,7 +172,7 @@ fn a_rate_limiter_is_found_at_its_rate() {
             "over",
             "30000/second",
             "burst",
-            "50",
+            "1000",
             "packets",
             "drop",
         ],
@@ -181,10 +187,15 @@ fn a_rate_limiter_is_found_at_its_rate() {
     assert_eq!(t["pdr"]["confirmed"], true, "{t}");
     assert!(
         (29_100.0..=30_300.0).contains(&pdr),
-        "PDR {pdr} against a 30 000/s policer: {t}"
+        "PDR {pdr} against a 30 000/s policer: {t}; trials {}",
+        j["trials"]
     );
     let ndr = t["ndr"]["pps"].as_f64().expect("ndr");
-    assert!(ndr <= 30_300.0, "{t}");
+    assert!(
+        (28_500.0..=30_300.0).contains(&ndr),
+        "{t}; trials {}",
+        j["trials"]
+    );
     // The first failure's delivered rate was used: no trial between a third and 97 % of the
     // policer's rate was needed to find it (halving from it tried 15 000).
     let trials = trials(&j);
