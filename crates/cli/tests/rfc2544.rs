@@ -98,12 +98,13 @@ fn tbf_lab(tag: &str, steer: Steer) -> Option<Line> {
         Steer::Rss => &["--steer", "rss", "--cpu-queue", "512"],
         Steer::RssDeep => &["--steer", "rss", "--cpu-queue", "2048"],
     };
-    tbf_lab_with(tag, lab_args, "24mbit", 60_000)
+    tbf_lab_with(tag, lab_args, "24mbit", 3_000, 60_000)
 }
 
 /// A line lab made with `lab_args` whose kernel routes through a token bucket of `rate` (tc's
-/// spelling), a bucket of 50 60-byte frames and a queue of `limit` bytes.
-fn tbf_lab_with(tag: &str, lab_args: &[&str], rate: &str, limit: u32) -> Option<Line> {
+/// spelling), a bucket of `burst` bytes (3000: 50 60-byte frames) and a queue of `limit`
+/// bytes.
+fn tbf_lab_with(tag: &str, lab_args: &[&str], rate: &str, burst: u32, limit: u32) -> Option<Line> {
     if !need_program("tc") {
         return None;
     }
@@ -118,7 +119,7 @@ fn tbf_lab_with(tag: &str, lab_args: &[&str], rate: &str, limit: u32) -> Option<
         .dut
         .command("tc")
         .args(["qdisc", "add", "dev", "fldut1", "root", "tbf", "rate", rate])
-        .args(["burst", "3000", "limit", &limit.to_string()])
+        .args(["burst", &burst.to_string(), "limit", &limit.to_string()])
         .status()
         .expect("tc");
     assert!(st.success());
@@ -347,7 +348,7 @@ fn frames_a_dut_still_holds_are_counted_not_lost() {
     const RATE: f64 = 20_000.0;
     // Software RSS puts the DUT's forwarding on the other CPU (without it the generator pays
     // for the DUT's work in its own sends), its CPU queue as deep as the lab makes it.
-    let Some(lab) = tbf_lab_with("d", &["--steer", "rss"], "9600kbit", 1_500_000) else {
+    let Some(lab) = tbf_lab_with("d", &["--steer", "rss"], "9600kbit", 3_000, 1_500_000) else {
         return;
     };
     let s0 = dev_counts(&lab.sink, "flsink");
@@ -396,9 +397,22 @@ fn frames_a_dut_still_holds_are_counted_not_lost() {
     assert_eq!(s1.0 - s0.0, got + 100, "flsink's rx counter: {err}");
 }
 
+/// The bucket here holds 500 frames (10 ms of its rate), not the other tests' 50: at three
+/// times its rate the DUT's CPU forwards 150 000 frames a second into it, and the bucket's
+/// timer, run late on that busy CPU, found a 50-frame bucket full and lost its tokens — so it
+/// carried 42-50 k of its 50 k a second (three runs here; 73.6 % loss where 64.0 % was the
+/// model on the CI host). With 500 it carried 51.0-51.1 k in three runs (its rate and what the
+/// queue and the bucket held), which is the model: on a slower CPU the timer may run later by
+/// ten times what it did here before the model fails.
 #[test]
 fn latency_and_loss_follow_the_known_dut() {
-    let Some(lab) = tbf_lab("l", Steer::Rss) else {
+    let Some(lab) = tbf_lab_with(
+        "l",
+        &["--steer", "rss", "--cpu-queue", "512"],
+        "24mbit",
+        30_000,
+        60_000,
+    ) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("fl-rfc2544-{}", std::process::id()));
@@ -447,14 +461,15 @@ fn latency_and_loss_follow_the_known_dut() {
         "{pcts:?}"
     );
     // The model takes the rate the generator delivered (on a loaded machine it may fall short
-    // of the maximum; the trial then says so) less the 1050 frames the queue held (the CPU
-    // queue's 512 more are 0.3 % of a second at the maximum: inside the margin).
+    // of the maximum; the trial then says so) less the 1500 frames the queue and the bucket
+    // held (the CPU queue's 512 more are 0.3 % of a second at the maximum: inside the margin).
     let full = pts[0]["loss_pct"].as_f64().expect("loss");
     let offered = pts[0]["offered_pps"].as_f64().expect("offered");
-    let model = 100.0 * (1.0 - CAPACITY_PPS / offered - 1050.0 / offered);
+    let model = 100.0 * (1.0 - CAPACITY_PPS / offered - 1500.0 / offered);
     assert!(
         (full - model).abs() < 3.0,
-        "loss {full} % at the maximum, {model} % expected"
+        "loss {full} % at the maximum, {model} % expected: {}",
+        pts[0]
     );
     // Rates the bucket carries lose nothing.
     for p in pts {
