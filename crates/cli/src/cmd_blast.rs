@@ -188,6 +188,14 @@ pub struct BlastArgs {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     burst: u32,
 
+    /// When paced, how long a sender woken late may catch up on what fell due (bursts of
+    /// --burst back to back): 10ms, 500us, 0 (one burst only). A longer stall gives up the
+    /// rest, and the report says how late the senders were woken and how much time was lost.
+    /// udp, raw and xdp modes; xdp-live's program catches up one --burst (it runs in the
+    /// kernel, never asleep while it sends).
+    #[arg(long, default_value = "10ms", value_parser = parse_catch_up)]
+    catch_up: f64,
+
     /// Datagrams per sendmmsg call.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
     batch: u64,
@@ -345,6 +353,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         duration_s: a.duration,
         rate: a.rate,
         burst: a.burst,
+        catch_up_s: a.catch_up,
         batch: a.batch as usize,
         cpus: match &a.cpus {
             Some(c) => usable_cpus(Some(c))?,
@@ -547,4 +556,16 @@ fn parse_pct(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
         _ => Err(format!("`{s}` is not a percentage from 0 to 100")),
     }
+}
+
+/// `--catch-up`: a duration of at most 10 s (a catch-up is a few scheduler slices, not a
+/// run's worth of credit).
+fn parse_catch_up(s: &str) -> Result<f64, String> {
+    let v = parse_duration(s)?;
+    if v > 10.0 {
+        return Err(format!(
+            "`{s}` is longer than a catch-up needs (at most 10s; a few ms covers a late wake-up)"
+        ));
+    }
+    Ok(v)
 }

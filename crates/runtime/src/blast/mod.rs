@@ -86,6 +86,9 @@ pub struct BlastJob {
     pub pps: Option<f64>,
     /// Most datagrams that may leave at once when paced.
     pub burst: u32,
+    /// When paced, how long a late sender may catch up on what fell due (bursts back to
+    /// back); a longer stall gives up the rest (see [`crate::pace`]).
+    pub catch_up: Duration,
     /// Datagrams per `sendmmsg`.
     pub batch: usize,
     /// Take echoes back and account them.
@@ -136,6 +139,10 @@ pub struct BlastReport {
     pub rtt_ns: Option<Histogram<u64>>,
     /// When the first datagram left and the last one left (CLOCK_MONOTONIC ns).
     pub tx_window_ns: (u64, u64),
+    /// Paced: datagrams whose time passed in stalls longer than the catch-up, and the most a
+    /// due datagram waited for the sender (ns). Zero unpaced.
+    pub forfeited: u64,
+    pub late_max_ns: u64,
 }
 
 /// Why a worker could not be made.
@@ -180,7 +187,9 @@ impl TxBook {
     fn new(job: &BlastJob) -> TxBook {
         let now = os::monotonic_ns();
         TxBook {
-            pacer: job.pps.map(|p| Pacer::new(p, job.burst, now)),
+            pacer: job
+                .pps
+                .map(|p| Pacer::new(p, job.burst, job.catch_up.as_nanos() as u64, now)),
             quota: job.quota,
             deadline_ns: job.deadline_ns,
             sent: 0,
@@ -263,6 +272,8 @@ impl TxBook {
                 flows,
                 rtt_ns,
                 tx_window_ns: (self.first_tx, self.last_tx),
+                forfeited: self.pacer.as_ref().map_or(0, Pacer::forfeited),
+                late_max_ns: self.pacer.as_ref().map_or(0, Pacer::late_max_ns),
             });
         }
     }

@@ -187,6 +187,10 @@ pub struct BlastConfig {
     pub rate: Option<Rate>,
     /// Token bucket depth when paced.
     pub burst: u32,
+    /// When paced, how long a sender woken late may catch up on what fell due, seconds
+    /// (bursts back to back); a longer stall gives its excess up and it is counted.
+    #[serde(default = "default_catch_up_s")]
+    pub catch_up_s: f64,
     /// Datagrams per sendmmsg call.
     pub batch: usize,
     /// Sender threads, one pinned per CPU (at most one per flow).
@@ -208,6 +212,16 @@ pub struct BlastConfig {
     /// Send a capture's frames instead of building them (frame modes). `to` is then optional.
     #[serde(default)]
     pub pcap: Option<super::PcapSource>,
+}
+
+/// The catch-up a paced sender has by default: 10 ms, three times the few ms a competing
+/// process holds a shared CPU (one scheduler slice), and so short that what a stall leaves to
+/// catch up is at most 10 ms of the rate. Measured in BENCHMARKS.md ("Paced rates on a shared
+/// CPU").
+pub const DEFAULT_CATCH_UP_S: f64 = 0.010;
+
+fn default_catch_up_s() -> f64 {
+    DEFAULT_CATCH_UP_S
 }
 
 impl BlastConfig {
@@ -241,6 +255,7 @@ impl BlastConfig {
             duration_s: None,
             rate: None,
             burst: 32,
+            catch_up_s: DEFAULT_CATCH_UP_S,
             batch: 64,
             cpus: vec![cpu],
             echo: false,

@@ -70,6 +70,13 @@ pub struct StepReport {
     pub generator_limited: Option<bool>,
     /// Why it was not reached.
     pub generator_limited_reason: Option<String>,
+    /// With a rate: datagrams whose time passed unsent in stalls longer than the catch-up
+    /// (`--catch-up`), over all senders.
+    #[serde(default)]
+    pub pace_forfeited: Option<u64>,
+    /// With a rate: the most a due datagram waited for its sender to wake, milliseconds.
+    #[serde(default)]
+    pub late_max_ms: Option<f64>,
     /// Which part set the rate: `generator` or `path`.
     pub limited_by: Option<String>,
     /// What failed in this step, in words; empty: it did what was asked.

@@ -86,6 +86,7 @@ pub(super) fn run_step(
                 quota: a.count.map(|c| split(c, nthreads, w)).or(once),
                 pps: requested_pps.map(|p| p / nthreads as f64),
                 burst: a.burst,
+                catch_up: std::time::Duration::from_secs_f64(a.catch_up_s.clamp(0.0, 10.0)),
                 batch: a.batch,
                 echo: a.echo,
                 linger: plan.linger,
@@ -335,6 +336,8 @@ fn summarize(
     }
     let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
     let tx_pps = per_s(t.tx_packets);
+    let forfeited: u64 = reports.iter().map(|r| r.forfeited).sum();
+    let late_max_ns = reports.iter().map(|r| r.late_max_ns).max().unwrap_or(0);
     let limited = requested_pps.map(|req| {
         // One packet's worth of slack: a window of n packets spans n−1 intervals.
         let achieved = if t.tx_packets > 1 && secs > 0.0 {
@@ -350,12 +353,21 @@ fn summarize(
                  socket, not pacing, set the rate",
                 t.tx_full
             ))
+        } else if forfeited > 0 {
+            Some(format!(
+                "the sending threads were woken too late: up to {:.1} ms after a datagram was \
+                 due, longer than the {:.0} ms they may catch up, so {forfeited} datagrams' time \
+                 passed unsent (a CPU shared with a busy process, or a slow timer); give the \
+                 senders CPUs of their own (--cpus), or a longer --catch-up",
+                late_max_ns as f64 / 1e6,
+                a.catch_up_s * 1e3
+            ))
         } else {
             Some(format!(
-                "the sending threads could not keep up: CPU-bound, or woken too late for a \
-                 bucket of {} datagrams (the burst) to carry the rate (a loaded CPU wakes a \
-                 thread every few ms); add CPUs, a larger burst or batch",
-                a.burst
+                "the sending threads could not keep up: CPU-bound (every due datagram was \
+                 sent as soon as they came, at worst {:.1} ms late); add CPUs or a larger \
+                 batch",
+                late_max_ns as f64 / 1e6
             ))
         }
     });
@@ -389,6 +401,8 @@ fn summarize(
         requested_pps: requested_pps.map(f64::round),
         generator_limited: limited.as_ref().map(Option::is_some),
         generator_limited_reason: limited.clone().flatten(),
+        pace_forfeited: requested_pps.map(|_| forfeited),
+        late_max_ms: requested_pps.map(|_| late_max_ns as f64 / 1e6),
         limited_by,
         problems: Vec::new(),
         frame_bytes: match frames {
