@@ -156,7 +156,9 @@ pub struct BlastArgs {
     /// Frame size in bytes, Ethernet FCS excluded (60 = the 64-byte minimum frame): UDP payload
     /// = size − 42 (IPv4) or − 62 (IPv6). Larger than the path MTU means IP fragments (udp
     /// mode). A comma list (60,124,508,1514) is a sweep: one step per size, each with the same
-    /// --count/--duration and --rate, and a table at the end. Default: the smallest frame that
+    /// --count/--duration and --rate, and a table at the end; each step's flows carry ids of
+    /// their own (step k: ids + k × --flows), so a sink across the sweep reports the steps
+    /// apart and finds no duplicates. Default: the smallest frame that
     /// carries the 16-byte flowlane header — 60 for IPv4 (the minimum frame), 78 for IPv6.
     #[arg(long, short = 'l', value_parser = parse_size_list, conflicts_with = "payload")]
     size: Option<SizeList>,

@@ -287,6 +287,12 @@ fn print_summary(r: &SinkReport) {
             r.split_flows
         );
     }
+    for z in &r.by_size {
+        println!(
+            "  size {:>5} B ({} flow(s)): received {}, lost {}, reordered {}, duplicates {}",
+            z.frame_bytes, z.flows, z.rx_packets, z.lost, z.reordered, z.duplicates
+        );
+    }
     if r.flows.len() <= 16 {
         for f in &r.flows {
             println!(

@@ -204,14 +204,7 @@ fn a_paced_rate_is_kept_beside_a_busy_process() {
         })
     };
     let args = [
-        "--to",
-        &to,
-        "--rate",
-        "20k",
-        "--count",
-        "40000",
-        "--cpus",
-        "0",
+        "--to", &to, "--rate", "20k", "--count", "40000", "--cpus", "0",
     ];
     let (mut code, mut j) = (None, Value::Null);
     let n = dut_rx(&p, || (code, j) = blast_judged(&p, &args));
@@ -884,6 +877,100 @@ fn a_size_sweep_runs_one_step_per_size() {
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A sweep's steps each start their sequence numbers at 0: under the same flow ids a sink
+/// across the sweep counted 2 000 duplicates of 3 000 honest frames. Each step's flows now
+/// have ids of their own, and the sink reports the steps apart (one row per frame length).
+#[test]
+fn a_sink_across_a_size_sweep_tells_the_steps_apart() {
+    let Some((_one, p)) = pair() else { return };
+    let to = format!("{DUT_ADDR}:9000");
+    let mut b = Value::Null;
+    let (s, iface) = sink_during(&p, &[], || {
+        b = blast(
+            &p,
+            &[
+                "--mode",
+                "raw",
+                "--dev",
+                &p.gen_if,
+                "--to",
+                &to,
+                "--size",
+                "60,508,1514",
+                "--count",
+                "1000",
+                "--flows",
+                "2",
+                "--rate",
+                "50k",
+            ],
+        );
+    });
+    assert_eq!(iface, 3000, "peer interface");
+    assert_eq!(s["flowlane_packets"], 3000, "{s}");
+    assert_eq!(
+        (&s["lost"], &s["reordered"], &s["duplicates"]),
+        (&0.into(), &0.into(), &0.into()),
+        "{s}"
+    );
+    // Step k's flows are ids 2k and 2k+1, each of one length.
+    let mut ids: Vec<(u64, u64)> = s["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_u64().expect("id"),
+                f["frame_bytes"].as_u64().expect("len"),
+            )
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        [(0, 60), (1, 60), (2, 508), (3, 508), (4, 1514), (5, 1514)],
+        "{s}"
+    );
+    let rows: Vec<(u64, u64, u64)> = s["by_size"]
+        .as_array()
+        .expect("by_size")
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().expect("n");
+            (n("frame_bytes"), n("flows"), n("rx_packets"))
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [(60, 2, 1000), (508, 2, 1000), (1514, 2, 1000)],
+        "{s}"
+    );
+    // The sender's report names the same ids per step.
+    let steps = b["sweep"].as_array().expect("sweep");
+    let step_ids: Vec<Vec<u64>> = steps
+        .iter()
+        .map(|st| {
+            st["flows"]
+                .as_array()
+                .expect("flows")
+                .iter()
+                .map(|f| f["id"].as_u64().expect("id"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(step_ids, [[0, 1], [2, 3], [4, 5]], "{b}");
+    // More steps × flows than the header's 16-bit id holds: said before anything is sent.
+    let out = p
+        .gen
+        .command(BIN)
+        .args(["blast", "--mode", "raw", "--dev", &p.gen_if, "--to", &to])
+        .args(["--size", "60,124", "--flows", "40000", "--count", "1"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("65 536"));
 }
 
 #[test]

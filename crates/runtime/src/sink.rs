@@ -85,7 +85,13 @@ pub struct SinkFlow<'a> {
     pub dst: SocketAddr,
     /// Sequence accounting.
     pub seq: &'a SeqTracker,
+    /// The length of its frames (bytes, FCS excluded) when all had one (a step of a size
+    /// sweep); `None` when they differed (a mix).
+    pub frame_bytes: Option<usize>,
 }
+
+/// A flow whose frames had more than one length.
+const MIXED: u32 = u32::MAX;
 
 /// The accounting of a sink: feed it frames, read the counts.
 #[derive(Debug, Clone)]
@@ -98,6 +104,8 @@ pub struct SinkBook {
     pub book: FlowBook,
     /// Per flow id: the addresses of its first frame (`None`: not seen).
     addrs: Vec<Option<(SocketAddr, SocketAddr)>>,
+    /// Per flow id: the length of its frames ([`MIXED`] once two differed).
+    lens: Vec<u32>,
 }
 
 /// What one frame was, for the caller's live counters.
@@ -121,6 +129,7 @@ impl SinkBook {
             counts: SinkCounts::default(),
             book: FlowBook::open(),
             addrs: Vec::new(),
+            lens: Vec::new(),
         }
     }
 
@@ -163,8 +172,15 @@ impl SinkBook {
         let i = usize::from(h.flow);
         if i >= self.addrs.len() {
             self.addrs.resize(i + 1, None);
+            self.lens.resize(i + 1, 0);
         }
         self.addrs[i].get_or_insert((f.src, f.dst));
+        let len = u32::try_from(data.len()).unwrap_or(MIXED);
+        if self.lens[i] == 0 {
+            self.lens[i] = len;
+        } else if self.lens[i] != len {
+            self.lens[i] = MIXED;
+        }
         if self.book.record(h.flow, h.seq, h.tx_ns, now_ns) == Recorded::Skewed {
             self.counts.clock_skew += 1;
         }
@@ -182,6 +198,11 @@ impl SinkBook {
                     src,
                     dst,
                     seq: self.book.flow(id)?,
+                    frame_bytes: self
+                        .lens
+                        .get(i)
+                        .filter(|&&l| l != MIXED)
+                        .map(|&l| l as usize),
                 },
             ))
         })

@@ -169,6 +169,8 @@ pub fn run(
         (BlastMode::Xdp, Some(dev)) => Some(backend::choose(dev, Backend::AfXdp)?),
         (BlastMode::XdpLive, Some(dev)) => Some(backend::choose(dev, Backend::LiveFrames)?),
     };
+    // Every step's flows under ids of their own, said before anything is sent.
+    step::step_id_offset(steps.len().saturating_sub(1), flows.len())?;
     // Never more threads than flows: a thread needs a flow to send on.
     let nthreads = a.cpus.len().min(flows.len()).max(1);
     let plan = step::Plan {
@@ -195,11 +197,11 @@ fn run_steps(
     on_event: &mut dyn FnMut(BlastEvent),
 ) -> Result<BlastReport, ToolError> {
     let mut done = Vec::new();
-    for frames in steps {
+    for (index, frames) in steps.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let r = step::run_step(a, plan, frames, stop, on_event)?;
+        let r = step::run_step(a, plan, index, frames, stop, on_event)?;
         let broken =
             !r.errors.is_empty() || r.device_refused.is_some_and(|n| n > 0) || r.ring_refused > 0;
         on_event(BlastEvent::StepDone(Box::new(r.clone())));

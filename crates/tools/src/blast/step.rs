@@ -40,6 +40,22 @@ pub(super) fn mean(frames: &[usize]) -> f64 {
     frames.iter().sum::<usize>() as f64 / frames.len().max(1) as f64
 }
 
+/// How far step `index`'s flow ids lie above the plan's: `index` × `flows`, which must fit the
+/// header's 16-bit flow id with every flow of the step.
+pub(super) fn step_id_offset(index: usize, flows: usize) -> Result<u16, ToolError> {
+    index
+        .checked_mul(flows)
+        .filter(|o| o + flows <= 1 << 16)
+        .and_then(|o| u16::try_from(o).ok())
+        .ok_or_else(|| {
+            ToolError::usage(format!(
+                "a size sweep gives each step's flows ids of their own, and {} steps of {flows} \
+                 flows need more than the header's 65 536: fewer flows or fewer sizes",
+                index + 1
+            ))
+        })
+}
+
 /// Splits `total` into `parts` shares that add up exactly.
 fn split(total: u64, parts: usize, i: usize) -> u64 {
     let p = parts.max(1) as u64;
@@ -47,15 +63,27 @@ fn split(total: u64, parts: usize, i: usize) -> u64 {
 }
 
 /// One step: every thread sends its share with the frame sizes `frames` (a cycle per flow).
+/// Step `index` of a sweep sends its flows under ids of their own (the plan's ids plus `index`
+/// × the number of flows), so a receiver across the sweep tells the steps apart: each step's
+/// sequence numbers start at 0 again, and under the same ids they were duplicates.
 pub(super) fn run_step(
     a: &BlastConfig,
     plan: &Plan,
+    index: usize,
     frames: &[usize],
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(BlastEvent),
 ) -> Result<StepReport, ToolError> {
     let nthreads = plan.cpus.len();
-    let flows = &plan.flows;
+    let offset = step_id_offset(index, plan.flows.len())?;
+    let flows: &Vec<(Flow, Option<u32>)> = &plan
+        .flows
+        .iter()
+        .map(|&(mut f, q)| {
+            f.id = f.id.wrapping_add(offset);
+            (f, q)
+        })
+        .collect();
     let requested_pps = a.rate.map(|r| r.pps(mean(frames)));
     let start_ns = os::monotonic_ns();
     let deadline_ns = plan

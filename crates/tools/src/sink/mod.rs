@@ -138,6 +138,50 @@ pub struct SinkFlowReport {
     /// a row per queue, its loss and order counted per queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<u32>,
+    /// The length of its frames (bytes, FCS excluded) when all had one; absent for a mix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_bytes: Option<usize>,
+}
+
+/// The flows of one frame length together: one step of a size sweep (`blast --size
+/// 60,508,1514` gives each step's flows ids of their own and one length each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkSizeReport {
+    /// Frame bytes, FCS excluded.
+    pub frame_bytes: usize,
+    /// Flows whose frames all had this length.
+    pub flows: u64,
+    /// Their frames received (duplicates included), lost, out of order and duplicated.
+    pub rx_packets: u64,
+    pub lost: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+}
+
+/// The flows grouped by frame length, when more than one length was seen (a sweep): one row
+/// per length, in order; empty otherwise (and flows of mixed lengths are in no row).
+pub fn by_size(flows: &[SinkFlowReport]) -> Vec<SinkSizeReport> {
+    let mut rows: std::collections::BTreeMap<usize, SinkSizeReport> = Default::default();
+    for f in flows {
+        let Some(b) = f.frame_bytes else { continue };
+        let r = rows.entry(b).or_insert(SinkSizeReport {
+            frame_bytes: b,
+            flows: 0,
+            rx_packets: 0,
+            lost: 0,
+            reordered: 0,
+            duplicates: 0,
+        });
+        r.flows += 1;
+        r.rx_packets += f.rx_packets;
+        r.lost += f.lost;
+        r.reordered += f.reordered;
+        r.duplicates += f.duplicates;
+    }
+    if rows.len() < 2 {
+        return Vec::new();
+    }
+    rows.into_values().collect()
 }
 
 /// What `sink` reports (`flowlane sink --json`).
@@ -189,6 +233,9 @@ pub struct SinkReport {
     pub cpu_ns_per_packet: Option<f64>,
     /// Per flow, by id.
     pub flows: Vec<SinkFlowReport>,
+    /// Per frame length when the flows had more than one (the steps of a size sweep).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_size: Vec<SinkSizeReport>,
     /// The frame backend (AF_PACKET's receive ring), as asked of the kernel once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendReport>,
@@ -237,6 +284,7 @@ impl SinkReport {
             cpu_ns_per_packet: None,
             pmu: crate::PmuCost::default(),
             flows: Vec::new(),
+            by_size: Vec::new(),
             backend: None,
             capture: None,
             to_kernel: None,
@@ -553,6 +601,7 @@ fn report(
             duplicates: f.seq.duplicates,
             highest_seq: f.seq.expected().checked_sub(1),
             queue: per_queue.then_some(q as u32),
+            frame_bytes: f.frame_bytes,
         }));
     }
     flows.sort_by_key(|f| (f.id, f.queue));
@@ -590,6 +639,7 @@ fn report(
         histogram: latency,
         cpu_ns_per_packet: None,
         pmu: crate::PmuCost::default(),
+        by_size: by_size(&flows),
         flows,
         backend: Some(backend),
         capture: None,
