@@ -360,6 +360,13 @@ fn print_summary(r: &ForwardReport) {
             t.flooded, t.flood_copies
         );
     }
+    if t.checksum_completed > 0 {
+        println!(
+            "  checksum completed: {} frames a local sender had left to offload (only the \
+             pseudo header's sum) left with their UDP/TCP checksum computed",
+            t.checksum_completed
+        );
+    }
     for p in &r.ports {
         if let (Some(rx), Some(tx)) = (p.rx_packets, p.tx_packets) {
             let own = match (p.looked_at, p.queued) {

@@ -10,7 +10,7 @@
 //!   stack never sees them.
 
 use flowlane_io::frame::{FrameRx, FrameTx, Xsk, PACKET_OUTGOING, TP_STATUS_CSUMNOTREADY};
-use flowlane_wire::forward::{fill_checksum, reflect, Reason, Swap, L3};
+use flowlane_wire::forward::{complete_partial, fill_checksum, reflect, Reason, Swap, L3};
 
 use crate::{bump, counters, Poll};
 
@@ -51,6 +51,9 @@ counters! {
         flood_copies,
         /// Bridge: not sent, the destination being on the port the frame came in by.
         filtered,
+        /// Of the forwarded frames, those whose UDP or TCP checksum a local sender had left to
+        /// offload (only the pseudo header's sum) and the forwarder completed.
+        checksum_completed,
     }
 }
 
@@ -106,6 +109,7 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
 
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
         let (mut n, mut fwd, mut not_ip, mut malformed, mut trunc, mut full) = (0, 0, 0, 0, 0, 0);
+        let mut completed = 0u64;
         while n < budget {
             let Some(f) = self.rx.next() else { break };
             if f.pkt_type == PACKET_OUTGOING {
@@ -141,11 +145,7 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
                     // Fits: checked against the slot size above.
                     let len = copy_frame(data, vlan, buf);
                     let frame = &mut buf[..len];
-                    if partial {
-                        if let Ok(l3) = L3::parse(frame) {
-                            let _ = fill_checksum(frame, &l3);
-                        }
-                    }
+                    completed += u64::from(finish_checksum(frame, Some(partial)));
                     // Cannot fail: an IP frame (where it matters) of at least 14 bytes, checked
                     // above.
                     let _ = reflect(frame, swap);
@@ -168,6 +168,7 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
         bump(&st.malformed, malformed);
         bump(&st.truncated, trunc);
         bump(&st.tx_full, full);
+        bump(&st.checksum_completed, completed);
         Ok(n)
     }
 
@@ -193,6 +194,23 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+}
+
+/// Completes the UDP or TCP checksum of a frame a local sender left to offload (only the
+/// pseudo header's sum in place; the device would add the rest, and a forwarded copy has no
+/// device to do it): `Some(true)` the receive ring said so (AF_PACKET's
+/// `TP_STATUS_CSUMNOTREADY`), `Some(false)` it said not, `None` nothing says (AF_XDP: the
+/// field is compared with the pseudo header's sum, see [`complete_partial`]). Returns whether
+/// one was completed, for the `checksum_completed` counter.
+pub(crate) fn finish_checksum(frame: &mut [u8], flagged: Option<bool>) -> bool {
+    let Ok(l3) = L3::parse(frame) else {
+        return false;
+    };
+    match flagged {
+        Some(true) => fill_checksum(frame, &l3) == Ok(true),
+        Some(false) => false,
+        None => complete_partial(frame, &l3) == Ok(true),
     }
 }
 
@@ -229,11 +247,15 @@ impl Poll for XskReflectWorker {
     }
 
     fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
-        let (mut not_ip, mut malformed) = (0u64, 0u64);
+        let (mut not_ip, mut malformed, mut completed) = (0u64, 0u64, 0u64);
         let swap = self.swap;
         let (n, sent) = self.xsk.reflect(budget, |frame| match admit(frame, swap) {
-            // Admitted frames reflect without error.
-            Ok(()) => reflect(frame, swap).is_ok(),
+            // Admitted frames reflect without error; AF_XDP does not say which were left to
+            // checksum offload, so the field tells.
+            Ok(()) => {
+                completed += u64::from(finish_checksum(frame, None));
+                reflect(frame, swap).is_ok()
+            }
             Err(Reason::NotIp) => {
                 not_ip += 1;
                 false
@@ -250,6 +272,7 @@ impl Poll for XskReflectWorker {
         bump(&st.forwarded, sent as u64);
         bump(&st.not_ip, not_ip);
         bump(&st.malformed, malformed);
+        bump(&st.checksum_completed, completed);
         Ok(n)
     }
 

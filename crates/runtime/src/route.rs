@@ -15,9 +15,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use flowlane_io::frame::{FrameRx, FrameTx, XskAction, XskGroup, TP_STATUS_CSUMNOTREADY};
 use flowlane_lpm::{Fib, FibReader};
-use flowlane_wire::forward::{decrement_ttl, fill_checksum, Reason, L3};
+use flowlane_wire::forward::{decrement_ttl, Reason, L3};
 
-use crate::forward::ForwardStats;
+use crate::forward::{finish_checksum, ForwardStats};
 pub use crate::ports::PortInfo;
 use crate::ports::{Ports, SendError};
 use crate::{bump, Poll};
@@ -194,6 +194,7 @@ struct Tally {
     no_neighbour: u64,
     ttl: u64,
     too_big: u64,
+    completed: u64,
 }
 
 impl Tally {
@@ -220,6 +221,7 @@ impl Tally {
         bump(&st.no_neighbour, self.no_neighbour);
         bump(&st.ttl_exceeded, self.ttl);
         bump(&st.too_big, self.too_big);
+        bump(&st.checksum_completed, self.completed);
     }
 }
 
@@ -269,31 +271,37 @@ fn route_one(
 }
 
 /// Writes a routed frame: `data` with the next hop's MAC, the port's own, the TTL one less.
-fn write_routed(data: &[u8], partial: bool, dst: [u8; 6], src: [u8; 6], buf: &mut [u8]) -> usize {
+/// Returns the length written and whether a checksum left to offload was completed.
+fn write_routed(
+    data: &[u8],
+    partial: Option<bool>,
+    dst: [u8; 6],
+    src: [u8; 6],
+    buf: &mut [u8],
+) -> (usize, bool) {
     let len = data.len();
     let Some(out) = buf.get_mut(..len) else {
-        return 0;
+        return (0, false);
     };
     out.copy_from_slice(data);
-    rewrite(out, partial, dst, src);
-    len
+    (len, rewrite(out, partial, dst, src))
 }
 
 /// Makes `frame` the routed one where it lies: the next hop's MAC, the port's own, the TTL
-/// one less (its checksum completed first where the sender left it partial).
-fn rewrite(frame: &mut [u8], partial: bool, dst: [u8; 6], src: [u8; 6]) {
+/// one less (its checksum completed first where the sender left it to offload: `partial` as
+/// in [`finish_checksum`]). Returns whether it completed one.
+fn rewrite(frame: &mut [u8], partial: Option<bool>, dst: [u8; 6], src: [u8; 6]) -> bool {
     if frame.len() < 14 {
-        return;
+        return false;
     }
     frame[..6].copy_from_slice(&dst);
     frame[6..12].copy_from_slice(&src);
+    let completed = finish_checksum(frame, partial);
     if let Ok(l3) = L3::parse(frame) {
-        if partial {
-            let _ = fill_checksum(frame, &l3);
-        }
         // Checked by the decision: the TTL is above 1.
         let _ = decrement_ttl(frame, &l3);
     }
+    completed
 }
 
 /// One AF_XDP worker: a socket on every port over one UMEM (its queue's), frames routed where
@@ -337,7 +345,9 @@ impl Poll for XskRouteWorker {
             let done = self.group.poll(p, share, |frame| {
                 match route_one(&view, frame, info[p].mac, info, &mut t) {
                     Some((out, mac)) => {
-                        rewrite(frame, false, mac, info[out as usize].mac);
+                        // AF_XDP does not say which frames were left to checksum offload.
+                        let done = rewrite(frame, None, mac, info[out as usize].mac);
+                        t.completed += u64::from(done);
                         XskAction::Send(out as usize)
                     }
                     None => XskAction::Drop,
@@ -392,10 +402,16 @@ impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
             // Sent from this host with checksum offload: only the pseudo-header sum is
             // there; the frame leaves with its checksum computed.
             let partial = f.status & TP_STATUS_CSUMNOTREADY != 0;
+            let mut completed = false;
             match tx.send(out as usize, data.len(), &mut |buf| {
-                write_routed(data, partial, mac, src, buf)
+                let (len, done) = write_routed(data, Some(partial), mac, src, buf);
+                completed = done;
+                len
             }) {
-                Ok(()) => t.fwd += 1,
+                Ok(()) => {
+                    t.fwd += 1;
+                    t.completed += u64::from(completed);
+                }
                 Err(SendError::TooLong) => t.truncated += 1,
                 Err(SendError::Full) => t.tx_full += 1,
             }
@@ -516,7 +532,8 @@ mod tests {
     fn a_routed_frame_has_new_macs_one_ttl_less_and_a_valid_checksum() {
         let f = frame_v4([198, 18, 9, 9], 64, MAC);
         let mut buf = [0u8; 128];
-        let len = write_routed(&f, false, GW, MAC, &mut buf);
+        let (len, completed) = write_routed(&f, Some(false), GW, MAC, &mut buf);
+        assert!(!completed);
         let out = &buf[..len];
         assert_eq!(&out[..6], &GW);
         assert_eq!(&out[6..12], &MAC);

@@ -189,16 +189,15 @@ pub fn reflect(b: &mut [u8], swap: Swap) -> Result<(), Reason> {
     Ok(())
 }
 
-/// Computes and writes the UDP or TCP checksum of an unfragmented datagram in full — for a
-/// frame a local sender left to checksum offload (only the pseudo-header sum is in place), so
-/// that it is valid on the wire once forwarded. Other protocols are left alone.
-pub fn fill_checksum(b: &mut [u8], l3: &L3) -> Result<(), Reason> {
+/// Where a UDP or TCP checksum lies and what it covers: (the field's offset, the pseudo
+/// header's sum, the segment's range). `None` for other protocols and non-first fragments.
+fn l4_span(b: &[u8], l3: &L3) -> Result<Option<(usize, u64, std::ops::Range<usize>)>, Reason> {
     let (off, proto) = match l3.proto {
         PROTO_UDP => (6, 17u32),
         PROTO_TCP => (16, 6u32),
-        _ => return Ok(()),
+        _ => return Ok(None),
     };
-    let Some(l4) = l3.l4 else { return Ok(()) };
+    let Some(l4) = l3.l4 else { return Ok(None) };
     let (src, dst, end) = if l3.v6 {
         let plen = be16(b, l3.at + 4).ok_or(Reason::Malformed)? as usize;
         (
@@ -218,18 +217,49 @@ pub fn fill_checksum(b: &mut [u8], l3: &L3) -> Result<(), Reason> {
         return Err(Reason::Malformed);
     }
     let len = (end - l4) as u32;
-    b[l4 + off] = 0;
-    b[l4 + off + 1] = 0;
     let mut acc = checksum::sum(&b[src], 0);
     acc = checksum::sum(&b[dst], acc);
     acc += u64::from(proto) + u64::from(len >> 16) + u64::from(len & 0xffff);
-    let mut c = !checksum::fold(checksum::sum(&b[l4..end], acc));
+    Ok(Some((l4 + off, acc, l4..end)))
+}
+
+/// Computes and writes the UDP or TCP checksum of an unfragmented datagram in full — for a
+/// frame a local sender left to checksum offload (only the pseudo-header sum is in place), so
+/// that it is valid on the wire once forwarded. Other protocols are left alone. Returns
+/// whether it wrote one.
+pub fn fill_checksum(b: &mut [u8], l3: &L3) -> Result<bool, Reason> {
+    let Some((field, pseudo, seg)) = l4_span(b, l3)? else {
+        return Ok(false);
+    };
+    b[field] = 0;
+    b[field + 1] = 0;
+    let mut c = !checksum::fold(checksum::sum(&b[seg], pseudo));
     // UDP sends a computed 0 as 0xffff (0 means "no checksum").
-    if c == 0 && proto == 17 {
+    if c == 0 && l3.proto == PROTO_UDP {
         c = 0xffff;
     }
-    b[l4 + off..l4 + off + 2].copy_from_slice(&c.to_be_bytes());
-    Ok(())
+    b[field..field + 2].copy_from_slice(&c.to_be_bytes());
+    Ok(true)
+}
+
+/// Completes a UDP or TCP checksum that a local sender left to offload, for a reader that is
+/// not told so (AF_XDP gives no `CHECKSUM_PARTIAL` flag): the field holds exactly the pseudo
+/// header's sum and the whole does not verify. Returns whether it completed one. The cheap
+/// test (the pseudo header, 12 or 36 bytes) comes first; the segment is summed only for a
+/// frame that passes it — one in 65 536 of valid frames by chance, every offloaded one.
+pub fn complete_partial(b: &mut [u8], l3: &L3) -> Result<bool, Reason> {
+    let Some((field, pseudo, seg)) = l4_span(b, l3)? else {
+        return Ok(false);
+    };
+    let have = u16::from_be_bytes([b[field], b[field + 1]]);
+    // IPv4 UDP's 0 is "no checksum", never a partial one.
+    if have != checksum::fold(pseudo) || (have == 0 && l3.proto == PROTO_UDP) {
+        return Ok(false);
+    }
+    if checksum::fold(checksum::sum(&b[seg], pseudo)) == 0xffff {
+        return Ok(false);
+    }
+    fill_checksum(b, l3)
 }
 
 /// Decrements the IPv4 TTL (with the header checksum updated by RFC 1624) or the IPv6 hop
@@ -380,6 +410,8 @@ mod tests {
                 let mut g = b.clone();
                 let _ = decrement_ttl(&mut g, &l3);
                 let _ = (l3.dst_v4(&b), l3.dst_v6(&b));
+                let mut h = b.clone();
+                let _ = complete_partial(&mut h, &l3);
             }
         }
     }
@@ -394,6 +426,44 @@ mod tests {
             f[l4 + 6] = 0x12; // what offload leaves: not the checksum
             fill_checksum(&mut f, &l3).expect("fills");
             assert_eq!(f, good, "v6 {v6}");
+        }
+    }
+
+    /// What a sender with checksum offload leaves (the pseudo header's sum in the field) is
+    /// completed to the template's checksum; a valid frame, a corrupt one and one without a
+    /// checksum (IPv4 UDP's 0) are left as they are.
+    #[test]
+    fn a_partial_checksum_is_completed_and_nothing_else_is_touched() {
+        for v6 in [false, true] {
+            let good = frame(v6, None, 4242, 9000, 120);
+            let l3 = L3::parse(&good).expect("ip");
+            let l4 = l3.l4.expect("l4");
+            let (src, dst) = if v6 {
+                (&good[l3.at + 8..l3.at + 24], &good[l3.at + 24..l3.at + 40])
+            } else {
+                (&good[l3.at + 12..l3.at + 16], &good[l3.at + 16..l3.at + 20])
+            };
+            let udp_len = u16::from_be_bytes([good[l4 + 4], good[l4 + 5]]);
+            let pseudo = checksum::fold(checksum::pseudo_header(src, dst, udp_len.into()));
+            let mut partial = good.clone();
+            partial[l4 + 6..l4 + 8].copy_from_slice(&pseudo.to_be_bytes());
+            assert_eq!(complete_partial(&mut partial, &l3), Ok(true), "v6 {v6}");
+            assert_eq!(partial, good, "v6 {v6}");
+            let mut same = good.clone();
+            assert_eq!(complete_partial(&mut same, &l3), Ok(false));
+            assert_eq!(same, good);
+            let mut corrupt = good.clone();
+            corrupt[l4 + 6] ^= 0x40;
+            let before = corrupt.clone();
+            assert_eq!(complete_partial(&mut corrupt, &l3), Ok(false));
+            assert_eq!(corrupt, before, "a corrupt checksum is not made valid");
+            if !v6 {
+                let mut none = good.clone();
+                none[l4 + 6..l4 + 8].copy_from_slice(&[0, 0]);
+                let before = none.clone();
+                assert_eq!(complete_partial(&mut none, &l3), Ok(false));
+                assert_eq!(none, before);
+            }
         }
     }
 

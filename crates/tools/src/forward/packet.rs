@@ -36,6 +36,7 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
             filtered: s.filtered,
         },
         ring_drops: s.ring_drops,
+        checksum_completed: s.checksum_completed,
     }
 }
 

@@ -103,6 +103,11 @@ pub struct ForwardCounts {
     /// Frames the forwarder never saw (not in `rx_packets`): the interface received them but
     /// the receive ring had no room (AF_PACKET's `tp_drops`; the forwarder was the limit).
     pub ring_drops: u64,
+    /// Of the forwarded frames, those whose UDP or TCP checksum a sender on the forwarder's
+    /// host had left to offload (only the pseudo header's sum) and the forwarder completed:
+    /// sent on as they came, the peer would drop them as corrupt (user-space backends).
+    #[serde(default)]
+    pub checksum_completed: u64,
 }
 
 impl ForwardCounts {
@@ -116,6 +121,7 @@ impl ForwardCounts {
             flood_copies: self.flood_copies + o.flood_copies,
             dropped: self.dropped.plus(&o.dropped),
             ring_drops: self.ring_drops + o.ring_drops,
+            checksum_completed: self.checksum_completed + o.checksum_completed,
         }
     }
 
@@ -130,6 +136,7 @@ impl ForwardCounts {
             flood_copies: d(self.flood_copies, e.flood_copies),
             dropped: self.dropped.since(&e.dropped),
             ring_drops: d(self.ring_drops, e.ring_drops),
+            checksum_completed: d(self.checksum_completed, e.checksum_completed),
         }
     }
 }
