@@ -213,6 +213,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     let (mut log, stream) = (a.live.log(), a.live.stream());
     // The tables' upkeep as of the last status line.
     let mut seen = forward::TablesTick::default();
+    let mut said_refused = false;
     let r = forward::run(&cfg, &stop, &mut |event| match event {
         ForwardEvent::Started(s) => {
             let what = match cfg.mode {
@@ -272,8 +273,14 @@ pub fn run(a: ForwardArgs) -> CmdResult {
                 }
                 _ => String::new(),
             };
+            // Refused by the device: more than the frames that can be in flight between the
+            // two counter reads (64, or 1 % of the interval's).
+            let refused = t
+                .device_refused
+                .filter(|&n| n > 64.max((d.forwarded + d.flood_copies) / 100))
+                .map_or(String::new(), |n| format!("  REFUSED by the device {n}"));
             log.line(&format!(
-                "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} ({})  ring {}{tables}",
+                "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} ({})  ring {}{tables}{refused}",
                 t.elapsed_s,
                 d.rx_packets as f64 / secs,
                 d.forwarded as f64 / secs,
@@ -281,6 +288,13 @@ pub fn run(a: ForwardArgs) -> CmdResult {
                 drop_words(&d.dropped),
                 d.ring_drops
             ));
+            if !refused.is_empty() && !said_refused {
+                said_refused = true;
+                eprintln!(
+                    "flowlane forward: the device refuses the frames XDP forwards: {}",
+                    flowlane_tools::forward::REFUSED_FIX
+                );
+            }
         }
         ForwardEvent::Tick(_) => {}
     })

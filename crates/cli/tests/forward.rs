@@ -265,31 +265,34 @@ fn a_peer_without_xdp_shows_as_refused_frames_and_exit_1() {
     p.gen
         .set_offload(&p.gen_if, Offload::Gro, true)
         .expect("GRO on");
-    let fwd = reflector(&p, &["--swap", "ip,ports"]);
-    let out = p
+    let mut cmd = p.dut.command(BIN);
+    cmd.args(["forward", "--mode", "reflect", "--dev", &p.dut_if])
+        .args(["--swap", "ip,ports", "--interval", "0.5"]);
+    let mut fwd = Forwarder::start_stream(cmd);
+    // 3 s of frames: the refusals show in a status record while it runs, not only at the end.
+    let mut blast = p
         .gen
         .command(BIN)
-        .args([
-            "blast",
-            "--to",
-            &format!("{DUT_ADDR}:9000"),
-            "--count",
-            "1000",
-            "--json",
-            "--quiet",
-        ])
-        .output()
+        .args(["blast", "--to", &format!("{DUT_ADDR}:9000")])
+        .args(["--count", "3000", "--rate", "1000", "--json", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
         .expect("blast runs");
-    assert_eq!(out.status.code(), Some(0));
-    let (code, f) = fwd.finish();
+    let tick = fwd.until_record(12, |i| {
+        i["device_refused"]
+            .as_u64()
+            .is_some_and(|n| n > 64 && i["delta"]["forwarded"].as_u64() >= Some(n))
+    });
+    assert!(tick["elapsed_s"].as_f64().expect("elapsed") < 4.0, "{tick}");
+    assert!(blast.wait().expect("blast").success());
+    let (code, f) = fwd.finish_stream();
     assert_eq!(code, Some(1), "{f}");
-    assert_eq!(f["total"]["forwarded"], 1000, "{f}");
-    assert_eq!(f["device_refused"], 1000, "{f}");
+    assert_eq!(f["total"]["forwarded"], 3000, "{f}");
+    assert_eq!(f["device_refused"], 3000, "{f}");
+    let problem = f["problems"][0].as_str().expect("a problem");
     assert!(
-        f["problems"][0]
-            .as_str()
-            .is_some_and(|s| s.contains("XDP program")),
-        "{f}"
+        problem.contains("XDP program") && problem.contains("--backend af-xdp"),
+        "the fix is said: {f}"
     );
 }
 
@@ -410,5 +413,45 @@ fn af_xdp_sockets_receive_through_the_frame_vocabulary() {
         snmp1.delta(&snmp0, "Ip", "InReceives"),
         0,
         "the stack saw none"
+    );
+}
+
+/// Where the veth peer is in the forwarder's own namespace it can be seen: a native-XDP run
+/// whose peer runs no XDP program is refused before the first frame, naming the peer and the
+/// fix (exit 1); with a program on the peer it runs.
+#[test]
+fn a_peer_seen_without_xdp_is_refused_before_the_first_frame() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ns = flowlane_lab::Netns::create("fl-fwdp").expect("namespace");
+    ns.ip(&["link", "add", "flpa", "type", "veth", "peer", "name", "flpb"])
+        .expect("veth");
+    for dev in ["flpa", "flpb"] {
+        ns.ip(&["link", "set", dev, "up"]).expect("up");
+    }
+    let run = || {
+        ns.command(BIN)
+            .args(["forward", "--mode", "reflect", "--dev", "flpa"])
+            .args(["--duration", "1", "--json", "--quiet"])
+            .output()
+            .expect("runs")
+    };
+    let out = run();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("flpb runs no XDP program") && err.contains("--backend af-xdp"),
+        "{err}"
+    );
+    let _pass = common::xdp_pass(&ns, "flpb");
+    let out = run();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

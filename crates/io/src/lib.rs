@@ -74,10 +74,10 @@ pub mod netdev {
     pub use crate::link::{counter, mac, mtu, parse_mac, speed_mbps};
     pub use crate::sys::netdev::{driver_stats, offload, set_offload, Offload};
     pub use crate::sys::netlink::{
-        attach_xdp_to_link, ifname, neighbour_entry, neighbour_mac, neighbours, parse_ack,
-        resolve_neighbour, route_changes, route_get, route_of, route_oif, routes, xdp_features,
-        xdp_features_of, KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor,
-        XDP_FLAGS_DRV_MODE,
+        attach_xdp_to_link, ifname, link_facts, link_facts_of, neighbour_entry, neighbour_mac,
+        neighbours, parse_ack, resolve_neighbour, route_changes, route_get, route_of, route_oif,
+        routes, xdp_features, xdp_features_of, KernelRoute, LinkFacts, Neighbour, RouteChange,
+        RouteKind, RouteMonitor, XDP_FLAGS_DRV_MODE,
     };
     pub use crate::sys::packet::ifindex;
 }

@@ -38,6 +38,14 @@ const RTM_GETROUTE: u16 = 26;
 const RTM_NEWNEIGH: u16 = 28;
 const RTM_GETNEIGH: u16 = 30;
 const IFLA_XDP: u16 = 43;
+const RTM_NEWLINK: u16 = 16;
+const RTM_GETLINK: u16 = 18;
+const IFLA_LINK: u16 = 5;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_LINK_NETNSID: u16 = 37;
+const IFLA_XDP_ATTACHED: u16 = 2;
+const IFINFOMSG_LEN: usize = 16;
 const NLA_F_NESTED: u16 = 0x8000;
 const IFLA_XDP_FD: u16 = 1;
 const IFLA_XDP_FLAGS: u16 = 3;
@@ -731,6 +739,59 @@ pub fn xdp_features(ifindex: u32) -> Result<Option<u64>, SysError> {
     );
     let r = nl.collect(&req, 2, family, false, 1)?;
     Ok(r.first().and_then(|p| xdp_features_of(p)))
+}
+
+/// What `ip -d link show` says of an interface that matters to a forwarder: its kind, the
+/// link it is paired with, and whether an XDP program is attached.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LinkFacts {
+    /// `IFLA_INFO_KIND` (`veth`, `bridge`, …); `None` for a physical device.
+    pub kind: Option<String>,
+    /// `IFLA_LINK`: for veth, the peer's index (in the peer's namespace when `link_netnsid`
+    /// is set).
+    pub link: Option<u32>,
+    /// `IFLA_LINK_NETNSID`: the peer lives in another namespace (this one's id for it).
+    pub link_netnsid: Option<i32>,
+    /// `IFLA_XDP_ATTACHED`: 0 none, 1 driver, 2 generic (skb), 3 offloaded, 4 several.
+    pub xdp_attached: u8,
+}
+
+/// The facts in one `RTM_NEWLINK` payload (`None`: cut short).
+pub fn link_facts_of(payload: &[u8]) -> Option<LinkFacts> {
+    let mut f = LinkFacts::default();
+    for (kind, a) in attributes(payload.get(IFINFOMSG_LEN..)?) {
+        match kind {
+            IFLA_LINK => f.link = u32_at(a, 0),
+            IFLA_LINK_NETNSID => f.link_netnsid = u32_at(a, 0).map(|v| v as i32),
+            IFLA_XDP => {
+                for (k, v) in attributes(a) {
+                    if k == IFLA_XDP_ATTACHED {
+                        f.xdp_attached = v.first().copied().unwrap_or(0);
+                    }
+                }
+            }
+            IFLA_LINKINFO => {
+                for (k, v) in attributes(a) {
+                    if k == IFLA_INFO_KIND {
+                        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+                        f.kind = Some(String::from_utf8_lossy(&v[..end]).into_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(f)
+}
+
+/// Interface `ifindex`'s [`LinkFacts`] (`RTM_GETLINK`, as `ip -d link show` asks).
+pub fn link_facts(ifindex: u32) -> Result<Option<LinkFacts>, SysError> {
+    let nl = Rtnl::open("netlink RTM_GETLINK")?;
+    let mut body = vec![0u8; IFINFOMSG_LEN];
+    body[4..8].copy_from_slice(&(ifindex as i32).to_ne_bytes());
+    let req = message(RTM_GETLINK, NLM_F_REQUEST, 1, &body);
+    let r = nl.collect(&req, 1, RTM_NEWLINK, false, 1)?;
+    Ok(r.first().and_then(|p| link_facts_of(p)))
 }
 
 /// The name of interface `ifindex` (`if_indextoname`).

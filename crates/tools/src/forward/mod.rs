@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub use report::{
     BridgeSummary, Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts, TablesTick,
+    REFUSED_FIX,
 };
 pub use routes::{NextHopFile, RouteSource, RouteSummary};
 

@@ -569,6 +569,7 @@ fn session(
             interval_s: t.interval.as_secs_f64(),
             delta: counts(&t.delta().role),
             tables: None,
+            device_refused: None,
         };
         each_tick(&mut tick);
         on_event(ForwardEvent::Tick(tick))

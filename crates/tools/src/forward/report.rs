@@ -195,6 +195,13 @@ pub struct ForwardTick {
     /// Route mode: the tables' upkeep so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tables: Option<TablesTick>,
+    /// Native XDP: frames forwarded in the interval that the interfaces did not send (their
+    /// transmit counters), as the summary's `device_refused` — on veth, a peer that cannot
+    /// take XDP_TX or redirected frames. Said in the first status line it shows in. The two
+    /// counts are read a few µs apart, so an interval may be off by the frames in flight
+    /// then; the summary's count, read after the program is gone, is exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_refused: Option<u64>,
 }
 
 /// The router's table upkeep as of a tick: what a user (or a test) waits on after changing
@@ -288,14 +295,19 @@ pub(super) fn judge(dev: &str, forwarded: u64, dev_tx: Option<u64>) -> (Option<u
     let mut problems = Vec::new();
     if let Some(n) = refused.filter(|&n| n > 0) {
         problems.push(format!(
-            "{dev} sent {} fewer frames than were forwarded: the device refused {n} (on veth \
-             the peer must run an XDP program to take frames sent back by XDP_TX — GRO alone \
-             is not enough on Linux 6.18 — and keep up)",
-            n
+            "{dev} sent {n} fewer frames than were forwarded: the device refused {n} ({})",
+            REFUSED_FIX
         ));
     }
     (refused, problems)
 }
+
+/// Why a veth refuses frames XDP sends, and the fix: said in the status line where refusals
+/// first show, and in the verdict.
+pub const REFUSED_FIX: &str = "on veth the peer must run an XDP program to take frames sent \
+    back by XDP_TX or redirected — GRO alone is not enough on Linux 6.18 — and keep up: load \
+    one on the peer (`flowlane lab up` does; `ip link set dev PEER xdp obj …`), or use \
+    --backend af-xdp or af-packet";
 
 /// The report from the per-CPU counts at the end, and the interfaces' counters before the
 /// run: totals, rates, the cross-check against the interfaces and its verdict.

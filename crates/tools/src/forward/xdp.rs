@@ -11,6 +11,7 @@ use flowlane_io::ebpf::{
     bridge_program, bridge_stats, reflect_program, reflect_stats, route_hop, route_program,
     route_stats, Reflect, XdpBridge, XdpRoute,
 };
+use flowlane_io::netdev;
 use flowlane_runtime::route::PortInfo;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
@@ -35,15 +36,28 @@ fn tick_loop(
     let start = Instant::now();
     let deadline = job.duration.and_then(|d| start.checked_add(d));
     let (mut prev, mut prev_t, mut next) = (ForwardCounts::default(), start, start + job.interval);
+    // The interfaces' transmit counters, to tell frames the device refused as they happen.
+    let dev_tx = || {
+        job.ports.iter().try_fold(0u64, |acc, (dev, _)| {
+            super::dev_counters(dev).1.map(|t| acc + t)
+        })
+    };
+    let mut prev_tx = dev_tx();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         std::thread::sleep(Duration::from_millis(10));
         let now = Instant::now();
         if now >= next {
             let cur = total();
+            let delta = cur.since(&prev);
+            let tx = dev_tx();
+            let sent = tx.zip(prev_tx).map(|(a, b)| a.saturating_sub(b));
+            prev_tx = tx;
             let mut tick = ForwardTick {
                 elapsed_s: now.duration_since(start).as_secs_f64(),
                 interval_s: now.duration_since(prev_t).as_secs_f64(),
-                delta: cur.since(&prev),
+                device_refused: sent
+                    .map(|s| (delta.forwarded + delta.flood_copies).saturating_sub(s)),
+                delta,
                 tables: None,
             };
             upkeep(&mut tick);
@@ -81,6 +95,34 @@ fn read(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
             ..ForwardCounts::default()
         }
     })
+}
+
+/// Refuses a run whose frames a veth peer would refuse, before the first frame: XDP_TX and
+/// redirects into a veth reach its peer only while the peer runs an XDP program. Where the
+/// peer is in this namespace it can be seen; in another it cannot, and the status lines say
+/// it as the refusals happen ([`ForwardTick::device_refused`]).
+fn peers_take_xdp(ports: &[(String, u32)]) -> Result<(), ToolError> {
+    for (dev, ifindex) in ports {
+        let Ok(Some(me)) = netdev::link_facts(*ifindex) else {
+            continue;
+        };
+        let (Some("veth"), Some(peer), None) = (me.kind.as_deref(), me.link, me.link_netnsid)
+        else {
+            continue;
+        };
+        let Ok(Some(p)) = netdev::link_facts(peer) else {
+            continue;
+        };
+        if p.xdp_attached == 0 {
+            let name = netdev::ifname(peer).unwrap_or_else(|_| format!("index {peer}"));
+            return Err(ToolError::runtime(format!(
+                "{dev}'s veth peer {name} runs no XDP program, so it would refuse every frame \
+                 XDP sends into {dev}: {}",
+                super::report::REFUSED_FIX
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn sum(v: &[ForwardCounts]) -> ForwardCounts {
@@ -122,6 +164,7 @@ pub(super) fn run(
             denied(&e.error),
         )
     })?;
+    peers_take_xdp(&job.ports)?;
     let before = dev_counters(dev);
     let link = crate::backend::attach_native(&prog, ifindex, dev, "reflector")?;
     let start = tick_loop(job, stop, on_event, &|| sum(&read(&stats)), &mut |_| {});
@@ -205,6 +248,7 @@ fn attach_per_port(
     let progs = (0..job.ports.len())
         .map(|i| load_program(what, program(i)))
         .collect::<Result<Vec<_>, _>>()?;
+    peers_take_xdp(&job.ports)?;
     let mut links = Vec::new();
     for ((dev, ifindex), prog) in job.ports.iter().zip(&progs) {
         links.push(crate::backend::attach_native(prog, *ifindex, dev, what)?);
