@@ -331,6 +331,7 @@ fn drop_words(d: &forward::Drops) -> String {
         ("TTL exceeded", d.ttl_exceeded),
         ("too big", d.too_big),
         ("filtered", d.filtered),
+        ("checksum unfinished", d.checksum_unfinished),
     ]
     .iter()
     .filter(|x| x.1 > 0)

@@ -34,6 +34,7 @@ fn counts(s: &ForwardSnapshot) -> ForwardCounts {
             ttl_exceeded: s.ttl_exceeded,
             too_big: s.too_big,
             filtered: s.filtered,
+            checksum_unfinished: 0,
         },
         ring_drops: s.ring_drops,
         checksum_completed: s.checksum_completed,

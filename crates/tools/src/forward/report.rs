@@ -50,6 +50,10 @@ pub struct Drops {
     /// Bridge: the destination is on the port the frame came in by (not sent back).
     #[serde(default)]
     pub filtered: u64,
+    /// Native XDP: a checksum left to offload over a segment longer than the program sums
+    /// (`flowlane_io::ebpf::MAX_CSUM_WORDS`): not sent on with a checksum the peer rejects.
+    #[serde(default)]
+    pub checksum_unfinished: u64,
 }
 
 fieldwise!(Drops {
@@ -61,7 +65,8 @@ fieldwise!(Drops {
     no_neighbour,
     ttl_exceeded,
     too_big,
-    filtered
+    filtered,
+    checksum_unfinished
 });
 
 impl Drops {
@@ -76,6 +81,7 @@ impl Drops {
             + self.ttl_exceeded
             + self.too_big
             + self.filtered
+            + self.checksum_unfinished
     }
 }
 

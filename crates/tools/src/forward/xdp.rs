@@ -85,6 +85,7 @@ fn read(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
         let dropped = Drops {
             not_ip: at(reflect_stats::NOT_IP),
             malformed: at(reflect_stats::MALFORMED),
+            checksum_unfinished: at(reflect_stats::UNFINISHED),
             ..Drops::default()
         };
         let forwarded = at(reflect_stats::REFLECTED);
@@ -92,6 +93,7 @@ fn read(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
             rx_packets: forwarded + dropped.total(),
             forwarded,
             dropped,
+            checksum_completed: at(reflect_stats::COMPLETED),
             ..ForwardCounts::default()
         }
     })
@@ -155,6 +157,7 @@ pub(super) fn run(
         swap_ip: swap.ip,
         swap_ports: swap.ports,
         pass_not_ip: cfg.not_ip != Some(NotIp::Drop),
+        complete_checksums: true,
     })
     .map_err(|e| ToolError::runtime(format!("the reflector does not assemble: {e:?}")))?;
     let prog = bpf::prog_load(bpf::PROG_XDP, "fl_reflect", &insns).map_err(|e| {
@@ -767,8 +770,44 @@ fn read_route(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
 mod tests {
     use flowlane_io::bpf::{self, PerCpuCounters};
     use flowlane_io::ebpf::{reflect_program, reflect_stats, Reflect};
-    use flowlane_wire::forward::{reflect, Reason, Swap};
-    use flowlane_wire::{Template, TemplateSpec};
+    use flowlane_wire::forward::{complete_partial, reflect, Reason, Swap, L3};
+    use flowlane_wire::{checksum, Template, TemplateSpec};
+
+    /// `f` (a UDP frame) as a sender with checksum offload leaves it: the pseudo header's sum
+    /// in the checksum field — or, `tcp`, made a TCP segment first (protocol 6, the IPv4
+    /// header's checksum fixed, the field at 16).
+    fn partial(f: &[u8], tcp: bool) -> Vec<u8> {
+        let mut f = f.to_vec();
+        let l3 = L3::parse(&f).expect("ip");
+        let l4 = l3.l4.expect("l4");
+        let (proto_at, off) = if l3.v6 {
+            (l3.at + 6, 16)
+        } else {
+            (l3.at + 9, 16)
+        };
+        let off = if tcp { off } else { 6 };
+        if tcp {
+            f[proto_at] = 6;
+            if !l3.v6 {
+                f[l3.at + 10..l3.at + 12].copy_from_slice(&[0, 0]);
+                let c = checksum::checksum(&f[l3.at..l3.at + 20]);
+                f[l3.at + 10..l3.at + 12].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+        let (src, dst, len) = if l3.v6 {
+            let plen = u16::from_be_bytes([f[l3.at + 4], f[l3.at + 5]]);
+            (l3.at + 8..l3.at + 24, l3.at + 24..l3.at + 40, plen)
+        } else {
+            let total = u16::from_be_bytes([f[l3.at + 2], f[l3.at + 3]]);
+            (l3.at + 12..l3.at + 16, l3.at + 16..l3.at + 20, total - 20)
+        };
+        let mut acc = checksum::sum(&f[src], 0);
+        acc = checksum::sum(&f[dst], acc);
+        acc += u64::from(if tcp { 6u16 } else { 17 }) + u64::from(len);
+        let p = checksum::fold(acc);
+        f[l4 + off..l4 + off + 2].copy_from_slice(&p.to_be_bytes());
+        f
+    }
 
     /// Routes changed in place ([`super::RouteMaps::patch`]) leave the maps answering as a
     /// table built whole from the same routes does: a generated table, then batches of
@@ -899,40 +938,61 @@ mod tests {
         }
     }
 
-    /// The generated program and `wire::forward::reflect` agree byte for byte: run on copies of
-    /// frames (IPv4, IPv6, tagged, not IP, cut short) with `BPF_PROG_TEST_RUN`, every variant
-    /// gives the same frame and a verdict that matches the library's answer.
+    /// The generated program and `wire::forward` agree byte for byte: run on copies of frames
+    /// (IPv4, IPv6, tagged, not IP, cut short, and with checksums left to offload — UDP and
+    /// TCP, segments of every length modulo 4, one longer than the program sums) with
+    /// `BPF_PROG_TEST_RUN`, every variant gives the same frame and a verdict that matches the
+    /// library's answer: `complete_partial`, then `reflect`.
     #[test]
     fn the_xdp_reflector_does_what_the_library_does() {
         let mut frames = Vec::new();
+        let mut partials = 0;
         for (s, d) in [
             ("198.18.0.1:1234", "198.18.0.2:9000"),
             ("[2001:2::1]:1234", "[2001:2::2]:9000"),
         ] {
             for vlan in [None, Some(5)] {
-                let t = Template::build(&TemplateSpec {
-                    src_mac: [2, 0, 0, 0, 0, 1],
-                    dst_mac: [2, 0, 0, 0, 0, 2],
-                    vlan,
-                    src: s.parse().expect("addr"),
-                    dst: d.parse().expect("addr"),
-                    frame_len: 128,
-                })
-                .expect("template");
-                frames.push(t.bytes);
+                for frame_len in [125, 126, 127, 128] {
+                    let t = Template::build(&TemplateSpec {
+                        src_mac: [2, 0, 0, 0, 0, 1],
+                        dst_mac: [2, 0, 0, 0, 0, 2],
+                        vlan,
+                        src: s.parse().expect("addr"),
+                        dst: d.parse().expect("addr"),
+                        frame_len,
+                    })
+                    .expect("template");
+                    frames.push(partial(&t.bytes, false));
+                    frames.push(partial(&t.bytes, true));
+                    frames.push(t.bytes);
+                    partials += 2;
+                }
             }
         }
-        let mut arp = frames[0].clone();
+        // Longer than the program sums: dropped and counted, never sent on unfinished.
+        let long = Template::build(&TemplateSpec {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            vlan: None,
+            src: "198.18.0.1:1234".parse().expect("addr"),
+            dst: "198.18.0.2:9000".parse().expect("addr"),
+            frame_len: 14 + 20 + 4 * flowlane_io::ebpf::MAX_CSUM_WORDS as usize + 4,
+        })
+        .expect("template");
+        let long = partial(&long.bytes, false);
+        frames.push(long.clone());
+        let mut arp = frames[2].clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         frames.push(arp);
-        frames.push(frames[0][..30].to_vec()); // an IPv4 header cut short
+        frames.push(frames[2][..30].to_vec()); // an IPv4 header cut short
         let stats = PerCpuCounters::create("fl_t_refl", reflect_stats::COUNT as u32).expect("map");
-        for bits in 0..8u8 {
+        for bits in 0..16u8 {
             let p = Reflect {
                 stats_fd: stats.raw_fd(),
                 swap_ip: bits & 1 != 0,
                 swap_ports: bits & 2 != 0,
                 pass_not_ip: bits & 4 != 0,
+                complete_checksums: bits & 8 != 0,
             };
             let prog = match bpf::prog_load(
                 bpf::PROG_XDP,
@@ -949,6 +1009,15 @@ mod tests {
             for f in &frames {
                 let (verdict, out) = bpf::xdp_test_run(&prog, f).expect("test run");
                 let mut want = f.clone();
+                if p.complete_checksums {
+                    if *f == long {
+                        assert_eq!(verdict, 1, "dropped: {p:?}");
+                        continue;
+                    }
+                    if let Ok(l3) = L3::parse(&want) {
+                        let _ = complete_partial(&mut want, &l3);
+                    }
+                }
                 let lib = reflect(
                     &mut want,
                     Swap {
@@ -969,10 +1038,20 @@ mod tests {
                 }
             }
         }
-        // Every run was counted (CPU slots: whichever CPU ran the test).
-        let counted: u64 = (0..reflect_stats::COUNT as u32)
-            .map(|i| stats.per_cpu(i).iter().sum::<u64>())
-            .sum();
-        assert_eq!(counted, 8 * frames.len() as u64);
+        // Every run was counted once (CPU slots: whichever CPU ran the test), and each
+        // completion besides.
+        let at = |i: usize| stats.per_cpu(i as u32).iter().sum::<u64>();
+        let counted: u64 = [
+            reflect_stats::REFLECTED,
+            reflect_stats::NOT_IP,
+            reflect_stats::MALFORMED,
+            reflect_stats::UNFINISHED,
+        ]
+        .iter()
+        .map(|&i| at(i))
+        .sum();
+        assert_eq!(counted, 16 * frames.len() as u64);
+        assert_eq!(at(reflect_stats::COMPLETED), 8 * partials);
+        assert_eq!(at(reflect_stats::UNFINISHED), 8);
     }
 }
