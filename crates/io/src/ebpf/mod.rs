@@ -334,6 +334,7 @@ impl Asm {
 }
 
 mod bridge;
+mod csum;
 mod live_tx;
 mod missteer;
 mod reflect;
@@ -342,9 +343,10 @@ mod rss_steer;
 mod xsk_redirect;
 
 pub use bridge::{bridge_program, bridge_stats, fdb, XdpBridge};
+pub use csum::MAX_CSUM_WORDS;
 pub use live_tx::{live_flow, live_pace, live_tx_program, stamp as live_stamp, LiveTx};
 pub use missteer::{missteer_filter, sk_buff};
-pub use reflect::{reflect_program, reflect_stats, Reflect, MAX_CSUM_WORDS};
+pub use reflect::{reflect_program, reflect_stats, Reflect};
 pub use route::{route_hop, route_program, route_stats, XdpRoute};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,

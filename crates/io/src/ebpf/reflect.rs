@@ -4,15 +4,11 @@
 //! addresses and UDP/TCP ports when asked — checksums stay valid untouched, since swapping two
 //! fields of one checksum's coverage leaves its sum as it was.
 //!
-//! A frame a sender on this host left to checksum offload carries only the pseudo header's
-//! sum in its UDP/TCP checksum (the device would add the rest; turned around, no device
-//! does). XDP is not told which frames these are, so the program compares the field with the
-//! pseudo header's sum and, where they match and the whole does not verify, sums the segment
-//! and writes the checksum — as `flowlane_wire::forward::complete_partial` does. The loop is
-//! bounded for the verifier (it walks it once per word): segments of up to
-//! [`MAX_CSUM_WORDS`] words (a 1500-byte MTU's); a longer one is dropped and counted
-//! ([`reflect_stats::UNFINISHED`]), never sent on with a checksum the peer would reject.
+//! Checksums a sender on this host left to offload are completed where the frame is
+//! (`super::csum`); a segment longer than the program sums is dropped and counted
+//! ([`reflect_stats::UNFINISHED`]), never sent back with a checksum the peer would reject.
 
+use super::csum::{complete_checksum, CsumExits, CsumRegs};
 use super::*;
 
 /// The reflector's counters: indices into a per-CPU array of u64 (`PerCpuCounters`: each CPU
@@ -32,11 +28,6 @@ pub mod reflect_stats {
     pub const COUNT: usize = 5;
 }
 
-/// The longest UDP/TCP segment whose checksum the program completes, in 4-byte words (1504
-/// bytes: a 1500-byte MTU's 1480 of IPv4, 1460 of IPv6). The verifier walks the bounded loop
-/// once per word; twice this passed it too, but no frame of a 1500-byte link needs more.
-pub const MAX_CSUM_WORDS: i32 = 376;
-
 /// What the reflector program is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reflect {
@@ -50,127 +41,6 @@ pub struct Reflect {
     pub pass_not_ip: bool,
     /// Complete UDP/TCP checksums left to offload (see the module's comment).
     pub complete_checksums: bool,
-}
-
-/// Where checksum completion goes on.
-struct CsumExits {
-    /// Nothing to complete, or nothing could be (not partial, a fragment, another protocol).
-    next: Label,
-    /// Headers that do not hold together.
-    bad: Label,
-    /// Partial, but longer than [`MAX_CSUM_WORDS`].
-    unfinished: Label,
-    /// Completed.
-    completed: Label,
-}
-
-/// `r` folded to 16 bits `times` times (end-around carry; clobbers `tmp`).
-fn fold16(a: &mut Asm, r: Reg, tmp: Reg, times: usize) {
-    for _ in 0..times {
-        a.mov(tmp, r)
-            .alu_imm(Alu::Rsh, tmp, 16)
-            .alu_imm(Alu::And, r, 0xffff)
-            .alu_reg(Alu::Add, r, tmp);
-    }
-}
-
-/// `r`'s 64 bits folded to 32 (clobbers `tmp`).
-fn fold32(a: &mut Asm, r: Reg, tmp: Reg) {
-    a.mov(tmp, r)
-        .alu_imm(Alu::Rsh, tmp, 32)
-        .alu_imm(Alu::Lsh, r, 32)
-        .alu_imm(Alu::Rsh, r, 32)
-        .alu_reg(Alu::Add, r, tmp);
-}
-
-/// Completes the checksum of one family and protocol where the sender left it to offload. On
-/// entry R4 = the transport header (a packet pointer), R5 = the segment's length from the IP
-/// header (< 65 536), R7 = data_end, R8 = the IP header with its fixed part in bounds.
-/// Clobbers R0–R5 and R9; never falls through.
-///
-/// Everything is summed as loaded — little-endian words of network-order bytes — which is
-/// the one's-complement sum with its bytes swapped, consistently: the pseudo header's
-/// protocol and length are added swapped too, and the field is compared and stored as loaded.
-fn complete_l4(a: &mut Asm, v6: bool, tcp: bool, x: &CsumExits) {
-    let (hdr, off) = if tcp { (20, 16) } else { (8, 6) };
-    let (words, tail, summed) = (a.label(), a.label(), a.label());
-    a.jump_imm(Cond::Lt, R5, hdr, x.bad)
-        .mov(R1, R4)
-        .alu_imm(Alu::Add, R1, hdr)
-        .jump_reg(Cond::Gt, R1, R7, x.bad)
-        .load(Size::H, R0, R4, off);
-    if !v6 && !tcp {
-        // IPv4 UDP's 0 is "no checksum".
-        a.jump_imm(Cond::Eq, R0, 0, x.next);
-    }
-    // The pseudo header: addresses, protocol, length.
-    a.mov_imm(R3, 0);
-    let addrs: &[i16] = if v6 {
-        &[8, 12, 16, 20, 24, 28, 32, 36]
-    } else {
-        &[12, 16]
-    };
-    for &o in addrs {
-        a.load(Size::W, R1, R8, o).alu_reg(Alu::Add, R3, R1);
-    }
-    a.mov(R1, R5)
-        .to_be(R1, 16)
-        .alu_reg(Alu::Add, R3, R1)
-        .alu_imm(Alu::Add, R3, if tcp { 6 << 8 } else { 17 << 8 });
-    fold32(a, R3, R1);
-    fold16(a, R3, R1, 4);
-    // Partial only if the field holds exactly the pseudo header's sum.
-    a.jump_reg(Cond::Ne, R0, R3, x.next);
-    // The segment as it is, field and all, onto the pseudo header's sum: R9. R1 walks it,
-    // R2 is what is left, R3 counts words (the verifier's bound).
-    a.mov(R9, R3)
-        .mov(R1, R4)
-        .mov(R2, R5)
-        .mov_imm(R3, 0)
-        .bind(words)
-        .jump_imm(Cond::Lt, R2, 4, tail)
-        .jump_imm(Cond::Ge, R3, MAX_CSUM_WORDS, x.unfinished)
-        .mov(R0, R1)
-        .alu_imm(Alu::Add, R0, 4)
-        .jump_reg(Cond::Gt, R0, R7, x.bad)
-        .load(Size::W, R0, R1, 0)
-        .alu_reg(Alu::Add, R9, R0)
-        .alu_imm(Alu::Add, R1, 4)
-        .alu_imm(Alu::Sub, R2, 4)
-        .alu_imm(Alu::Add, R3, 1)
-        .jump(words)
-        .bind(tail);
-    // 0-3 bytes left: as a word loaded with zeros after them.
-    for i in 0..3i16 {
-        a.jump_imm(Cond::Eq, R2, i32::from(i), summed)
-            .mov(R0, R1)
-            .alu_imm(Alu::Add, R0, i32::from(i) + 1)
-            .jump_reg(Cond::Gt, R0, R7, x.bad)
-            .load(Size::B, R0, R1, i);
-        if i > 0 {
-            a.alu_imm(Alu::Lsh, R0, 8 * i32::from(i));
-        }
-        a.alu_reg(Alu::Add, R9, R0);
-    }
-    a.bind(summed);
-    fold32(a, R9, R0);
-    fold16(a, R9, R0, 4);
-    // Valid as it is (the field equals the pseudo header's sum by chance): left alone.
-    a.jump_imm(Cond::Eq, R9, 0xffff, x.next)
-        // Without the field (its complement added), complemented: the checksum.
-        .load(Size::H, R0, R4, off)
-        .alu_imm(Alu::Xor, R0, 0xffff)
-        .alu_reg(Alu::Add, R9, R0);
-    fold16(a, R9, R0, 2);
-    a.alu_imm(Alu::Xor, R9, 0xffff);
-    if !tcp {
-        // UDP sends a computed 0 as 0xffff.
-        let nonzero = a.label();
-        a.jump_imm(Cond::Ne, R9, 0, nonzero)
-            .mov_imm(R9, 0xffff)
-            .bind(nonzero);
-    }
-    a.store(Size::H, R4, off, R9).jump(x.completed);
 }
 
 /// Adds 1 to counter `which` of the running CPU's copy (clobbers R0–R5).
@@ -212,40 +82,20 @@ pub fn reflect_program(p: &Reflect) -> Result<Vec<Insn>, AsmError> {
     };
     let unfinished = a.label();
     let completions = |a: &mut Asm, v6: bool| {
-        let (completed, next, udp) = (a.label(), a.label(), a.label());
+        let (completed, next) = (a.label(), a.label());
         let x = CsumExits {
             next,
             bad,
             unfinished,
             completed,
         };
-        if v6 {
-            // No extension headers: the transport header right after the fixed one.
-            a.load(Size::B, R2, R8, 6)
-                .mov(R4, R8)
-                .alu_imm(Alu::Add, R4, 40)
-                .load(Size::H, R5, R8, 4)
-                .to_be(R5, 16);
-        } else {
-            // Not a fragment (offset 0, no more fragments): the checksum covers the whole.
-            a.load(Size::H, R3, R8, 6)
-                .jump_imm(Cond::Set, R3, 0xff3f, next)
-                .load(Size::B, R2, R8, 9)
-                .load(Size::B, R4, R8, 0)
-                .alu_imm(Alu::And, R4, 0x0f)
-                .alu_imm(Alu::Lsh, R4, 2)
-                .jump_imm(Cond::Lt, R4, 20, bad)
-                .load(Size::H, R5, R8, 2)
-                .to_be(R5, 16)
-                .jump_reg(Cond::Lt, R5, R4, bad)
-                .alu_reg(Alu::Sub, R5, R4)
-                .alu_reg(Alu::Add, R4, R8);
-        }
-        a.jump_imm(Cond::Eq, R2, 17, udp)
-            .jump_imm(Cond::Ne, R2, 6, next);
-        complete_l4(a, v6, true, &x);
-        a.bind(udp);
-        complete_l4(a, v6, false, &x);
+        let regs = CsumRegs {
+            base: R8,
+            ip_off: 0,
+            end: R7,
+            acc: R9,
+        };
+        complete_checksum(a, &regs, v6, &x);
         a.bind(completed);
         count(a, p.stats_fd, reflect_stats::COMPLETED);
         a.bind(next);

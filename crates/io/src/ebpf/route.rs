@@ -5,11 +5,13 @@
 //! hop is read from an array (port, MTU, the next hop's MAC and the port's), its MACs
 //! rewritten, its TTL decremented with the checksum updated as the kernel's
 //! `ip_decrease_ttl` does (IPv6: the hop limit, no checksum), and it is redirected out of its
-//! port through a device map. Everything else — ARP, neighbour discovery, multicast, IPv4
+//! port through a device map; a UDP/TCP checksum a sender on this host left to offload is
+//! completed on the way (`super::csum`). Everything else — ARP, neighbour discovery, multicast, IPv4
 //! with options, IPv6 to link-local addresses, frames to another MAC or to one of this host's
 //! addresses (a host route to a [`route_hop::HOST`] entry) — is passed to the kernel,
 //! counted. No user space on the path.
 
+use super::csum::{complete_checksum, CsumExits, CsumRegs};
 use super::*;
 
 /// The router's counters: indices into a per-CPU array of u64 (`PerCpuCounters`).
@@ -29,8 +31,12 @@ pub mod route_stats {
     pub const TOO_BIG: usize = 5;
     /// Shorter than its headers.
     pub const MALFORMED: usize = 6;
+    /// Of the routed frames, those whose UDP/TCP checksum left to offload was completed.
+    pub const COMPLETED: usize = 7;
+    /// Left to offload over a segment longer than the program sums: dropped.
+    pub const UNFINISHED: usize = 8;
     /// How many counters.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 9;
 }
 
 /// The next-hop array's layout: 24 bytes per next hop.
@@ -92,6 +98,7 @@ struct Drops {
     no_route: Label,
     no_neigh: Label,
     too_big: Label,
+    unfinished: Label,
 }
 
 /// From a next-hop index in R2 to the redirect: the next hop's entry, its verdicts, the MTU,
@@ -139,6 +146,25 @@ fn tail(a: &mut Asm, p: &XdpRoute, v6: bool, d: &Drops) {
             .bind(carry)
             .store(Size::H, R7, 24, R1);
     }
+    // A checksum a sender here left to offload, completed (`super::csum`); headers it cannot
+    // read are routed as they are, as the user-space router does. R9 is free by now.
+    let (completed, next) = (a.label(), a.label());
+    let regs = CsumRegs {
+        base: R7,
+        ip_off: 14,
+        end: R8,
+        acc: R9,
+    };
+    let x = CsumExits {
+        next,
+        bad: next,
+        unfinished: d.unfinished,
+        completed,
+    };
+    complete_checksum(a, &regs, v6, &x);
+    a.bind(completed);
+    count_percpu(a, p.stats_fd, route_stats::COMPLETED);
+    a.bind(next);
     count_percpu(a, p.stats_fd, route_stats::FORWARDED);
     a.mov(R2, R6)
         .load_map_fd(R1, p.ports_fd)
@@ -159,11 +185,13 @@ pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
         a.label(),
         a.label(),
     );
+    let unfinished = a.label();
     let drops = Drops {
         pass,
         no_route,
         no_neigh,
         too_big,
+        unfinished,
     };
     let direct = a.label();
     let (have_hop, v6) = (a.label(), a.label());
@@ -265,6 +293,7 @@ pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
         (no_neigh, NO_NEIGHBOUR, xdp::DROP),
         (ttl, TTL_EXCEEDED, xdp::DROP),
         (too_big, TOO_BIG, xdp::DROP),
+        (unfinished, UNFINISHED, xdp::DROP),
     ] {
         a.bind(l);
         count_percpu(&mut a, p.stats_fd, which);

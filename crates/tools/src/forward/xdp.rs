@@ -753,6 +753,7 @@ fn read_route(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
             ttl_exceeded: at(TTL_EXCEEDED),
             too_big: at(TOO_BIG),
             malformed: at(MALFORMED),
+            checksum_unfinished: at(UNFINISHED),
             ..Drops::default()
         };
         let (forwarded, to_host) = (at(FORWARDED), at(PASSED));
@@ -761,6 +762,7 @@ fn read_route(stats: &PerCpuCounters) -> Vec<ForwardCounts> {
             forwarded,
             to_host,
             dropped,
+            checksum_completed: at(COMPLETED),
             ..ForwardCounts::default()
         }
     })
