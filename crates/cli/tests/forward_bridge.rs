@@ -57,9 +57,9 @@ fn the_bridge_learns_floods_filters_ages_and_adds_up() {
 }
 
 /// A socket sender with checksum offload on (veth's default) hands the bridge datagrams whose
-/// UDP checksum holds only the pseudo header's sum; a bridge in user space completes them (the
-/// sink's kernel would drop them as corrupt), AF_PACKET told so by its ring, AF_XDP by the
-/// checksum field, and counts each.
+/// UDP checksum holds only the pseudo header's sum; a bridge past the kernel completes them
+/// (the sink's kernel would drop them as corrupt), AF_PACKET told so by its ring, AF_XDP and
+/// native XDP by the checksum field, and counts each.
 #[test]
 fn checksums_left_to_offload_leave_the_bridge_complete() {
     let Some(lab) = Line::up("k", &["--segment", "switched"]) else {
@@ -68,7 +68,14 @@ fn checksums_left_to_offload_leave_the_bridge_complete() {
     lab.gen
         .set_offload("flgen", flowlane_lab::Offload::TxChecksum, true)
         .expect("SIOCETHTOOL");
-    for backend in ["af-packet", "af-xdp"] {
+    for backend in ["af-packet", "af-xdp", "xdp"] {
+        // Native XDP redirects into veth: the far ends must run XDP to take those frames.
+        let _pass = (backend == "xdp").then(|| {
+            (
+                common::xdp_pass(&lab.gen, "flgen"),
+                common::xdp_pass(&lab.sink, "flsink"),
+            )
+        });
         quiet(&lab);
         let mut cmd = lab.dut.command(BIN);
         cmd.args([

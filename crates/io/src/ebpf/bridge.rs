@@ -3,7 +3,8 @@
 //! table, looks the destination MAC up there and redirects the frame to that port through a
 //! device map — or, for broadcast, multicast and unknown destinations, to every port but its
 //! own (`BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS`, Linux 5.15+). A frame whose destination is
-//! on its own port is dropped (filtered). No user space on the path.
+//! on its own port is dropped (filtered). A UDP/TCP checksum a sender on this host left to
+//! offload is completed in a frame that leaves (`super::csum`). No user space on the path.
 //!
 //! The table is an array map, so the verifier inlines every lookup (no helper call): a MAC
 //! hashes to one slot holding one 64-bit word — the MAC, its port and a "seen" bit — so an
@@ -13,6 +14,7 @@
 //! ([`crate::bpf::BridgeMaps::sweep`]): a slot seen since the last sweep loses its bit, one
 //! not seen is emptied.
 
+use super::csum::{complete_checksum, CsumExits, CsumRegs};
 use super::*;
 
 /// The bridge's counters: indices into a per-CPU array of u64 (`PerCpuCounters`).
@@ -25,8 +27,13 @@ pub mod bridge_stats {
     pub const FILTERED: usize = 2;
     /// Frames shorter than an Ethernet header.
     pub const MALFORMED: usize = 3;
+    /// Of the forwarded and flooded frames, those whose UDP/TCP checksum left to offload
+    /// was completed.
+    pub const COMPLETED: usize = 4;
+    /// Left to offload over a segment longer than the program sums: dropped.
+    pub const UNFINISHED: usize = 5;
     /// How many counters.
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 6;
 }
 
 /// The forwarding table's layout.
@@ -99,6 +106,45 @@ fn fdb_slot(a: &mut Asm, fdb_fd: i32, mac: Reg, none: Label) {
         .jump_imm(Cond::Eq, R0, 0, none);
 }
 
+/// Where data_end is kept on the stack: a bridge needs every callee-saved register for the
+/// table, and a checksum left to offload is completed only once a frame is known to leave.
+const END_SLOT: i16 = -16;
+
+/// Completes a UDP/TCP checksum left to offload in an untagged IPv4 or IPv6 frame (VLAN
+/// frames and what the code cannot read leave as they are), counted; a segment too long to
+/// sum goes to `unfinished`. R7 = data; clobbers R0–R5, R8, R9.
+fn complete(a: &mut Asm, stats_fd: i32, unfinished: Label) {
+    let (v6, completed, next) = (a.label(), a.label(), a.label());
+    let regs = CsumRegs {
+        base: R7,
+        ip_off: 14,
+        end: R8,
+        acc: R9,
+    };
+    let x = CsumExits {
+        next,
+        bad: next,
+        unfinished,
+        completed,
+    };
+    a.load(Size::Dw, R8, R10, END_SLOT)
+        .load(Size::H, R1, R7, 12)
+        .jump_imm(Cond::Eq, R1, 0xdd86, v6)
+        .jump_imm(Cond::Ne, R1, 0x0008, next)
+        .mov(R1, R7)
+        .alu_imm(Alu::Add, R1, 34)
+        .jump_reg(Cond::Gt, R1, R8, next);
+    complete_checksum(a, &regs, false, &x);
+    a.bind(v6)
+        .mov(R1, R7)
+        .alu_imm(Alu::Add, R1, 54)
+        .jump_reg(Cond::Gt, R1, R8, next);
+    complete_checksum(a, &regs, true, &x);
+    a.bind(completed);
+    count_percpu(a, stats_fd, bridge_stats::COMPLETED);
+    a.bind(next);
+}
+
 /// One port's program: see the module's comment.
 pub fn bridge_program(p: &XdpBridge) -> Result<Vec<Insn>, AsmError> {
     use bridge_stats::*;
@@ -107,9 +153,11 @@ pub fn bridge_program(p: &XdpBridge) -> Result<Vec<Insn>, AsmError> {
     let dst = a.label();
     let flood = a.label();
     let filtered = a.label();
+    let unfinished = a.label();
     // R7 = data, R8 = the source word wanted in the table, R9 = the destination MAC.
     a.load(Size::W, R7, R1, xdp_md::DATA)
         .load(Size::W, R2, R1, xdp_md::DATA_END)
+        .store(Size::Dw, R10, END_SLOT, R2)
         .mov(R1, R7)
         .alu_imm(Alu::Add, R1, 14)
         .jump_reg(Cond::Gt, R1, R2, malformed)
@@ -142,6 +190,7 @@ pub fn bridge_program(p: &XdpBridge) -> Result<Vec<Insn>, AsmError> {
         .alu_imm(Alu::Rsh, R6, fdb::PORT_SHIFT as i32)
         .alu_imm(Alu::And, R6, 0xff)
         .jump_imm(Cond::Eq, R6, i32::from(p.port), filtered);
+    complete(&mut a, p.stats_fd, unfinished);
     count_percpu(&mut a, p.stats_fd, FORWARDED);
     a.mov(R2, R6)
         .load_map_fd(R1, p.ports_fd)
@@ -149,6 +198,7 @@ pub fn bridge_program(p: &XdpBridge) -> Result<Vec<Insn>, AsmError> {
         .call(Helper::RedirectMap)
         .exit()
         .bind(flood);
+    complete(&mut a, p.stats_fd, unfinished);
     count_percpu(&mut a, p.stats_fd, FLOODED);
     a.load_map_fd(R1, p.ports_fd)
         .mov_imm(R2, 0)
@@ -159,6 +209,8 @@ pub fn bridge_program(p: &XdpBridge) -> Result<Vec<Insn>, AsmError> {
     count_percpu(&mut a, p.stats_fd, FILTERED);
     a.mov_imm(R0, xdp::DROP).exit().bind(malformed);
     count_percpu(&mut a, p.stats_fd, MALFORMED);
+    a.mov_imm(R0, xdp::DROP).exit().bind(unfinished);
+    count_percpu(&mut a, p.stats_fd, UNFINISHED);
     a.mov_imm(R0, xdp::DROP).exit();
     a.finish()
 }

@@ -181,6 +181,7 @@ fn read_bridge(stats: &PerCpuCounters, ports: usize) -> Vec<ForwardCounts> {
         let dropped = Drops {
             filtered: at(bridge_stats::FILTERED),
             malformed: at(bridge_stats::MALFORMED),
+            checksum_unfinished: at(bridge_stats::UNFINISHED),
             ..Drops::default()
         };
         let flooded = at(bridge_stats::FLOODED);
@@ -192,6 +193,7 @@ fn read_bridge(stats: &PerCpuCounters, ports: usize) -> Vec<ForwardCounts> {
             // The kernel sends a flooded frame to every port but the ingress one.
             flood_copies: flooded * (ports.saturating_sub(2) as u64),
             dropped,
+            checksum_completed: at(bridge_stats::COMPLETED),
             ..ForwardCounts::default()
         }
     })
