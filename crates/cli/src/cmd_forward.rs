@@ -74,6 +74,15 @@ use crate::{CmdResult, Failure};
 /// With AF_PACKET, ports are put in promiscuous mode while it runs; give them no addresses
 /// (the kernel receives a copy of every frame).
 ///
+/// A UDP/TCP checksum that a sender on this host left to the device (checksum offload: only
+/// the pseudo header's sum is in the frame) is completed on every backend before the frame
+/// leaves — AF_PACKET is told which frames these are, AF_XDP and XDP tell them by the field
+/// — and counted (checksum completed); native XDP sums segments of up to 1504 bytes and
+/// drops a longer one, counted (checksum unfinished). With native XDP on veth, the far end
+/// must run an XDP program to take XDP_TX or redirected frames: where it is in this
+/// namespace a run without one is refused before the first frame, else the first status
+/// line with refused frames says so with the fix, and the run exits 1.
+///
 /// Every frame the forwarder looked at is counted as forwarded, left to the host, or dropped
 /// by reason (not IP, malformed, truncated, transmit ring full; route: no route, no
 /// neighbour, TTL exceeded, too big; bridge: filtered); the summary sets them beside the
