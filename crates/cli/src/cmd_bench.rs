@@ -17,7 +17,7 @@ use flowlane_tools::bench::{self, BenchConfig, BenchEvent, BenchStep, BenchTarge
 use crate::args::usable_cpus;
 use crate::args::{parse_duration, parse_rate, Rate};
 use crate::args::{parse_key, print_json};
-use crate::cmd_lab::{config, SteerArg};
+use crate::cmd_lab::{config, LabSymmetricArg, SteerArg};
 use crate::live::stop_on_signals;
 use crate::report;
 use crate::{CmdResult, Failure};
@@ -98,6 +98,12 @@ pub struct BenchArgs {
     /// RSS key for a lab this run brings up.
     #[arg(long, value_parser = parse_key, default_value = "microsoft")]
     key: Key,
+
+    /// Symmetric hashing for a lab this run brings up (its steering and the flows' placement
+    /// alike), as `ethtool -X DEV xfrm symmetric-xor` sets a NIC. A lab that is up is used as
+    /// it was made (`lab status` says how).
+    #[arg(long, value_enum, default_value_t = LabSymmetricArg::Off)]
+    symmetric: LabSymmetricArg,
 
     /// Run on 127.0.0.1 without namespaces (no root needed; not RSS-faithful).
     #[arg(long)]
@@ -216,6 +222,10 @@ pub fn run(a: BenchArgs) -> CmdResult {
     // fail after minutes for a typo.
     if !a.loopback {
         setup::check_name(&a.name).map_err(|e| Failure::usage(anyhow!(e)))?;
+    } else if a.symmetric != LabSymmetricArg::Off {
+        return Err(Failure::usage(anyhow!(
+            "--symmetric shapes a lab's steering and placement; --loopback has no steering"
+        )));
     }
     check_writable(&a.out)?;
     let cpus = usable_cpus(None)?;
@@ -227,8 +237,10 @@ pub fn run(a: BenchArgs) -> CmdResult {
             }
         } else {
             let queues = a.buckets.map_or(ncpus, |b| b.1);
+            let mut config = config(&a.name, Some(queues), Steer::from(a.steer), &a.key, false);
+            config.symmetric = a.symmetric.into();
             BenchTarget::Lab {
-                config: config(&a.name, Some(queues), Steer::from(a.steer), &a.key, false),
+                config,
                 keep: a.keep_lab,
             }
         },

@@ -82,6 +82,25 @@ impl From<SteerArg> for Steer {
     }
 }
 
+/// Symmetric hashing in the lab's software RSS (both directions of a flow on one bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LabSymmetricArg {
+    /// Plain Toeplitz.
+    Off,
+    /// ethtool's `symmetric-xor`: hash (src^dst, src^dst, sport^dport, sport^dport). (DPDK's
+    /// sorted Toeplitz is not offered: not linear, the steering tables cannot model it.)
+    Xor,
+}
+
+impl From<LabSymmetricArg> for flowlane_rss::Symmetric {
+    fn from(s: LabSymmetricArg) -> flowlane_rss::Symmetric {
+        match s {
+            LabSymmetricArg::Off => flowlane_rss::Symmetric::Off,
+            LabSymmetricArg::Xor => flowlane_rss::Symmetric::Xor,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct NameArg {
     /// Lab name (namespaces NAME-gen and NAME-dut).
@@ -109,6 +128,11 @@ pub struct UpArgs {
     /// Hash only the addresses (2-tuple), not the ports.
     #[arg(long)]
     pub two_tuple: bool,
+
+    /// Symmetric hashing in the steering program, as a NIC set with `ethtool -X DEV xfrm
+    /// symmetric-xor`: both directions of a flow land on one bucket.
+    #[arg(long, value_enum, default_value_t = LabSymmetricArg::Off)]
+    pub symmetric: LabSymmetricArg,
 
     /// Frames each CPU's software-RSS queue holds (the cpumap entry's queue; the kernel takes
     /// 1..=16384). A frame that finds it full is dropped; `lab status` and `bench` count those
@@ -221,6 +245,7 @@ pub fn run(c: LabCommand) -> CmdResult {
             need_root("flowlane lab up")?;
             let mut cfg = config(&a.name.name, a.queues, a.steer.into(), &a.key, a.two_tuple);
             cfg.cpu_queue = a.cpu_queue;
+            cfg.symmetric = a.symmetric.into();
             cfg.topology = match a.topology {
                 TopologyArg::Pair => Topology::Pair,
                 TopologyArg::Line => Topology::Line,
@@ -309,13 +334,14 @@ pub fn run(c: LabCommand) -> CmdResult {
                 if let Some(c) = &st.config {
                     println!(
                         "  queues {}  steering {} (found: {})  key {}…  RETA {} entries  hash {}  \
-                         CPU queue {}",
+                         symmetric {}  CPU queue {}",
                         c.queues,
                         c.steer.name(),
                         st.steering.as_deref().unwrap_or("?"),
                         c.key.chars().take(16).collect::<String>(),
                         c.reta.len(),
                         if c.ports { "4-tuple" } else { "2-tuple" },
+                        c.symmetric.name(),
                         c.cpu_queue
                     );
                 }

@@ -352,6 +352,56 @@ fn bench_with_software_rss_adds_up_and_reports() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--symmetric xor`: the lab's software RSS hashes as a NIC set with `ethtool -X … xfrm
+/// symmetric-xor` does (each field's byte rows XORed with its partner's), and the flows are
+/// placed by the same model — every datagram lands on its bucket's worker, which it would not
+/// if the steering and the picker disagreed (a flow placed on one bucket by one hash and
+/// steered to the other is counted as misplaced). The report says how the lab hashed; the
+/// sorted Toeplitz (not linear) is not offered, and loopback has no steering to make
+/// symmetric.
+#[test]
+fn a_symmetric_lab_steers_where_the_symmetric_picker_placed() {
+    let Some(_one) = root() else { return };
+    let name = lab_name("y");
+    let _down = Down(name.clone());
+    let dir = out_dir("sym");
+    let (code, r) = bench(
+        &name,
+        &dir,
+        &[
+            "--buckets",
+            "2",
+            "--per-bucket",
+            "4",
+            "--step-secs",
+            "1",
+            "--mode",
+            "sink",
+            "--rate",
+            "40000",
+            "--symmetric",
+            "xor",
+        ],
+    );
+    assert_eq!(code, Some(0), "{}", r["problems"]);
+    assert_eq!(r["lab"]["symmetric"], "xor", "{}", r["lab"]);
+    let s = &r["steps"][0];
+    assert!(
+        s["five"]["server_seen"].as_u64().expect("seen") > 10_000,
+        "{s}"
+    );
+    assert_eq!(s["misplaced"], 0, "{s}");
+    assert_eq!(s["missteered"], 0, "{s}");
+    for bad in [
+        &["bench", "--symmetric", "sort"][..],
+        &["bench", "--loopback", "--symmetric", "xor"],
+    ] {
+        let o = flowlane(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn without_steering_flows_land_off_their_bucket_and_bench_says_so() {
     let Some(_one) = root() else { return };

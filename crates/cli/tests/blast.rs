@@ -180,9 +180,9 @@ fn paced_rate_lands_within_two_percent_at_the_peer() {
 }
 
 /// A busy process on the sender's CPU: the scheduler shares it, so the sender sleeps past
-/// its due time by a slice now and then (5-8 ms at worst here). A catch-up bounded by a count
+/// its due time by a slice now and then (4 ms at worst here). A catch-up bounded by a count
 /// (the 32-datagram bucket, 1.6 ms at 20 000/s) lost that time for good: with `--catch-up 0`,
-/// which is that bucket alone, this run made 8 900-9 600 of 20 000/s. Bounded in time (10 ms
+/// which is that bucket alone, this run made 8 500 of 20 000/s. Bounded in time (10 ms
 /// by default) the sender sends what fell due when it wakes, and the rate holds within 1 %.
 /// The sender needs a tenth of the CPU at this rate (4-5 µs a datagram in a debug build),
 /// well within the half the hog leaves it.

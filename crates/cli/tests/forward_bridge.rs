@@ -57,48 +57,14 @@ fn the_bridge_learns_floods_filters_ages_and_adds_up() {
 }
 
 /// A socket sender with checksum offload on (veth's default) hands the bridge datagrams whose
-/// UDP checksum holds only the pseudo header's sum; a bridge past the kernel completes them
-/// (the sink's kernel would drop them as corrupt), AF_PACKET told so by its ring, AF_XDP and
-/// native XDP by the checksum field, and counts each.
+/// UDP checksum holds only the pseudo header's sum; every backend completes them (see
+/// [`common::offloaded_checksums_leave_complete`]).
 #[test]
 fn checksums_left_to_offload_leave_the_bridge_complete() {
     let Some(lab) = Line::up("k", &["--segment", "switched"]) else {
         return;
     };
-    lab.gen
-        .set_offload("flgen", flowlane_lab::Offload::TxChecksum, true)
-        .expect("SIOCETHTOOL");
-    for backend in ["af-packet", "af-xdp", "xdp"] {
-        // Native XDP redirects into veth: the far ends must run XDP to take those frames.
-        let _pass = (backend == "xdp").then(|| {
-            (
-                common::xdp_pass(&lab.gen, "flgen"),
-                common::xdp_pass(&lab.sink, "flsink"),
-            )
-        });
-        quiet(&lab);
-        let mut cmd = lab.dut.command(BIN);
-        cmd.args([
-            "forward", "--mode", "bridge", "--dev", "fldut", "--dev", "fldut1",
-        ])
-        .args(["--backend", backend]);
-        let fwd = Forwarder::start(cmd);
-        let sink = sink_start(&lab, 5_000);
-        let out = lab
-            .gen
-            .command(BIN)
-            .args(["blast", "--to", "198.18.0.3:9000", "--count", "5000"])
-            .args(["--rate", "20k", "--flows", "2", "--json", "--quiet"])
-            .output()
-            .expect("blast runs");
-        let b: Value = serde_json::from_slice(&out.stdout).expect("blast JSON");
-        assert_eq!(b["tx_packets"], 5_000, "{b}");
-        sink_check(sink, 5_000);
-        quiet(&lab);
-        let (code, r) = fwd.finish();
-        assert_eq!(code, Some(0), "{r}");
-        assert_eq!(r["total"]["checksum_completed"], 5_000, "{backend}: {r}");
-    }
+    common::offloaded_checksums_leave_complete(&lab, "bridge", "198.18.0.3:9000");
 }
 
 /// One bridge run with `backend`.

@@ -345,50 +345,14 @@ fn routed_run(lab: &Line, backend: &str) {
 }
 
 /// A socket sender on the generator with checksum offload on (veth's default) hands the
-/// router datagrams whose UDP checksum holds only the pseudo header's sum. The kernel would
-/// have the device finish it; a router past the kernel must, or the sink's kernel drops every
-/// datagram as corrupt. AF_PACKET says which frames these are; AF_XDP and native XDP do not,
-/// and the router tells them by their checksum field. The sink (an independent parser) finds
-/// every checksum valid, and the router counts each completion.
+/// router datagrams whose UDP checksum holds only the pseudo header's sum; every backend
+/// completes them (see [`common::offloaded_checksums_leave_complete`]).
 #[test]
 fn checksums_left_to_offload_leave_the_router_complete() {
     let Some(lab) = Line::up("k", &[]) else {
         return;
     };
-    lab.gen
-        .set_offload("flgen", flowlane_lab::Offload::TxChecksum, true)
-        .expect("SIOCETHTOOL");
-    for backend in ["af-packet", "af-xdp", "xdp"] {
-        // The native XDP router redirects into veth, whose far ends then run XDP.
-        let _pass = (backend == "xdp").then(|| {
-            (
-                common::xdp_pass(&lab.gen, "flgen"),
-                common::xdp_pass(&lab.sink, "flsink"),
-            )
-        });
-        quiet(&lab);
-        let mut cmd = lab.dut.command(BIN);
-        cmd.args([
-            "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
-        ])
-        .args(["--backend", backend]);
-        let fwd = Forwarder::start(cmd);
-        let sink = sink_start(&lab, 5_000);
-        let out = lab
-            .gen
-            .command(BIN)
-            .args(["blast", "--to", "198.18.1.2:9000", "--count", "5000"])
-            .args(["--rate", "20k", "--flows", "2", "--json", "--quiet"])
-            .output()
-            .expect("blast runs");
-        let b: Value = serde_json::from_slice(&out.stdout).expect("blast JSON");
-        assert_eq!(b["tx_packets"], 5_000, "{b}");
-        sink_check(sink, 5_000);
-        quiet(&lab);
-        let (code, r) = fwd.finish();
-        assert_eq!(code, Some(0), "{r}");
-        assert_eq!(r["total"]["checksum_completed"], 5_000, "{backend}: {r}");
-    }
+    common::offloaded_checksums_leave_complete(&lab, "route", "198.18.1.2:9000");
 }
 
 /// Flooded faster than it routes, the AF_XDP router counts every frame once: what its ports

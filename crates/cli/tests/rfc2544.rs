@@ -208,9 +208,20 @@ fn a_rate_limiter_is_found_at_its_rate() {
     valid(&j);
 }
 
+/// The bucket holds 500 frames (10 ms of its rate) and the queue 1000: with the other tests'
+/// 50-frame bucket, a CPU shared with a busy process (one spinning beside the suite, found
+/// after the run) ran the bucket's timer late enough to lose its tokens, and the DUT carried
+/// 38-42 k of its 50 k in all three attempts. A 2 s trial may then carry what the queue and
+/// the bucket hold besides its rate, 1500 frames: 750 a second more, which the window allows.
 #[test]
 fn a_dut_of_known_capacity_is_found_within_the_resolution() {
-    let Some(lab) = tbf_lab("c", Steer::Rss) else {
+    let Some(lab) = tbf_lab_with(
+        "c",
+        &["--steer", "rss", "--cpu-queue", "512"],
+        "24mbit",
+        30_000,
+        60_000,
+    ) else {
         return;
     };
     let mut limited = Vec::new();
@@ -276,12 +287,14 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         assert!(counted
             .iter()
             .any(|t| t["verdict"] == "fail" && t["rate_pps"].as_f64().expect("r") > CAPACITY_PPS));
-        // The limit within the resolution (and tbf's own rounding, < 0.5 %). Never above it.
-        // Below it, a busy machine can be the cause: a generator whose sends bunch up fills
-        // the bucket's 3 000-byte burst at 98 % of its rate (seen in CI: 17 of 97 465 frames
-        // lost at 48 992 pps, so the search went one step lower, to 48 248); that attempt
-        // is fully checked above and another is made (at most three).
-        let window = CAPACITY_PPS - 1_488.0 - CAPACITY_PPS * 0.005..=CAPACITY_PPS * 1.005;
+        // The limit within the resolution (and tbf's own rounding, < 0.5 %), never above what
+        // a 2 s trial can carry (the rate and the 1500 frames held). Below it, a busy machine
+        // can be the cause: a generator whose sends bunch up fills the bucket at 98 % of its
+        // rate (seen in CI with a 50-frame bucket: 17 of 97 465 frames lost at 48 992 pps, so
+        // the search went one step lower, to 48 248); that attempt is fully checked above and
+        // another is made (at most three).
+        let window =
+            CAPACITY_PPS - 1_488.0 - CAPACITY_PPS * 0.005..=CAPACITY_PPS * 1.005 + 1_500.0 / 2.0;
         assert!(
             ndr <= *window.end(),
             "NDR {ndr} above a DUT of {CAPACITY_PPS}: {err}"
@@ -320,9 +333,12 @@ fn a_dut_of_known_capacity_is_found_within_the_resolution() {
         let t = &j["sizes"][0]["throughput"];
         let v6 = t["ndr"]["pps"].as_f64().expect("ndr");
         let (cap6, step6) = (24e6 / (124.0 * 8.0), 1e8 / (148.0 * 8.0) * 0.01);
+        // What the queue and the bucket hold, over the 2 s trial: 90 000 bytes of 124-byte
+        // frames.
+        let held6 = 90_000.0 / 124.0 / 2.0;
         if t["ndr"]["tester_limited"] != true {
             assert!(
-                (cap6 - step6 - cap6 * 0.005..=cap6 * 1.005).contains(&v6),
+                (cap6 - step6 - cap6 * 0.005..=cap6 * 1.005 + held6).contains(&v6),
                 "IPv6 NDR {v6} for a DUT of {cap6}: {err}"
             );
         }

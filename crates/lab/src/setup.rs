@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use flowlane_io::ebpf;
 use flowlane_io::{bpf, netdev};
-use flowlane_rss::{Key, Reta, Toeplitz};
+use flowlane_rss::{Key, Reta, Symmetric, Toeplitz};
 use serde::{Deserialize, Serialize};
 
 use crate::{add_veth, ip, LabError, Netns, Offload};
@@ -143,6 +143,10 @@ pub struct LabConfig {
     /// Line topology: routed or switched.
     #[serde(default)]
     pub segment: Segment,
+    /// Symmetric hashing, as a NIC's `ethtool -X … xfrm symmetric-xor` makes it: off or xor
+    /// (sort is not linear, so the steering program's byte tables cannot model it).
+    #[serde(default)]
+    pub symmetric: Symmetric,
 }
 
 /// The largest cpumap queue the kernel takes (16385 fails with EOVERFLOW).
@@ -172,6 +176,7 @@ impl LabConfig {
             topology: Topology::Pair,
             kernel: KernelDut::Off,
             segment: Segment::Routed,
+            symmetric: Symmetric::Off,
         }
     }
 
@@ -519,12 +524,46 @@ fn set_up_link(ns: &Netns, ifname: &str, queues: u32) -> Result<(), LabError> {
     Ok(())
 }
 
-/// The value of the steering table: Toeplitz byte rows, then RETA index → CPU.
+/// The rows a family's 4-tuple of `addr` bytes per address hashes with: the plain Toeplitz
+/// rows, or for `symmetric-xor` each field's row XORed with its partner's (source address
+/// byte i with destination byte i, source port byte with destination port byte) — Toeplitz is
+/// linear in its input, so hashing (s, d, p, q) with those rows is hashing (s^d, s^d, p^q,
+/// p^q) with the plain ones.
+fn family_rows(t: &Toeplitz, addr: usize, symmetric: Symmetric) -> Vec<[u32; 256]> {
+    let mut rows = t.byte_rows(2 * addr + 4).to_vec();
+    if symmetric == Symmetric::Xor {
+        let pairs = (0..addr).map(|i| (i, i + addr));
+        let ports = (0..2).map(|i| (2 * addr + i, 2 * addr + 2 + i));
+        for (a, b) in pairs.chain(ports) {
+            let mut both = [0u32; 256];
+            for (x, (ra, rb)) in both.iter_mut().zip(rows[a].iter().zip(rows[b].iter())) {
+                *x = ra ^ rb;
+            }
+            rows[a] = both;
+            rows[b] = both;
+        }
+    }
+    rows
+}
+
+/// The value of the steering table: Toeplitz byte rows (IPv6's, then IPv4's), then RETA
+/// index → CPU.
 pub fn rss_table(cfg: &LabConfig) -> Result<Vec<u8>, LabError> {
     let key = cfg.rss_key()?;
+    if cfg.symmetric == Symmetric::Sort {
+        return Err(LabError {
+            what: "software RSS".into(),
+            detail: "symmetric hashing by sorting the endpoints is not linear in the input, so \
+                     the steering program's byte tables cannot model it: use xor (ethtool's \
+                     symmetric-xor)"
+                .into(),
+        });
+    }
     let t = Toeplitz::new(&key);
     let mut v = Vec::with_capacity(ebpf::rss_table::value_size(cfg.reta.len()));
-    for row in t.byte_rows(ebpf::rss_table::ROWS) {
+    let v6 = family_rows(&t, 16, cfg.symmetric);
+    let v4 = family_rows(&t, 4, cfg.symmetric);
+    for row in v6.iter().chain(&v4) {
         for x in row {
             v.extend_from_slice(&x.to_ne_bytes());
         }
@@ -856,4 +895,57 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
         }
     }
     Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlane_rss::Tuple;
+
+    /// The steering program's hash, as it XORs one row per input byte.
+    fn by_rows(rows: &[[u32; 256]], input: &[u8]) -> u32 {
+        input
+            .iter()
+            .zip(rows)
+            .fold(0, |h, (&b, row)| h ^ row[b as usize])
+    }
+
+    /// The rows the lab's program hashes with give the library's hash of every tuple — plain,
+    /// and with ethtool's symmetric-xor, where both directions of a flow then agree — for
+    /// both families and both tuple lengths (the 2-tuple uses the first rows).
+    #[test]
+    fn the_steering_rows_hash_as_the_library_does() {
+        let t = Toeplitz::new(&Key::MICROSOFT);
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 16
+        };
+        for sym in [Symmetric::Off, Symmetric::Xor] {
+            let v6 = family_rows(&t, 16, sym);
+            let v4 = family_rows(&t, 4, sym);
+            for _ in 0..200 {
+                let (a, b) = (next(), next());
+                let (p, q) = ((a >> 8) as u16, (b >> 8) as u16);
+                let four = Tuple::v4((a as u32).into(), (b as u32).into(), p, q);
+                let six = Tuple::v6(
+                    u128::from(a).wrapping_mul(0x9e37_79b9).into(),
+                    u128::from(b).wrapping_mul(0x7f4a_7c15).into(),
+                    p,
+                    q,
+                );
+                for (tu, rows) in [(four, &v4), (six, &v6)] {
+                    let want = t.hash(&tu.symmetric(sym));
+                    assert_eq!(by_rows(rows, tu.input()), want, "{sym:?} {tu:?}");
+                    if sym == Symmetric::Xor {
+                        assert_eq!(by_rows(rows, tu.reversed().input()), want);
+                    }
+                }
+                let two = Tuple::v4_addrs((a as u32).into(), (b as u32).into());
+                assert_eq!(by_rows(&v4, two.input()), t.hash(&two.symmetric(sym)));
+            }
+        }
+    }
 }

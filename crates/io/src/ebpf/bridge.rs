@@ -14,7 +14,7 @@
 //! ([`crate::bpf::BridgeMaps::sweep`]): a slot seen since the last sweep loses its bit, one
 //! not seen is emptied.
 
-use super::csum::{complete_checksum, CsumExits, CsumRegs};
+use super::csum::{complete_counted, UNTAGGED_R7};
 use super::*;
 
 /// The bridge's counters: indices into a per-CPU array of u64 (`PerCpuCounters`).
@@ -114,19 +114,8 @@ const END_SLOT: i16 = -16;
 /// frames and what the code cannot read leave as they are), counted; a segment too long to
 /// sum goes to `unfinished`. R7 = data; clobbers R0–R5, R8, R9.
 fn complete(a: &mut Asm, stats_fd: i32, unfinished: Label) {
-    let (v6, completed, next) = (a.label(), a.label(), a.label());
-    let regs = CsumRegs {
-        base: R7,
-        ip_off: 14,
-        end: R8,
-        acc: R9,
-    };
-    let x = CsumExits {
-        next,
-        bad: next,
-        unfinished,
-        completed,
-    };
+    let (v6, next) = (a.label(), a.label());
+    let done = bridge_stats::COMPLETED;
     a.load(Size::Dw, R8, R10, END_SLOT)
         .load(Size::H, R1, R7, 12)
         .jump_imm(Cond::Eq, R1, 0xdd86, v6)
@@ -134,14 +123,13 @@ fn complete(a: &mut Asm, stats_fd: i32, unfinished: Label) {
         .mov(R1, R7)
         .alu_imm(Alu::Add, R1, 34)
         .jump_reg(Cond::Gt, R1, R8, next);
-    complete_checksum(a, &regs, false, &x);
-    a.bind(v6)
+    complete_counted(a, &UNTAGGED_R7, false, None, unfinished, stats_fd, done);
+    a.jump(next)
+        .bind(v6)
         .mov(R1, R7)
         .alu_imm(Alu::Add, R1, 54)
         .jump_reg(Cond::Gt, R1, R8, next);
-    complete_checksum(a, &regs, true, &x);
-    a.bind(completed);
-    count_percpu(a, stats_fd, bridge_stats::COMPLETED);
+    complete_counted(a, &UNTAGGED_R7, true, None, unfinished, stats_fd, done);
     a.bind(next);
 }
 

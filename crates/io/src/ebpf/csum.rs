@@ -132,8 +132,9 @@ fn complete_l4(a: &mut Asm, r: &CsumRegs, v6: bool, tcp: bool, x: &CsumExits) {
     a.bind(summed);
     fold32(a, r.acc, R0);
     fold16(a, r.acc, R0, 4);
-    // Valid as it is (the field equals the pseudo header's sum by chance): left alone.
-    a.jump_imm(Cond::Eq, r.acc, 0xffff, x.next)
+    // Complete as it came (the checksum equals the pseudo header's sum, 1 in 65 535): left
+    // alone, and counted as `wire::forward::complete_partial` counts it.
+    a.jump_imm(Cond::Eq, r.acc, 0xffff, x.completed)
         // Without the field (its complement added), complemented: the checksum.
         .load(Size::H, R0, R4, off)
         .alu_imm(Alu::Xor, R0, 0xffff)
@@ -184,3 +185,38 @@ pub(crate) fn complete_checksum(a: &mut Asm, r: &CsumRegs, v6: bool, x: &CsumExi
     a.bind(udp);
     complete_l4(a, r, v6, false, x);
 }
+
+/// [`complete_checksum`] with its ends tied: a completion counts `counter` in the per-CPU
+/// array `stats_fd` and goes on, as does what needs none (and, `bad_goes_on`, headers it
+/// cannot read; else those go to `bad`); a segment too long to sum goes to `unfinished`.
+/// Falls through to what follows.
+pub(crate) fn complete_counted(
+    a: &mut Asm,
+    r: &CsumRegs,
+    v6: bool,
+    bad: Option<Label>,
+    unfinished: Label,
+    stats_fd: i32,
+    counter: usize,
+) {
+    let (completed, next) = (a.label(), a.label());
+    let x = CsumExits {
+        next,
+        bad: bad.unwrap_or(next),
+        unfinished,
+        completed,
+    };
+    complete_checksum(a, r, v6, &x);
+    a.bind(completed);
+    count_percpu(a, stats_fd, counter);
+    a.bind(next);
+}
+
+/// The registers of a program that keeps data in R7 and data_end in R8, with R9 free: the IP
+/// header right after an untagged Ethernet header.
+pub(crate) const UNTAGGED_R7: CsumRegs = CsumRegs {
+    base: R7,
+    ip_off: 14,
+    end: R8,
+    acc: R9,
+};

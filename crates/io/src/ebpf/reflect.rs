@@ -8,7 +8,7 @@
 //! (`super::csum`); a segment longer than the program sums is dropped and counted
 //! ([`reflect_stats::UNFINISHED`]), never sent back with a checksum the peer would reject.
 
-use super::csum::{complete_checksum, CsumExits, CsumRegs};
+use super::csum::{complete_counted, CsumRegs};
 use super::*;
 
 /// The reflector's counters: indices into a per-CPU array of u64 (`PerCpuCounters`: each CPU
@@ -81,24 +81,23 @@ pub fn reflect_program(p: &Reflect) -> Result<Vec<Insn>, AsmError> {
         (macs, macs)
     };
     let unfinished = a.label();
+    let regs = CsumRegs {
+        base: R8,
+        ip_off: 0,
+        end: R7,
+        acc: R9,
+    };
     let completions = |a: &mut Asm, v6: bool| {
-        let (completed, next) = (a.label(), a.label());
-        let x = CsumExits {
-            next,
-            bad,
+        let stats = p.stats_fd;
+        complete_counted(
+            a,
+            &regs,
+            v6,
+            Some(bad),
             unfinished,
-            completed,
-        };
-        let regs = CsumRegs {
-            base: R8,
-            ip_off: 0,
-            end: R7,
-            acc: R9,
-        };
-        complete_checksum(a, &regs, v6, &x);
-        a.bind(completed);
-        count(a, p.stats_fd, reflect_stats::COMPLETED);
-        a.bind(next);
+            stats,
+            reflect_stats::COMPLETED,
+        );
     };
     if swapping || p.complete_checksums {
         let untagged = a.label();

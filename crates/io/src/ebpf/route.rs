@@ -11,7 +11,7 @@
 //! addresses (a host route to a [`route_hop::HOST`] entry) — is passed to the kernel,
 //! counted. No user space on the path.
 
-use super::csum::{complete_checksum, CsumExits, CsumRegs};
+use super::csum::{complete_counted, UNTAGGED_R7};
 use super::*;
 
 /// The router's counters: indices into a per-CPU array of u64 (`PerCpuCounters`).
@@ -148,23 +148,8 @@ fn tail(a: &mut Asm, p: &XdpRoute, v6: bool, d: &Drops) {
     }
     // A checksum a sender here left to offload, completed (`super::csum`); headers it cannot
     // read are routed as they are, as the user-space router does. R9 is free by now.
-    let (completed, next) = (a.label(), a.label());
-    let regs = CsumRegs {
-        base: R7,
-        ip_off: 14,
-        end: R8,
-        acc: R9,
-    };
-    let x = CsumExits {
-        next,
-        bad: next,
-        unfinished: d.unfinished,
-        completed,
-    };
-    complete_checksum(a, &regs, v6, &x);
-    a.bind(completed);
-    count_percpu(a, p.stats_fd, route_stats::COMPLETED);
-    a.bind(next);
+    let (stats, done) = (p.stats_fd, route_stats::COMPLETED);
+    complete_counted(a, &UNTAGGED_R7, v6, None, d.unfinished, stats, done);
     count_percpu(a, p.stats_fd, route_stats::FORWARDED);
     a.mov(R2, R6)
         .load_map_fd(R1, p.ports_fd)

@@ -44,11 +44,22 @@ pub mod rss_stats {
 }
 
 /// Layout of the value the software-RSS program reads (one array map entry, key 0): the
-/// Toeplitz byte table (`ROWS` rows of 256 u32, row `i` = contribution of input byte `i`) and
-/// then the CPU for each RETA index (u32 each).
+/// Toeplitz byte tables (rows of 256 u32, row `i` = contribution of input byte `i`) — an
+/// IPv6 4-tuple's [`V6_ROWS`], then an IPv4 4-tuple's [`V4_ROWS`] from [`V4_ROW`] — and then
+/// the CPU for each RETA index (u32 each). Each family has rows of its own so that a
+/// symmetric hash can be steered: ethtool's `symmetric-xor` hashes (src^dst, src^dst,
+/// sport^dport, sport^dport), and Toeplitz being linear in its input, that is the plain hash
+/// with the rows of a field and of its partner XORed together — which pairs different rows
+/// for IPv4 (addresses 4 bytes apart) than for IPv6 (16).
 pub mod rss_table {
-    /// Input bytes the table covers: an IPv6 4-tuple (16 + 16 + 2 + 2).
-    pub const ROWS: usize = 36;
+    /// An IPv6 4-tuple's input bytes (16 + 16 + 2 + 2).
+    pub const V6_ROWS: usize = 36;
+    /// An IPv4 4-tuple's (4 + 4 + 2 + 2).
+    pub const V4_ROWS: usize = 12;
+    /// The first IPv4 row.
+    pub const V4_ROW: usize = V6_ROWS;
+    /// Rows in all.
+    pub const ROWS: usize = V6_ROWS + V4_ROWS;
     /// Byte offset of the RETA→CPU table.
     pub const CPU_TABLE: usize = ROWS * 256 * 4;
     /// Value size for a RETA of `reta_len` entries.
@@ -57,14 +68,15 @@ pub mod rss_table {
     }
 }
 
-/// XORs the table rows of `len` frame bytes starting at `frame_off` into `R5` (frame in `R7`,
-/// table in `R9`; clobbers `R3`). The caller has checked the bytes are inside the frame.
-fn hash_bytes(a: &mut Asm, frame_off: i16, len: usize) {
+/// XORs the table rows `row..row + len` of `len` frame bytes starting at `frame_off` into `R5`
+/// (frame in `R7`, table in `R9`; clobbers `R3`). The caller has checked the bytes are inside
+/// the frame.
+fn hash_bytes(a: &mut Asm, frame_off: i16, len: usize, row: usize) {
     for i in 0..len {
         a.load(Size::B, R3, R7, frame_off + i as i16)
             .alu_imm(Alu::Lsh, R3, 2)
             .alu_reg(Alu::Add, R3, R9)
-            .alu_imm(Alu::Add, R3, (i * 1024) as i32)
+            .alu_imm(Alu::Add, R3, ((row + i) * 1024) as i32)
             .load(Size::W, R3, R3, 0)
             .alu_reg(Alu::Xor, R5, R3);
     }
@@ -134,11 +146,11 @@ pub fn rss_steer_program(
             .mov(R2, R7)
             .alu_imm(Alu::Add, R2, 38)
             .jump_reg(Cond::Gt, R2, R8, v4_addrs);
-        hash_bytes(&mut a, 26, 12);
+        hash_bytes(&mut a, 26, 12, rss_table::V4_ROW);
         a.jump(steer);
     }
     a.bind(v4_addrs);
-    hash_bytes(&mut a, 26, 8);
+    hash_bytes(&mut a, 26, 8, rss_table::V4_ROW);
     a.jump(steer);
     // IPv6: addresses at 22..54, ports at 54..58 when the next header is UDP or TCP.
     a.bind(v6)
@@ -155,11 +167,11 @@ pub fn rss_steer_program(
             .mov(R2, R7)
             .alu_imm(Alu::Add, R2, 58)
             .jump_reg(Cond::Gt, R2, R8, v6_addrs);
-        hash_bytes(&mut a, 22, 36);
+        hash_bytes(&mut a, 22, 36, 0);
         a.jump(steer);
     }
     a.bind(v6_addrs);
-    hash_bytes(&mut a, 22, 32);
+    hash_bytes(&mut a, 22, 32, 0);
     // The CPU for RETA index hash & (len − 1); redirect there (XDP_PASS if the entry is empty).
     a.bind(steer)
         .alu_imm(Alu::And, R5, reta_len.saturating_sub(1) as i32)

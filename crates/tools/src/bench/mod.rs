@@ -129,6 +129,7 @@ pub fn run(
             cpus: a.cpus.clone(),
             buckets: a.buckets.map_or(ncpus, |b| b.1),
             key: key.clone(),
+            symmetric: flowlane_rss::Symmetric::Off,
         },
         BenchTarget::Lab { config, keep } => {
             setup::check_name(&config.name).map_err(|e| ToolError::usage(e.to_string()))?;
@@ -192,6 +193,7 @@ pub fn run(
                 cpus: a.cpus.clone(),
                 buckets: cfg.queues,
                 key: cfg.key.clone(),
+                symmetric: cfg.symmetric,
                 lab: Some((
                     Netns::existing(&cfg.gen_ns()),
                     Netns::existing(&cfg.dut_ns()),
@@ -234,6 +236,7 @@ pub fn run(
                             cpus: target.cpus.clone(),
                             buckets: target.buckets,
                             key: target.key.clone(),
+                            symmetric: target.symmetric,
                         };
                         step::step(a, &t, k, echo, stop)
                     },
@@ -277,6 +280,7 @@ pub fn run(
             key: c.key.clone(),
             reta_size: c.reta.len(),
             hash: if c.ports { "4-tuple" } else { "2-tuple" }.into(),
+            symmetric: c.symmetric.name().into(),
         }),
         frame_bytes: a.frame_bytes,
         step_secs: a.step_secs,

@@ -32,6 +32,13 @@ pub struct LabInfo {
     pub reta_size: usize,
     /// `4-tuple` or `2-tuple`.
     pub hash: String,
+    /// Symmetric hashing: `off` or `xor` (ethtool's symmetric-xor).
+    #[serde(default = "symmetric_off")]
+    pub symmetric: String,
+}
+
+fn symmetric_off() -> String {
+    "off".into()
 }
 
 /// The five numbers of the FreeBSD RSS experiment. Interface counts are `None` on loopback;

@@ -29,6 +29,8 @@ pub(super) struct Target {
     pub buckets: u32,
     /// The RSS key (hex) the flows are placed with.
     pub key: String,
+    /// The symmetric hashing they are placed with (the lab's).
+    pub symmetric: flowlane_rss::Symmetric,
 }
 
 /// Per-CPU (busy, total) jiffies from /proc/stat, by position (none if it cannot be read:
@@ -185,7 +187,7 @@ pub(super) fn step(
         per_queue: a.per_bucket,
         queues: (0..k).collect(),
         key: t.key.clone(),
-        symmetric: Default::default(),
+        symmetric: t.symmetric,
         model: ModelSpec::Reta(match &t.lab {
             Some((_, _, c)) => c.reta.clone(),
             None => Reta::round_robin(128, t.buckets as usize)
@@ -514,6 +516,7 @@ mod tests {
             cpus: vec![cpu],
             buckets: 1,
             key: flowlane_rss::Key::MICROSOFT.to_hex(),
+            symmetric: flowlane_rss::Symmetric::Off,
         };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
