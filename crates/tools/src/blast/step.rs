@@ -45,7 +45,7 @@ pub(super) fn mean(frames: &[usize]) -> f64 {
 pub(super) fn step_id_offset(index: usize, flows: usize) -> Result<u16, ToolError> {
     index
         .checked_mul(flows)
-        .filter(|o| o + flows <= 1 << 16)
+        .filter(|o| o.checked_add(flows).is_some_and(|end| end <= 1 << 16))
         .and_then(|o| u16::try_from(o).ok())
         .ok_or_else(|| {
             ToolError::usage(format!(
@@ -114,7 +114,9 @@ pub(super) fn run_step(
                 quota: a.count.map(|c| split(c, nthreads, w)).or(once),
                 pps: requested_pps.map(|p| p / nthreads as f64),
                 burst: a.burst,
-                catch_up: std::time::Duration::from_secs_f64(a.catch_up_s.clamp(0.0, 10.0)),
+                // At most 10 s; a negative or non-number one (a library caller's) is none.
+                catch_up: std::time::Duration::try_from_secs_f64(a.catch_up_s.min(10.0))
+                    .unwrap_or_default(),
                 batch: a.batch,
                 echo: a.echo,
                 linger: plan.linger,
