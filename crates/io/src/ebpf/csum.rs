@@ -1,9 +1,9 @@
 //! Completing a UDP/TCP checksum a sender left to offload, in generated XDP code — shared by
-//! the reflector and the router. A frame a sender on this host left to checksum offload
-//! carries only the pseudo header's sum in its checksum (the device would add the rest;
-//! forwarded by XDP, no device does). XDP is not told which frames these are, so the program
-//! compares the field with the pseudo header's sum and, where they match and the whole does
-//! not verify, sums the segment and writes the checksum — as
+//! the reflector, the router and the bridge. A frame a sender on this host left to checksum
+//! offload carries only the pseudo header's sum in its checksum (the device would add the
+//! rest; forwarded by XDP, no device does). XDP is not told which frames these are, so the
+//! program compares the field with the pseudo header's sum and, where they match, sums the
+//! segment and writes the checksum (or, where the whole already verifies, leaves it) — as
 //! `flowlane_wire::forward::complete_partial` does. The loop is bounded for the verifier (it
 //! walks it once per word): segments of up to [`MAX_CSUM_WORDS`] words; the caller drops a
 //! longer one and counts it, never sending it on with a checksum the peer would reject.
@@ -12,7 +12,7 @@ use super::*;
 
 /// The longest UDP/TCP segment whose checksum the program completes, in 4-byte words (1504
 /// bytes: a 1500-byte MTU's 1480 of IPv4, 1460 of IPv6). The verifier walks the bounded loop
-/// once per word; twice this passed it too, but no frame of a 1500-byte link needs more.
+/// once per word, for every copy of the code (one per family and protocol at each call).
 pub const MAX_CSUM_WORDS: i32 = 376;
 
 /// The registers the code works with.
