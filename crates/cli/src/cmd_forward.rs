@@ -282,11 +282,8 @@ pub fn run(a: ForwardArgs) -> CmdResult {
                 }
                 _ => String::new(),
             };
-            // Refused by the device: more than the frames that can be in flight between the
-            // two counter reads (64, or 1 % of the interval's).
             let refused = t
-                .device_refused
-                .filter(|&n| n > 64.max((d.forwarded + d.flood_copies) / 100))
+                .refused_beyond_in_flight()
                 .map_or(String::new(), |n| format!("  REFUSED by the device {n}"));
             log.line(&format!(
                 "{:>7.1}s  rx {:>10.0} pps  forwarded {:>10.0} pps  dropped {} ({})  ring {}{tables}{refused}",

@@ -7,8 +7,8 @@
 //!
 //! Why time and not a count: a loaded or virtual CPU wakes a sleeping thread 25-100 µs late on
 //! average and a few ms late under a competing process (one scheduler slice); a fixed
-//! 32-packet bucket carries 1.6 ms at 20 000/s, so every such wake-up cost the rate (17 000 of
-//! 20 000/s beside a CPU hog, measured) whatever the rate was.
+//! 32-packet bucket carries 1.6 ms at 20 000/s, so every such wake-up cost the rate (8 500 of
+//! 20 000/s with a thread spinning on the sender's CPU, measured) whatever the rate was.
 
 /// Paces one sender.
 #[derive(Debug, Clone)]

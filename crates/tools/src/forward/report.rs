@@ -210,6 +210,16 @@ pub struct ForwardTick {
     pub device_refused: Option<u64>,
 }
 
+impl ForwardTick {
+    /// Frames the device refused in the interval, where they are more than can be in flight
+    /// between the two counter reads (64, or 1 % of what was queued): the figure a status
+    /// line reports, not read noise.
+    pub fn refused_beyond_in_flight(&self) -> Option<u64> {
+        let queued = self.delta.forwarded + self.delta.flood_copies;
+        self.device_refused.filter(|&n| n > 64.max(queued / 100))
+    }
+}
+
 /// The router's table upkeep as of a tick: what a user (or a test) waits on after changing
 /// routes, and how long the change took to reach the forwarding path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
