@@ -159,7 +159,9 @@ pub struct Rfc2544Args {
     #[arg(long, default_value_t = 100)]
     learning_frames: u64,
 
-    /// Search resolution, percent of the maximum rate.
+    /// Search resolution, percent: the search ends when the highest rate that passed is
+    /// within this share below the lowest that failed (not a share of the maximum: a DUT of
+    /// 30 000 frames/s behind a 7 M/s generator is found to 300).
     #[arg(long, default_value_t = 1.0)]
     resolution: f64,
 

@@ -91,7 +91,8 @@ pub struct Rfc2544Config {
     pub drain_s: f64,
     /// Learning frames sent before each size's first trial (§23).
     pub learning_frames: u64,
-    /// The search's resolution, a fraction of the maximum rate.
+    /// The search's resolution, a fraction of the lowest rate that failed (the answer lies
+    /// within it below that rate).
     pub resolution: f64,
     /// The PDR's loss tolerance, percent (RFC: 0 for throughput; 0.5 by default for PDR).
     pub loss_tolerance_pct: f64,

@@ -64,7 +64,7 @@ pub fn check(cfg: &Rfc2544Config) -> Result<(), ToolError> {
     }
     if !(cfg.resolution > 0.0 && cfg.resolution < 0.5) {
         return Err(ToolError::usage(
-            "--resolution is a fraction of the maximum rate, e.g. 0.01 for 1 %",
+            "the resolution is a share of the rate that fails, above 0 and below 50 % (--resolution 1 for 1 %)",
         ));
     }
     if !(0.0..100.0).contains(&cfg.loss_tolerance_pct) {
