@@ -2045,3 +2045,102 @@ fn sink_refusals_are_usage_errors() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("already has an XDP program"), "{err}");
 }
+
+/// `late_max_ms` and `pace_forfeited` against a stall the test makes itself and a clock of its
+/// own: the sender is stopped (SIGSTOP) for ~300 ms in the middle of a paced run on loopback,
+/// and a plain socket in this process times every datagram's arrival. The lateness must be
+/// the stall (at least the time between the two signals, and within 20 ms of the longest
+/// silence the receiver heard: its own scheduling can move either end of that gap); the
+/// datagrams' time given up must be what stretched the run (the receiver's span at the rate,
+/// less the count, within 1 % of the count: 30 ms of the 3 s); the run is a FAIL that names
+/// the lateness.
+#[test]
+fn a_stall_the_test_makes_is_the_lateness_and_the_time_given_up() {
+    use flowlane_io::os::{signal_process, Signal};
+    use std::time::Instant;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let rx = UdpSocket::bind("127.0.0.1:0").expect("bind a receiver");
+    rx.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let to = format!("127.0.0.1:{}", rx.local_addr().expect("addr").port());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let receiver = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let (mut first, mut last, mut gap, mut n) =
+                (None::<Instant>, None::<Instant>, Duration::ZERO, 0u64);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                match rx.recv(&mut buf) {
+                    Ok(_) => {
+                        let now = Instant::now();
+                        if let Some(l) = last {
+                            gap = gap.max(now - l);
+                        }
+                        if first.is_none() {
+                            first = Some(now);
+                            let _ = started_tx.send(());
+                        }
+                        last = Some(now);
+                        n += 1;
+                    }
+                    Err(_) if done.load(std::sync::atomic::Ordering::Relaxed) => break,
+                    Err(_) => {}
+                }
+            }
+            (first.zip(last).map(|(f, l)| l - f), gap, n)
+        })
+    };
+    let child = Command::new(BIN)
+        .args(["blast", "--to", &to, "--rate", "20k", "--count", "60000"])
+        .args(["--json", "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("blast");
+    started
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the first datagram within 20 s");
+    std::thread::sleep(Duration::from_millis(800));
+    let t0 = Instant::now();
+    signal_process(child.id(), Signal::Stop).expect("SIGSTOP");
+    std::thread::sleep(Duration::from_millis(300));
+    let stall = t0.elapsed();
+    signal_process(child.id(), Signal::Continue).expect("SIGCONT");
+    let out = child.wait_with_output().expect("blast ends");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (span, gap, n) = receiver.join().expect("receiver");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "blast's summary ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(j["tx_packets"], 60_000, "{j}");
+    let span = span.expect("datagrams arrived").as_secs_f64();
+    let late = j["late_max_ms"].as_f64().expect("late_max_ms") / 1e3;
+    let forfeited = j["pace_forfeited"].as_u64().expect("pace_forfeited") as f64;
+    let (stall, gap) = (stall.as_secs_f64(), gap.as_secs_f64());
+    let said = format!(
+        "stall {stall:.4} s, longest silence heard {gap:.4} s, span {span:.3} s of {n} \
+         datagrams: {j}"
+    );
+    eprintln!("{said}");
+    assert!(late >= stall - 0.001, "lateness below the stall: {said}");
+    assert!(
+        (late - gap).abs() <= 0.020,
+        "lateness is not the silence: {said}"
+    );
+    let stretched = span * 20_000.0 - 60_000.0;
+    assert!(
+        (forfeited - stretched).abs() <= 600.0,
+        "time given up ({forfeited}) is not what stretched the run ({stretched:.0}): {said}"
+    );
+    // Given up: the stall less the 10 ms that may be caught up, at the rate.
+    assert!(forfeited >= (stall - 0.010) * 20_000.0 - 600.0, "{said}");
+    assert_eq!(out.status.code(), Some(1), "a shortfall is a FAIL: {said}");
+    let why = j["generator_limited_reason"].as_str().unwrap_or_default();
+    assert!(why.contains("woken too late"), "{said}");
+}

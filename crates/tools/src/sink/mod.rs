@@ -149,7 +149,8 @@ pub struct SinkFlowReport {
 pub struct SinkSizeReport {
     /// Frame bytes, FCS excluded.
     pub frame_bytes: usize,
-    /// Flows whose frames all had this length.
+    /// Flows whose frames all had this length (a flow seen on several AF_XDP queues counts
+    /// once; its frames and losses are summed over the queues, as the totals are).
     pub flows: u64,
     /// Their frames received (duplicates included), lost, out of order and duplicated.
     pub rx_packets: u64,
@@ -162,6 +163,7 @@ pub struct SinkSizeReport {
 /// per length, in order; empty otherwise (and flows of mixed lengths are in no row).
 pub fn by_size(flows: &[SinkFlowReport]) -> Vec<SinkSizeReport> {
     let mut rows: std::collections::BTreeMap<usize, SinkSizeReport> = Default::default();
+    let mut ids = std::collections::BTreeSet::new();
     for f in flows {
         let Some(b) = f.frame_bytes else { continue };
         let r = rows.entry(b).or_insert(SinkSizeReport {
@@ -172,7 +174,7 @@ pub fn by_size(flows: &[SinkFlowReport]) -> Vec<SinkSizeReport> {
             reordered: 0,
             duplicates: 0,
         });
-        r.flows += 1;
+        r.flows += u64::from(ids.insert((b, f.id)));
         r.rx_packets += f.rx_packets;
         r.lost += f.lost;
         r.reordered += f.reordered;
@@ -652,6 +654,45 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flow(id: u16, queue: Option<u32>, frame_bytes: usize, rx: u64, lost: u64) -> SinkFlowReport {
+        SinkFlowReport {
+            id,
+            src: None,
+            dst: None,
+            rx_packets: rx,
+            lost,
+            reordered: 0,
+            duplicates: 0,
+            highest_seq: None,
+            queue,
+            frame_bytes: Some(frame_bytes),
+        }
+    }
+
+    /// A flow whose frames came in on two AF_XDP queues has a row per queue; its size's row
+    /// counts it once (it counted two flows), its frames and losses over both queues.
+    #[test]
+    fn a_flow_split_across_queues_is_one_flow_of_its_size() {
+        let flows = [
+            flow(1, Some(0), 60, 600, 1),
+            flow(1, Some(1), 60, 400, 2),
+            flow(2, Some(0), 60, 1000, 0),
+            flow(3, Some(1), 1514, 500, 0),
+        ];
+        let rows = by_size(&flows);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(
+            (
+                rows[0].frame_bytes,
+                rows[0].flows,
+                rows[0].rx_packets,
+                rows[0].lost
+            ),
+            (60, 2, 2000, 3)
+        );
+        assert_eq!((rows[1].frame_bytes, rows[1].flows), (1514, 1));
+    }
 
     #[test]
     fn a_backends_name_is_the_one_its_json_uses() {
