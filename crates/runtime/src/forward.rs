@@ -10,7 +10,7 @@
 //!   stack never sees them.
 
 use flowlane_io::frame::{FrameRx, FrameTx, Xsk, PACKET_OUTGOING, TP_STATUS_CSUMNOTREADY};
-use flowlane_wire::forward::{complete_partial, fill_checksum, reflect, Reason, Swap, L3};
+use flowlane_wire::forward::{complete_partial, fill_checksum, reflect_parsed, Reason, Swap, L3};
 
 use crate::{bump, counters, Poll};
 
@@ -125,7 +125,7 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
                 true
             } else {
                 match admit(f.data, self.swap) {
-                    Ok(()) => false,
+                    Ok(_) => false,
                     Err(Reason::NotIp) => {
                         not_ip += 1;
                         true
@@ -145,10 +145,14 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
                     // Fits: checked against the slot size above.
                     let len = copy_frame(data, vlan, buf);
                     let frame = &mut buf[..len];
-                    completed += u64::from(finish_checksum(frame, Some(partial)));
+                    // Parsed once here: the copy may carry a tag the ring had taken off.
+                    let l3 = L3::parse(frame).ok();
+                    if let Some(l3) = &l3 {
+                        completed += u64::from(finish_parsed(frame, l3, Some(partial)));
+                    }
                     // Cannot fail: an IP frame (where it matters) of at least 14 bytes, checked
                     // above.
-                    let _ = reflect(frame, swap);
+                    let _ = reflect_parsed(frame, l3.as_ref(), swap);
                     len
                 });
                 if queued == 1 {
@@ -204,25 +208,30 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
 /// field is compared with the pseudo header's sum, see [`complete_partial`]). Returns whether
 /// one was completed, for the `checksum_completed` counter.
 pub(crate) fn finish_checksum(frame: &mut [u8], flagged: Option<bool>) -> bool {
-    let Ok(l3) = L3::parse(frame) else {
-        return false;
-    };
+    L3::parse(frame).is_ok_and(|l3| finish_parsed(frame, &l3, flagged))
+}
+
+/// [`finish_checksum`] of a frame already parsed.
+pub(crate) fn finish_parsed(frame: &mut [u8], l3: &L3, flagged: Option<bool>) -> bool {
     match flagged {
-        Some(true) => fill_checksum(frame, &l3) == Ok(true),
+        Some(true) => fill_checksum(frame, l3) == Ok(true),
         Some(false) => false,
-        None => complete_partial(frame, &l3) == Ok(true),
+        None => complete_partial(frame, l3) == Ok(true),
     }
 }
 
-/// Whether a frame may be turned around with `swap`, or why not (counted by the caller).
-fn admit(frame: &[u8], swap: Swap) -> Result<(), Reason> {
+/// Whether a frame may be turned around with `swap`, or why not (counted by the caller);
+/// when admitted, its IP header where it has one (parsed once, for the checksum and the
+/// swap: it was parsed three times a frame before).
+fn admit(frame: &[u8], swap: Swap) -> Result<Option<L3>, Reason> {
     if frame.len() < 14 {
         return Err(Reason::Malformed);
     }
-    if swap.ip || swap.ports {
-        L3::parse(frame)?;
+    match L3::parse(frame) {
+        Ok(l3) => Ok(Some(l3)),
+        Err(e) if swap.ip || swap.ports => Err(e),
+        Err(_) => Ok(None),
     }
-    Ok(())
 }
 
 /// One AF_XDP worker: the socket of one receive queue, with its own UMEM.
@@ -252,9 +261,11 @@ impl Poll for XskReflectWorker {
         let (n, sent) = self.xsk.reflect(budget, |frame| match admit(frame, swap) {
             // Admitted frames reflect without error; AF_XDP does not say which were left to
             // checksum offload, so the field tells.
-            Ok(()) => {
-                completed += u64::from(finish_checksum(frame, None));
-                reflect(frame, swap).is_ok()
+            Ok(l3) => {
+                if let Some(l3) = &l3 {
+                    completed += u64::from(finish_parsed(frame, l3, None));
+                }
+                reflect_parsed(frame, l3.as_ref(), swap).is_ok()
             }
             Err(Reason::NotIp) => {
                 not_ip += 1;

@@ -17,7 +17,7 @@ use flowlane_io::frame::{FrameRx, FrameTx, XskAction, XskGroup, TP_STATUS_CSUMNO
 use flowlane_lpm::{Fib, FibReader};
 use flowlane_wire::forward::{decrement_ttl, Reason, L3};
 
-use crate::forward::{finish_checksum, ForwardStats};
+use crate::forward::{finish_parsed, ForwardStats};
 pub use crate::ports::PortInfo;
 use crate::ports::{Ports, SendError};
 use crate::{bump, Poll};
@@ -296,11 +296,12 @@ fn rewrite(frame: &mut [u8], partial: Option<bool>, dst: [u8; 6], src: [u8; 6]) 
     }
     frame[..6].copy_from_slice(&dst);
     frame[6..12].copy_from_slice(&src);
-    let completed = finish_checksum(frame, partial);
-    if let Ok(l3) = L3::parse(frame) {
-        // Checked by the decision: the TTL is above 1.
-        let _ = decrement_ttl(frame, &l3);
-    }
+    let Ok(l3) = L3::parse(frame) else {
+        return false;
+    };
+    let completed = finish_parsed(frame, &l3, partial);
+    // Checked by the decision: the TTL is above 1.
+    let _ = decrement_ttl(frame, &l3);
     completed
 }
 

@@ -173,8 +173,23 @@ pub fn reflect(b: &mut [u8], swap: Swap) -> Result<(), Reason> {
     if b.len() < ETH_LEN {
         return Err(Reason::Malformed);
     }
+    let l3 = if swap.ip || swap.ports {
+        Some(L3::parse(b)?)
+    } else {
+        None
+    };
+    reflect_parsed(b, l3.as_ref(), swap)
+}
+
+/// [`reflect`] for a caller that has parsed the frame already (a worker that also completes
+/// its checksum parses it once): `l3` is the frame's [`L3::parse`], needed when `swap` moves
+/// addresses or ports (else [`Reason::NotIp`]).
+pub fn reflect_parsed(b: &mut [u8], l3: Option<&L3>, swap: Swap) -> Result<(), Reason> {
+    if b.len() < ETH_LEN {
+        return Err(Reason::Malformed);
+    }
     if swap.ip || swap.ports {
-        let l3 = L3::parse(b)?;
+        let l3 = *l3.ok_or(Reason::NotIp)?;
         if swap.ip {
             let (src, len) = if l3.v6 { (8, 16) } else { (12, 4) };
             swap_ranges(b, l3.at + src, l3.at + src + len, len);
