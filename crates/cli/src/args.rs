@@ -399,7 +399,7 @@ pub fn backend_line(b: &flowlane_tools::backend::BackendReport) -> String {
 
 pub fn print_json(v: &impl serde::Serialize) -> Result<(), Failure> {
     let s = serde_json::to_string_pretty(v).map_err(Failure::runtime)?;
-    println!("{s}");
+    outln!("{s}");
     Ok(())
 }
 

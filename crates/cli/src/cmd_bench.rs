@@ -260,23 +260,23 @@ pub fn run(a: BenchArgs) -> CmdResult {
     stop_on_signals(&stop)?;
     let say = |s: &str| {
         if a.json {
-            eprintln!("{s}");
+            errln!("{s}");
         } else {
-            println!("{s}");
+            outln!("{s}");
         }
     };
     let mut lab_line = None;
     let rep = bench::run(&cfg, &stop, &mut |event| match event {
         BenchEvent::Lab { config: c, created } => {
             if created {
-                eprintln!(
+                errln!(
                     "lab {} is up: {} queues, steering {}",
                     c.name,
                     c.queues,
                     c.steer.name()
                 );
             } else {
-                eprintln!(
+                errln!(
                     "using lab {} as it is ({} queues, steering {})",
                     c.name,
                     c.queues,
@@ -301,7 +301,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
             say(&row_header());
         }
         BenchEvent::PortMoved { from, to } => {
-            eprintln!("{from} was taken before the server could bind it: using {to}")
+            errln!("{from} was taken before the server could bind it: using {to}")
         }
         BenchEvent::Step(s) => {
             say(&row(&s));
@@ -328,7 +328,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
     if a.json {
         print_json(&rep)?;
     } else {
-        println!(
+        outln!(
             "report: {} and {}{}",
             jpath.display(),
             hpath.display(),

@@ -250,13 +250,13 @@ pub fn run(a: BlastArgs) -> CmdResult {
         BlastEvent::StepDone(r) => {
             if a.live.json || stream.on() {
                 for p in &r.problems {
-                    eprintln!("flowlane: {p}");
+                    errln!("flowlane: {p}");
                 }
             } else {
                 print_step(&r, &a);
             }
             for e in &r.errors {
-                eprintln!("flowlane: sender {} stopped: {}", e.worker, e.error);
+                errln!("flowlane: sender {} stopped: {}", e.worker, e.error);
             }
         }
     })
@@ -276,14 +276,16 @@ pub fn run(a: BlastArgs) -> CmdResult {
             print_json(&out)?;
         }
     } else if report.sweep {
-        println!();
-        println!("size sweep ({} steps):", report.steps.len());
-        println!(
+        outln!();
+        outln!("size sweep ({} steps):", report.steps.len());
+        outln!(
             "  {:>6}  {:>12}  {:>10}  generator",
-            "frame", "tx pps", "Mbps"
+            "frame",
+            "tx pps",
+            "Mbps"
         );
         for s in &report.steps {
-            println!(
+            outln!(
                 "  {:>6}  {:>12.0}  {:>10.1}  {}",
                 s.frame_bytes.map_or("imix".into(), |f| f.to_string()),
                 s.tx_pps,
@@ -465,8 +467,8 @@ fn status(t: &BlastTick) -> String {
 
 /// A step's summary as text.
 fn print_step(r: &StepReport, a: &BlastArgs) {
-    println!();
-    println!(
+    outln!();
+    outln!(
         "sent {} datagrams in {:.3} s: {:.0} pps, {:.1} Mbps of {} frames (FCS excluded)",
         r.tx_packets,
         r.duration_s,
@@ -479,10 +481,10 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
         }
     );
     if let Some(b) = &r.backend {
-        println!("{}", crate::args::backend_line(b));
+        outln!("{}", crate::args::backend_line(b));
     }
     if let (Some(d), Some(n)) = (r.device_tx_packets, r.device_refused.filter(|&n| n > 0)) {
-        println!(
+        outln!(
             "!! only {d} of {} frames left {}: the device refused {n} (on veth the peer must \
              run NAPI — an XDP program, or GRO on, as `flowlane lab up` sets — and keep up)",
             r.tx_packets,
@@ -490,7 +492,7 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
         );
     }
     if r.icmp_errors > 0 {
-        println!(
+        outln!(
             "{} ICMP errors came back (e.g. port unreachable: is anything listening at the \
              destination?)",
             r.icmp_errors
@@ -503,13 +505,13 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
             &r.limited_by,
         ) {
             (Some(true), Some(why), Some(by)) => {
-                println!("requested {req:.0} pps: NOT reached — the {by} was the limit: {why}")
+                outln!("requested {req:.0} pps: NOT reached — the {by} was the limit: {why}")
             }
-            _ => println!("requested {req:.0} pps: reached (within 1%)"),
+            _ => outln!("requested {req:.0} pps: reached (within 1%)"),
         }
     }
     if let (Some(rx), Some(lost)) = (r.rx_packets, r.lost) {
-        println!(
+        outln!(
             "echoes: {rx} received, {lost} lost ({:.4}%), {} reordered, {} duplicates, {} foreign",
             100.0 * lost as f64 / r.tx_packets.max(1) as f64,
             r.reordered.unwrap_or(0),
@@ -517,18 +519,18 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
             r.foreign
         );
         if let Some(own) = r.lost_at_own_socket.filter(|&n| n > 0) {
-            println!(
+            outln!(
                 "  of the lost, {own} were dropped by this host's own receive buffers (the \
                  generator could not take echoes while sending): not the device's loss"
             );
         }
         if let Some(l) = latency_line(r.latency_ns.as_ref(), "round trip") {
-            println!("{l}");
+            outln!("{l}");
         }
     }
     if r.flows.len() <= 16 {
         for f in &r.flows {
-            println!(
+            outln!(
                 "  flow {:>3} {} -> {}{}: sent {}{}",
                 f.id,
                 f.src,
@@ -543,13 +545,13 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
         }
     }
     for p in &r.problems {
-        println!("!! {p}");
+        outln!("!! {p}");
     }
     if let Some(c) = r.cpu_ns_per_packet {
-        println!("cost: {c:.0} ns of sender CPU per datagram (thread CPU clocks)");
+        outln!("cost: {c:.0} ns of sender CPU per datagram (thread CPU clocks)");
     }
-    println!("{}", crate::live::pmu_line("datagram", &r.pmu));
-    println!("{}", r.pktgen);
+    outln!("{}", crate::live::pmu_line("datagram", &r.pmu));
+    outln!("{}", r.pktgen);
 }
 
 /// A percentage, 0 to 100.

@@ -296,7 +296,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
             ));
             if !refused.is_empty() && !said_refused {
                 said_refused = true;
-                eprintln!(
+                errln!(
                     "flowlane forward: the device refuses the frames XDP forwards: {}",
                     flowlane_tools::forward::REFUSED_FIX
                 );
@@ -313,10 +313,10 @@ pub fn run(a: ForwardArgs) -> CmdResult {
         print_summary(&r);
     }
     for e in &r.errors {
-        eprintln!("flowlane: forwarder stopped: {e}");
+        errln!("flowlane: forwarder stopped: {e}");
     }
     for p in &r.problems {
-        eprintln!("FAIL: {p}");
+        errln!("FAIL: {p}");
     }
     Ok(if r.errors.is_empty() && r.problems.is_empty() {
         ExitCode::SUCCESS
@@ -352,8 +352,8 @@ fn drop_words(d: &forward::Drops) -> String {
 
 fn print_summary(r: &ForwardReport) {
     let t = &r.total;
-    println!();
-    println!(
+    outln!();
+    outln!(
         "looked at {} frames in {} s: forwarded {} ({} pps), dropped {}",
         t.rx_packets,
         r.duration_s,
@@ -361,28 +361,29 @@ fn print_summary(r: &ForwardReport) {
         r.forwarded_pps,
         t.dropped.total()
     );
-    println!("  dropped by reason: {}", drop_words(&t.dropped));
+    outln!("  dropped by reason: {}", drop_words(&t.dropped));
     if t.to_host > 0 {
-        println!(
+        outln!(
             "  left to the host (multicast, broadcast, its own addresses): {}",
             t.to_host
         );
     }
     if t.ring_drops > 0 {
-        println!(
+        outln!(
             "  never seen: {} frames the receive ring had no room for (the forwarder was the \
              limit)",
             t.ring_drops
         );
     }
     if t.flooded > 0 {
-        println!(
+        outln!(
             "  flooded {} of the forwarded frames ({} copies beyond one each)",
-            t.flooded, t.flood_copies
+            t.flooded,
+            t.flood_copies
         );
     }
     if t.checksum_completed > 0 {
-        println!(
+        outln!(
             "  checksum completed: {} frames a local sender had left to offload (only the \
              pseudo header's sum) left with their UDP/TCP checksum computed",
             t.checksum_completed
@@ -394,22 +395,22 @@ fn print_summary(r: &ForwardReport) {
                 (Some(l), Some(q)) => format!(" (the bridge looked at {l}, queued {q})"),
                 _ => String::new(),
             };
-            println!("  interface {}: received {rx}, sent {tx}{own}", p.dev);
+            outln!("  interface {}: received {rx}, sent {tx}{own}", p.dev);
         }
     }
     if let Some(b) = &r.bridge {
-        println!(
+        outln!(
             "  MAC table: {} entries (ageing {} s, {} aged out)",
             b.macs.len(),
             b.ageing_s,
             b.aged_out
         );
         for (mac, port) in b.macs.iter().take(16) {
-            println!("    {mac}  {port}");
+            outln!("    {mac}  {port}");
         }
     }
     if let Some(rt) = &r.routes {
-        println!(
+        outln!(
             "  routes from {}: {} IPv4, {} IPv6, {} next hops; {} out of other interfaces, {} \
              discard, {} multipath (first path used)",
             rt.source,
@@ -422,7 +423,7 @@ fn print_summary(r: &ForwardReport) {
         );
     }
     for c in &r.cpus {
-        println!(
+        outln!(
             "  CPU {:>3}: forwarded {} of {}{}",
             c.cpu,
             c.counts.forwarded,
@@ -433,7 +434,7 @@ fn print_summary(r: &ForwardReport) {
         );
     }
     if r.cpus.iter().any(|c| c.cpu_ns_per_packet.is_some()) {
-        println!("{}", crate::live::pmu_line("frame", &r.pmu));
+        outln!("{}", crate::live::pmu_line("frame", &r.pmu));
     }
-    println!("{}", backend_line(&r.backend));
+    outln!("{}", backend_line(&r.backend));
 }

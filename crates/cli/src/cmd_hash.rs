@@ -97,34 +97,34 @@ pub fn run(a: HashArgs) -> CmdResult {
         }
         print_json(&v)?;
     } else {
-        println!("hash      {}", hex32(hash));
-        println!("tuple     {}  {}", tuple.kind().name(), tuple);
+        outln!("hash      {}", hex32(hash));
+        outln!("tuple     {}  {}", tuple.kind().name(), tuple);
         if sym != Symmetric::Off {
-            println!("hashed as {}  ({} symmetric input)", input, sym.name());
+            outln!("hashed as {}  ({} symmetric input)", input, sym.name());
         }
         match (model, index) {
-            (QueueModel::Reta(r), Some(i)) => println!(
+            (QueueModel::Reta(r), Some(i)) => outln!(
                 "queue     {queue}  (RETA index {i} of {}, {} queues)",
                 r.len(),
                 model.queues()
             ),
             (QueueModel::FreeBsd(b), Some(i)) => {
-                println!("bucket    {i} of {}  -> CPU {}", b.buckets(), b.cpu(i))
+                outln!("bucket    {i} of {}  -> CPU {}", b.buckets(), b.cpu(i))
             }
-            _ => println!(
+            _ => outln!(
                 "queue     {queue}  ({} of {} queues)",
                 model.name(),
                 model.queues()
             ),
         }
         if let Some((fh, fq)) = frag {
-            println!(
+            outln!(
                 "fragments {}  -> queue {fq}  (2-tuple: IP fragments carry no ports)",
                 hex32(fh)
             );
         }
         if a.model.reta.is_some() || m.key_source != KeySource::Default {
-            println!("key       {}", m.key_source.describe());
+            outln!("key       {}", m.key_source.describe());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -147,7 +147,7 @@ fn run_stdin(hasher: &Toeplitz, model: &QueueModel, sym: Symmetric, json: bool) 
         lineno += 1;
         let Ok(text) = std::str::from_utf8(&line) else {
             bad += 1;
-            eprintln!("line {lineno}: not valid UTF-8 text; skipped");
+            errln!("line {lineno}: not valid UTF-8 text; skipped");
             continue;
         };
         let text = text.trim();
@@ -158,7 +158,7 @@ fn run_stdin(hasher: &Toeplitz, model: &QueueModel, sym: Symmetric, json: bool) 
             Ok(t) => t,
             Err(e) => {
                 bad += 1;
-                eprintln!("line {lineno}: {e}; skipped");
+                errln!("line {lineno}: {e}; skipped");
                 continue;
             }
         };
@@ -181,7 +181,7 @@ fn run_stdin(hasher: &Toeplitz, model: &QueueModel, sym: Symmetric, json: bool) 
         return write_failed(e);
     }
     if bad > 0 {
-        eprintln!("flowlane: {bad} malformed line(s) skipped, {good} hashed");
+        errln!("flowlane: {bad} malformed line(s) skipped, {good} hashed");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

@@ -323,19 +323,20 @@ fn serve(a: ServeArgs) -> CmdResult {
     } else if stream.on() {
         stream.last(&report)?;
     } else {
-        println!(
+        outln!(
             "\nsummary over {:.3} s (steering {}):",
-            report.duration_s, report.steering
+            report.duration_s,
+            report.steering
         );
-        println!("{}", serve_header());
+        outln!("{}", serve_header());
         let open = report.total.accepted.saturating_sub(report.total.closed);
-        println!(
+        outln!(
             "{}",
             serve_row("all", open, &report.total, report.duration_s)
         );
-        println!("  {}", crate::live::pmu_line("request", &report.pmu));
+        outln!("  {}", crate::live::pmu_line("request", &report.pmu));
         for w in &report.workers {
-            println!(
+            outln!(
                 "  cpu {}{}: {} connections ({} missteered), {} requests, {} ns of worker CPU each",
                 w.cpu,
                 if report.workers_per_cpu > 1 {
@@ -572,14 +573,14 @@ fn load(a: LoadArgs) -> CmdResult {
     } else if stream.on() {
         stream.last(&report)?;
     } else {
-        print!("{}", summary(&report));
+        out!("{}", summary(&report));
     }
     for e in &report.worker_errors {
-        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
+        errln!("flowlane: worker {} stopped: {}", e.worker, e.error);
     }
     if !report.passed {
         for f in &report.failures {
-            eprintln!("flowlane: FAIL: {f}");
+            errln!("flowlane: FAIL: {f}");
         }
         return Ok(ExitCode::from(1));
     }

@@ -293,7 +293,7 @@ pub fn run(c: LabCommand) -> CmdResult {
                     }
                 ),
             };
-            println!(
+            outln!(
                 "lab {n} {}: {n}-gen ({GEN_IF}) <-> {n}-dut ({DUT_IF}){tail}, {} queues, \
                  steering {}",
                 match r {
@@ -308,7 +308,7 @@ pub fn run(c: LabCommand) -> CmdResult {
         LabCommand::Down(a) => {
             need_root("flowlane lab down")?;
             let any = setup::down(&a.name).map_err(|e| Failure::runtime(anyhow!(e)))?;
-            println!(
+            outln!(
                 "lab {} {}",
                 a.name,
                 if any { "removed" } else { "was not up" }
@@ -321,9 +321,9 @@ pub fn run(c: LabCommand) -> CmdResult {
             if a.json {
                 print_json(&json!({ "up": up, "status": st }))?;
             } else if st.namespaces.iter().all(|n| !n.1) {
-                println!("lab {} is not up (`flowlane lab up`)", a.name.name);
+                outln!("lab {} is not up (`flowlane lab up`)", a.name.name);
             } else {
-                println!(
+                outln!(
                     "lab {}: {}",
                     a.name.name,
                     if up {
@@ -333,7 +333,7 @@ pub fn run(c: LabCommand) -> CmdResult {
                     }
                 );
                 if let Some(c) = &st.config {
-                    println!(
+                    outln!(
                         "  queues {}  steering {} (found: {})  key {}…  RETA {} entries  hash {}  \
                          symmetric {}  CPU queue {}",
                         c.queues,
@@ -347,12 +347,12 @@ pub fn run(c: LabCommand) -> CmdResult {
                     );
                 }
                 if let Some(e) = &st.steer_counts_error {
-                    println!("  software-RSS counts unavailable: {e}");
+                    outln!("  software-RSS counts unavailable: {e}");
                 }
                 // Per CPU, in one table (as netstat -Q): the lab's software-RSS queue (steered
                 // to it, arrived, dropped when full) and the kernel's receive path on that CPU
                 // (softnet_stat: the whole host's, every namespace shares it).
-                println!(
+                outln!(
                     "  {:<6} {:>12} {:>12} {:>12}   {:>14} {:>13} {:>13}",
                     "cpu",
                     "rss steered",
@@ -374,7 +374,7 @@ pub fn run(c: LabCommand) -> CmdResult {
                         .flatten()
                         .find(|s| s.cpu as usize == cpu);
                     let net = st.softnet.iter().find(|s| s.cpu == cpu);
-                    println!(
+                    outln!(
                         "  cpu{:<3} {:>12} {:>12} {:>12}   {:>14} {:>13} {:>13}",
                         cpu,
                         rss.map_or_else(dash, |s| s.redirected.to_string()),
@@ -391,25 +391,37 @@ pub fn run(c: LabCommand) -> CmdResult {
                 if !st.dut_queues.is_empty() {
                     // Per receive queue of the DUT's interface, as its driver counts them
                     // (veth: frames through its NAPI/XDP path only).
-                    println!(
+                    outln!(
                         "  {:<6} {:>12} {:>12} {:>12} {:>12}   ({DUT_IF}, driver counters)",
-                        "queue", "xdp packets", "redirected", "q drops", "xdp drops"
+                        "queue",
+                        "xdp packets",
+                        "redirected",
+                        "q drops",
+                        "xdp drops"
                     );
                     for q in &st.dut_queues {
-                        println!(
+                        outln!(
                             "  rxq{:<3} {:>12} {:>12} {:>12} {:>12}",
-                            q.queue, q.xdp_packets, q.xdp_redirect, q.drops, q.xdp_drops
+                            q.queue,
+                            q.xdp_packets,
+                            q.xdp_redirect,
+                            q.drops,
+                            q.xdp_drops
                         );
                     }
                 }
                 for (ifname, addrs) in &st.addresses {
                     let a: Vec<String> = addrs.iter().map(|x| x.to_string()).collect();
-                    println!("  {ifname:<6} {}", a.join(" "));
+                    outln!("  {ifname:<6} {}", a.join(" "));
                 }
                 for (ifname, c) in &st.counters {
-                    println!(
+                    outln!(
                         "  {ifname:<6} rx {} pkts {} bytes ({} dropped)  tx {} pkts {} bytes",
-                        c[0], c[1], c[4], c[2], c[3]
+                        c[0],
+                        c[1],
+                        c[4],
+                        c[2],
+                        c[3]
                     );
                 }
             }

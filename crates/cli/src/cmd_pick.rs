@@ -142,7 +142,7 @@ pub fn run(a: PickArgs) -> CmdResult {
                     Some((sp, _)) => std::net::SocketAddr::new(p.tuple.src(), sp).to_string(),
                     None => p.tuple.src().to_string(),
                 };
-                println!(
+                outln!(
                     "queue={} src={} dst={} hash={}",
                     q.queue,
                     src,
@@ -152,7 +152,7 @@ pub fn run(a: PickArgs) -> CmdResult {
             }
         }
         let total: usize = result.queues.iter().map(|q| q.tuples.len()).sum();
-        eprintln!(
+        errln!(
             "flowlane: {total} flow(s) for {} queue(s), solved by {method}, every one verified by \
              hashing with {}{}",
             result.queues.len(),
@@ -164,7 +164,7 @@ pub fn run(a: PickArgs) -> CmdResult {
         );
     }
     for (q, got, avail) in &short {
-        eprintln!(
+        errln!(
             "flowlane: queue {q}: found {got} of {} wanted — only {avail} flow(s) in the given \
              source range land there; widen --src-ports or --src-ip",
             a.per_queue

@@ -448,10 +448,17 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
 }
 
 fn summary(r: &Rfc2544Report) {
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:>7}  {:>12} {:>9} {:>7}  {:>12}  {:>10} {:>10}  {:>12}  notes",
-        "size", "NDR pps", "Gbit/s", "% max", "PDR pps", "p50 µs", "p99 µs", "b2b frames"
+        "size",
+        "NDR pps",
+        "Gbit/s",
+        "% max",
+        "PDR pps",
+        "p50 µs",
+        "p99 µs",
+        "b2b frames"
     );
     for s in &r.sizes {
         let mut notes = vec![format!("max {}", s.max.source)];
@@ -498,13 +505,13 @@ fn summary(r: &Rfc2544Report) {
                 format!("{:.0}", b.mean_frames)
             }
         });
-        println!(
+        outln!(
             "{:>7.0}  {ndr:>12} {gbps:>9} {pct:>7}  {pdr:>12}  {p50:>10} {p99:>10}  {b2b:>12}  {}",
             s.frame_bytes,
             notes.join("; ")
         );
     }
-    println!(
+    outln!(
         "{} trials in {:.0} s{}",
         r.trials.len(),
         r.duration_s,

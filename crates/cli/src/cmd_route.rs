@@ -218,12 +218,12 @@ fn run_lookup(a: LookupArgs) -> CmdResult {
         for (addr, p, h) in &rows {
             match (p, h) {
                 (Some(p), Some(h)) if t.legend.is_empty() => {
-                    println!("{addr:w$}  {p:20}  next hop {h}")
+                    outln!("{addr:w$}  {p:20}  next hop {h}")
                 }
                 (Some(p), Some(h)) => {
-                    println!("{addr:w$}  {p:20}  next hop {h} ({})", t.hop_name(*h))
+                    outln!("{addr:w$}  {p:20}  next hop {h} ({})", t.hop_name(*h))
                 }
-                _ => println!("{addr:w$}  no route"),
+                _ => outln!("{addr:w$}  no route"),
             }
         }
     }
@@ -268,7 +268,7 @@ fn run_bench(a: BenchArgs) -> CmdResult {
     } else {
         for (name, f) in families {
             if let Some(f) = f {
-                print!("{}", family_text(name, f));
+                out!("{}", family_text(name, f));
             }
         }
     }
@@ -278,7 +278,7 @@ fn run_bench(a: BenchArgs) -> CmdResult {
         .map(|f| f.mismatches)
         .sum();
     if mismatches > 0 {
-        eprintln!("flowlane: error: {mismatches} lookups disagreed with the reference — the figures above are void");
+        errln!("flowlane: error: {mismatches} lookups disagreed with the reference — the figures above are void");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

@@ -86,7 +86,7 @@ fn keygen(a: KeygenArgs) -> CmdResult {
         }
         key = Key::random(a.len as usize, &mut rng).map_err(Failure::usage)?;
     }
-    println!(
+    outln!(
         "{}",
         if a.colon {
             key.to_colon_hex()
@@ -150,26 +150,26 @@ fn show(a: ShowArgs) -> CmdResult {
         }))
         .map(|()| ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "key        {}  ({} bytes; {})",
         key.to_hex(),
         key.len(),
         m.key_source.describe()
     );
     if m.symmetric != flowlane_rss::Symmetric::Off {
-        println!(
+        outln!(
             "symmetric  {}: both directions of a flow hash alike",
             m.symmetric.name()
         );
     }
-    println!("ethtool    {}", key.to_colon_hex());
+    outln!("ethtool    {}", key.to_colon_hex());
     match key.period_bits() {
         Some(p) => {
-            println!("period     {p} bits: input bits {p} apart hash alike (symmetric-style key)")
+            outln!("period     {p} bits: input bits {p} apart hash alike (symmetric-style key)")
         }
-        None => println!("period     none (the key does not repeat)"),
+        None => outln!("period     none (the key does not repeat)"),
     }
-    println!(
+    outln!(
         "hash bits  {bits4} usable of 32 for IPv4 4-tuples, {bits6} for IPv6 4-tuples{}",
         if bits4 < 32 {
             "  <- few distinct hashes: flows collide"
@@ -177,8 +177,8 @@ fn show(a: ShowArgs) -> CmdResult {
             ""
         }
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "spread     {} sample flows over {} queues ({}): min {} max {} per queue, busiest = {:.3}x fair share, {} distinct hashes",
         s.flows,
         model.queues(),
@@ -195,25 +195,25 @@ fn show(a: ShowArgs) -> CmdResult {
         .take(64)
         .map(|(q, n)| format!("{q}:{n}"))
         .collect();
-    println!(
+    outln!(
         "per queue  {}{}",
         loads.join(" "),
         if s.per_queue.len() > 64 { " …" } else { "" }
     );
     if let Some(entries) = &reta_entries {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "RETA ({} entries; queue = RETA[hash & {}]):",
             entries.len(),
             entries.len() - 1
         );
         for (row, chunk) in entries.chunks(8).enumerate() {
             let cells: Vec<String> = chunk.iter().map(|q| format!("{q:>5}")).collect();
-            println!("  {:>5}: {}", row * 8, cells.join(" "));
+            outln!("  {:>5}: {}", row * 8, cells.join(" "));
         }
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "FreeBSD buckets for {cpus} CPUs: {} bits, {} buckets (bucket = hash & {}), CPU = bucket % {cpus}",
         bsd.bits(),
         bsd.buckets(),
@@ -223,9 +223,9 @@ fn show(a: ShowArgs) -> CmdResult {
         .map(|b| format!("{b}->{}", bsd.cpu(b)))
         .collect();
     for chunk in cells.chunks(16) {
-        println!("  {}", chunk.join(" "));
+        outln!("  {}", chunk.join(" "));
     }
-    println!();
-    println!("hash paths on this CPU: {}", backends.join(", "));
+    outln!();
+    outln!("hash paths on this CPU: {}", backends.join(", "));
     Ok(ExitCode::SUCCESS)
 }

@@ -206,14 +206,15 @@ pub fn run(a: ServeArgs) -> CmdResult {
     } else if stream.on() {
         stream.last(&report)?;
     } else {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "summary over {:.3} s (steering {}):",
-            report.duration_s, report.steering
+            report.duration_s,
+            report.steering
         );
-        println!("{}", header());
+        outln!("{}", header());
         for w in &report.workers {
-            println!(
+            outln!(
                 "{}",
                 row(
                     "all",
@@ -224,7 +225,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
                 )
             );
         }
-        println!(
+        outln!(
             "{}",
             row("all", "total", &report.total, report.duration_s, detected)
         );
@@ -236,17 +237,17 @@ pub fn run(a: ServeArgs) -> CmdResult {
                 None => format!("cpu {} -", w.cpu),
             })
             .collect();
-        println!(
+        outln!(
             "cost: worker CPU time per datagram received (thread CPU clock): {}",
             cost.join(", ")
         );
-        println!("{}", crate::live::pmu_line("datagram", &report.pmu));
+        outln!("{}", crate::live::pmu_line("datagram", &report.pmu));
         if let (Some(m), Some(lo), Some(hi)) = (
             report.total.missteered.filter(|&m| m > 0),
             report.total.missteered_received_min,
             report.total.missteered_received_max,
         ) {
-            println!(
+            outln!(
                 "missteer@sk: {m} datagrams the kernel processed on another CPU, counted as \
                  they reached the socket (before its buffer could drop them); the workers \
                  received between {lo} and {hi} of them"

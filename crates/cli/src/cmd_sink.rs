@@ -209,7 +209,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
     }
     crate::live::write_histogram(a.histogram.as_deref(), r.histogram.as_ref())?;
     for e in &r.errors {
-        eprintln!("flowlane: sink stopped: {e}");
+        errln!("flowlane: sink stopped: {e}");
     }
     Ok(if r.errors.is_empty() {
         ExitCode::SUCCESS
@@ -219,15 +219,18 @@ pub fn run(a: SinkArgs) -> CmdResult {
 }
 
 fn print_summary(r: &SinkReport) {
-    println!();
-    println!(
+    outln!();
+    outln!(
         "received {} frames ({} bytes) in {} s: {} pps",
-        r.rx_packets, r.rx_bytes, r.duration_s, r.rx_pps
+        r.rx_packets,
+        r.rx_bytes,
+        r.duration_s,
+        r.rx_pps
     );
     if let Some(b) = &r.backend {
-        println!("{}", crate::args::backend_line(b));
+        outln!("{}", crate::args::backend_line(b));
     }
-    println!(
+    outln!(
         "flowlane: {} frames in {} flow(s): lost {}, reordered {}, duplicates {}",
         r.flowlane_packets,
         r.flows.len(),
@@ -235,26 +238,30 @@ fn print_summary(r: &SinkReport) {
         r.reordered,
         r.duplicates
     );
-    println!(
+    outln!(
         "not accounted: {} malformed ({} bad checksum), {} foreign, {} other, {} truncated",
-        r.malformed, r.bad_checksum, r.foreign, r.other, r.truncated
+        r.malformed,
+        r.bad_checksum,
+        r.foreign,
+        r.other,
+        r.truncated
     );
     if r.ring_drops > 0 {
-        println!(
+        outln!(
             "{} frames were dropped because the ring was full: the sink, not the path, lost them \
              (a larger --ring, or a less busy CPU)",
             r.ring_drops
         );
     }
     if r.clock_skew > 0 {
-        println!(
+        outln!(
             "{} frames were stamped after they arrived: the sender's clock is not this host's, \
              latency is not meaningful",
             r.clock_skew
         );
     }
     if let Some(c) = &r.capture {
-        println!(
+        outln!(
             "capture: {} of {} frames written to {} ({} cut to the snap length, {} bytes)",
             c.written,
             c.seen,
@@ -264,38 +271,43 @@ fn print_summary(r: &SinkReport) {
         );
     }
     if let Some(l) = latency_line(r.latency_ns.as_ref(), "one-way (send → sink)") {
-        println!("{l}");
+        outln!("{l}");
     }
     if let Some(c) = r.cpu_ns_per_packet {
-        println!("cost: {c:.0} ns of sink CPU per frame (thread CPU clock)");
+        outln!("cost: {c:.0} ns of sink CPU per frame (thread CPU clock)");
     }
-    println!("{}", crate::live::pmu_line("frame", &r.pmu));
+    outln!("{}", crate::live::pmu_line("frame", &r.pmu));
     if r.checksum_not_filled > 0 {
-        println!(
+        outln!(
             "{} frames carried a checksum left to the sender's offload (not filled in): accounted, \
              not judged",
             r.checksum_not_filled
         );
     }
     if let Some(k) = r.to_kernel {
-        println!("left to the kernel (not unicast IP: ARP, neighbour discovery, multicast): {k}");
+        outln!("left to the kernel (not unicast IP: ARP, neighbour discovery, multicast): {k}");
     }
     if r.split_flows > 0 {
-        println!(
+        outln!(
             "{} flows came in on more than one receive queue: their loss and order are counted \
              per queue (a row each)",
             r.split_flows
         );
     }
     for z in &r.by_size {
-        println!(
+        outln!(
             "  size {:>5} B ({} flow(s)): received {}, lost {}, reordered {}, duplicates {}",
-            z.frame_bytes, z.flows, z.rx_packets, z.lost, z.reordered, z.duplicates
+            z.frame_bytes,
+            z.flows,
+            z.rx_packets,
+            z.lost,
+            z.reordered,
+            z.duplicates
         );
     }
     if r.flows.len() <= 16 {
         for f in &r.flows {
-            println!(
+            outln!(
                 "  flow {:>3}{} {} -> {}: received {}, lost {}, reordered {}, duplicates {}",
                 f.id,
                 f.queue.map_or(String::new(), |q| format!(" (queue {q})")),

@@ -8,9 +8,11 @@ use anyhow::anyhow;
 
 use crate::Failure;
 
-/// SIGINT/SIGTERM set `stop`; a second signal while the first is handled ends the process at
+/// SIGINT/SIGTERM (and a failed write to standard output) set `stop`; a second signal while the first is handled ends the process at
 /// once (exit 1), for a run that does not come to an end by itself.
 pub fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<(), Failure> {
+    // A failed write to standard output stops the run as Ctrl-C does.
+    crate::out::stop_on_failure(stop);
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
             .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
@@ -88,7 +90,7 @@ impl JsonStream {
     pub fn interval<T: serde::Serialize>(&self, t: &T) {
         if self.on {
             if let Ok(s) = serde_json::to_string(&Record::<T, ()>::Interval(t)) {
-                println!("{s}");
+                outln!("{s}");
             }
         }
     }
@@ -98,7 +100,7 @@ impl JsonStream {
         if self.on {
             let s = serde_json::to_string(&Record::<(), R>::Final(r))
                 .map_err(|e| Failure::runtime(anyhow!("cannot write the report as JSON: {e}")))?;
-            println!("{s}");
+            outln!("{s}");
         }
         Ok(())
     }
@@ -117,9 +119,9 @@ impl Log {
 
     pub fn line(&mut self, s: &str) {
         if self.to_stderr {
-            eprintln!("{s}");
+            errln!("{s}");
         } else {
-            println!("{s}");
+            outln!("{s}");
         }
     }
 }
@@ -157,7 +159,7 @@ pub fn write_histogram(
 /// Says which workers stopped on an error; exit 1 if any did, else 0.
 pub fn workers_exit(errors: &[flowlane_tools::WorkerError]) -> std::process::ExitCode {
     for e in errors {
-        eprintln!("flowlane: worker {} stopped: {}", e.worker, e.error);
+        errln!("flowlane: worker {} stopped: {}", e.worker, e.error);
     }
     if errors.is_empty() {
         std::process::ExitCode::SUCCESS

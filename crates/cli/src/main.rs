@@ -7,6 +7,8 @@
 
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod out;
 mod args;
 mod cmd_bench;
 mod cmd_blast;
@@ -116,7 +118,6 @@ impl Failure {
 pub type CmdResult = Result<ExitCode, Failure>;
 
 fn main() -> ExitCode {
-    flowlane_io::os::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Hash(a) => cmd_hash::run(a),
@@ -134,11 +135,20 @@ fn main() -> ExitCode {
         Command::Completions(a) => cmd_completions::completions(a),
         Command::Man(a) => cmd_completions::man(a),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("flowlane: error: {:#}", f.err);
+            errln!("flowlane: error: {:#}", f.err);
             ExitCode::from(f.code)
         }
+    };
+    match out::finish() {
+        // What was asked for did not reach standard output: the run failed, whatever it
+        // measured (the clean-up ran; a stop was asked on the first failed write).
+        Some(e) => {
+            errln!("flowlane: error: writing standard output: {e}");
+            ExitCode::from(1)
+        }
+        None => code,
     }
 }

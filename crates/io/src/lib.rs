@@ -46,7 +46,7 @@ pub mod os {
         set_timer_slack_ns, unshare_files, wait_child, ChildUsage,
     };
     pub use crate::sys::{
-        allowed_cpus, block_sigpipe_here, current_cpu, default_sigpipe, enter_netns, monotonic_ns,
+        allowed_cpus, block_sigpipe_here, current_cpu, enter_netns, monotonic_ns,
         pin_current_thread, possible_cpus, signal_process, thread_cpu_ns, Signal, ThreadHandle,
     };
 }

@@ -343,7 +343,9 @@ impl Drop for Netns {
         }
         // Deleting the name drops the namespace once nothing runs in it; its links go with it.
         if let Err(e) = ip(&["netns", "del", &self.name]) {
-            eprintln!("flowlane-lab: cleanup: {e}");
+            // Not `eprintln!`: a failed write to stderr must not panic in a drop.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "flowlane-lab: cleanup: {e}");
         }
     }
 }

@@ -446,20 +446,10 @@ impl ThreadHandle {
     }
 }
 
-/// Restores the default action of SIGPIPE (end the process quietly), as C programs have it: the
-/// Rust runtime ignores SIGPIPE, so `flowlane … | head` would otherwise fail on its next write
-/// to the closed pipe and panic inside `println!`.
-pub fn default_sigpipe() {
-    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler code.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 /// Blocks SIGPIPE on the calling thread (and the threads it starts). A send on a connection the
 /// peer has reset fails with EPIPE and raises SIGPIPE at the sending thread; `sendfile(2)` has no
-/// `MSG_NOSIGNAL`, and with the default action restored ([`default_sigpipe`]) the signal would
-/// end the whole process. Blocked, it stays pending on the thread, harmless, and the call's
+/// `MSG_NOSIGNAL`, and where the default action is in force (a library caller's process) the
+/// signal would end the whole process. Blocked, it stays pending on the thread, harmless, and the call's
 /// error is handled like any other.
 pub fn block_sigpipe_here() -> Result<(), SysError> {
     // SAFETY: a zeroed sigset_t is a valid set for sigemptyset/sigaddset; pthread_sigmask

@@ -304,7 +304,9 @@ impl Drop for LabGuard {
     fn drop(&mut self) {
         if let Some(n) = self.name.take() {
             if let Err(e) = setup::down(&n) {
-                eprintln!("flowlane: taking the lab down: {e}");
+                // Not `eprintln!`: a failed write to stderr must not panic in a drop.
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "flowlane: taking the lab down: {e}");
             }
         }
     }

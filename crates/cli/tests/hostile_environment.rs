@@ -1,0 +1,140 @@
+//! Issue 49: flowlane in a hostile environment — standard output on a full device or a pipe
+//! whose reader is gone. Every reporting command must end `flowlane: error: writing standard
+//! output: …` with exit 1 (never a panic, exit 101), and a running command must stop as Ctrl-C
+//! stops it, detaching what it attached.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+/// Runs `cmd` with stdout on /dev/full, bounded in time: (exit code, stderr).
+fn to_dev_full(mut cmd: Command, within: Duration) -> (Option<i32>, String) {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let child = cmd
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flowlane runs");
+    finish_within(child, within)
+}
+
+/// Runs `cmd` with stdout on a pipe whose read end is closed before it writes.
+fn to_closed_pipe(mut cmd: Command, within: Duration) -> (Option<i32>, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flowlane runs");
+    drop(child.stdout.take());
+    finish_within(child, within)
+}
+
+fn finish_within(mut child: std::process::Child, within: Duration) -> (Option<i32>, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        match child.try_wait().expect("wait") {
+            Some(_) => break,
+            None if Instant::now() > deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!(
+                    "still running after {within:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn flowlane(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args);
+    c
+}
+
+/// The failed write said, exit 1, no panic.
+fn said(what: &str, (code, err): (Option<i32>, String), why: &str) {
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    assert_eq!(code, Some(1), "{what}: {err}");
+    assert!(
+        err.contains("flowlane: error: writing") && err.contains(why),
+        "{what}: {err}"
+    );
+}
+
+/// Commands that print and end, each with stdout on /dev/full and on a closed pipe.
+#[test]
+fn a_full_device_or_a_closed_pipe_is_an_error_not_a_panic() {
+    let dir = std::env::temp_dir().join(format!("fl-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let table = dir.join("routes.txt");
+    std::fs::write(&table, "198.18.0.0/15 1\n").expect("table");
+    let table = table.to_str().expect("utf-8 path");
+    let cases: [&[&str]; 8] = [
+        &["rss", "show"],
+        &["rss", "show", "--json"],
+        &["hash", "--src", "198.18.0.1:1000", "--dst", "198.18.0.2:80"],
+        &["route", "lookup", "--table", table, "198.18.0.7"],
+        &["route", "gen", "--v4", "10"],
+        &["lab", "status"],
+        &["blast", "--to", "127.0.0.1:9", "--count", "10"],
+        &["blast", "--to", "127.0.0.1:9", "--count", "10", "--json"],
+    ];
+    for args in cases {
+        let what = args.join(" ");
+        said(
+            &format!("{what} > /dev/full"),
+            to_dev_full(flowlane(args), Duration::from_secs(30)),
+            "No space left on device",
+        );
+        said(
+            &format!("{what} | (closed)"),
+            to_closed_pipe(flowlane(args), Duration::from_secs(30)),
+            "Broken pipe",
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A running sink whose status line cannot be written stops at once, as Ctrl-C would stop
+/// it, and detaches its XDP program: the run was asked for 60 s and ends within 20, and the
+/// interface has no program left.
+#[test]
+fn a_run_whose_output_fails_stops_and_detaches_what_it_attached() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root for network namespaces");
+        return;
+    }
+    let p = flowlane_lab::Pair::create("fl-hostile", 1).expect("namespaces and veth");
+    let mut cmd = p.dut.command(BIN);
+    cmd.args(["sink", "--dev", &p.dut_if, "--backend", "af-xdp"])
+        .args(["--duration", "60", "--interval", "0.2"]);
+    let started = Instant::now();
+    said(
+        "sink > /dev/full",
+        to_dev_full(cmd, Duration::from_secs(20)),
+        "No space left on device",
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let link = p
+        .dut
+        .command("ip")
+        .args(["-d", "link", "show", "dev", &p.dut_if])
+        .output()
+        .expect("ip link");
+    let link = String::from_utf8_lossy(&link.stdout);
+    assert!(
+        !link.contains("prog/xdp"),
+        "an XDP program left behind: {link}"
+    );
+}
