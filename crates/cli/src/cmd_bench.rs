@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use clap::{Args, ValueEnum};
 use flowlane_lab::setup::{self, Steer};
 use flowlane_rss::Key;
@@ -316,15 +316,15 @@ pub fn run(a: BenchArgs) -> CmdResult {
     .map_err(Failure::from_tool)?;
     let jpath = a.out.join("report.json");
     let hpath = a.out.join("report.html");
-    std::fs::write(
+    // The report's files after the run, each tried; a failure is said after the report is
+    // printed (checked writable before the run, the directory can still fill up).
+    let mut side = crate::side::Writes::default();
+    side.write(
+        "--out",
         &jpath,
         serde_json::to_string_pretty(&rep).map_err(Failure::runtime)?,
-    )
-    .with_context(|| format!("writing {}", jpath.display()))
-    .map_err(Failure::runtime)?;
-    std::fs::write(&hpath, report::html(&rep))
-        .with_context(|| format!("writing {}", hpath.display()))
-        .map_err(Failure::runtime)?;
+    );
+    side.write("--out", &hpath, report::html(&rep));
     if a.json {
         print_json(&rep)?;
     } else {
@@ -342,7 +342,10 @@ pub fn run(a: BenchArgs) -> CmdResult {
             }
         );
     }
-    Ok(if rep.problems.is_empty() {
+    side.done()?;
+    Ok(if rep.interrupted {
+        ExitCode::from(crate::live::INTERRUPTED)
+    } else if rep.problems.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -236,6 +236,9 @@ pub struct BlastArgs {
 
 pub fn run(a: BlastArgs) -> CmdResult {
     let cfg = config(&a)?;
+    if let Some(p) = &a.histogram {
+        crate::side::check("--histogram", p)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let (mut log, stream) = (a.live.log(), a.live.stream());
@@ -261,9 +264,6 @@ pub fn run(a: BlastArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
-    if a.histogram.is_some() {
-        crate::live::write_histogram(a.histogram.as_deref(), report.round_trips().as_ref())?;
-    }
     if a.live.json || stream.on() {
         let out = match report.steps.as_slice() {
             [one] if !report.sweep => serde_json::to_value(one),
@@ -297,6 +297,10 @@ pub fn run(a: BlastArgs) -> CmdResult {
                 }
             );
         }
+    }
+    // After the report: a side file that fails must not cost it.
+    if a.histogram.is_some() {
+        crate::live::write_histogram(a.histogram.as_deref(), report.round_trips().as_ref())?;
     }
     Ok(if report.ok() && !report.steps.is_empty() {
         ExitCode::SUCCESS

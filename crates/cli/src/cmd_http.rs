@@ -507,8 +507,12 @@ fn csv_row(t: &HttpLoadTick) -> String {
 
 fn load(a: LoadArgs) -> CmdResult {
     let cfg = load_config(&a)?;
+    if let Some(p) = &a.histogram {
+        crate::side::check("--histogram", p)?;
+    }
     let mut csv = match &a.csv {
         Some(p) => {
+            crate::side::check("--csv", p)?;
             let mut f = std::fs::File::create(p)
                 .map_err(|e| Failure::usage(anyhow!("cannot write {}: {e}", p.display())))?;
             writeln!(f, "{CSV_HEAD}")
@@ -564,10 +568,6 @@ fn load(a: LoadArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
-    if let Some(e) = csv_err {
-        return Err(Failure::runtime(anyhow!("writing the CSV file: {e}")));
-    }
-    crate::live::write_histogram(a.histogram.as_deref(), report.histogram.as_ref())?;
     if a.live.json {
         print_json(&report)?;
     } else if stream.on() {
@@ -575,6 +575,13 @@ fn load(a: LoadArgs) -> CmdResult {
     } else {
         out!("{}", summary(&report));
     }
+    // After the report: a side file that fails must not cost it.
+    if let Some(e) = csv_err {
+        return Err(Failure::runtime(anyhow!(
+            "writing the CSV file: {e} (the report above is complete)"
+        )));
+    }
+    crate::live::write_histogram(a.histogram.as_deref(), report.histogram.as_ref())?;
     for e in &report.worker_errors {
         errln!("flowlane: worker {} stopped: {}", e.worker, e.error);
     }

@@ -381,6 +381,12 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
     let cfg = config(&a)?;
     // Refused before the banner speaks of it (a queue that does not exist, say).
     rfc2544::check(&cfg).map_err(Failure::from_tool)?;
+    if let Some(p) = &a.csv {
+        crate::side::check("--csv", p)?;
+    }
+    if let Some(p) = &a.html {
+        crate::side::check("--html", p)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let mut log = Log::new(a.json);
@@ -422,18 +428,23 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
         Rfc2544Event::Trial(_) => {}
     })
     .map_err(Failure::from_tool)?;
-    if let Some(p) = &a.csv {
-        std::fs::write(p, csv(&r))
-            .map_err(|e| Failure::runtime(anyhow::anyhow!("cannot write {}: {e}", p.display())))?;
-    }
-    if let Some(p) = &a.html {
-        std::fs::write(p, page::html(&r))
-            .map_err(|e| Failure::runtime(anyhow::anyhow!("cannot write {}: {e}", p.display())))?;
-    }
+    // The report first: a side file that fails to write must not cost it.
     if a.json {
         print_json(&r)?;
     } else {
         summary(&r);
+    }
+    let mut side = crate::side::Writes::default();
+    if let Some(p) = &a.csv {
+        side.write("--csv", p, csv(&r));
+    }
+    if let Some(p) = &a.html {
+        side.write("--html", p, page::html(&r));
+    }
+    side.done()?;
+    if r.interrupted {
+        // What was measured is printed (marked interrupted); the job was not done.
+        return Ok(ExitCode::from(crate::live::INTERRUPTED));
     }
     let found_nothing = r.sizes.iter().any(|s| {
         s.throughput

@@ -131,6 +131,9 @@ impl From<BackendArg> for SinkBackend {
 }
 
 pub fn run(a: SinkArgs) -> CmdResult {
+    if let Some(p) = &a.histogram {
+        crate::side::check("--histogram", p)?;
+    }
     let cfg = SinkConfig {
         backend: a.backend.into(),
         cpus: match &a.cpus {

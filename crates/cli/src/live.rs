@@ -8,16 +8,41 @@ use anyhow::anyhow;
 
 use crate::Failure;
 
-/// SIGINT/SIGTERM (and a failed write to standard output) set `stop`; a second signal while the first is handled ends the process at
-/// once (exit 1), for a run that does not come to an end by itself.
+/// The exit code of a run interrupted before its job was done (what it measured is printed,
+/// marked interrupted): 128 + SIGINT, as a shell reports a command SIGINT ended.
+pub const INTERRUPTED: u8 = 130;
+
+/// SIGINT/SIGTERM (and a failed write to standard output) set `stop`. A second signal more
+/// than half a second after the first ends the process at once (exit 130, no summary), for a
+/// run that does not come to an end by itself; two within half a second are one request —
+/// `timeout -s INT` signals the command and then its own process group, so the command gets
+/// two at once, and the second ended it with an empty standard output.
 pub fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
     // A failed write to standard output stops the run as Ctrl-C does.
     crate::out::stop_on_failure(stop);
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
-            .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
-            .map_err(|e| Failure::runtime(anyhow!("cannot install signal handler: {e}")))?;
+    let failed =
+        |e: std::io::Error| Failure::runtime(anyhow!("cannot install signal handler: {e}"));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(failed)?;
     }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(failed)?;
+    std::thread::Builder::new()
+        .name("flowlane-signals".into())
+        .spawn(move || {
+            let mut first: Option<std::time::Instant> = None;
+            for _ in signals.forever() {
+                match first {
+                    None => first = Some(std::time::Instant::now()),
+                    Some(t) if t.elapsed() > std::time::Duration::from_millis(500) => {
+                        errln!("flowlane: interrupted again: ending now, without the summary");
+                        std::process::exit(i32::from(INTERRUPTED));
+                    }
+                    Some(_) => {}
+                }
+            }
+        })
+        .map_err(failed)?;
     Ok(())
 }
 
@@ -146,14 +171,16 @@ pub fn write_histogram(
     h: Option<&hdrhistogram::Histogram<u64>>,
 ) -> Result<(), Failure> {
     let Some(path) = path else { return Ok(()) };
-    let h = h.ok_or_else(|| {
-        Failure::runtime(anyhow!(
-            "no latency was measured, so --histogram {} has nothing to hold",
-            path.display()
-        ))
-    })?;
-    std::fs::write(path, flowlane_tools::hgrm(h))
-        .map_err(|e| Failure::runtime(anyhow!("cannot write {}: {e}", path.display())))
+    let mut w = crate::side::Writes::default();
+    match h {
+        Some(h) => w.write("--histogram", path, flowlane_tools::hgrm(h)),
+        None => w.nothing(
+            "--histogram",
+            path,
+            "no latency was measured, nothing to hold",
+        ),
+    }
+    w.done()
 }
 
 /// Says which workers stopped on an error; exit 1 if any did, else 0.

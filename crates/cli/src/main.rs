@@ -25,6 +25,7 @@ mod cmd_serve;
 mod cmd_sink;
 mod live;
 mod report;
+mod side;
 
 use std::process::ExitCode;
 

@@ -138,3 +138,65 @@ fn a_run_whose_output_fails_stops_and_detaches_what_it_attached() {
         "an XDP program left behind: {link}"
     );
 }
+
+/// Side files that cannot be written (`/proc/…`, a directory, a FIFO) are refused before the
+/// run with the flag's name, exit 2: found after it, they cost the report.
+#[test]
+fn side_files_that_cannot_be_written_are_refused_before_the_run() {
+    let cases: [&[&str]; 4] = [
+        &[
+            "blast",
+            "--to",
+            "127.0.0.1:9",
+            "--count",
+            "10",
+            "--echo",
+            "--histogram",
+            "/proc/fl-x/h",
+        ],
+        &[
+            "blast",
+            "--to",
+            "127.0.0.1:9",
+            "--count",
+            "10",
+            "--echo",
+            "--histogram",
+            "/tmp",
+        ],
+        &[
+            "http",
+            "load",
+            "http://127.0.0.1:9/",
+            "-d",
+            "1",
+            "--histogram",
+            "/proc/fl-x/h",
+        ],
+        &[
+            "http",
+            "load",
+            "http://127.0.0.1:9/",
+            "-d",
+            "1",
+            "--csv",
+            "/proc/fl-x/c.csv",
+        ],
+    ];
+    for args in cases {
+        let (code, err) = finish_within(
+            flowlane(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("runs"),
+            Duration::from_secs(10),
+        );
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        let flag = args[args.len() - 2];
+        assert!(
+            err.contains(flag) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -616,7 +616,7 @@ fn a_dut_faster_than_the_generator_is_reported_as_tester_limited() {
 #[test]
 fn bad_requests_are_usage_errors() {
     let devs = ["--tx-dev", "a", "--rx-dev", "b", "--to", "198.18.1.2"];
-    let cases: [&[&str]; 8] = [
+    let cases: [&[&str]; 10] = [
         &[],
         &["--tx-dev", "a"],
         &["--lab", "fl-no-such-lab"],
@@ -625,6 +625,10 @@ fn bad_requests_are_usage_errors() {
         &["--tests", "speed"],
         &["--resolution", "80"],
         &["--tx-netns", "fl-none"],
+        // Side files that cannot be written are refused before the first trial (they were
+        // found after the last, and the JSON asked for never appeared).
+        &["--csv", "/proc/fl-no-such-dir/x.csv"],
+        &["--html", "/tmp"],
     ];
     for (k, extra) in cases.iter().enumerate() {
         let mut cmd = Command::new(BIN);
@@ -842,4 +846,40 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("queue 7 does not exist"), "{err}");
     assert!(!err.contains("flowlane rfc2544:"), "{err}");
+}
+
+/// Interrupted while it measures the generator's ceiling (its first step), with the two
+/// SIGINTs `timeout -s INT` delivers at once: the run prints what it has, marked interrupted,
+/// as valid JSON, and exits 130. (It exited 0 after one signal there, and 1 with an empty
+/// standard output after two.)
+#[test]
+fn an_interrupted_run_prints_its_report_and_exits_130() {
+    use flowlane_io::os::{signal_process, Signal};
+    let Some(lab) = Line::up("n", &["--kernel", "route"]) else {
+        return;
+    };
+    let mut child = Command::new(BIN)
+        .args(["rfc2544", "--lab", &lab.name, "--json", "--sizes", "64,512"])
+        .args(["--tests", "throughput"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rfc2544");
+    // The banner is the first line on stderr (--json): the run has begun.
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut banner = String::new();
+    std::io::BufRead::read_line(&mut err, &mut banner).expect("banner");
+    assert!(banner.starts_with("flowlane rfc2544:"), "{banner}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for _ in 0..2 {
+        signal_process(child.id(), Signal::Interrupt).expect("SIGINT");
+    }
+    let out = child.wait_with_output().expect("ends");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+    assert_eq!(out.status.code(), Some(130), "{rest}");
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("a JSON report ({e}): {rest}"));
+    assert_eq!(j["interrupted"], true, "{j}");
+    valid(&j);
 }
