@@ -295,9 +295,13 @@ impl ModelArgs {
         let queue = match self.model {
             ModelArg::Reta => {
                 let reta = if let Some(path) = &self.reta {
-                    let text = std::fs::read_to_string(path)
-                        .with_context(|| format!("cannot read RETA file {}", path.display()))
-                        .map_err(Failure::usage)?;
+                    let text = flowlane_tools::input::read_text(
+                        "--reta",
+                        path,
+                        flowlane_tools::input::RETA,
+                        None,
+                    )
+                    .map_err(Failure::from_tool)?;
                     let dump = flowlane_rss::ethtool::EthtoolRss::parse(&text)
                         .with_context(|| format!("in RETA file {}", path.display()))
                         .map_err(Failure::usage)?;

@@ -400,8 +400,13 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
                 "give a URL or --scenario, not both"
             )));
         }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Failure::usage(anyhow!("cannot read {}: {e}", path.display())))?;
+        let text = flowlane_tools::input::read_text(
+            "--scenario",
+            path,
+            flowlane_tools::input::SCENARIO,
+            None,
+        )
+        .map_err(Failure::from_tool)?;
         HttpLoadConfig::from_toml(&text).map_err(Failure::from_tool)?
     } else {
         let url = a.url.as_deref().unwrap_or_default();

@@ -80,12 +80,13 @@ impl TableArgs {
         if self.table.as_os_str() == "kernel" {
             return flowlane_tools::forward::routes::kernel_table().map_err(Failure::from_tool);
         }
-        let text = std::fs::read_to_string(&self.table).map_err(|e| {
-            Failure::usage(anyhow::anyhow!(
-                "cannot read table {}: {e}",
-                self.table.display()
-            ))
-        })?;
+        let text = flowlane_tools::input::read_text(
+            "--table",
+            &self.table,
+            flowlane_tools::input::ROUTES,
+            None,
+        )
+        .map_err(Failure::from_tool)?;
         let format = match self.format {
             FormatArg::Auto => Format::Auto,
             FormatArg::Plain => Format::Plain,
@@ -185,8 +186,9 @@ fn run_lookup(a: LookupArgs) -> CmdResult {
     let mut addrs = Vec::new();
     for s in &a.addrs {
         if s == "-" {
-            let text = std::io::read_to_string(std::io::stdin())
-                .map_err(|e| Failure::usage(anyhow::anyhow!("reading addresses: {e}")))?;
+            let text =
+                flowlane_tools::input::read_stdin_text("addresses", flowlane_tools::input::ROUTES)
+                    .map_err(Failure::from_tool)?;
             addrs.extend(text.split_whitespace().map(str::to_string));
         } else {
             addrs.push(s.clone());

@@ -155,7 +155,11 @@ fn bad_input_is_a_usage_error_with_the_line() {
         "198.18.0.1",
     ]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("cannot read table"));
+    assert!(
+        text(&o.stderr).contains("--table /nonexistent/flowlane-table: cannot read it"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 /// `route bench --json` on `table` (seconds per measurement, addresses per mode): it must

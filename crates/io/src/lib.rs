@@ -47,7 +47,8 @@ pub mod os {
     };
     pub use crate::sys::{
         allowed_cpus, block_sigpipe_here, current_cpu, enter_netns, monotonic_ns,
-        pin_current_thread, possible_cpus, signal_process, thread_cpu_ns, Signal, ThreadHandle,
+        open_read_nonblocking, pin_current_thread, possible_cpus, signal_process, thread_cpu_ns,
+        Signal, ThreadHandle,
     };
 }
 

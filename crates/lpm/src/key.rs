@@ -201,7 +201,8 @@ impl<K: Key> FromStr for Prefix<K> {
             .parse::<K::Addr>()
             .map_err(|_| {
                 format!(
-                    "`{a}` is not an IPv{} address",
+                    "`{}` is not an IPv{} address",
+                    crate::excerpt(a),
                     if K::BITS == 32 { 4 } else { 6 }
                 )
             })?
@@ -212,11 +213,18 @@ impl<K: Key> FromStr for Prefix<K> {
                 .parse::<u8>()
                 .ok()
                 .filter(|&n| n <= K::BITS)
-                .ok_or_else(|| format!("bad prefix length `{l}` (allowed 0–{})", K::BITS))?,
+                .ok_or_else(|| {
+                    format!(
+                        "bad prefix length `{}` (allowed 0–{})",
+                        crate::excerpt(l),
+                        K::BITS
+                    )
+                })?,
         };
         Prefix::new(addr, len).map_err(|e| match e {
             PrefixError::HostBitsSet => format!(
-                "`{s}` has host bits set after /{len}; the network is {}",
+                "`{}` has host bits set after /{len}; the network is {}",
+                crate::excerpt(s),
                 Prefix::covering(addr, len)
             ),
             e => e.to_string(),

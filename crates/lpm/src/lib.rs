@@ -100,6 +100,20 @@ pub mod reference;
 mod rib;
 mod writer;
 
+/// At most 80 bytes of an input token, cut on a character and marked `…` where cut: what an
+/// error quotes (a 1 GiB line was once quoted whole).
+pub(crate) fn excerpt(s: &str) -> std::borrow::Cow<'_, str> {
+    const MAX: usize = 80;
+    if s.len() <= MAX {
+        return s.into();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len()).into()
+}
+
 pub use dir24::{Block, Dir24_8};
 pub use fib::{Fib, FibStats};
 pub use key::{Key, Prefix, PrefixError};

@@ -134,7 +134,10 @@ fn parse_plain(text: &str) -> Result<Table, LoadError> {
             _ => {
                 return err(
                     n,
-                    format!("next hop `{hop}` is not a number in 0–{MAX_NEXT_HOP}"),
+                    format!(
+                        "next hop `{}` is not a number in 0–{MAX_NEXT_HOP}",
+                        crate::excerpt(hop)
+                    ),
                 )
             }
         };
@@ -264,7 +267,7 @@ fn parse_ip_route(text: &str) -> Result<Table, LoadError> {
             kind = dest_tok;
             dest_tok = match toks.next() {
                 Some(d) => d,
-                None => return err(n, format!("`{kind}` needs a destination")),
+                None => return err(n, format!("`{}` needs a destination", crate::excerpt(kind))),
             };
         }
         let (key, metric, via6) = hop_key(&mut toks, n)?;

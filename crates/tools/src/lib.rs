@@ -16,6 +16,7 @@ pub mod blast;
 pub mod error;
 pub mod forward;
 pub mod http;
+pub mod input;
 pub mod metrics;
 pub mod report;
 pub mod rfc2544;

@@ -133,6 +133,18 @@ pub fn socket_available(
     Ok(())
 }
 
+/// Opens `path` for reading without blocking: a FIFO opens at once (with no writer yet, its
+/// reads end at once), and its reads say `WouldBlock` while a writer holds it open without
+/// writing — so a reader can check for Ctrl-C instead of hanging in `open` or `read`.
+pub fn open_read_nonblocking(path: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Moves the calling thread into the network namespace `ns` (an open file such as one under
 /// `/run/netns/`); sockets it opens afterwards belong to that namespace. Needs CAP_SYS_ADMIN.
 pub fn enter_netns(ns: &impl AsRawFd) -> Result<(), SysError> {
     // SAFETY: setns takes a file descriptor and a flag; it changes only this thread's namespace.

@@ -250,7 +250,7 @@ fn replay(
     if a.cpus.is_empty() {
         return Err(ToolError::usage("no CPU for a sender thread"));
     }
-    let mut r = replay::Replay::load(src)?;
+    let mut r = replay::Replay::load(src, Some(stop))?;
     let dev = a
         .dev
         .as_deref()

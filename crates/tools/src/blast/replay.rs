@@ -70,9 +70,26 @@ pub(super) struct Replay {
     pub report: ReplayReport,
 }
 
+/// The first four bytes of a pcap (either byte order, µs or ns stamps) or a pcapng file.
+fn capture_magic(b: &[u8]) -> Result<(), String> {
+    match b.get(..4) {
+        Some([0xa1, 0xb2, 0xc3, 0xd4] | [0xd4, 0xc3, 0xb2, 0xa1])
+        | Some([0xa1, 0xb2, 0x3c, 0x4d] | [0x4d, 0x3c, 0xb2, 0xa1])
+        | Some([0x0a, 0x0d, 0x0d, 0x0a]) => Ok(()),
+        Some(m) => Err(format!(
+            "not a pcap or pcapng capture (it begins {:02x}{:02x}{:02x}{:02x})",
+            m[0], m[1], m[2], m[3]
+        )),
+        None => Err("not a capture: shorter than a file header".into()),
+    }
+}
+
 impl Replay {
     /// Reads `src` and prepares its frames.
-    pub fn load(src: &PcapSource) -> Result<Replay, ToolError> {
+    pub fn load(
+        src: &PcapSource,
+        stop: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<Replay, ToolError> {
         let name = src.path.display().to_string();
         let size = std::fs::metadata(&src.path)
             .map_err(|e| ToolError::usage(format!("--pcap {name}: {e}")))?
@@ -84,8 +101,16 @@ impl Replay {
                  replay holds in memory: cut the capture first (e.g. editcap -c)"
             )));
         }
-        let bytes = std::fs::read(&src.path)
-            .map_err(|e| ToolError::usage(format!("--pcap {name}: {e}")))?;
+        // Devices and FIFOs too are read under the cap, the magic number checked on the
+        // first bytes (`--pcap /dev/zero` took ~14 GB before it was looked at).
+        let bytes = crate::input::read(
+            "--pcap",
+            &src.path,
+            MAX_BYTES + 16 * MAX_FRAMES + 4096,
+            4,
+            &capture_magic,
+            stop,
+        )?;
         let captured = pcap::read(
             &bytes,
             Limits {

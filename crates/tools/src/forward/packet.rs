@@ -150,13 +150,17 @@ pub(super) fn run_xdp_sockets(
 pub(super) fn load_tables(
     job: &Job<'_>,
     follow: bool,
+    stop: &AtomicBool,
 ) -> Result<(routes::Loaded, Option<netdev::RouteMonitor>), ToolError> {
     let source = job.cfg.routes.clone().unwrap_or(RouteSource::Kernel);
     let file = match &job.cfg.next_hops {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| ToolError::usage(format!("{}: {e}", p.display())))?;
-            Some(NextHopFile::parse(&text).map_err(ToolError::usage)?)
+            let text =
+                crate::input::read_text("--next-hops", p, crate::input::NEXT_HOPS, Some(stop))?;
+            Some(
+                NextHopFile::parse(&text)
+                    .map_err(|e| ToolError::usage(format!("--next-hops {}: {e}", p.display())))?,
+            )
         }
         None => None,
     };
@@ -166,7 +170,10 @@ pub(super) fn load_tables(
         })?),
         _ => None,
     };
-    Ok((routes::load(&source, file.as_ref(), &job.ports)?, monitor))
+    Ok((
+        routes::load(&source, file.as_ref(), &job.ports, Some(stop))?,
+        monitor,
+    ))
 }
 
 /// Route over AF_PACKET: the tables loaded once (in this thread's namespace), then one worker
@@ -178,7 +185,7 @@ pub(super) fn run_route(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let (loaded, monitor) = load_tables(&job, true)?;
+    let (loaded, monitor) = load_tables(&job, true, stop)?;
     job.routes = Some(loaded.summary.clone());
     let mut live = LiveTables::new(loaded, monitor);
     let tables = live.tables();

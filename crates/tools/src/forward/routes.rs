@@ -382,6 +382,7 @@ pub fn load(
     source: &RouteSource,
     next_hops: Option<&NextHopFile>,
     ports: &[(String, u32)],
+    stop: Option<&std::sync::atomic::AtomicBool>,
 ) -> Result<Loaded, ToolError> {
     let kroutes = netdev::routes().map_err(sys)?;
     let neigh = netdev::neighbours().map_err(sys)?;
@@ -400,10 +401,9 @@ pub fn load(
             }
         }
         RouteSource::File(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ToolError::usage(format!("{}: {e}", path.display())))?;
+            let text = crate::input::read_text("--routes", path, crate::input::ROUTES, stop)?;
             let table = flowlane_lpm::load::parse(&text, flowlane_lpm::load::Format::Auto)
-                .map_err(|e| ToolError::usage(format!("{}: {e}", path.display())))?;
+                .map_err(|e| ToolError::usage(format!("--routes {}: {e}", path.display())))?;
             l.summary.source = path.display().to_string();
             // File hop → our hop, resolved once per file hop.
             let mut map: HashMap<u32, u32> = HashMap::new();
@@ -457,7 +457,7 @@ pub fn kernel_table() -> Result<flowlane_lpm::Table, ToolError> {
             ports.push((name, oif));
         }
     }
-    let l = load(&RouteSource::Kernel, None, &ports)?;
+    let l = load(&RouteSource::Kernel, None, &ports, None)?;
     Ok(flowlane_lpm::Table {
         v4: l.v4.iter().collect(),
         v6: l.v6.iter().collect(),

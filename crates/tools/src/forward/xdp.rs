@@ -649,7 +649,7 @@ pub(super) fn run_route(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let (loaded, monitor) = super::packet::load_tables(&job, true)?;
+    let (loaded, monitor) = super::packet::load_tables(&job, true, stop)?;
     job.routes = Some(loaded.summary.clone());
     let mut live = super::routes::LiveTables::new(loaded, monitor);
     let infos: Vec<PortInfo> = super::packet::port_infos(&job)?

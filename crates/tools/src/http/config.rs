@@ -153,7 +153,20 @@ fn window() -> usize {
 impl HttpLoadConfig {
     /// Reads a scenario file's text (TOML: the fields of this struct; `[[pools]]` tables).
     pub fn from_toml(text: &str) -> Result<HttpLoadConfig, ToolError> {
-        toml::from_str(text).map_err(|e| ToolError::usage(format!("scenario: {e}")))
+        // The error's own text quotes the whole line (a line of 3 000 bytes, quoted whole):
+        // its message and where instead.
+        toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(String::new(), |s| {
+                let before = &text[..s.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!(" at line {line}, column {col}")
+            });
+            ToolError::usage(format!(
+                "scenario{at}: {}",
+                crate::input::excerpt(e.message().trim())
+            ))
+        })
     }
 }
 
