@@ -264,12 +264,38 @@ pub(super) fn step(
         .into_iter()
         .next()
         .ok_or_else(|| ToolError::runtime(format!("the client ran no step at k = {k}")))?;
-    let after = match (gen, dut) {
-        (Some(g), Some(d)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
-        _ => None,
+    // On veth a frame is counted as received by the DUT's end when the generator's end sends
+    // it, and by the queue's XDP count when the DUT's NAPI poll takes it from the ring; on a
+    // busy CPU a frame can still wait there (the queues' count was once 1 short of the
+    // interface's). Read both once the queues have caught up, waiting at most half a second.
+    let settle = Instant::now() + std::time::Duration::from_millis(500);
+    let (after, kernel1) = loop {
+        let after = match (gen, dut) {
+            (Some(g), Some(d)) => Some((counters(g, GEN_IF)?, counters(d, DUT_IF)?)),
+            _ => None,
+        };
+        let kernel1 = kernel_view(t);
+        // Taken by XDP, or dropped at a full ring before it.
+        let xdp = |v: &KernelView| {
+            v.queues
+                .iter()
+                .map(|q| q.xdp_packets + q.drops)
+                .sum::<u64>()
+        };
+        let behind = match (&before, &after) {
+            (Some((_, d0)), Some((_, d1))) if !kernel1.queues.is_empty() => {
+                xdp(&kernel1).saturating_sub(xdp(&kernel0))
+                    < d1.rx_packets.saturating_sub(d0.rx_packets)
+            }
+            _ => false,
+        };
+        if !behind || Instant::now() >= settle {
+            break (after, kernel1);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     };
     let qdrops = queue_drops(&steer0, &steer_counts(t)?);
-    let (kernel_cpus, server_queues) = kernel_deltas(&kernel0, &kernel_view(t));
+    let (kernel_cpus, server_queues) = kernel_deltas(&kernel0, &kernel1);
     let mut s = account(
         t,
         k,
