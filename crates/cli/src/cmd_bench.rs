@@ -134,8 +134,13 @@ fn parse_buckets(s: &str) -> Result<(u32, u32), String> {
     };
     let a: u32 = a.parse().map_err(|_| bad())?;
     let b: u32 = b.parse().map_err(|_| bad())?;
-    if a == 0 || a > b || b > 64 {
+    if a == 0 || a > b {
         return Err(bad());
+    }
+    if b > 64 {
+        return Err(format!(
+            "`{s}`: at most 64 buckets (the lab's queues, and the steering table's width)"
+        ));
     }
     Ok((a, b))
 }

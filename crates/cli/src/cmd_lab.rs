@@ -276,6 +276,17 @@ pub fn run(c: LabCommand) -> CmdResult {
             if let Some(why) = bad {
                 return Err(Failure::usage(anyhow!(why)));
             }
+            // A bad name, or a name whose namespaces someone else made: the command line can
+            // fix it (exit 2, as `bench --name` says it).
+            setup::check_name(&cfg.name).map_err(|e| Failure::usage(anyhow!(e)))?;
+            let foreign = setup::foreign_namespaces(&cfg);
+            if !foreign.is_empty() {
+                return Err(Failure::usage(anyhow!(
+                    "namespace {} exists and was not made by flowlane: choose another --name \
+                     (it is left as it is)",
+                    foreign.join(", ")
+                )));
+            }
             let r = setup::up(&cfg).map_err(|e| Failure::runtime(anyhow!(e)))?;
             let n = &cfg.name;
             let tail = match cfg.topology {

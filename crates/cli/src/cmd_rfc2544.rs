@@ -106,7 +106,8 @@ pub struct Rfc2544Args {
     #[arg(long, value_delimiter = ',', value_enum)]
     tests: Vec<TestArg>,
 
-    /// Frame sizes with FCS. Default: 64,128,256,512,1024,1280,1518.
+    /// Frame sizes with FCS. Default: 64,128,256,512,1024,1280,1518 (IPv6: 82 for 64, the
+    /// smallest frame that carries IPv6, UDP and flowlane's header).
     #[arg(long, value_parser = parse_size_list, conflicts_with = "imix")]
     sizes: Option<SizeList>,
 
@@ -308,6 +309,10 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
     }
     if let Some(s) = &a.sizes {
         c.sizes = SizeSpec::List(s.0.clone());
+    } else if c.to.is_ipv6() {
+        // 64 bytes cannot carry IPv6 and the header: --ipv6 alone was refused over a size
+        // the user never gave.
+        c.sizes = SizeSpec::List(rfc2544::DEFAULT_SIZES_V6.to_vec());
     }
     if let Some(m) = &a.imix {
         c.sizes = SizeSpec::Imix(m.0.clone());

@@ -293,3 +293,105 @@ fn errors_quote_a_bounded_excerpt_with_the_line() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Namespaces that happen to carry a lab's names but were made by someone else are never
+/// touched: `lab up` refuses the name (exit 2, naming the namespace), `lab down` leaves it.
+/// (`lab up --name X` deleted a namespace `X-dut` the user had made; `lab down` a plain
+/// `X-gen`.)
+#[test]
+fn a_users_namespace_is_never_deleted_by_the_lab() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root for network namespaces");
+        return;
+    }
+    let name = format!("flu{}", std::process::id() % 100_000);
+    let users = [format!("{name}-dut"), format!("{name}-gen")];
+    struct Gone<'a>(&'a [String]);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            for ns in self.0 {
+                let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            }
+        }
+    }
+    let _gone = Gone(&users);
+    for ns in &users {
+        let made = Command::new("ip")
+            .args(["netns", "add", ns])
+            .status()
+            .expect("ip");
+        assert!(made.success(), "ip netns add {ns}");
+    }
+    let exists = |ns: &str| std::path::Path::new("/run/netns").join(ns).exists();
+    let up = flowlane(&["lab", "up", "--name", &name])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&up.stderr);
+    assert_eq!(up.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&users[0]) && err.contains("not made by flowlane"),
+        "{err}"
+    );
+    let down = flowlane(&["lab", "down", "--name", &name])
+        .output()
+        .expect("runs");
+    assert_eq!(
+        down.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    for ns in &users {
+        assert!(exists(ns), "{ns} was deleted");
+    }
+}
+
+/// One meaning per exit code, nothing secret echoed, the limit named: each refused at once
+/// with exit 2. (`http load http://127.0.0.1:0/` exited 1; a URL's password was echoed;
+/// `bench --buckets 1..65` said "not a bucket range"; `rfc2544 --ipv6` with the default sizes
+/// was refused over size 64, which the user never gave — now the IPv6 list starts at 82, and
+/// the missing interface is what is said, before anything is measured.)
+#[test]
+fn bad_requests_say_what_is_wrong_with_exit_2() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["http", "load", "http://127.0.0.1:0/", "-d", "1"],
+            "port 0",
+        ),
+        (
+            &["http", "load", "http://user:secret@127.0.0.1:9/", "-d", "1"],
+            "user:***@",
+        ),
+        (
+            &["bench", "--loopback", "--buckets", "1..65"],
+            "at most 64 buckets",
+        ),
+        (
+            &[
+                "rfc2544",
+                "--tx-dev",
+                "fl-none-a",
+                "--rx-dev",
+                "fl-none-b",
+                "--to",
+                "[2001:2::2]:9",
+            ],
+            "--tx-dev fl-none-a: no such interface",
+        ),
+    ];
+    for (args, says) in cases {
+        let (code, err) = finish_within(
+            flowlane(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("runs"),
+            Duration::from_secs(10),
+        );
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(says) && !err.contains("secret"),
+            "{args:?}: {err}"
+        );
+    }
+}

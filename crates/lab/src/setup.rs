@@ -238,6 +238,42 @@ fn netns_exists(name: &str) -> bool {
     Path::new("/run/netns").join(name).exists()
 }
 
+/// The file that marks namespace `ns` as made by `lab up` (written as soon as it is made):
+/// only such namespaces are ever deleted. `lab up --name X` once deleted a namespace `X-dut`
+/// the user had made, and `lab down` a plain `X-gen`.
+fn marker(ns: &str) -> PathBuf {
+    PathBuf::from(format!("/run/flowlane/ns-{ns}"))
+}
+
+/// Namespace `ns` of lab `name` was made by flowlane: marked, or listed by the lab's saved
+/// settings (a lab made before the markers).
+fn ours(name: &str, ns: &str) -> bool {
+    marker(ns).exists() || saved(name).is_some_and(|c| c.namespaces().iter().any(|n| n == ns))
+}
+
+/// The namespaces lab `cfg` would make that exist and are not flowlane's (someone else's):
+/// `lab up` refuses them by name.
+pub fn foreign_namespaces(cfg: &LabConfig) -> Vec<String> {
+    cfg.namespaces()
+        .into_iter()
+        .filter(|ns| netns_exists(ns) && !ours(&cfg.name, ns))
+        .collect()
+}
+
+/// A namespace for the lab, marked as flowlane's before anything is put in it.
+fn lab_netns(name: &str) -> Result<Netns, LabError> {
+    let ns = Netns::persistent(name)?;
+    let path = marker(name);
+    path.parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&path, b""))
+        .map_err(|e| LabError {
+            what: format!("mark namespace {name} as the lab's ({})", path.display()),
+            detail: e.to_string(),
+        })?;
+    Ok(ns)
+}
+
 /// The saved settings of lab `name`, if it is up.
 pub fn saved(name: &str) -> Option<LabConfig> {
     let text = std::fs::read_to_string(state_path(name)).ok()?;
@@ -278,6 +314,17 @@ pub fn up(cfg: &LabConfig) -> Result<Up, LabError> {
             });
         }
     }
+    let foreign = foreign_namespaces(cfg);
+    if !foreign.is_empty() {
+        return Err(LabError {
+            what: format!("lab up {}", cfg.name),
+            detail: format!(
+                "namespace {} exists and was not made by flowlane: choose another --name (it \
+                 is left as it is)",
+                foreign.join(", ")
+            ),
+        });
+    }
     down(&cfg.name)?;
     match build(cfg) {
         Ok(()) => Ok(Up::Created),
@@ -289,8 +336,8 @@ pub fn up(cfg: &LabConfig) -> Result<Up, LabError> {
 }
 
 fn build(cfg: &LabConfig) -> Result<(), LabError> {
-    let gen = Netns::persistent(&cfg.gen_ns())?;
-    let dut = Netns::persistent(&cfg.dut_ns())?;
+    let gen = lab_netns(&cfg.gen_ns())?;
+    let dut = lab_netns(&cfg.dut_ns())?;
     add_veth(
         (&gen, GEN_IF, Some(GEN_MAC)),
         (&dut, DUT_IF, Some(DUT_MAC)),
@@ -299,7 +346,7 @@ fn build(cfg: &LabConfig) -> Result<(), LabError> {
     let sink = match cfg.topology {
         Topology::Pair => None,
         Topology::Line => {
-            let sink = Netns::persistent(&cfg.sink_ns())?;
+            let sink = lab_netns(&cfg.sink_ns())?;
             add_veth(
                 (&dut, DUT_OUT_IF, Some(DUT_OUT_MAC)),
                 (&sink, SINK_IF, Some(SINK_MAC)),
@@ -742,8 +789,9 @@ fn steer_counts_of(prog: Option<u32>) -> Result<Option<Vec<SteerCount>>, LabErro
     ))
 }
 
-/// Removes lab `name`: both namespaces (with them the links and the XDP program) and the
-/// saved settings. True if anything was there. Harmless when nothing is.
+/// Removes lab `name`: its namespaces (with them the links and the XDP program) and the
+/// saved settings. True if anything was there. Harmless when nothing is. A namespace of the
+/// lab's name that flowlane did not make (see [`foreign_namespaces`]) is left alone.
 pub fn down(name: &str) -> Result<bool, LabError> {
     check_name(name)?;
     let mut any = false;
@@ -752,10 +800,11 @@ pub fn down(name: &str) -> Result<bool, LabError> {
         format!("{name}-dut"),
         format!("{name}-sink"),
     ] {
-        if netns_exists(&ns) {
+        if netns_exists(&ns) && ours(name, &ns) {
             ip(&["netns", "del", &ns])?;
             any = true;
         }
+        let _ = std::fs::remove_file(marker(&ns));
     }
     let path = state_path(name);
     if path.exists() {

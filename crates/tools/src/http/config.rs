@@ -170,11 +170,27 @@ impl HttpLoadConfig {
     }
 }
 
+/// `url` with a password in it (`user:secret@`) shown as `user:***@`: what an error may quote.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((who, host)) => {
+            let user = who.split_once(':').map_or(who, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{}", &rest[end..])
+        }
+        None => url.to_string(),
+    }
+}
+
 /// `http://host:port/path` read into (host:port, path).
 pub fn split_url(url: &str) -> Result<(String, String), ToolError> {
+    let shown = redacted(url);
     let rest = url.strip_prefix("http://").ok_or_else(|| {
         ToolError::usage(format!(
-            "URL {url:?}: only http:// URLs are supported (no TLS), e.g. http://198.18.0.1:8080/bytes/64"
+            "URL {shown:?}: only http:// URLs are supported (no TLS), e.g. http://198.18.0.1:8080/bytes/64"
         ))
     })?;
     let (auth, path) = match rest.find('/') {
@@ -182,7 +198,18 @@ pub fn split_url(url: &str) -> Result<(String, String), ToolError> {
         None => (rest, "/"),
     };
     if auth.is_empty() {
-        return Err(ToolError::usage(format!("URL {url:?} names no host")));
+        return Err(ToolError::usage(format!("URL {shown:?} names no host")));
+    }
+    if auth.contains('@') {
+        return Err(ToolError::usage(format!(
+            "URL {shown:?}: credentials in the URL are not supported (the load sends no \
+             Authorization header)"
+        )));
+    }
+    if auth.rsplit_once(':').is_some_and(|(_, p)| p == "0") {
+        return Err(ToolError::usage(format!(
+            "URL {shown:?}: port 0 is not a port a server listens on"
+        )));
     }
     let auth = if auth.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']')) {
         auth.to_string()
@@ -258,6 +285,21 @@ pub fn prefix_addresses(prefix: &str, count: Option<usize>) -> Result<Vec<IpAddr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_with_a_password_or_port_0_is_refused_without_echoing_the_password() {
+        let e = split_url("http://user:secret@198.18.0.1:8080/").expect_err("refused");
+        assert!(
+            e.message.contains("user:***@") && !e.message.contains("secret"),
+            "{}",
+            e.message
+        );
+        let e = split_url("https://user:secret@198.18.0.1/").expect_err("refused");
+        assert!(!e.message.contains("secret"), "{}", e.message);
+        let e = split_url("http://127.0.0.1:0/").expect_err("refused");
+        assert!(e.message.contains("port 0"), "{}", e.message);
+        assert!(split_url("http://127.0.0.1:80/x").is_ok());
+    }
 
     #[test]
     fn urls() {

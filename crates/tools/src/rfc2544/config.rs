@@ -55,6 +55,11 @@ pub enum SizeSpec {
 /// RFC 2544's sizes for Ethernet (§9.1), with FCS.
 pub const DEFAULT_SIZES: [usize; 7] = [64, 128, 256, 512, 1024, 1280, 1518];
 
+/// The sizes for IPv6 (RFC 5180 §5 keeps RFC 2544's list above the minimum): the smallest
+/// frame that carries IPv6, UDP and flowlane's 16-byte header (82 bytes with FCS) instead of
+/// 64.
+pub const DEFAULT_SIZES_V6: [usize; 7] = [82, 128, 256, 512, 1024, 1280, 1518];
+
 /// The configuration of one `rfc2544` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rfc2544Config {

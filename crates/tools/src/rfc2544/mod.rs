@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use config::{Endpoint, LabRun, Rfc2544Config, SizeSpec, Tests, DEFAULT_SIZES};
+pub use config::{
+    Endpoint, LabRun, Rfc2544Config, SizeSpec, Tests, DEFAULT_SIZES, DEFAULT_SIZES_V6,
+};
 pub use report::{
     line_bps, BackToBack, LatencyResult, LossPoint, MaxRate, Placed, PlacedFlow, Rfc2544Report,
     SizeReport, TestName, Throughput, TrialRecord,
@@ -101,6 +103,24 @@ pub fn check(cfg: &Rfc2544Config) -> Result<(), ToolError> {
         }
         if p.per_queue == 0 {
             return Err(ToolError::usage("--per-queue is at least 1"));
+        }
+    }
+    // Last, the interfaces, before anything is measured (a missing one was found after the
+    // generator's ceiling had been measured).
+    for (flag, e) in [("--tx-dev", &cfg.tx), ("--rx-dev", &cfg.rx)] {
+        let look = || flowlane_io::netdev::ifindex(&e.dev).is_ok();
+        let found = match &e.netns {
+            Some(ns) => flowlane_lab::Netns::existing(ns).run(look).unwrap_or(false),
+            None => look(),
+        };
+        if !found {
+            return Err(ToolError::usage(format!(
+                "{flag} {}: no such interface{} (see `ip link`)",
+                e.dev,
+                e.netns
+                    .as_ref()
+                    .map_or(String::new(), |n| format!(" in namespace {n}"))
+            )));
         }
     }
     Ok(())
