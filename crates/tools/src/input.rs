@@ -57,19 +57,20 @@ pub const SCENARIO: TextCaps = TextCaps {
 /// At most this much of a bad token or line is quoted in an error.
 pub const EXCERPT_BYTES: usize = 80;
 
-/// `s`, cut to [`EXCERPT_BYTES`] on a character boundary and escaped (a NUL shows as `\0`),
-/// with `…` where it was cut: what an error quotes of the input.
+/// `s` quoted and escaped (a NUL shows as `\0`), cut to [`EXCERPT_BYTES`] of escaped text
+/// on a character, with `…` and the whole length where it was cut: what an error quotes of
+/// the input (escaped control bytes take up to 10 bytes each, so the cut counts them).
 pub fn excerpt(s: &str) -> String {
-    let mut end = s.len().min(EXCERPT_BYTES);
-    while !s.is_char_boundary(end) {
-        end -= 1;
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        let e: String = c.escape_debug().collect();
+        if out.len() + e.len() > EXCERPT_BYTES {
+            return format!("{out}\"… ({} bytes)", s.len());
+        }
+        out.push_str(&e);
     }
-    let quoted = format!("{:?}", &s[..end]);
-    if end < s.len() {
-        format!("{quoted}… ({} bytes)", s.len())
-    } else {
-        quoted
-    }
+    out.push('"');
+    out
 }
 
 fn stopped(stop: Option<&AtomicBool>) -> bool {

@@ -64,7 +64,13 @@ impl NextHopFile {
             if line.is_empty() {
                 continue;
             }
-            let bad = |what: &str| format!("next hops line {}: {what} in `{line}`", i + 1);
+            let bad = |what: &str| {
+                format!(
+                    "next hops line {}: {what} in {}",
+                    i + 1,
+                    crate::input::excerpt(line)
+                )
+            };
             let fields: Vec<&str> = line.split_whitespace().collect();
             let entry = match fields[1..] {
                 ["drop"] => NextHopLine::Drop,
