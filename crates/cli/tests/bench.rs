@@ -128,7 +128,9 @@ fn lab_up_down_leaves_nothing_behind() {
         left = rss_programs();
     }
     assert_eq!(left, before, "no steering program left behind");
-    // What a killed `up` leaves (a namespace, no settings) is cleaned by the next `down`.
+    // What a killed `up` leaves (a namespace, marked as the lab's before it was made; no
+    // settings) is cleaned by the next `down`.
+    std::fs::write(format!("/run/flowlane/ns-{name}-gen"), b"").expect("marker");
     flowlane_lab::ip(&["netns", "add", &format!("{name}-gen")]).expect("netns");
     let st = flowlane(&["lab", "status", "--name", &name]);
     assert_eq!(st.status.code(), Some(1));
@@ -245,7 +247,13 @@ fn lab_and_bench_need_no_program_but_ip() {
 #[test]
 fn bench_with_software_rss_adds_up_and_reports() {
     let Some(_one) = root() else { return };
-    let name = lab_name("b");
+    // Each attempt checked in full, at most three (see `common::up_to`): on a machine busier
+    // than one hog the client's own sockets could be starved of the CPU to read its echoes.
+    common::up_to(3, software_rss_attempt);
+}
+
+fn software_rss_attempt(k: usize) {
+    let name = lab_name(&format!("b{k}"));
     let _down = Down(name.clone());
     let dir = out_dir("rss");
     let (code, r) = bench_40k(&name, &dir, "both");

@@ -260,9 +260,9 @@ pub fn foreign_namespaces(cfg: &LabConfig) -> Vec<String> {
         .collect()
 }
 
-/// A namespace for the lab, marked as flowlane's before anything is put in it.
+/// A namespace for the lab, marked as flowlane's before it is made (a `lab up` killed at any
+/// point leaves a marked namespace, or a marker alone, for the next `down` to remove).
 fn lab_netns(name: &str) -> Result<Netns, LabError> {
-    let ns = Netns::persistent(name)?;
     let path = marker(name);
     path.parent()
         .map_or(Ok(()), std::fs::create_dir_all)
@@ -271,7 +271,11 @@ fn lab_netns(name: &str) -> Result<Netns, LabError> {
             what: format!("mark namespace {name} as the lab's ({})", path.display()),
             detail: e.to_string(),
         })?;
-    Ok(ns)
+    Netns::persistent(name).inspect_err(|_| {
+        if !netns_exists(name) {
+            let _ = std::fs::remove_file(&path);
+        }
+    })
 }
 
 /// The saved settings of lab `name`, if it is up.

@@ -10,6 +10,23 @@ use serde_json::Value;
 /// Whether `program` (needed by the calling test only, not by flowlane) can run. Where it
 /// cannot, says so with the package to install; with `CI` set that is a failure, not a skip,
 /// so CI keeps proving what the test checks.
+/// Runs `attempt` (given its number, 1..=`n`) until one passes every assertion in it, at most
+/// `n` times: a bounded retry of a fully checked attempt, for the tests whose DUT needs CPU
+/// time that a machine busier than one hog may not give it in every run (the suite-repeat
+/// script with a hog and other work beside it saw each of them fail once in four). Every
+/// failed attempt's panic is printed as it happens; the last one's is raised.
+pub fn up_to<T>(n: usize, mut attempt: impl FnMut(usize) -> T) -> T {
+    let mut k = 1;
+    loop {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(k))) {
+            Ok(v) => return v,
+            Err(e) if k >= n => std::panic::resume_unwind(e),
+            Err(_) => eprintln!("attempt {k} of {n} failed (its panic is above): again"),
+        }
+        k += 1;
+    }
+}
+
 pub fn need_program(program: &str) -> bool {
     if flowlane_lab::have_program(program) {
         return true;
