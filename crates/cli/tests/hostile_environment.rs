@@ -56,6 +56,16 @@ fn finish_within(mut child: std::process::Child, within: Duration) -> (Option<i3
     )
 }
 
+/// Runs flowlane with `args`, stdout discarded, bounded in time: (exit code, stderr).
+fn stdout_discarded(args: &[&str], within: Duration) -> (Option<i32>, String) {
+    let child = flowlane(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flowlane runs");
+    finish_within(child, within)
+}
+
 fn flowlane(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args);
@@ -184,14 +194,7 @@ fn side_files_that_cannot_be_written_are_refused_before_the_run() {
         ],
     ];
     for args in cases {
-        let (code, err) = finish_within(
-            flowlane(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("runs"),
-            Duration::from_secs(10),
-        );
+        let (code, err) = stdout_discarded(args, Duration::from_secs(10));
         assert_eq!(code, Some(2), "{args:?}: {err}");
         let flag = args[args.len() - 2];
         assert!(
@@ -244,14 +247,7 @@ fn devices_as_input_files_are_refused_quickly_and_briefly() {
         ],
     ];
     for args in cases {
-        let (code, err) = finish_within(
-            flowlane(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("runs"),
-            Duration::from_secs(20),
-        );
+        let (code, err) = stdout_discarded(args, Duration::from_secs(20));
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(
             err.len() < 400 && !err.contains("panicked"),
@@ -380,14 +376,7 @@ fn bad_requests_say_what_is_wrong_with_exit_2() {
         ),
     ];
     for (args, says) in cases {
-        let (code, err) = finish_within(
-            flowlane(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("runs"),
-            Duration::from_secs(10),
-        );
+        let (code, err) = stdout_discarded(args, Duration::from_secs(10));
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(
             err.contains(says) && !err.contains("secret"),
