@@ -309,10 +309,6 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
     }
     if let Some(s) = &a.sizes {
         c.sizes = SizeSpec::List(s.0.clone());
-    } else if c.to.is_ipv6() {
-        // 64 bytes cannot carry IPv6 and the header: --ipv6 alone was refused over a size
-        // the user never gave.
-        c.sizes = SizeSpec::List(rfc2544::DEFAULT_SIZES_V6.to_vec());
     }
     if let Some(m) = &a.imix {
         c.sizes = SizeSpec::Imix(m.0.clone());

@@ -66,6 +66,15 @@ fn stdout_discarded(args: &[&str], within: Duration) -> (Option<i32>, String) {
     finish_within(child, within)
 }
 
+/// Whether namespaces can be made here (root); says SKIP when not.
+fn root() -> bool {
+    let ok = flowlane_lab::can_create_namespaces();
+    if !ok {
+        eprintln!("SKIP: needs root for network namespaces");
+    }
+    ok
+}
+
 fn flowlane(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args);
@@ -121,8 +130,7 @@ fn a_full_device_or_a_closed_pipe_is_an_error_not_a_panic() {
 /// interface has no program left.
 #[test]
 fn a_run_whose_output_fails_stops_and_detaches_what_it_attached() {
-    if !flowlane_lab::can_create_namespaces() {
-        eprintln!("SKIP: needs root for network namespaces");
+    if !root() {
         return;
     }
     let p = flowlane_lab::Pair::create("fl-hostile", 1).expect("namespaces and veth");
@@ -296,8 +304,7 @@ fn errors_quote_a_bounded_excerpt_with_the_line() {
 /// `X-gen`.)
 #[test]
 fn a_users_namespace_is_never_deleted_by_the_lab() {
-    if !flowlane_lab::can_create_namespaces() {
-        eprintln!("SKIP: needs root for network namespaces");
+    if !root() {
         return;
     }
     let name = format!("flu{}", std::process::id() % 100_000);
