@@ -189,6 +189,25 @@ pub enum ModelArg {
     Freebsd,
 }
 
+/// `--ring-memory`: what a run's AF_PACKET rings may map (shared by `forward` and `sink`).
+#[derive(Debug, Clone, Args)]
+pub struct RingMemoryArg {
+    /// AF_PACKET: MiB all the run's rings may map, split evenly over them; each ring gets the
+    /// most slots that fit (a slot holds one frame of the MTU: lo's 64 KiB MTU costs 40 times
+    /// Ethernet's), and the start line says what was mapped. A budget that cannot give each
+    /// ring 64 slots is refused with what it would take.
+    #[arg(long = "ring-memory", value_name = "MIB", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub ring_memory: u64,
+}
+
+impl RingMemoryArg {
+    /// The budget in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.ring_memory << 20
+    }
+}
+
 /// How a hash becomes a queue (shared by `hash`, `pick`, `rss show`, `blast --per-queue`).
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {

@@ -148,6 +148,9 @@ pub struct ForwardArgs {
     duration: Option<f64>,
 
     #[command(flatten)]
+    rings: crate::args::RingMemoryArg,
+
+    #[command(flatten)]
     live: LiveArgs,
 }
 
@@ -216,6 +219,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
         cpus: a.cpus.map(|c| c.0),
         duration_s: a.duration,
         interval_s: a.live.interval,
+        ring_memory: a.rings.bytes(),
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
@@ -250,6 +254,9 @@ pub fn run(a: ForwardArgs) -> CmdResult {
                 ));
             }
             log.line(&backend_line(&s.backend));
+            if let Some(m) = &s.rings {
+                log.line(&format!("rings: {}", m.line()));
+            }
         }
         ForwardEvent::Tick(t) if !a.live.quiet || stream.on() => {
             stream.interval(&t);

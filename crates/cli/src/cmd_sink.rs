@@ -105,9 +105,13 @@ pub struct SinkArgs {
     #[arg(long, value_parser = crate::args::parse_cpu_list)]
     cpus: Option<CpuList>,
 
-    /// Slots in the receive ring (each holds one frame of the interface's MTU).
+    /// Slots in the receive ring at most (each holds one frame of the interface's MTU; fewer
+    /// where --ring-memory says so). AF_XDP: UMEM frames per queue.
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..=1_048_576))]
     ring: u64,
+
+    #[command(flatten)]
+    rings: crate::args::RingMemoryArg,
 
     #[command(flatten)]
     live: LiveArgs,
@@ -152,6 +156,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
             None => usable_cpus(None)?.last().copied().unwrap_or(0),
         },
         ring: a.ring as usize,
+        ring_memory: a.rings.bytes(),
         interval_s: a.live.interval,
         write: a.write.as_ref().map(|path| CaptureSpec {
             path: path.clone(),
@@ -165,7 +170,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
     let (mut log, stream) = (a.live.log(), a.live.stream());
     let r = sink::run(&cfg, &stop, &mut |event| match event {
         SinkEvent::Started(s) => log.line(&format!(
-            "flowlane sink: {} (MTU {}), {}, {}, ring of {} frames{}",
+            "flowlane sink: {} (MTU {}), {}, {}, {}{}",
             cfg.dev,
             s.mtu,
             match cfg.port {
@@ -177,7 +182,10 @@ pub fn run(a: SinkArgs) -> CmdResult {
             } else {
                 format!("CPUs {:?}", cfg.cpus)
             },
-            cfg.ring,
+            match &s.rings {
+                Some(m) => m.line(),
+                None => format!("{} slots per queue", cfg.ring),
+            },
             if cfg.backend == SinkBackend::AfXdp {
                 ", AF_XDP (frames taken from the kernel)"
             } else {

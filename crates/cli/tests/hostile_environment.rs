@@ -391,3 +391,95 @@ fn bad_requests_say_what_is_wrong_with_exit_2() {
         );
     }
 }
+
+/// The bytes of the process's AF_PACKET ring mappings (`socket:[…]` in /proc/PID/maps) and
+/// how many there are, as the kernel sees them.
+fn socket_mappings(pid: u32) -> (u64, usize) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter(|l| l.contains("socket:["))
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
+        })
+        .fold((0, 0), |(t, n), len| (t + len, n + 1))
+}
+
+/// Issue 49 item 6: on a loopback of a 64 KiB MTU a fixed slot count mapped 512 MiB per ring
+/// (2 GiB for `forward` on 2 CPUs, 1 GiB for `sink`); the rings now share `--ring-memory`.
+/// What each command reports mapping is what the kernel shows mapped in the running process,
+/// within the budget; a budget that cannot give each ring 64 slots is refused (exit 2) with
+/// what it would take.
+#[test]
+fn rings_are_sized_from_the_memory_budget_and_say_what_they_mapped() {
+    if !root() {
+        return;
+    }
+    let ns = flowlane_lab::Netns::create("fl-rings").expect("namespace");
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "forward",
+            &["forward", "--dev", "lo", "--backend", "af-packet"],
+        ),
+        ("sink", &["sink", "--dev", "lo"]),
+    ];
+    for (what, args) in cases {
+        let mut cmd = ns.command(BIN);
+        cmd.args(args).args([
+            "--ring-memory",
+            "40",
+            "--duration",
+            "4",
+            "--json",
+            "--quiet",
+        ]);
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("flowlane runs");
+        // The rings are mapped before the first second ends; read them while it runs.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut seen = (0, 0);
+        while Instant::now() < deadline {
+            seen = socket_mappings(child.id());
+            if seen.1 > 0 {
+                std::thread::sleep(Duration::from_millis(200));
+                seen = socket_mappings(child.id());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().expect("output");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+        let rings = &j["rings"];
+        assert_eq!(rings["budget"].as_u64(), Some(40 << 20), "{what}: {rings}");
+        let bytes = rings["bytes"].as_u64().expect("bytes mapped");
+        assert!(bytes <= 40 << 20 && bytes > 20 << 20, "{what}: {rings}");
+        assert_eq!(
+            (bytes, rings["rings"].as_u64()),
+            (seen.0, Some(seen.1 as u64)),
+            "{what}: reported {rings}, the kernel shows {seen:?}"
+        );
+        assert!(rings["slots"].as_u64() >= Some(64), "{what}: {rings}");
+    }
+    // 4 rings of 64 KiB slots cannot have 64 slots each in 8 MiB.
+    let out = ns
+        .command(BIN)
+        .args(["forward", "--dev", "lo", "--backend", "af-packet"])
+        .args(["--ring-memory", "8", "--duration", "1", "--cpus", "0"])
+        .output()
+        .expect("flowlane runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("raise --ring-memory") && err.contains("64 slots each"),
+        "{err}"
+    );
+}

@@ -15,6 +15,97 @@ pub use crate::sys::xsk_group::{XskAction, XskGroup, XskPolled};
 use crate::ebpf::{Asm, R0};
 use crate::SysError;
 
+/// The shape of an AF_PACKET ring (TPACKET_V2) of at least `slots` slots of `slot_size` bytes:
+/// what [`TxRing::open`] and [`RxRing::open`] map, computed before anything is opened so a
+/// role can size its rings from a memory budget ([`RingGeometry::within`]) and say what it
+/// mapped.
+///
+/// Slots never straddle blocks, and the kernel allocates a block as a power of two of pages,
+/// so a block is a power of two. Of the candidates (64 KiB or one slot, up to 4 MiB), the
+/// smallest mapping within 1/16 of the fewest bytes for the slots asked is taken: a 64 KiB
+/// MTU's 65 648-byte slot alone in a 128 KiB block wastes half of it; in 1 MiB blocks, 15 per
+/// block, 6 %.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// Bytes per slot (rounded up to 16, at least 64).
+    pub slot_size: usize,
+    /// Bytes per block.
+    pub block_size: usize,
+    /// Slots per block.
+    pub per_block: usize,
+    /// Blocks.
+    pub blocks: usize,
+    /// Slots: whole blocks of them, at least the number asked.
+    pub slots: usize,
+    /// Bytes mapped: `blocks × block_size`.
+    pub bytes: usize,
+}
+
+/// The largest block tried: 4 MiB (the kernel falls back to vmalloc past its largest order).
+const MAX_BLOCK: usize = 4 << 20;
+
+impl RingGeometry {
+    /// The ring of at least `slots` (≥ 1) slots of `slot_size` bytes mapping the fewest bytes.
+    pub fn new(slots: usize, slot_size: usize) -> RingGeometry {
+        let slot_size = slot_size.next_multiple_of(16).max(64);
+        let slots = slots.max(1);
+        let first = (1usize << 16).max(slot_size).next_power_of_two();
+        let candidates = std::iter::successors(Some(first), |b| Some(b * 2))
+            .take_while(|&b| b <= MAX_BLOCK.max(first))
+            .map(|b| Self::with_block(slots, slot_size, b));
+        let least = candidates
+            .clone()
+            .map(|g| g.bytes)
+            .min()
+            .unwrap_or(usize::MAX);
+        // The smallest block within 1/16 of the least: a larger block is a larger contiguous
+        // allocation, taken only for a real saving.
+        candidates
+            .clone()
+            .find(|g| g.bytes <= least + least / 16)
+            .unwrap_or_else(|| Self::with_block(slots, slot_size, first))
+    }
+
+    fn with_block(slots: usize, slot_size: usize, block_size: usize) -> RingGeometry {
+        let per_block = block_size / slot_size;
+        let blocks = slots.div_ceil(per_block);
+        RingGeometry {
+            slot_size,
+            block_size,
+            per_block,
+            blocks,
+            slots: blocks * per_block,
+            bytes: blocks * block_size,
+        }
+    }
+
+    /// The ring of the most slots (at most `max_slots`) of `slot_size` bytes mapping at most
+    /// `bytes`; `None` if not even one slot fits.
+    pub fn within(bytes: usize, slot_size: usize, max_slots: usize) -> Option<RingGeometry> {
+        // Bytes grow with the slots asked: the largest count that fits, by bisection.
+        let fits = |n: usize| RingGeometry::new(n, slot_size).bytes <= bytes;
+        if max_slots == 0 || !fits(1) {
+            return None;
+        }
+        let (mut lo, mut hi) = (1, max_slots);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(RingGeometry::new(lo, slot_size))
+    }
+}
+
+/// Bytes of an [`RxRing`] slot holding frames up to `max_frame` bytes: the frame starts at
+/// TPACKET_ALIGN(TPACKET2_HDRLEN (52) + 16) − 14 = 66, and 14 more are room to spare.
+pub const fn rx_slot_size(max_frame: usize) -> usize {
+    max_frame + 80
+}
+
 /// A transmit ring of whole frames: AF_PACKET's TX ring or an AF_XDP socket's UMEM.
 pub trait FrameTx: Send + std::fmt::Debug + 'static {
     /// Slots (frames) in the ring.
@@ -276,6 +367,39 @@ fn live_frames(ifindex: u32) -> Result<(), Refused> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ring_maps_whole_blocks_and_the_fewest_bytes() {
+        // A 1 500-byte MTU: 1 598 → 1 600-byte slots, 40 in a 64 KiB block.
+        let g = RingGeometry::new(4096, rx_slot_size(1518));
+        assert_eq!((g.slot_size, g.block_size, g.per_block), (1600, 65536, 40));
+        assert_eq!((g.blocks, g.slots, g.bytes), (103, 4120, 103 * 65536));
+        // lo's 64 KiB MTU: one slot per 128 KiB block would map 512 MiB for 4 096 slots;
+        // 2 MiB blocks of 31 map 264 MiB.
+        let g = RingGeometry::new(4096, rx_slot_size(65536 + 18));
+        assert_eq!(g.slot_size, 65648);
+        assert!(g.bytes < 280 << 20, "{g:?}");
+        assert_eq!(g.slots, g.blocks * g.per_block);
+        assert!(g.slots >= 4096 && g.per_block * g.slot_size <= g.block_size);
+        assert!(g.block_size.is_power_of_two() && g.block_size <= MAX_BLOCK);
+    }
+
+    #[test]
+    fn a_budget_gives_the_most_slots_that_fit() {
+        let slot = rx_slot_size(65536 + 18);
+        let g = RingGeometry::within(32 << 20, slot, 4096).expect("fits");
+        assert!(g.bytes <= 32 << 20);
+        // One more slot would not fit.
+        assert!(
+            RingGeometry::new(g.slots + 1, slot).bytes > 32 << 20,
+            "{g:?}"
+        );
+        // A cap below what fits is the cap (rounded up to whole blocks, within the budget).
+        let g = RingGeometry::within(1 << 30, 1600, 64).expect("fits");
+        assert_eq!((g.slots, g.bytes), (80, 2 * 65536));
+        assert!(RingGeometry::within(65535, 1600, 64).is_none());
+        assert!(RingGeometry::within(1 << 30, 1600, 0).is_none());
+    }
 
     #[test]
     fn loopback_is_probed_and_every_answer_is_explained() {

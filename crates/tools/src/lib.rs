@@ -20,6 +20,7 @@ pub mod input;
 pub mod metrics;
 pub mod report;
 pub mod rfc2544;
+pub mod rings;
 pub mod route;
 pub mod serve;
 pub mod sink;

@@ -136,12 +136,9 @@ impl Ring {
             "setsockopt(PACKET_VERSION)",
         )?;
         setup(&fd)?;
-        let frame_size = frame_size.next_multiple_of(16).max(64);
-        // Blocks of 64 KiB (or one frame if larger), whole frames per block.
-        let block_size = (1usize << 16).max(frame_size).next_power_of_two();
-        let per_block = block_size / frame_size;
-        let blocks = frames.max(1).div_ceil(per_block);
-        let frames = blocks * per_block;
+        let g = crate::frame::RingGeometry::new(frames, frame_size);
+        let (frame_size, block_size, per_block, blocks, frames) =
+            (g.slot_size, g.block_size, g.per_block, g.blocks, g.slots);
         let req = TpacketReq {
             block_size: block_size as u32,
             block_nr: blocks as u32,
@@ -154,7 +151,7 @@ impl Ring {
             ("setsockopt(PACKET_TX_RING)", "mmap(PACKET_TX_RING)")
         };
         super::set_opt(&fd, SOL_PACKET, which, &req, ring_call)?;
-        let map_len = block_size * blocks;
+        let map_len = g.bytes;
         // SAFETY: maps the ring the kernel just made for this socket, shared, read-write; the
         // result is checked against MAP_FAILED.
         let map = unsafe {
@@ -428,15 +425,20 @@ impl RxRing {
     pub fn open(ifindex: u32, frames: usize, max_frame: usize) -> Result<RxRing, SysError> {
         // The frame starts at tp_mac = TPACKET_ALIGN(TPACKET2_HDRLEN (52) + 16) − 14 = 66: a
         // slot of max_frame + 80 bytes holds max_frame + 14.
-        let ring = Ring::open(PACKET_RX_RING, frames, max_frame + 80, |fd| {
-            super::set_int(
-                fd,
-                SOL_PACKET,
-                PACKET_IGNORE_OUTGOING,
-                1,
-                "setsockopt(PACKET_IGNORE_OUTGOING)",
-            )
-        })?;
+        let ring = Ring::open(
+            PACKET_RX_RING,
+            frames,
+            crate::frame::rx_slot_size(max_frame),
+            |fd| {
+                super::set_int(
+                    fd,
+                    SOL_PACKET,
+                    PACKET_IGNORE_OUTGOING,
+                    1,
+                    "setsockopt(PACKET_IGNORE_OUTGOING)",
+                )
+            },
+        )?;
         // Bound last, with its protocol: before this the socket receives nothing, so no frame
         // of another interface slips in.
         ring.bind(ifindex, ETH_P_ALL.to_be())?;

@@ -90,6 +90,13 @@ pub struct ForwardConfig {
     /// running (`--metrics`).
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// AF_PACKET: bytes all the rings may map, split evenly over them (`--ring-memory`).
+    #[serde(default = "default_ring_memory")]
+    pub ring_memory: u64,
+}
+
+fn default_ring_memory() -> u64 {
+    crate::rings::DEFAULT_BUDGET
 }
 
 /// What is known once the forwarder runs.
@@ -99,6 +106,8 @@ pub struct ForwardStart {
     pub backend: backend::BackendReport,
     /// Route: what the tables hold.
     pub routes: Option<RouteSummary>,
+    /// AF_PACKET: what the rings map.
+    pub rings: Option<crate::rings::RingMemory>,
 }
 
 /// Status from a running forwarder.

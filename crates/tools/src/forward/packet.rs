@@ -15,6 +15,7 @@ use super::report::{BridgeSummary, CpuCounts, Drops, ForwardCounts, ForwardRepor
 use super::routes::{self, LiveTables, NextHopFile, RouteSource};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job};
 use crate::backend::Backend;
+use crate::rings::RingMemory;
 use crate::ToolError;
 
 fn counts(s: &ForwardSnapshot) -> ForwardCounts {
@@ -77,11 +78,16 @@ pub(super) fn run(
     let cpus = worker_cpus(job)?;
     let before = vec![dev_counters(job.dev)];
     // Reflect has one port: its rings.
-    let rt = start_ports(job, &cpus, stop, false, move |mut rings| {
+    let (rt, rings) = start_ports(job, &cpus, stop, false, move |mut rings| {
         let (rx, tx, _) = rings.remove(0);
         ReflectWorker::new(rx, tx, swap)
     })?;
-    session(job, rt, &cpus, &before, stop, &mut |_| {}, on_event)
+    let on = Started {
+        cpus: &cpus,
+        before: &before,
+        rings: Some(rings),
+    };
+    session(job, rt, &on, stop, &mut |_| {}, on_event)
 }
 
 /// AF_XDP: one worker per receive queue (pinned to the configured CPUs in turn), each with
@@ -137,7 +143,12 @@ pub(super) fn run_xdp_sockets(
     )
     .map_err(start_error)?;
     let _link = crate::backend::attach_native(&prog, ifindex, dev, "redirect program")?;
-    let mut r = session(job, rt, &worker_cpus, &before, stop, &mut |_| {}, on_event)?;
+    let on = Started {
+        cpus: &worker_cpus,
+        before: &before,
+        rings: None,
+    };
+    let mut r = session(job, rt, &on, stop, &mut |_| {}, on_event)?;
     // What the program passed to the kernel was looked at there, never by a worker.
     let passed = passed.map_or(0, |m| (0..m.entries()).map(|i| m.get(i)).sum());
     r.total.rx_packets += passed;
@@ -191,16 +202,17 @@ pub(super) fn run_route(
     let tables = live.tables();
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
     let own = live.next_hops().local.clone();
-    let (rt, mut attached, cpus) = if job.cfg.backend == Backend::AfXdp {
-        start_xsk_groups(&job, stop, Some(&own), move |group, info| {
+    let (rt, mut attached, cpus, rings) = if job.cfg.backend == Backend::AfXdp {
+        let (rt, attached, cpus) = start_xsk_groups(&job, stop, Some(&own), move |group, info| {
             XskRouteWorker::new(group, info, tables.clone())
-        })?
+        })?;
+        (rt, attached, cpus, None)
     } else {
         let cpus = worker_cpus(&job)?;
-        let rt = start_ports(&job, &cpus, stop, false, move |rings| {
+        let (rt, rings) = start_ports(&job, &cpus, stop, false, move |rings| {
             RouteWorker::new(rings, tables.clone())
         })?;
-        (rt, Attached::default(), cpus)
+        (rt, Attached::default(), cpus, Some(rings))
     };
     let mut upkeep_error = None;
     let mut upkeep = |tick: &mut ForwardTick| {
@@ -222,7 +234,12 @@ pub(super) fn run_route(
         }
         tick.tables = Some(live.tick());
     };
-    let mut r = session(&job, rt, &cpus, &before, stop, &mut upkeep, on_event)?;
+    let on = Started {
+        cpus: &cpus,
+        before: &before,
+        rings,
+    };
+    let mut r = session(&job, rt, &on, stop, &mut upkeep, on_event)?;
     r.routes = Some(live.summary());
     // AF_XDP: what the program left to the kernel (ARP, neighbour discovery, multicast) was
     // looked at there, never by a worker.
@@ -256,20 +273,30 @@ pub(super) fn port_infos(job: &Job<'_>) -> Result<Vec<(u32, PortInfo)>, ToolErro
 
 /// Starts one multi-port worker per CPU: each with a receive ring on every port (one fanout
 /// group per port, by CPU; promiscuous where asked, for a bridge) and a transmit ring on
-/// every port, handed to `make`.
+/// every port, handed to `make`; the rings share `--ring-memory` (what they map is returned).
 fn start_ports<W: Poll<Stats = ForwardStats>>(
     job: &Job<'_>,
     cpus: &[usize],
     stop: &Arc<AtomicBool>,
     promiscuous: bool,
     make: impl Fn(Vec<(frame::RxRing, frame::TxRing, PortInfo)>) -> W + Send + Sync + 'static,
-) -> Result<Runtime<ForwardStats>, ToolError> {
+) -> Result<(Runtime<ForwardStats>, RingMemory), ToolError> {
     let ports = port_infos(job)?;
     // One fanout group per port and run (ids are per namespace).
     let base = (std::process::id() & 0xffff) as u16;
     // Room for a VLAN tag besides the Ethernet header.
     let max_frame = ports.iter().map(|p| p.1.mtu).max().unwrap_or(1500) + 18;
-    Runtime::start(
+    // Per worker and port a receive and a transmit ring, from one budget.
+    let n = cpus.len() * ports.len();
+    let (rx_slot, tx_slot) = (frame::rx_slot_size(max_frame), max_frame + 32);
+    let (geometry, memory) = crate::rings::plan(
+        job.cfg.ring_memory,
+        &[(n, rx_slot), (n, tx_slot)],
+        RING_SLOTS,
+        "--ring-memory",
+    )?;
+    let (rx_slots, tx_slots) = (geometry[0].slots, geometry[1].slots);
+    let rt = Runtime::start(
         &Config {
             cpus: cpus.to_vec(),
             budget: 256,
@@ -282,18 +309,22 @@ fn start_ports<W: Poll<Stats = ForwardStats>>(
             let mut rings = Vec::new();
             for (i, (ifindex, info)) in ports.iter().enumerate() {
                 let group = base.wrapping_add(i as u16);
-                let rx = frame::RxRing::open_fanout(*ifindex, 4096, max_frame, group)?;
+                let rx = frame::RxRing::open_fanout(*ifindex, rx_slots, max_frame, group)?;
                 if promiscuous {
                     rx.set_promiscuous(*ifindex)?;
                 }
-                let tx = frame::TxRing::open(*ifindex, 4096, max_frame + 32, true)?;
+                let tx = frame::TxRing::open(*ifindex, tx_slots, tx_slot, true)?;
                 rings.push((rx, tx, *info));
             }
             Ok::<_, SysError>(make(rings))
         },
     )
-    .map_err(start_error)
+    .map_err(start_error)?;
+    Ok((rt, memory))
 }
+
+/// Slots per AF_PACKET ring at most (fewer where the budget says so).
+const RING_SLOTS: usize = 4096;
 
 /// Per port, an XSKMAP of one entry per queue and the program redirecting each queue's frames
 /// to its entry's socket; attached (native mode) once every socket is in its map.
@@ -491,23 +522,29 @@ pub(super) fn run_bridge(
     let counts: Arc<[PortCounters]> = job.ports.iter().map(|_| PortCounters::default()).collect();
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
     let (t2, c2) = (table.clone(), counts.clone());
-    let (rt, _attached, cpus) = if job.cfg.backend == Backend::AfXdp {
-        start_xsk_groups(&job, stop, None, move |group, _| {
+    let (rt, _attached, cpus, rings) = if job.cfg.backend == Backend::AfXdp {
+        let (rt, attached, cpus) = start_xsk_groups(&job, stop, None, move |group, _| {
             XskBridgeWorker::new(group, t2.clone(), c2.clone())
-        })?
+        })?;
+        (rt, attached, cpus, None)
     } else {
         let cpus = worker_cpus(&job)?;
-        let rt = start_ports(&job, &cpus, stop, true, move |rings| {
+        let (rt, rings) = start_ports(&job, &cpus, stop, true, move |rings| {
             BridgeWorker::new(rings, t2.clone(), c2.clone())
         })?;
-        (rt, Attached::default(), cpus)
+        (rt, Attached::default(), cpus, Some(rings))
     };
     let start = std::time::Instant::now();
     let mut aged = 0;
     let mut upkeep = |_: &mut ForwardTick| {
         aged += table.age(start.elapsed().as_secs() as u32 + 1, ageing);
     };
-    let mut r = session(&job, rt, &cpus, &before, stop, &mut upkeep, on_event)?;
+    let on = Started {
+        cpus: &cpus,
+        before: &before,
+        rings,
+    };
+    let mut r = session(&job, rt, &on, stop, &mut upkeep, on_event)?;
     for (p, c) in r.ports.iter_mut().zip(counts.iter()) {
         p.looked_at = Some(c.rx.load(std::sync::atomic::Ordering::Relaxed));
         p.queued = Some(c.tx.load(std::sync::atomic::Ordering::Relaxed));
@@ -546,14 +583,21 @@ pub(super) fn fmt_mac(m: &[u8; 6]) -> String {
         .join(":")
 }
 
+/// What a session starts from: the workers' CPUs, the interfaces' counters before, and what
+/// AF_PACKET rings map.
+struct Started<'a> {
+    cpus: &'a [usize],
+    before: &'a [(Option<u64>, Option<u64>)],
+    rings: Option<RingMemory>,
+}
+
 /// Runs started workers to the end of the job and reports.
 /// `each_tick` runs on the control thread after each interval (table upkeep), before the
 /// tick goes out (it may add to it).
 fn session(
     job: &Job<'_>,
     mut rt: Runtime<ForwardStats>,
-    cpus: &[usize],
-    before: &[(Option<u64>, Option<u64>)],
+    on: &Started<'_>,
     stop: &Arc<AtomicBool>,
     each_tick: &mut dyn FnMut(&mut ForwardTick),
     on_event: &mut dyn FnMut(ForwardEvent),
@@ -561,7 +605,9 @@ fn session(
     on_event(ForwardEvent::Started(ForwardStart {
         backend: job.backend.clone(),
         routes: job.routes.clone(),
+        rings: on.rings.clone(),
     }));
+    let (cpus, before) = (on.cpus, on.before);
     let rule = StopRule {
         external: stop.clone(),
         deadline: job.duration,
@@ -603,5 +649,6 @@ fn session(
         end.errors.into_iter().map(|e| e.1).collect(),
     );
     r.pmu = crate::PmuCost::of(&total.looped, total.role.rx_packets, rt.pmu_unavailable());
+    r.rings = on.rings.clone();
     Ok(r)
 }

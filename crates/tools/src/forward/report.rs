@@ -272,6 +272,9 @@ pub struct ForwardReport {
     /// Bridge: what it learnt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bridge: Option<BridgeSummary>,
+    /// AF_PACKET: what the rings mapped, of what budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rings: Option<crate::rings::RingMemory>,
     /// The interfaces' own receive counters over the run, summed (sysfs): `rx_packets` +
     /// `ring_drops` when nothing else arrived.
     pub dev_rx_packets: Option<u64>,
@@ -374,6 +377,7 @@ pub(super) fn assemble(
         ports,
         routes: job.routes.clone(),
         bridge: None,
+        rings: None,
         dev_rx_packets,
         dev_tx_packets,
         device_refused,

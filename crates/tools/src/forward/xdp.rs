@@ -32,6 +32,7 @@ fn tick_loop(
     on_event(ForwardEvent::Started(ForwardStart {
         backend: job.backend.clone(),
         routes: job.routes.clone(),
+        rings: None,
     }));
     let start = Instant::now();
     let deadline = job.duration.and_then(|d| start.checked_add(d));

@@ -127,6 +127,7 @@ impl Rig<'_> {
             write: None,
             backend: c.rx_backend,
             cpus: Vec::new(),
+            ring_memory: c.ring_memory,
         };
         let bcfg = self.blast_config(shot, &c.tx.dev, c.dst_mac);
         let sink_stop = Arc::new(AtomicBool::new(false));

@@ -47,6 +47,13 @@ pub struct SinkConfig {
     /// AF_XDP: the CPUs of the queue workers, in turn (empty: `cpu`).
     #[serde(default)]
     pub cpus: Vec<usize>,
+    /// AF_PACKET: bytes the receive ring may map (`--ring-memory`); `ring` is its most slots.
+    #[serde(default = "default_ring_memory")]
+    pub ring_memory: u64,
+}
+
+fn default_ring_memory() -> u64 {
+    crate::rings::DEFAULT_BUDGET
 }
 
 /// How the sink reads frames.
@@ -85,6 +92,8 @@ impl SinkBackend {
 pub struct SinkStart {
     /// The interface's MTU.
     pub mtu: usize,
+    /// AF_PACKET: what the ring maps.
+    pub rings: Option<crate::rings::RingMemory>,
 }
 
 /// Counters over one status interval.
@@ -256,6 +265,9 @@ pub struct SinkReport {
     /// loss and order are then per queue, not per flow).
     #[serde(default)]
     pub split_flows: u64,
+    /// AF_PACKET: what the ring mapped, of what budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rings: Option<crate::rings::RingMemory>,
     /// Why the sink stopped early, if it did (the run's exit code is then 1).
     #[serde(default)]
     pub errors: Vec<String>,
@@ -291,6 +303,7 @@ impl SinkReport {
             capture: None,
             to_kernel: None,
             split_flows: 0,
+            rings: None,
             errors: Vec::new(),
         }
     }
@@ -404,6 +417,7 @@ pub fn run(
         port,
         rules,
     };
+    let mut rings = None;
     let (mut rt, _redirect) = if xdp {
         let map = Arc::new(
             flowlane_io::bpf::XskMap::create("fl_sink_xsks", worker_cpus.len() as u32)
@@ -436,13 +450,24 @@ pub fn run(
         let link = crate::backend::attach_native(&prog, ifindex, &a.dev, "redirect program")?;
         (rt, Some((link, map, passed)))
     } else {
+        let (geometry, memory) = crate::rings::plan(
+            a.ring_memory,
+            &[(worker_cpus.len(), frame::rx_slot_size(max_frame))],
+            slots,
+            "--ring-memory",
+        )?;
+        let slots = geometry[0].slots;
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _| {
             Ok::<_, SysError>(make.worker(idx, frame::RxRing::open(ifindex, slots, max_frame)?))
         })
         .map_err(|e| start_error(e, &a.dev))?;
+        rings = Some(memory);
         (rt, None)
     };
-    on_event(SinkEvent::Started(SinkStart { mtu }));
+    on_event(SinkEvent::Started(SinkStart {
+        mtu,
+        rings: rings.clone(),
+    }));
     let rule = StopRule {
         external: stop.clone(),
         deadline: None,
@@ -495,6 +520,7 @@ pub fn run(
     }
     let mut r = report(&got, xdp, errors, backend);
     r.capture = capture;
+    r.rings = rings;
     if let Some((_, _, passed)) = &_redirect {
         r.to_kernel = Some((0..passed.entries()).map(|i| passed.get(i)).sum());
     }
@@ -647,6 +673,7 @@ fn report(
         capture: None,
         to_kernel: None,
         split_flows,
+        rings: None,
         errors,
     }
 }
@@ -718,6 +745,7 @@ mod tests {
             write: None,
             backend: SinkBackend::AfPacket,
             cpus: Vec::new(),
+            ring_memory: crate::rings::DEFAULT_BUDGET,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let e = run(&cfg, &stop, &mut |_| {}).expect_err("no interface");
