@@ -232,6 +232,13 @@ pub struct LoadArgs {
     #[arg(long, value_parser = parse_error_budget)]
     max_errors: Option<ErrorBudget>,
 
+    /// The most memory the latency histograms may take, MiB (with --scenario it replaces the
+    /// file's). Each pool keeps two on every worker holding its connections (three at a
+    /// constant rate), grown as latencies come up to the run's longest; the bound is checked
+    /// before the run and printed at its start. Default: half of the memory available.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    max_memory: Option<u64>,
+
     /// A scenario file (TOML) with pools and phases; plain flags then only set workers.
     #[arg(long)]
     scenario: Option<std::path::PathBuf>,
@@ -443,8 +450,12 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
             batch_wait_us: a.batch_wait.map_or(0.0, micros),
             max_errors: None,
             max_error_share: None,
+            max_memory: None,
         }
     };
+    if let Some(m) = a.max_memory {
+        cfg.max_memory = Some(m << 20);
+    }
     if cfg.cpus.is_empty() {
         cfg.cpus = cpus;
     }
@@ -542,6 +553,11 @@ fn load(a: LoadArgs) -> CmdResult {
                 s.nofile,
                 s.nofile_hard,
                 own_tables(s.workers, s.cpus.len(), s.files_per_worker)
+            ));
+            log.line(&format!(
+                "latency histograms: at most {:.1} MiB (allowed {:.1} MiB)",
+                s.histograms_max_bytes as f64 / f64::from(1 << 20),
+                s.budget_bytes as f64 / f64::from(1 << 20)
             ));
             if !quiet {
                 log.line(&format!(

@@ -1707,3 +1707,52 @@ fn steered_connections_are_accepted_on_the_cpu_that_made_them() {
         }
     }
 }
+
+/// Issue 49 item 6: a scenario of many one-connection pools. Each pool's latency histograms
+/// are bounded before the run and the bound is said; a budget below it is refused with what it
+/// would take (exit 2); within it every pool is answered, as many answers as the server
+/// counted. (That the pools spread over the workers — they all landed on the first — is
+/// `pools_smaller_than_the_workers_spread_over_all_of_them` in the tools crate.)
+#[test]
+fn many_small_pools_are_bounded_in_memory_and_spread_over_the_workers() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = serve(&ns, 8080, &[]);
+    let file = std::env::temp_dir().join(format!("flh-pools-{}.toml", std::process::id()));
+    let mut text = String::from("duration_s = 1\n");
+    for i in 0..400 {
+        text += &format!(
+            "[[pools]]\nname = \"p{i}\"\ntarget = \"198.18.0.1:8080\"\nconnections = 1\nurls = [ {{ path = \"/\" }} ]\n"
+        );
+    }
+    std::fs::write(&file, text).expect("scenario");
+    let scenario = file.display().to_string();
+    let out = ns
+        .command(BIN)
+        .args(["http", "load", "--scenario", &scenario, "--max-memory", "8"])
+        .output()
+        .expect("load runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("400 pool(s)") && err.contains("raise --max-memory"),
+        "{err}"
+    );
+    let (code, j) = load(&ns, &["--scenario", &scenario, "--cpus", "0-1"]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, Some(0), "{j}");
+    let m = &j["memory"];
+    let (max, budget) = (u(m, &["histograms_max_bytes"]), u(m, &["budget_bytes"]));
+    assert!(max > 0 && max <= budget, "{m}");
+    assert_eq!(u(&j, &["workers"]), 2, "{j}");
+    let pools = j["pools"].as_array().expect("pools");
+    assert_eq!(pools.len(), 400);
+    for p in pools {
+        assert!(u(p, &["answers"]) > 0, "a pool without answers: {p}");
+    }
+    let (_, s) = srv.finish();
+    assert_eq!(
+        u(&s, &["total", "requests"]),
+        u(&j, &["total", "responses"]),
+        "{s}"
+    );
+}

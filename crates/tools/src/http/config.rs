@@ -135,6 +135,10 @@ pub struct HttpLoadConfig {
     /// running (`--metrics`).
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Bytes the latency histograms may take at most (`--max-memory`); unset: half of the
+    /// memory available at the start (`MemAvailable`).
+    #[serde(default)]
+    pub max_memory: Option<u64>,
 }
 
 fn two() -> f64 {

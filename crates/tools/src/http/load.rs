@@ -213,6 +213,55 @@ pub struct Memory {
     pub rss_steady_first_kib: u64,
     /// At the last status line of the steady phase.
     pub rss_steady_last_kib: u64,
+    /// The most the latency histograms could take, bytes ([`histogram_bound`]).
+    #[serde(default)]
+    pub histograms_max_bytes: u64,
+    /// What they were allowed (`--max-memory`, or half of the memory available at the start).
+    #[serde(default)]
+    pub budget_bytes: u64,
+    /// Seconds the workers' set-up ran past the planned start (0: none); a set-up that outlasts
+    /// the run leaves no time to send in.
+    #[serde(default)]
+    pub setup_late_s: f64,
+}
+
+/// The most the latency histograms of a run may take, bytes: per pool, two (from the intended
+/// send and from the actual one; a third at a constant rate, the send lag) on every worker
+/// holding some of its connections and once more merged at the end, each grown for the
+/// longest latency the run can record (`longest`); an empty pair on the other workers; and
+/// the run's total. (An answer class other than 2xx, once seen, adds one of its own.)
+fn histogram_bound(cfg: &HttpLoadConfig, per_pool: &[Vec<PoolPlan>], longest: Duration) -> u64 {
+    use flowlane_runtime::http::client::histogram_bytes;
+    let (full, empty) = (histogram_bytes(ns(longest)), histogram_bytes(2));
+    let n = per_pool.first().map_or(0, Vec::len) as u64;
+    let pools: u64 = cfg
+        .pools
+        .iter()
+        .zip(per_pool)
+        .map(|(p, plans)| {
+            let holders = plans.iter().filter(|w| w.conns > 0).count() as u64;
+            let k = 2 + u64::from(p.rate.is_some());
+            (holders + 1) * k * full + (n - holders) * 2 * empty
+        })
+        .sum();
+    pools + 2 * full
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+/// `MemAvailable` of /proc/meminfo, bytes.
+fn mem_available() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `12.3 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// What a load run did.
@@ -331,6 +380,10 @@ pub struct HttpLoadStart {
     pub nofile: u64,
     /// Hard limit.
     pub nofile_hard: u64,
+    /// The most the latency histograms could take, bytes.
+    pub histograms_max_bytes: u64,
+    /// What they are allowed, bytes.
+    pub budget_bytes: u64,
 }
 
 /// Status from a running load.
@@ -355,7 +408,37 @@ pub fn rss_kib() -> u64 {
 }
 
 /// A pool read into what each of `n` workers runs.
-fn plans(p: &PoolConfig, n: usize) -> Result<Vec<PoolPlan>, ToolError> {
+/// A pool's connections per worker of `n`: an equal share each, and the remainder one each to
+/// the workers from `offset` on (modulo `n`). The offset runs on over the pools (the
+/// connections before), so pools of fewer connections than workers spread over all of them:
+/// 3 000 pools of one connection used to land all on the first worker.
+fn shares(connections: usize, n: usize, offset: usize) -> impl Iterator<Item = usize> {
+    let n = n.max(1);
+    let (each, rest) = (connections / n, connections % n);
+    (0..n).map(move |w| each + usize::from((w + n - offset % n) % n < rest))
+}
+
+/// Each pool's offset for [`shares`]: the connections of the pools before it, modulo `n`.
+fn offsets(cfg: &HttpLoadConfig, n: usize) -> impl Iterator<Item = usize> + '_ {
+    cfg.pools.iter().scan(0usize, move |before, p| {
+        let at = *before;
+        *before = (at + p.connections) % n.max(1);
+        Some(at)
+    })
+}
+
+/// The most connections any worker of `n` holds.
+fn most_per_worker(cfg: &HttpLoadConfig, n: usize) -> usize {
+    let mut per = vec![0usize; n.max(1)];
+    for (p, off) in cfg.pools.iter().zip(offsets(cfg, n)) {
+        for (t, c) in per.iter_mut().zip(shares(p.connections, n, off)) {
+            *t += c;
+        }
+    }
+    per.into_iter().max().unwrap_or(0)
+}
+
+fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolError> {
     if p.connections == 0 {
         return Err(ToolError::usage(format!(
             "pool {:?}: connections must be at least 1",
@@ -443,8 +526,7 @@ fn plans(p: &PoolConfig, n: usize) -> Result<Vec<PoolPlan>, ToolError> {
     }
     let mut out = Vec::with_capacity(n);
     let mut first = 0;
-    for w in 0..n {
-        let conns = p.connections / n + usize::from(w < p.connections % n);
+    for conns in shares(p.connections, n, offset) {
         out.push(PoolPlan {
             target,
             sources: sources.clone(),
@@ -503,30 +585,16 @@ fn file_tables(
         });
     }
     let room = nofile.saturating_sub(besides);
-    // Worker 0 holds the most: each pool's share rounded up.
-    let most = |w: usize| -> u64 {
-        cfg.pools
-            .iter()
-            .map(|p| p.connections.div_ceil(w) as u64)
-            .sum()
-    };
     (1..=MAX_WORKERS_PER_CPU)
         .map(|k| cpus * k)
-        .find(|&w| most(w) <= room)
+        .find(|&w| most_per_worker(cfg, w) as u64 <= room)
         .map(|workers| Tables {
             workers,
             own_files: true,
         })
         .ok_or_else(|| {
-            // What surely fits: one pool's share rounds up by less than one connection per
-            // worker; several pools' shares by less than one each.
-            let w = (cpus * MAX_WORKERS_PER_CPU) as u64;
-            let pools = cfg.pools.len() as u64;
-            let most = if pools == 1 {
-                room * w
-            } else {
-                room.saturating_sub(pools) * w
-            };
+            // The shares are even within one connection per worker, whatever the pools.
+            let most = room * (cpus * MAX_WORKERS_PER_CPU) as u64;
             ToolError::usage(format!(
                 "{connections} connections need as many open files: with {MAX_WORKERS_PER_CPU} \
                  workers per CPU on {cpus} CPU(s), each with a file table of {nofile} (hard \
@@ -653,8 +721,29 @@ pub fn run(
     let per_pool: Vec<Vec<PoolPlan>> = cfg
         .pools
         .iter()
-        .map(|p| plans(p, n))
+        .zip(offsets(cfg, n))
+        .map(|(p, off)| plans(p, n, off))
         .collect::<Result<_, _>>()?;
+    let longest = ramp_up + steady + ramp_down + drain + timeout;
+    let histograms_max = histogram_bound(cfg, &per_pool, longest);
+    let budget = cfg
+        .max_memory
+        .or_else(|| mem_available().map(|m| m / 2))
+        .unwrap_or(u64::MAX);
+    if histograms_max > budget {
+        return Err(ToolError::usage(format!(
+            "{} pool(s) on {n} worker(s) could take {} of latency histograms (two per pool on \
+             each worker holding its connections, three at a constant rate, each up to {} for \
+             latencies to {:.0} s), more than the {} allowed (--max-memory; default: half of \
+             the memory available): give fewer pools or a shorter run or --timeout, or raise \
+             --max-memory",
+            cfg.pools.len(),
+            mib(histograms_max),
+            mib(flowlane_runtime::http::client::histogram_bytes(ns(longest))),
+            longest.as_secs_f64(),
+            mib(budget)
+        )));
+    }
     let start_at = Instant::now() + Duration::from_millis(50);
     let plan = LoadPlan {
         start: start_at,
@@ -697,6 +786,9 @@ pub fn run(
         })
     })
     .map_err(|e| ToolError::runtime(e.to_string()))?;
+    // The workers are made before the gate opens; what their making took past the planned
+    // start is time the run has lost.
+    let setup_late = Instant::now().saturating_duration_since(start_at);
     if tables.own_files {
         if let Some(why) = rt.own_files_refused() {
             rt.join();
@@ -717,6 +809,8 @@ pub fn run(
         connections,
         nofile,
         nofile_hard: hard,
+        histograms_max_bytes: histograms_max,
+        budget_bytes: budget,
     }));
     let rule = StopRule {
         external: stop.clone(),
@@ -830,7 +924,7 @@ pub fn run(
         }
     };
     if total.responses == 0 {
-        failures.push(no_answers(cfg, &total, first_error.as_deref()));
+        failures.push(no_answers(cfg, &total, first_error.as_deref(), setup_late));
     }
     let passed = worker_errors.is_empty() && failures.is_empty();
     Ok(HttpLoadReport {
@@ -892,6 +986,9 @@ pub fn run(
                 .unwrap_or(0),
             rss_steady_first_kib: steady_first,
             rss_steady_last_kib: steady_last,
+            histograms_max_bytes: histograms_max,
+            budget_bytes: budget,
+            setup_late_s: setup_late.as_secs_f64(),
         },
         cpu_s: (cpu_s * 1000.0).round() / 1000.0,
         busy_poll_us: cfg.busy_poll_us,
@@ -916,7 +1013,12 @@ pub fn run(
 
 /// Why a run with no answer at all failed: a run that measured nothing is a failure whatever
 /// `--max-errors` says.
-fn no_answers(cfg: &HttpLoadConfig, t: &HttpLoadCounts, first: Option<&str>) -> String {
+fn no_answers(
+    cfg: &HttpLoadConfig,
+    t: &HttpLoadCounts,
+    first: Option<&str>,
+    setup_late: Duration,
+) -> String {
     let mut targets: Vec<&str> = cfg.pools.iter().map(|p| p.target.as_str()).collect();
     targets.sort_unstable();
     targets.dedup();
@@ -924,6 +1026,15 @@ fn no_answers(cfg: &HttpLoadConfig, t: &HttpLoadCounts, first: Option<&str>) -> 
     let why = first
         .map(|e| format!(" (the first: {e})"))
         .unwrap_or_default();
+    if t.requests == 0 && t.connects + t.refused + t.connect_errors == 0 && !setup_late.is_zero() {
+        return format!(
+            "no answers: no connection was tried — the workers' set-up ran {:.2} s past the \
+             planned start, and the run ({:.1} s of sending) had no time left: give fewer pools \
+             or connections, or a longer run",
+            setup_late.as_secs_f64(),
+            cfg.ramp_up_s + cfg.duration_s + cfg.ramp_down_s
+        );
+    }
     if t.connects == 0 && t.refused > 0 && t.connect_errors == 0 {
         format!(
             "no answers: all {} connects were refused — is a server listening at {targets}?",
@@ -1089,12 +1200,84 @@ mod tests {
         assert!(file_tables(&cfg(1, &[2305]), 100, 100, FILES_BESIDES).is_err());
         // With pools, what it names fits however they are split.
         let e = file_tables(&cfg(1, &[5000, 5000]), 100, 100, FILES_BESIDES).expect_err("too many");
-        assert!(e.to_string().contains("at most 2176,"), "{e}");
-        for a in [1, 63, 64, 65, 1000, 2112] {
+        assert!(e.to_string().contains("at most 2304,"), "{e}");
+        for a in [1, 63, 64, 65, 1000, 2112, 2303] {
             assert!(
-                file_tables(&cfg(1, &[a, 2176 - a]), 100, 100, FILES_BESIDES).is_ok(),
+                file_tables(&cfg(1, &[a, 2304 - a]), 100, 100, FILES_BESIDES).is_ok(),
                 "{a}"
             );
         }
+        // 20 001 pools of one connection: 10 001 a worker on 2 CPUs (it said "at most 0").
+        let many = cfg(2, &[1; 20_001]);
+        assert_eq!(
+            file_tables(&many, 20_000, 20_000, FILES_BESIDES).ok(),
+            Some(tables(2, true))
+        );
+    }
+
+    #[test]
+    fn the_histograms_bound_counts_each_holder_and_the_merge() {
+        use flowlane_runtime::http::client::histogram_bytes;
+        let c = cfg(2, &[1, 4]);
+        let per: Vec<Vec<PoolPlan>> = c
+            .pools
+            .iter()
+            .zip(offsets(&c, 2))
+            .map(|(p, off)| plans(p, 2, off).expect("plans"))
+            .collect();
+        let longest = Duration::from_secs(13);
+        let (full, empty) = (histogram_bytes(13_000_000_000), histogram_bytes(2));
+        // 1 connection: one holder (+ the merge), an empty pair on the other worker; 4: two.
+        let want = 2 * 2 * full + 2 * empty + 3 * 2 * full + 2 * full;
+        assert_eq!(histogram_bound(&c, &per, longest), want);
+        // Grown to 13 s, a histogram's counters: 24 buckets of 1 024, in a vector of 32 768.
+        assert_eq!(full, 32_768 * 8);
+        assert_eq!(empty, 2048 * 8);
+    }
+
+    #[test]
+    fn a_set_up_that_outlasts_the_run_is_the_reason_given() {
+        let c = cfg(1, &[3000]);
+        let none = HttpLoadCounts::default();
+        let why = no_answers(&c, &none, None, Duration::from_millis(1500));
+        assert!(
+            why.contains("set-up ran 1.50 s past the planned start"),
+            "{why}"
+        );
+        // Connections made but no request sent is another story, told as before.
+        let made = HttpLoadCounts {
+            connects: 5,
+            ..HttpLoadCounts::default()
+        };
+        let why = no_answers(&c, &made, None, Duration::ZERO);
+        assert!(why.contains("5 connections made"), "{why}");
+    }
+
+    #[test]
+    fn pools_smaller_than_the_workers_spread_over_all_of_them() {
+        // 3 000 pools of one connection on 2 workers: 1 500 each, not 3 000 on the first.
+        let c = cfg(2, &[1; 3000]);
+        assert_eq!(most_per_worker(&c, 2), 1500);
+        let mut per = [0usize; 2];
+        for (p, off) in c.pools.iter().zip(offsets(&c, 2)) {
+            let plans = plans(p, 2, off).expect("plans");
+            assert_eq!(plans.iter().map(|w| w.conns).sum::<usize>(), 1);
+            for (t, w) in per.iter_mut().zip(&plans) {
+                *t += w.conns;
+            }
+        }
+        assert_eq!(per, [1500, 1500]);
+        // Uneven pools: each is whole, and no worker holds more than one above another.
+        let c = cfg(3, &[5, 7, 1, 1, 2, 10]);
+        let mut per = [0usize; 3];
+        for (p, off) in c.pools.iter().zip(offsets(&c, 3)) {
+            let s: Vec<usize> = shares(p.connections, 3, off).collect();
+            assert_eq!(s.iter().sum::<usize>(), p.connections);
+            for (t, w) in per.iter_mut().zip(&s) {
+                *t += w;
+            }
+        }
+        assert_eq!(per, [9, 9, 8]);
+        assert_eq!(most_per_worker(&c, 3), 9);
     }
 }
