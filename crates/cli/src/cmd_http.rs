@@ -83,9 +83,21 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 16384)]
     copy_max: usize,
 
-    /// The largest body answered (a memfd this large holds the pattern; larger asks get 413).
+    /// The largest body answered, and echoed by /echo (a memfd this large holds the pattern;
+    /// larger asks get 413). At least --copy-max.
     #[arg(long, default_value_t = 16 << 20)]
     max_size: u64,
+
+    /// Seconds a request head begun may take to arrive whole; then 408 and the connection
+    /// closes (counted: a client trickling its head cannot hold a connection).
+    #[arg(long, value_parser = parse_duration, default_value_t = 10.0)]
+    header_timeout: f64,
+
+    /// Seconds a connection may go without a byte in or out before it is closed (0: never;
+    /// counted). When a worker's file table is full, its connections idle longest are closed
+    /// to make room for new ones (counted as evicted).
+    #[arg(long, value_parser = parse_secs0, default_value_t = 60.0)]
+    idle_timeout: f64,
 
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, short = 'd', value_parser = parse_duration)]
@@ -286,6 +298,8 @@ fn serve(a: ServeArgs) -> CmdResult {
         default_size: a.default_size,
         copy_max: a.copy_max,
         max_size: a.max_size,
+        header_timeout_s: a.header_timeout,
+        idle_timeout_s: a.idle_timeout,
         duration_s: a.duration,
         interval_s: a.live.interval,
         ..HttpServeConfig::default()
@@ -340,6 +354,20 @@ fn serve(a: ServeArgs) -> CmdResult {
         outln!(
             "{}",
             serve_row("all", open, &report.total, report.duration_s)
+        );
+        let t = &report.total;
+        outln!(
+            "  closed by the server: {} heads overdue (408, --header-timeout {} s), {} idle \
+             (--idle-timeout {}), {} evicted for room (file table full)",
+            t.header_timeouts,
+            cfg.header_timeout_s,
+            t.idle_closed,
+            if cfg.idle_timeout_s > 0.0 {
+                format!("{} s", cfg.idle_timeout_s)
+            } else {
+                "off".into()
+            },
+            t.evicted
         );
         outln!("  {}", crate::live::pmu_line("request", &report.pmu));
         for w in &report.workers {

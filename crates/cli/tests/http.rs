@@ -1756,3 +1756,136 @@ fn many_small_pools_are_bounded_in_memory_and_spread_over_the_workers() {
         "{s}"
     );
 }
+
+/// Issue 49 item 7: a head trickled in is answered 408 after the header timeout, a silent
+/// connection is closed after the idle timeout, and a worker whose file table is full closes
+/// its connections idle longest to take a new client (it used to stop accepting, and the new
+/// client timed out). Each is counted.
+#[test]
+fn slow_heads_idle_connections_and_a_full_file_table_are_handled_and_counted() {
+    let Some((_g, ns)) = netns() else { return };
+    let srv = Running::start_with(
+        limited(
+            &ns,
+            100,
+            &[
+                "http",
+                "serve",
+                "--bind",
+                &format!("{ADDR}:8080"),
+                "--cpus",
+                "0",
+                "--json",
+                "--duration",
+                "300",
+                "--header-timeout",
+                "0.5",
+                "--idle-timeout",
+                "1.5",
+            ],
+        ),
+        "flowlane http serve:",
+    );
+    let (head, idle) = ns
+        .run(|| {
+            let open = || {
+                let s = TcpStream::connect((ADDR, 8080)).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(10)))
+                    .expect("timeout");
+                s
+            };
+            // A head without its last line: 408, then the end.
+            let t = Instant::now();
+            let mut slow = open();
+            slow.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
+                .expect("write");
+            let mut v = Vec::new();
+            let _ = slow.read_to_end(&mut v);
+            let head = (String::from_utf8_lossy(&v).into_owned(), t.elapsed());
+            // Nothing at all: closed.
+            let t = Instant::now();
+            let mut quiet = open();
+            let mut v = Vec::new();
+            let _ = quiet.read_to_end(&mut v);
+            (head, (v.len(), t.elapsed()))
+        })
+        .expect("in namespace");
+    assert!(head.0.starts_with("HTTP/1.1 408"), "{head:?}");
+    assert!(
+        head.1 >= Duration::from_millis(500) && head.1 < Duration::from_secs(5),
+        "{head:?}"
+    );
+    assert_eq!(idle.0, 0, "an idle connection was answered");
+    assert!(
+        idle.1 >= Duration::from_millis(1500) && idle.1 < Duration::from_secs(6),
+        "{idle:?}"
+    );
+    // More idle connections than the worker's file table (100) holds, then a request.
+    let (answered, held) = ns
+        .run(|| {
+            let held: Vec<TcpStream> = (0..150)
+                .filter_map(|_| TcpStream::connect((ADDR, 8080)).ok())
+                .collect();
+            std::thread::sleep(Duration::from_millis(300));
+            let mut s = TcpStream::connect((ADDR, 8080)).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            s.write_all(b"GET /bytes/5 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .expect("write");
+            let mut v = Vec::new();
+            let _ = s.read_to_end(&mut v);
+            (String::from_utf8_lossy(&v).into_owned(), held.len())
+        })
+        .expect("in namespace");
+    assert_eq!(held, 150);
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    let (code, s) = srv.finish();
+    assert_eq!(code, Some(0), "{s}");
+    assert_eq!(u(&s, &["total", "header_timeouts"]), 1, "{s}");
+    assert!(u(&s, &["total", "idle_closed"]) >= 1, "{s}");
+    assert!(u(&s, &["total", "evicted"]) >= 1, "{s}");
+    assert!(u(&s, &["total", "accept_errors"]) >= 1, "{s}");
+}
+
+/// Issue 49 item 7: `/echo` is bounded by `--max-size` as the bodies asked for are (413, then
+/// the connection closes), `--max-size` below `--copy-max` is refused, and the load client
+/// takes an answer that comes before its request is sent in full — an echo streamed back
+/// while its 16 MiB body goes out, or the 413 — instead of calling it unsolicited and saying
+/// no request was sent.
+#[test]
+fn echoes_are_bounded_and_early_answers_are_taken() {
+    let Some((_g, ns)) = netns() else { return };
+    let out = ns
+        .command(BIN)
+        .args(["http", "serve", "--bind", &format!("{ADDR}:8081")])
+        .args(["--max-size", "100", "--copy-max", "1000", "-d", "1"])
+        .output()
+        .expect("serve runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("below --copy-max 1000"), "{err}");
+
+    let srv = serve(&ns, 8080, &["--max-size", "20000000"]);
+    let url = format!("http://{ADDR}:8080/echo");
+    let big = (16 << 20).to_string();
+    let (code, j) = load(&ns, &[&url, "--body-size", &big, "-c", "2", "-d", "1"]);
+    assert_eq!(code, Some(0), "{j}");
+    let echoed = u(&j, &["total", "responses"]);
+    assert!(echoed >= 1, "{j}");
+    assert_eq!(u(&j, &["total", "status_2xx"]), echoed, "{j}");
+    // Every echo came back whole: its body bytes are the request bodies'.
+    assert_eq!(u(&j, &["total", "body_bytes"]), echoed * (16 << 20), "{j}");
+    let (_, s) = srv.finish();
+    assert_eq!(u(&s, &["total", "status_2xx"]), echoed, "{s}");
+
+    let srv = serve(&ns, 8080, &["--max-size", "1000000"]);
+    let (code, j) = load(&ns, &[&url, "--body-size", &big, "-c", "1", "-d", "1"]);
+    assert_eq!(code, Some(1), "413s are errors: {j}");
+    let refused = u(&j, &["total", "status_4xx"]);
+    assert!(refused >= 1, "{j}");
+    assert!(u(&j, &["total", "early_answers"]) >= 1, "{j}");
+    let failures = j["failures"].to_string();
+    assert!(!failures.contains("no request was sent"), "{failures}");
+    let (_, s) = srv.finish();
+    assert_eq!(u(&s, &["total", "status_4xx"]), refused, "{s}");
+}

@@ -66,6 +66,10 @@ counters! {
         closed_early,
         /// Requests with no complete answer within the timeout.
         timeouts,
+        /// Answers complete before their request was sent in full (the server answered
+        /// early, e.g. an echo streamed back or a 413): the rest of the request is not sent and
+        /// the connection is closed after the answer.
+        early_answers,
         /// Responses that could not be parsed.
         parse_errors,
     }
@@ -265,8 +269,8 @@ enum State {
     Closed(u64),
     Connecting,
     Idle,
-    /// A request partly written: bytes done.
-    Writing(usize),
+    /// A request sent (or still being sent: [`Conn::unsent`]), its answer being read: an
+    /// answer may begin before the request ends.
     Reading(Resp),
 }
 
@@ -280,6 +284,8 @@ struct Conn {
     carry: Vec<u8>,
     /// Which request is in flight.
     req: usize,
+    /// The bytes of it written so far while it is being written; `None` once sent in full.
+    unsent: Option<usize>,
     /// The status of the answer being read.
     status: u16,
     intended: u64,
@@ -500,6 +506,7 @@ impl ClientWorker {
                     state: State::Closed(0),
                     carry: Vec::new(),
                     req: 0,
+                    unsent: None,
                     status: 0,
                     intended: 0,
                     sent_at: 0,
@@ -617,14 +624,15 @@ impl ClientWorker {
             c.intended = now;
         }
         self.in_flight += 1;
-        c.state = State::Writing(0);
+        c.state = State::Reading(Resp::Head);
+        c.unsent = Some(0);
         c.body = 0;
         self.write_more(key, st);
     }
 
     fn write_more(&mut self, key: usize, st: &HttpLoadStats) {
         let c = &mut self.conns[key];
-        let State::Writing(mut done) = c.state else {
+        let Some(mut done) = c.unsent else {
             return;
         };
         let bytes: &[u8] = &self.pools[c.pool].requests[c.req].0;
@@ -645,11 +653,11 @@ impl ClientWorker {
             }
         }
         let want_write = done < bytes.len();
-        c.state = if want_write {
-            State::Writing(done)
+        c.unsent = if want_write {
+            Some(done)
         } else {
             bump(&st.requests, 1);
-            State::Reading(Resp::Head)
+            None
         };
         if want_write != c.writing {
             c.writing = want_write;
@@ -709,6 +717,11 @@ impl ClientWorker {
         }
         c.state = State::Idle;
         c.body = 0;
+        if c.unsent.take().is_some() {
+            // What the server made of the rest is unknown: the connection ends here.
+            bump(&st.early_answers, 1);
+            c.close_after = true;
+        }
         if !keep || c.close_after {
             self.closing.push(key);
             return;
@@ -781,7 +794,7 @@ impl ClientWorker {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) => {
-                if matches!(c.state, State::Reading(_) | State::Writing(_)) {
+                if matches!(c.state, State::Reading(_)) {
                     bump(&st.resets, 1);
                     self.note(key, |t| format!("reading from {t}: {e}"));
                 }
@@ -797,7 +810,7 @@ impl ClientWorker {
                     self.conns[key].close_after = true;
                     self.complete(key, status, false, now, st);
                 }
-                State::Reading(_) | State::Writing(_) => {
+                State::Reading(_) => {
                     bump(&st.closed_early, 1);
                     self.note(key, |t| {
                         format!("{t} closed the connection before its answer was complete")
@@ -960,7 +973,7 @@ impl ClientWorker {
                     Err(e) => self.connect_failed(key, &e, now, st),
                 }
             }
-            State::Writing(_) => self.write_more(key, st),
+            State::Reading(_) => self.write_more(key, st),
             _ => {}
         }
     }
@@ -979,10 +992,11 @@ impl ClientWorker {
             } else {
                 bump(&st.closes, 1);
             }
-            if matches!(c.state, State::Writing(_) | State::Reading(_)) {
+            if matches!(c.state, State::Reading(_)) {
                 self.in_flight -= 1;
             }
             c.state = State::Closed(now);
+            c.unsent = None;
             c.carry = Vec::new();
             c.close_after = !self.pools[c.pool].keep_alive;
             if self.sending(now) {
@@ -1028,7 +1042,7 @@ impl ClientWorker {
         for (key, c) in self.conns.iter() {
             let late = now.saturating_sub(c.sent_at) > limit;
             match c.state {
-                State::Writing(_) | State::Reading(_) if late => {
+                State::Reading(_) if late => {
                     bump(&st.timeouts, 1);
                     self.closing.push(key);
                     first.get_or_insert((key, "no complete answer from"));

@@ -50,6 +50,13 @@ counters! {
         io_errors,
         /// Accepts refused for want of a descriptor (EMFILE/ENFILE) or memory.
         accept_errors,
+        /// Connections whose request head did not arrive whole within the header timeout
+        /// (answered 408, then closed).
+        header_timeouts,
+        /// Connections closed after no byte in or out for the idle timeout.
+        idle_closed,
+        /// Idle connections closed to make room when the file table was full.
+        evicted,
     }
 }
 
@@ -95,7 +102,17 @@ pub struct ServerConfig {
     pub default_size: u64,
     /// Longest head accepted (431 beyond).
     pub max_head: usize,
+    /// A request head begun must be whole within this (else 408 and the connection closes).
+    pub header_timeout: Duration,
+    /// A connection with no byte in or out for this long is closed (`None`: never).
+    pub idle_timeout: Option<Duration>,
 }
+
+/// How often connections are checked against the timeouts.
+const SWEEP: Duration = Duration::from_millis(100);
+
+/// Idle connections closed at most per accept that found the file table full.
+const EVICT_AT_ONCE: usize = 64;
 
 /// Bytes still to be sent on a connection, in order.
 #[derive(Debug)]
@@ -126,6 +143,10 @@ struct Conn {
     /// Close once `out` is sent.
     close: bool,
     writing: bool,
+    /// When a request head began arriving, while it is incomplete.
+    head_since: Option<Instant>,
+    /// When a byte last came in or went out.
+    last: Instant,
 }
 
 /// One server worker.
@@ -146,6 +167,10 @@ pub struct ServerWorker {
     head_cache: (u16, u64, bool, u8, Vec<u8>),
     /// Accepting stopped until then (out of descriptors).
     paused_until: Option<Instant>,
+    /// The time at the start of this poll round (one clock read per round).
+    now: Instant,
+    /// When connections were last checked against the timeouts.
+    swept: Instant,
 }
 
 const LISTENER: u64 = u64::MAX;
@@ -177,6 +202,8 @@ impl ServerWorker {
             closing: Vec::new(),
             head_cache: (0, 0, false, 0, Vec::new()),
             paused_until: None,
+            now: Instant::now(),
+            swept: Instant::now(),
         })
     }
 
@@ -215,11 +242,20 @@ impl ServerWorker {
                         out: VecDeque::new(),
                         close: false,
                         writing: false,
+                        head_since: None,
+                        last: self.now,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                        && self.evict(st) > 0 =>
+                {
+                    // Room made: accept again.
+                    bump(&st.accept_errors, 1);
+                }
                 Err(_) => {
                     // Out of descriptors or memory: the listener stays readable, so stop
                     // watching it for a few rounds rather than spin on it.
@@ -229,6 +265,59 @@ impl ServerWorker {
                     return n;
                 }
             }
+        }
+    }
+
+    /// Closes up to [`EVICT_AT_ONCE`] idle connections (no request in progress, nothing to
+    /// send), those quiet longest first, to make room in a full file table; returns how many.
+    fn evict(&mut self, st: &HttpServeStats) -> usize {
+        let mut idle: Vec<(Instant, usize)> = self
+            .conns
+            .iter()
+            .filter(|(k, c)| {
+                c.head_since.is_none()
+                    && c.carry.is_empty()
+                    && c.out.is_empty()
+                    && matches!(c.body, BodyIn::None)
+                    && !self.closing.contains(k)
+            })
+            .map(|(k, c)| (c.last, k))
+            .collect();
+        idle.sort_unstable();
+        idle.truncate(EVICT_AT_ONCE);
+        for &(_, key) in &idle {
+            if let Some(c) = self.conns.try_remove(key) {
+                let _ = self.poller.delete(&c.stream);
+                bump(&st.closed, 1);
+                bump(&st.evicted, 1);
+            }
+        }
+        idle.len()
+    }
+
+    /// Answers 408 to connections whose head is overdue and closes those idle too long.
+    fn sweep(&mut self, st: &HttpServeStats) {
+        if self.now.duration_since(self.swept) < SWEEP {
+            return;
+        }
+        self.swept = self.now;
+        let (now, header, idle) = (self.now, self.cfg.header_timeout, self.cfg.idle_timeout);
+        let mut overdue = Vec::new();
+        for (key, c) in self.conns.iter() {
+            if c.head_since.is_some_and(|t| now.duration_since(t) > header) {
+                overdue.push(key);
+            } else if idle.is_some_and(|d| now.duration_since(c.last) > d) {
+                bump(&st.idle_closed, 1);
+                self.closing.push(key);
+            }
+        }
+        for key in overdue {
+            bump(&st.header_timeouts, 1);
+            self.conns[key].head_since = None;
+            self.conns[key].carry.clear();
+            self.error(408, st);
+            self.conns[key].close = true;
+            self.after_io(key, st);
         }
     }
 
@@ -261,6 +350,8 @@ impl ServerWorker {
                     (200, n)
                 }
             }
+            // An echo is bounded as the bodies asked for are.
+            Ask::Echo if body_len > self.bodies.max() => (413, 0),
             Ask::Echo => (200, body_len),
             Ask::NotFound => (404, 0),
             Ask::BadSize => (400, 0),
@@ -269,6 +360,8 @@ impl ServerWorker {
             200 => bump(&st.status_2xx, 1),
             _ => bump(&st.status_4xx, 1),
         }
+        // A refused echo's body is read and dropped, then the connection closes.
+        let keep = keep && !(status == 413 && matches!(ask, Ask::Echo));
         self.head(status, len, keep, minor);
         if status == 200 && !head_only && !matches!(ask, Ask::Echo) {
             // Copied while the worker's buffer stays small; past that (many pipelined asks in
@@ -387,7 +480,7 @@ impl ServerWorker {
                 BodyLen::Fixed(n) => {
                     let keep =
                         self.answer(head.ask, head.keep_alive, head.head_only, head.minor, n, st);
-                    let echo = head.ask == Ask::Echo && !head.head_only;
+                    let echo = head.ask == Ask::Echo && !head.head_only && n <= self.bodies.max();
                     if n > 0 {
                         self.conns[key].body = BodyIn::Fixed { left: n, echo };
                         self.conns[key].close = !keep;
@@ -402,6 +495,7 @@ impl ServerWorker {
 
     /// Moves `wbuf`/`segs` to the connection's queue and sends what the socket takes.
     fn flush(&mut self, key: usize, st: &HttpServeStats) -> io::Result<()> {
+        let now = self.now;
         let c = &mut self.conns[key];
         if c.out.is_empty() && self.segs.is_empty() && !self.wbuf.is_empty() {
             // The usual case: answers that fit the socket go straight from the worker's buffer;
@@ -412,6 +506,9 @@ impl ServerWorker {
                 Err(e) => return Err(e),
             };
             bump(&st.tx_bytes, sent as u64);
+            if sent > 0 {
+                c.last = now;
+            }
             if sent < self.wbuf.len() {
                 push_bytes(&mut c.out, &self.wbuf[sent..]);
             }
@@ -447,6 +544,7 @@ impl ServerWorker {
                     match r {
                         Ok(n) => {
                             *pos += n;
+                            c.last = now;
                             bump(&st.tx_bytes, n as u64);
                             *pos == b.len()
                         }
@@ -458,6 +556,7 @@ impl ServerWorker {
                     let want = (*end - *off) as usize;
                     match tcp::sendfile(&c.stream, &self.bodies.file, off, want) {
                         Ok(n) => {
+                            c.last = now;
                             bump(&st.tx_bytes, n as u64);
                             bump(&st.sendfile_bytes, n as u64);
                             if n == 0 {
@@ -506,6 +605,7 @@ impl ServerWorker {
             }
         };
         bump(&st.rx_bytes, n as u64);
+        self.conns[key].last = self.now;
         let scratch = std::mem::take(&mut self.scratch);
         let carry = std::mem::take(&mut self.conns[key].carry);
         let (close, rest) = if carry.is_empty() {
@@ -519,9 +619,17 @@ impl ServerWorker {
             (close, all)
         };
         self.scratch = scratch;
-        self.conns[key].carry = rest;
+        let now = self.now;
+        let c = &mut self.conns[key];
+        // A head split across reads: timed from its first bytes.
+        c.head_since = if rest.is_empty() || !matches!(c.body, BodyIn::None) {
+            None
+        } else {
+            c.head_since.or(Some(now))
+        };
+        c.carry = rest;
         if close {
-            self.conns[key].close = true;
+            c.close = true;
         }
         self.after_io(key, st);
     }
@@ -552,6 +660,8 @@ impl Poll for ServerWorker {
     type Stats = HttpServeStats;
 
     fn poll(&mut self, budget: usize, st: &HttpServeStats) -> Result<usize, String> {
+        self.now = Instant::now();
+        self.sweep(st);
         self.ready = self
             .poller
             .ready_now(self.ready)

@@ -118,6 +118,10 @@ pub struct HttpLoadCounts {
     pub timeouts: u64,
     /// Answers that could not be parsed.
     pub parse_errors: u64,
+    /// Answers complete before their request was sent in full (the server answered early);
+    /// the connection was closed after each.
+    #[serde(default)]
+    pub early_answers: u64,
     /// CPU time the workers' threads used in their loops, nanoseconds.
     pub cpu_ns: u64,
 }
@@ -164,6 +168,7 @@ impl From<&WorkerSnapshot<HttpLoadSnapshot>> for HttpLoadCounts {
             closed_early: s.closed_early,
             timeouts: s.timeouts,
             parse_errors: s.parse_errors,
+            early_answers: s.early_answers,
         }
     }
 }
@@ -1044,6 +1049,12 @@ fn no_answers(
         format!(
             "no answers: no connection to {targets} could be made ({} refused, {} failed otherwise){why}",
             t.refused, t.connect_errors
+        )
+    } else if t.requests == 0 && t.tx_bytes > 0 {
+        format!(
+            "no answers: {} connections made and {} bytes sent, but no request was sent in \
+             full in the run (a large body? give a longer run or a smaller --body-size){why}",
+            t.connects, t.tx_bytes
         )
     } else if t.requests == 0 {
         format!(

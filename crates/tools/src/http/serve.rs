@@ -47,6 +47,14 @@ pub struct HttpServeConfig {
     pub max_size: u64,
     /// Longest request head accepted (431 beyond).
     pub max_head: usize,
+    /// Seconds a request head begun may take to arrive whole (else 408 and the connection is
+    /// closed: a client trickling a head cannot hold a connection).
+    #[serde(default = "header_timeout")]
+    pub header_timeout_s: f64,
+    /// Seconds a connection may go without a byte in or out before it is closed (0: never).
+    /// Besides, when the file table is full, the connections idle longest make room.
+    #[serde(default = "idle_timeout")]
+    pub idle_timeout_s: f64,
     /// Run this long (seconds); `None`: until stopped.
     pub duration_s: Option<f64>,
     /// Status interval, seconds.
@@ -59,6 +67,12 @@ pub struct HttpServeConfig {
 
 fn one() -> usize {
     1
+}
+fn header_timeout() -> f64 {
+    10.0
+}
+fn idle_timeout() -> f64 {
+    60.0
 }
 
 /// At most this many workers per CPU.
@@ -77,6 +91,8 @@ impl Default for HttpServeConfig {
             copy_max: 16 * 1024,
             max_size: 16 << 20,
             max_head: 16 * 1024,
+            header_timeout_s: header_timeout(),
+            idle_timeout_s: idle_timeout(),
             duration_s: None,
             interval_s: 1.0,
         }
@@ -114,6 +130,15 @@ pub struct HttpServeCounts {
     pub io_errors: u64,
     /// Accepts refused for want of descriptors or memory.
     pub accept_errors: u64,
+    /// Connections whose request head was not whole within the header timeout (408).
+    #[serde(default)]
+    pub header_timeouts: u64,
+    /// Connections closed after the idle timeout.
+    #[serde(default)]
+    pub idle_closed: u64,
+    /// Idle connections closed to make room in a full file table.
+    #[serde(default)]
+    pub evicted: u64,
     /// CPU time the workers' threads used in their loops, nanoseconds.
     pub cpu_ns: u64,
 }
@@ -144,6 +169,9 @@ impl From<&WorkerSnapshot<HttpServeSnapshot>> for HttpServeCounts {
             parse_errors: s.parse_errors,
             io_errors: s.io_errors,
             accept_errors: s.accept_errors,
+            header_timeouts: s.header_timeouts,
+            idle_closed: s.idle_closed,
+            evicted: s.evicted,
         }
     }
 }
@@ -275,6 +303,19 @@ pub fn run(
             cfg.max_size, cfg.copy_max
         )));
     }
+    if cfg.max_size < cfg.copy_max as u64 {
+        return Err(ToolError::usage(format!(
+            "--max-size {} is below --copy-max {}: bodies up to --copy-max are written from a \
+             buffer, so the largest body is at least that; give a --max-size of at least {} or a \
+             smaller --copy-max",
+            cfg.max_size, cfg.copy_max, cfg.copy_max
+        )));
+    }
+    let header_timeout = crate::seconds("header timeout", cfg.header_timeout_s)?;
+    let idle_timeout = match cfg.idle_timeout_s {
+        0.0 => None,
+        t => Some(crate::seconds("idle timeout", t)?),
+    };
     if cfg.cpus.is_empty() {
         return Err(ToolError::usage("no CPUs to run workers on"));
     }
@@ -308,6 +349,8 @@ pub fn run(
     let scfg = ServerConfig {
         default_size: cfg.default_size,
         max_head: cfg.max_head,
+        header_timeout,
+        idle_timeout,
     };
     let rt_cfg = Config {
         cpus: worker_cpus.clone(),
@@ -398,7 +441,7 @@ pub fn run(
         },
         total,
         copy_max: cfg.copy_max,
-        max_size: cfg.max_size.max(cfg.copy_max as u64),
+        max_size: cfg.max_size,
         nofile,
         workers_per_cpu: per_cpu,
         own_files_refused,
