@@ -107,7 +107,9 @@ pub struct Rfc2544Args {
     tests: Vec<TestArg>,
 
     /// Frame sizes with FCS. Default: 64,128,256,512,1024,1280,1518 (IPv6: 82 for 64, the
-    /// smallest frame that carries IPv6, UDP and flowlane's header).
+    /// smallest frame that carries IPv6, UDP and flowlane's header). Up to 9018 where the
+    /// interfaces carry it (MTU 9000; frames above a page go out through an AF_PACKET ring,
+    /// and the receiver must be --rx-backend af-packet).
     #[arg(long, value_parser = parse_size_list, conflicts_with = "imix")]
     sizes: Option<SizeList>,
 

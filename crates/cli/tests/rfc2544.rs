@@ -892,3 +892,67 @@ fn an_interrupted_run_prints_its_report_and_exits_130() {
     assert_eq!(j["interrupted"], true, "{j}");
     valid(&j);
 }
+
+/// Issue 49 item 8: jumbo frames. `--sizes 9000` was refused naming the tester's own
+/// calibration pair (`flc…a`, MTU 1500) even where the devices carried 9 000; the pair now
+/// takes the tx interface's MTU (its dropping end with a multi-buffer XDP program), frames
+/// above a page go out through an AF_PACKET ring, and what the interfaces or the AF_XDP
+/// receiver cannot carry is refused before anything is measured, naming the interface.
+#[test]
+fn jumbo_frames_are_measured_where_the_devices_carry_them() {
+    let Some(lab) = Line::up("j", &["--kernel", "route"]) else {
+        return;
+    };
+    quiet(&lab);
+    // At a 1 500-byte MTU: refused, naming the generator's interface.
+    let (code, _, err) = rfc2544(&lab, &["--sizes", "9018", "--tests", "throughput"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--tx-dev flgen carries (MTU 1500"), "{err}");
+    for (ns, dev) in [
+        (&lab.gen, "flgen"),
+        (&lab.dut, "fldut"),
+        (&lab.dut, "fldut1"),
+        (&lab.sink, "flsink"),
+    ] {
+        ns.ip(&["link", "set", dev, "mtu", "9000"])
+            .expect("mtu 9000");
+    }
+    // The AF_XDP receiver cannot hold 9 000 bytes: said before the run.
+    let (code, _, err) = rfc2544(&lab, &["--sizes", "9000", "--tests", "throughput"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--rx-backend af-packet"), "{err}");
+    let before = dev_counts(&lab.sink, "flsink");
+    let (code, j, err) = rfc2544(
+        &lab,
+        &[
+            "--sizes",
+            "9000",
+            "--tests",
+            "throughput",
+            "--rx-backend",
+            "af-packet",
+            "--trial-secs",
+            "1",
+            "--max-trials",
+            "4",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let after = dev_counts(&lab.sink, "flsink");
+    let size = &j["sizes"][0];
+    assert_eq!(size["frame_bytes"].as_f64(), Some(9000.0), "{size}");
+    let trials = trials(&j);
+    let ceiling = &trials[0];
+    assert_eq!(ceiling["verdict"], "ceiling", "{ceiling}");
+    assert!(ceiling["sent"].as_u64() > Some(0), "{ceiling}");
+    // Every trial's frames reached the sink's interface whole: what the sink counted is what
+    // the interface received (its learning frames aside).
+    let received: u64 = trials.iter().filter_map(|t| t["received"].as_u64()).sum();
+    assert!(received > 0, "{j}");
+    let got = after.0 - before.0;
+    assert!(
+        got >= received && got <= received + 1000,
+        "flsink received {got}, the trials counted {received}"
+    );
+    valid(&j);
+}

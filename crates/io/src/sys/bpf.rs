@@ -343,6 +343,30 @@ pub fn prog_load_for(
     name: &str,
     insns: &[Insn],
 ) -> Result<OwnedFd, LoadError> {
+    load(prog_type, expected_attach_type, 0, name, insns)
+}
+
+/// `BPF_F_XDP_HAS_FRAGS`: an XDP program that takes multi-buffer frames (what a device of
+/// an MTU above a page asks of the programs attached to it, veth's peer included).
+pub const XDP_HAS_FRAGS: u32 = 1 << 5;
+
+/// [`prog_load`] with `prog_flags` (e.g. [`XDP_HAS_FRAGS`]).
+pub fn prog_load_flags(
+    prog_type: u32,
+    flags: u32,
+    name: &str,
+    insns: &[Insn],
+) -> Result<OwnedFd, LoadError> {
+    load(prog_type, 0, flags, name, insns)
+}
+
+fn load(
+    prog_type: u32,
+    expected_attach_type: u32,
+    prog_flags: u32,
+    name: &str,
+    insns: &[Insn],
+) -> Result<OwnedFd, LoadError> {
     const LICENSE: &CStr = c"Dual MIT/GPL";
     let mut log = vec![0u8; 1 << 16];
     let mut attempt = |with_log: bool| {
@@ -353,6 +377,7 @@ pub fn prog_load_for(
             license: LICENSE.as_ptr() as u64,
             prog_name: name16(name),
             expected_attach_type,
+            prog_flags,
             ..Default::default()
         };
         if with_log {

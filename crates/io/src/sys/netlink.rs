@@ -41,6 +41,7 @@ const IFLA_XDP: u16 = 43;
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
 const IFLA_LINK: u16 = 5;
+const IFLA_MTU: u16 = 4;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_LINK_NETNSID: u16 = 37;
@@ -754,6 +755,9 @@ pub struct LinkFacts {
     pub link_netnsid: Option<i32>,
     /// `IFLA_XDP_ATTACHED`: 0 none, 1 driver, 2 generic (skb), 3 offloaded, 4 several.
     pub xdp_attached: u8,
+    /// `IFLA_MTU` (read in the caller's namespace, unlike sysfs from a thread that entered
+    /// another one).
+    pub mtu: Option<u32>,
 }
 
 /// The facts in one `RTM_NEWLINK` payload (`None`: cut short).
@@ -762,6 +766,7 @@ pub fn link_facts_of(payload: &[u8]) -> Option<LinkFacts> {
     for (kind, a) in attributes(payload.get(IFINFOMSG_LEN..)?) {
         match kind {
             IFLA_LINK => f.link = u32_at(a, 0),
+            IFLA_MTU => f.mtu = u32_at(a, 0),
             IFLA_LINK_NETNSID => f.link_netnsid = u32_at(a, 0).map(|v| v as i32),
             IFLA_XDP => {
                 for (k, v) in attributes(a) {

@@ -123,6 +123,46 @@ pub fn check(cfg: &Rfc2544Config) -> Result<(), ToolError> {
             )));
         }
     }
+    // The sizes each interface carries, and what the receiver reads.
+    let mtu_of = |e: &Endpoint| {
+        let look = || {
+            let i = flowlane_io::netdev::ifindex(&e.dev).ok()?;
+            flowlane_io::netdev::link_facts(i).ok().flatten()?.mtu
+        };
+        match &e.netns {
+            Some(ns) => flowlane_lab::Netns::existing(ns).run(look).ok().flatten(),
+            None => look(),
+        }
+    };
+    let largest = match &cfg.sizes {
+        SizeSpec::List(v) => v.iter().copied().max().unwrap_or(0),
+        SizeSpec::Imix(v) => v.iter().map(|s| s.0).max().unwrap_or(0),
+    };
+    for (flag, e) in [("--tx-dev", &cfg.tx), ("--rx-dev", &cfg.rx)] {
+        if let Some(mtu) = mtu_of(e) {
+            // A frame of `size` with FCS carries size − 18 bytes of IP.
+            if largest.saturating_sub(18) > mtu as usize {
+                return Err(ToolError::usage(format!(
+                    "frame size {largest} (with FCS) is above what {flag} {} carries (MTU \
+                     {mtu}: frames to {}); raise its MTU (ip link set dev {} mtu {}) or give \
+                     smaller --sizes",
+                    e.dev,
+                    mtu + 18,
+                    e.dev,
+                    largest - 18
+                )));
+            }
+        }
+    }
+    if cfg.rx_backend == crate::sink::SinkBackend::AfXdp {
+        if let Some(mtu) = mtu_of(&cfg.rx).filter(|&m| m as usize + 18 + 256 > 4096) {
+            return Err(ToolError::usage(format!(
+                "--rx-dev {} has an MTU of {mtu}, more than an AF_XDP frame holds (4096 with 256 \
+                 of headroom): give --rx-backend af-packet",
+                cfg.rx.dev
+            )));
+        }
+    }
     Ok(())
 }
 

@@ -80,8 +80,19 @@ pub(super) fn netns_of(e: &Endpoint) -> Result<Option<Netns>, ToolError> {
 
 impl Rig<'_> {
     fn mode(frames: &Frames) -> BlastMode {
+        // An XDP frame is one page: 4 096 bytes less the headroom and the room the kernel keeps
+        // for shared info. Jumbo frames go through an AF_PACKET ring.
+        const XDP_FRAME_MAX: usize = 3500;
+        let largest = match frames {
+            Frames::Sizes(v) => v.iter().copied().max().unwrap_or(0),
+            // IMIX sizes count the FCS.
+            Frames::Imix(v) => v.iter().map(|s| s.0.saturating_sub(4)).max().unwrap_or(0),
+            Frames::Payload(p) => p + 42,
+            Frames::Auto => 0,
+        };
         // The live-frames generator sends one size per run; a mix goes through AF_XDP.
         match frames {
+            _ if largest > XDP_FRAME_MAX => BlastMode::Raw,
             Frames::Imix(_) => BlastMode::Xdp,
             _ => BlastMode::XdpLive,
         }
@@ -256,8 +267,19 @@ impl Rig<'_> {
         // namespace's.
         const PEER_MAC: [u8; 6] = [0x02, 0xf1, 0xce, 0x00, 0x00, 0x02];
         let peer_mac = PEER_MAC.map(|b| format!("{b:02x}")).join(":");
+        // The pair carries what the tx interface carries (a 9 000-byte MTU: jumbo frames).
+        let tx_dev = self.cfg.tx.dev.clone();
+        let mtu = inside(ns, move || {
+            flowlane_io::netdev::ifindex(&tx_dev)
+                .ok()
+                .and_then(|i| flowlane_io::netdev::link_facts(i).ok().flatten())
+                .and_then(|f| f.mtu)
+        })?
+        .unwrap_or(1500)
+        .to_string();
         ip(&[
-            "link", "add", &a, "type", "veth", "peer", "name", &z, "address", &peer_mac,
+            "link", "add", &a, "mtu", &mtu, "type", "veth", "peer", "name", &z, "mtu", &mtu,
+            "address", &peer_mac,
         ])
         .map_err(lab)?;
         let out = (|| {
@@ -274,8 +296,12 @@ impl Rig<'_> {
                     .finish()
                     .map_err(|e| ToolError::runtime(format!("drop program: {e}")))?;
                 let bpf_err = |e: flowlane_io::SysError| ToolError::runtime(e.to_string());
-                let prog = bpf::prog_load(bpf::PROG_XDP, "fl_ceil_drop", &insns)
-                    .map_err(|e| ToolError::runtime(e.to_string()))?;
+                // Multi-buffer aware (veth refuses a program that is not at a peer MTU above
+                // a page), or plain where the kernel predates it.
+                let prog =
+                    bpf::prog_load_flags(bpf::PROG_XDP, bpf::XDP_HAS_FRAGS, "fl_ceil_drop", &insns)
+                        .or_else(|_| bpf::prog_load(bpf::PROG_XDP, "fl_ceil_drop", &insns))
+                        .map_err(|e| ToolError::runtime(e.to_string()))?;
                 let idx = netdev::ifindex(&zc).map_err(bpf_err)?;
                 bpf::attach_xdp(&prog, idx, 0).map_err(bpf_err)
             })??;
