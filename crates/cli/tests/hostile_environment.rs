@@ -1,7 +1,9 @@
 //! Issue 49: flowlane in a hostile environment — standard output on a full device or a pipe
-//! whose reader is gone. Every reporting command must end `flowlane: error: writing standard
-//! output: …` with exit 1 (never a panic, exit 101), and a running command must stop as Ctrl-C
-//! stops it, detaching what it attached.
+//! whose reader is gone, devices and silent FIFOs as input files, side files that cannot be
+//! written, namespaces of the user's, rings on a 64 KiB MTU. Every reporting command must end
+//! `flowlane: error: writing standard output: …` with exit 1 (never a panic, exit 101), a
+//! running command must stop as Ctrl-C stops it, detaching what it attached, and every run is
+//! bounded in time and memory.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
