@@ -151,14 +151,26 @@ pub fn read_stdin_text(flag: &str, caps: TextCaps) -> Result<String, ToolError> 
         .take(caps.bytes + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| ToolError::usage(format!("{flag}: standard input: {e}")))?;
+    text_of(flag, "standard input", bytes, caps)
+}
+
+/// The checks a text input passes once read, on its bytes in memory (`name` says where they
+/// came from): at most `caps.bytes`, no NUL (binary data), UTF-8, at most `caps.lines` lines
+/// of at most `caps.line_bytes`. Every refusal quotes at most an excerpt.
+pub fn text_of(
+    flag: &str,
+    name: &str,
+    bytes: Vec<u8>,
+    caps: TextCaps,
+) -> Result<String, ToolError> {
     if bytes.len() as u64 > caps.bytes {
         return Err(ToolError::usage(format!(
-            "{flag}: standard input holds more than {} bytes",
+            "{flag}: {name} holds more than {} bytes",
             caps.bytes
         )));
     }
-    not_binary(&bytes).map_err(|e| ToolError::usage(format!("{flag}: standard input: {e}")))?;
-    text(flag, "standard input", bytes, caps)
+    not_binary(&bytes).map_err(|e| ToolError::usage(format!("{flag}: {name}: {e}")))?;
+    text(flag, name, bytes, caps)
 }
 
 fn not_binary(b: &[u8]) -> Result<(), String> {
