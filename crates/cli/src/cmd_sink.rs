@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
-use flowlane_runtime::capture::CaptureSpec;
+use flowlane_tools::sink::CaptureSpec;
 use flowlane_tools::sink::{self, SinkBackend, SinkConfig, SinkEvent, SinkReport};
 
 use crate::args::parse_duration;

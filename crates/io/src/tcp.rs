@@ -155,3 +155,8 @@ pub fn memfd_with(name: &CStr, contents: &[u8]) -> Result<File, SysError> {
         .map_err(|e| sys_err("write(memfd)", e))?;
     Ok(f)
 }
+
+/// Whether `e` says the file table is full (`EMFILE`, or the system's: `ENFILE`).
+pub fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}

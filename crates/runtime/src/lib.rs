@@ -15,21 +15,12 @@
 
 #![forbid(unsafe_code)]
 
-pub mod blast;
-pub mod bridge;
-pub mod capture;
 pub mod counters;
 pub mod cpus;
 pub mod flowbook;
-pub mod forward;
-pub mod http;
 pub mod latency;
 pub mod pace;
-pub mod ports;
-pub mod route;
-pub mod serve;
 pub mod session;
-pub mod sink;
 
 pub use counters::{
     bump, set, Counters, LoopSnapshot, LoopStats, Snapshot, WorkerCounters, WorkerSnapshot,

@@ -3,9 +3,9 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
+use super::sender::Flow;
 use flowlane_rss::pick::{addr_to_u128, pick, PickSpec};
 use flowlane_rss::{Key, Toeplitz};
-use flowlane_runtime::blast::Flow;
 use rand::SeedableRng;
 
 use super::BlastConfig;

@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 
+use super::sender::RawLink;
 use flowlane_io::netdev;
-use flowlane_runtime::blast::RawLink;
 
 use super::BlastConfig;
 use crate::ToolError;

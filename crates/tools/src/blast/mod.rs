@@ -12,6 +12,7 @@ mod flows;
 mod link;
 mod replay;
 mod report;
+pub mod sender;
 mod step;
 
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use flowlane_runtime::blast::{Flow, ReplayFrame};
+use super::sender::{Flow, ReplayFrame};
 use flowlane_wire::pcap::{self, Limits};
 use flowlane_wire::{FrameError, Template};
 use serde::{Deserialize, Serialize};

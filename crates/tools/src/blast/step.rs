@@ -6,12 +6,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flowlane_io::os;
-use flowlane_runtime::blast::BlastSnapshot;
-use flowlane_runtime::blast::{
-    packet_ring, xdp_socket, BlastError, BlastJob, BlastReport as SenderReport, Flow, LiveBlaster,
-    RawBlaster, RawLink, Sender, UdpBlaster,
+use super::sender::BlastSnapshot;
+use super::sender::{
+    packet_ring, xdp_socket, BlastError, BlastJob, BlastReport as SenderReport, Flow, LiveSender,
+    RawLink, RingSender, Sender, UdpSender,
 };
+use flowlane_io::os;
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 use hdrhistogram::Histogram;
 
@@ -152,17 +152,17 @@ pub(super) fn run_step(
         };
         match (&link, mode) {
             (Some(l), BlastMode::XdpLive) => {
-                LiveBlaster::new(job, l, report).map(|r| Sender::Live(Box::new(r)))
+                LiveSender::new(job, l, report).map(|r| Sender::Live(Box::new(r)))
             }
             (Some(l), BlastMode::Xdp) => {
                 let x = xdp_socket(l, idx as u32).map_err(sock_err)?;
-                RawBlaster::new(job, l, x, report).map(|r| Sender::Xdp(Box::new(r)))
+                RingSender::new(job, l, x, report).map(|r| Sender::Xdp(Box::new(r)))
             }
             (Some(l), _) => {
                 let ring = packet_ring(l).map_err(sock_err)?;
-                RawBlaster::new(job, l, ring, report).map(|r| Sender::Raw(Box::new(r)))
+                RingSender::new(job, l, ring, report).map(|r| Sender::Raw(Box::new(r)))
             }
-            (None, _) => UdpBlaster::new(job, report).map(|u| {
+            (None, _) => UdpSender::new(job, report).map(|u| {
                 let u = match shares2.get(idx).filter(|_| timed) {
                     Some(s) => u.with_latency_share(s.clone()),
                     None => u,

@@ -12,6 +12,7 @@
 mod packet;
 mod report;
 pub mod routes;
+pub mod worker;
 mod xdp;
 mod xdp_tables;
 

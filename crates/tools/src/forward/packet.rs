@@ -4,10 +4,10 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use super::worker::bridge::{BridgeWorker, MacTable, PortCounters, XskBridgeWorker};
+use super::worker::reflect::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
+use super::worker::route::{FastSet, PortInfo, RouteWorker, XskRouteWorker};
 use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
-use flowlane_runtime::bridge::{BridgeWorker, MacTable, PortCounters, XskBridgeWorker};
-use flowlane_runtime::forward::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
-use flowlane_runtime::route::{FastSet, PortInfo, RouteWorker, XskRouteWorker};
 use flowlane_runtime::Poll;
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 

@@ -14,10 +14,10 @@ use std::path::PathBuf;
 
 use std::sync::Arc;
 
+use super::worker::route::{host_key_v4, FastMap, FastSet, Hop, NextHops, Tables};
 use arc_swap::ArcSwap;
 use flowlane_io::netdev::{self, KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor};
 use flowlane_lpm::{FibWriter, Prefix, Rib};
-use flowlane_runtime::route::{host_key_v4, FastMap, FastSet, Hop, NextHops, Tables};
 use serde::{Deserialize, Serialize};
 
 use super::report::TablesTick;

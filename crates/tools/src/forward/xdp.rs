@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::forward::worker::route::PortInfo;
 use flowlane_io::bpf::{self, BridgeMaps, LpmTrie6, PerCpuCounters, WritableArray};
 use flowlane_io::ebpf::{
     bridge_program, bridge_stats, reflect_program, reflect_stats, route_hop, route_program,
     route_stats, Reflect, XdpBridge, XdpRoute,
 };
 use flowlane_io::netdev;
-use flowlane_runtime::route::PortInfo;
 
 use super::report::{CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
 use super::xdp_tables::XdpTables;
@@ -834,8 +834,8 @@ mod tests {
             let nested = Prefix::covering(p.addr() | (rng.next_u32() >> p.len().min(31)), len);
             table.push((nested, rng.random_range(0..16)));
         }
-        let hops = flowlane_runtime::route::NextHops {
-            hops: vec![flowlane_runtime::route::Hop::Nowhere; 16],
+        let hops = crate::forward::worker::route::NextHops {
+            hops: vec![crate::forward::worker::route::Hop::Nowhere; 16],
             ..Default::default()
         };
         let v4 = Rib::from_routes(table.iter().copied()).expect("valid");

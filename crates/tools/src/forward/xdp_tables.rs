@@ -4,10 +4,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::forward::worker::route::PortInfo;
+use crate::forward::worker::route::{FastMap, FastSet, Hop, NextHops};
 use flowlane_io::ebpf::route_hop;
 use flowlane_lpm::{Prefix, Rib};
-use flowlane_runtime::route::PortInfo;
-use flowlane_runtime::route::{FastMap, FastSet, Hop, NextHops};
 
 use super::routes::Upkept;
 use crate::ToolError;
@@ -323,7 +323,7 @@ mod tests {
     }
 
     fn v4(a: u32) -> u128 {
-        flowlane_runtime::route::host_key_v4(a)
+        crate::forward::worker::route::host_key_v4(a)
     }
 
     /// Tables followed change by change answer as tables built whole from the same routes

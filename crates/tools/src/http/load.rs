@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlane_runtime::http::client::{
+use super::load_worker::{
     ClientWorker, EndSlot, HttpLoadSnapshot, HttpLoadStats, LoadPlan, PoolLatency, PoolPlan,
     READ_BUF,
 };
@@ -236,7 +236,7 @@ pub struct Memory {
 /// longest latency the run can record (`longest`); an empty pair on the other workers; and
 /// the run's total. (An answer class other than 2xx, once seen, adds one of its own.)
 fn histogram_bound(cfg: &HttpLoadConfig, per_pool: &[Vec<PoolPlan>], longest: Duration) -> u64 {
-    use flowlane_runtime::http::client::histogram_bytes;
+    use crate::http::load_worker::histogram_bytes;
     let (full, empty) = (histogram_bytes(ns(longest)), histogram_bytes(2));
     let n = per_pool.first().map_or(0, Vec::len) as u64;
     let pools: u64 = cfg
@@ -744,7 +744,7 @@ pub fn run(
              --max-memory",
             cfg.pools.len(),
             mib(histograms_max),
-            mib(flowlane_runtime::http::client::histogram_bytes(ns(longest))),
+            mib(super::load_worker::histogram_bytes(ns(longest))),
             longest.as_secs_f64(),
             mib(budget)
         )));
@@ -1228,7 +1228,7 @@ mod tests {
 
     #[test]
     fn the_histograms_bound_counts_each_holder_and_the_merge() {
-        use flowlane_runtime::http::client::histogram_bytes;
+        use crate::http::load_worker::histogram_bytes;
         let c = cfg(2, &[1, 4]);
         let per: Vec<Vec<PoolPlan>> = c
             .pools

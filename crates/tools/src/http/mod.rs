@@ -4,7 +4,9 @@
 
 pub mod config;
 pub mod load;
+pub mod load_worker;
 pub mod serve;
+pub mod serve_worker;
 
 pub use config::{split_url, HttpLoadConfig, PoolConfig, UrlConfig};
 pub use load::{HttpLoadCounts, HttpLoadEvent, HttpLoadReport, LatencyUs};

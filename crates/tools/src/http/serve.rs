@@ -8,10 +8,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use super::serve_worker::{Bodies, HttpServeSnapshot, HttpServeStats, ServerConfig, ServerWorker};
 use flowlane_io::tcp::{self, GroupError, ListenConfig, Steering};
-use flowlane_runtime::http::server::{
-    Bodies, HttpServeSnapshot, HttpServeStats, ServerConfig, ServerWorker,
-};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule, WorkerSnapshot};
 use serde::{Deserialize, Serialize};
 

@@ -6,13 +6,14 @@
 
 mod config;
 mod report;
+pub mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
-use flowlane_runtime::serve::{Mode, ServeStats, ServeWorker, SourceCounts};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
+use worker::{Mode, ServeStats, ServeWorker, SourceCounts};
 
 pub use config::{ServeConfig, ServeMode};
 pub use report::{ServeCounts, ServeReport, ServeWorkerReport, SourceCount, WorkerError};

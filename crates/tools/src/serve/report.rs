@@ -1,6 +1,6 @@
 //! What `serve` reports: the JSON contract (`flowlane serve --json`), read back by `bench`.
 
-use flowlane_runtime::serve::ServeSnapshot;
+use super::worker::ServeSnapshot;
 use flowlane_runtime::WorkerSnapshot;
 use serde::{Deserialize, Serialize};
 

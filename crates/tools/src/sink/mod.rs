@@ -7,10 +7,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::{frame, netdev, os, SysError};
-use flowlane_runtime::capture::{Capture, CaptureReport, CaptureSpec};
-use flowlane_runtime::sink::{SinkReport as Book, SinkStop, SinkWorker};
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
+
+pub mod capture;
+pub mod worker;
+
+pub use capture::CaptureSpec;
+use capture::{Capture, CaptureReport};
 use serde::{Deserialize, Serialize};
+use worker::{SinkReport as Book, SinkStop, SinkWorker};
 
 use crate::backend::{self, Backend, BackendReport};
 use crate::{Latency, ToolError};
@@ -587,7 +592,7 @@ fn report(
     errors: Vec<String>,
     backend: BackendReport,
 ) -> SinkReport {
-    let mut c = flowlane_runtime::sink::SinkCounts::default();
+    let mut c = worker::SinkCounts::default();
     let (mut lost, mut reordered, mut duplicates, mut ring_drops) = (0, 0, 0, 0);
     let mut window: Option<(u64, u64)> = None;
     let mut latency: Option<hdrhistogram::Histogram<u64>> = None;

@@ -15,8 +15,8 @@ use flowlane_wire::seq::SeqTracker;
 use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
 
-use crate::capture::{Capture, CaptureReport};
-use crate::{bump, counters, FlowBook, Poll, Recorded};
+use super::capture::{Capture, CaptureReport};
+use flowlane_runtime::{bump, counters, FlowBook, Poll, Recorded};
 
 counters! {
     /// What a sink worker counts as it goes (the per-flow book is handed over at the end).
@@ -262,14 +262,17 @@ pub struct SinkWorker<R: FrameRx = frame::RxRing> {
     window: (u64, u64),
     finished: bool,
     capture: Option<Capture>,
-    latency: crate::latency::Publisher,
+    latency: flowlane_runtime::latency::Publisher,
     report: Arc<Mutex<Option<SinkReport>>>,
 }
 
 impl<R: FrameRx> SinkWorker<R> {
     /// Publishes the one-way latency histogram into `share` as it goes (`--metrics`).
-    pub fn with_latency_share(mut self, share: crate::latency::LatencyShare) -> SinkWorker<R> {
-        self.latency = crate::latency::Publisher::to(share);
+    pub fn with_latency_share(
+        mut self,
+        share: flowlane_runtime::latency::LatencyShare,
+    ) -> SinkWorker<R> {
+        self.latency = flowlane_runtime::latency::Publisher::to(share);
         self
     }
 
@@ -294,7 +297,7 @@ impl<R: FrameRx> SinkWorker<R> {
             window: (0, 0),
             finished: false,
             capture: None,
-            latency: crate::latency::Publisher::default(),
+            latency: flowlane_runtime::latency::Publisher::default(),
             report,
         }
     }
@@ -389,7 +392,7 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
     fn idle(&mut self, st: &SinkStats) {
         if let Ok(d) = self.ring.take_drops() {
             self.ring_drops += d;
-            crate::set(&st.ring_drops, self.ring_drops);
+            flowlane_runtime::set(&st.ring_drops, self.ring_drops);
         }
         self.check_done(os::monotonic_ns());
     }

@@ -2,18 +2,18 @@
 //! contiguous range of flows, sending datagrams whose payload starts with the flowlane header
 //! (flow, sequence number, transmit time). Three kinds, chosen once at start-up ([`Sender`]):
 //!
-//! * [`UdpBlaster`] (`udp.rs`): one connected socket per flow, `sendmmsg` batches; with
+//! * [`UdpSender`] (`udp.rs`): one connected socket per flow, `sendmmsg` batches; with
 //!   `echo`, the same sockets take the echoes back and the worker accounts loss, reordering,
 //!   duplicates and round-trip time per flow.
-//! * [`RawBlaster`] (`frames.rs`): whole frames on a ring — AF_PACKET's TX ring or AF_XDP —
+//! * [`RingSender`] (`frames.rs`): whole frames on a ring — AF_PACKET's TX ring or AF_XDP —
 //!   through io's [`FrameTx`] vocabulary.
-//! * [`LiveBlaster`] (`live.rs`): no socket: a generated XDP program run in live-frames mode.
+//! * [`LiveSender`] (`live.rs`): no socket: a generated XDP program run in live-frames mode.
 //!
 //! Nothing is allocated per packet: the batch's buffers are written in place. What every kind
 //! keeps about its sending — pacing, quota, deadline, the send window — is one [`TxBook`].
 
-mod frames;
 mod live;
+mod ring;
 mod udp;
 
 use std::net::SocketAddr;
@@ -25,12 +25,12 @@ use flowlane_wire::seq::SeqTracker;
 use hdrhistogram::Histogram;
 
 pub use flowlane_io::frame::FrameTx;
-pub use frames::{packet_ring, xdp_socket, RawBlaster, RawLink};
-pub use live::LiveBlaster;
-pub use udp::UdpBlaster;
+pub use live::LiveSender;
+pub use ring::{packet_ring, xdp_socket, RawLink, RingSender};
+pub use udp::UdpSender;
 
-use crate::pace::Pacer;
-use crate::{bump, counters, Poll};
+use flowlane_runtime::pace::Pacer;
+use flowlane_runtime::{bump, counters, Poll};
 
 counters! {
     /// What a sender counts.
@@ -87,7 +87,7 @@ pub struct BlastJob {
     /// Most datagrams that may leave at once when paced.
     pub burst: u32,
     /// When paced, how long a late sender may catch up on what fell due (bursts back to
-    /// back); a longer stall gives up the rest (see [`crate::pace`]).
+    /// back); a longer stall gives up the rest (see [`flowlane_runtime::pace`]).
     pub catch_up: Duration,
     /// Datagrams per `sendmmsg`.
     pub batch: usize,
@@ -303,13 +303,13 @@ fn pause(d: Duration, max: Duration) {
 #[derive(Debug)]
 pub enum Sender {
     /// UDP sockets (boxed, as is Raw: one per worker, so the indirection costs nothing).
-    Udp(Box<UdpBlaster>),
+    Udp(Box<UdpSender>),
     /// AF_PACKET TX ring.
-    Raw(Box<RawBlaster<frame::TxRing>>),
+    Raw(Box<RingSender<frame::TxRing>>),
     /// AF_XDP socket (copy mode where the driver has no zero-copy).
-    Xdp(Box<RawBlaster<frame::XskTx>>),
+    Xdp(Box<RingSender<frame::XskTx>>),
     /// Live XDP frames (`BPF_PROG_TEST_RUN`), no socket.
-    Live(Box<LiveBlaster>),
+    Live(Box<LiveSender>),
 }
 
 impl Poll for Sender {

@@ -9,7 +9,7 @@ use flowlane_wire::{FlowHeader, HEADER_LEN};
 
 use super::BlastStats;
 use super::{BlastError, BlastJob, BlastReport, RawLink, TxBook};
-use crate::Poll;
+use flowlane_runtime::Poll;
 
 /// Unpaced, frames in a group sharing one clock reading (a power of two, at most a batch).
 const LIVE_CLOCK_EVERY: u32 = 8;
@@ -27,7 +27,7 @@ const LIVE_CLOCK_EVERY: u32 = 8;
 /// 5.18+ and CAP_BPF + CAP_NET_ADMIN; on veth the peer must run NAPI (an XDP program or GRO),
 /// else veth drops the frames.
 #[derive(Debug)]
-pub struct LiveBlaster {
+pub struct LiveSender {
     job: BlastJob,
     prog: Arc<std::os::fd::OwnedFd>,
     counter: flowlane_io::bpf::MappedArray,
@@ -163,13 +163,13 @@ impl Drop for Runner {
     }
 }
 
-impl LiveBlaster {
+impl LiveSender {
     /// Builds the flows' header entries, the counter and the program.
     pub fn new(
         job: BlastJob,
         link: &RawLink,
         report: Arc<Mutex<Option<BlastReport>>>,
-    ) -> Result<LiveBlaster, BlastError> {
+    ) -> Result<LiveSender, BlastError> {
         use flowlane_io::ebpf::{live_flow, live_tx_program, LiveTx};
         let &[payload] = job.payloads.as_slice() else {
             return Err(BlastError::Job(
@@ -270,7 +270,7 @@ impl LiveBlaster {
                     BlastError::Program(format!("live-frames program refused: {e}"))
                 }
             })?;
-        Ok(LiveBlaster {
+        Ok(LiveSender {
             book: TxBook::new(&job),
             batch: (job.batch as u32).clamp(1, 256),
             prog: Arc::new(prog),
@@ -307,7 +307,7 @@ fn arm(map: &flowlane_io::bpf::ArrayMap, job: &BlastJob) -> Result<(), flowlane_
     map.set(0, &v)
 }
 
-impl LiveBlaster {
+impl LiveSender {
     /// Starts the run thread once, then books what the program's counter says left.
     fn poll_run(&mut self, st: &BlastStats) -> Result<usize, String> {
         let now = os::monotonic_ns();
@@ -381,7 +381,7 @@ impl LiveBlaster {
     }
 }
 
-impl Poll for LiveBlaster {
+impl Poll for LiveSender {
     type Stats = BlastStats;
 
     fn poll(&mut self, _budget: usize, st: &BlastStats) -> Result<usize, String> {

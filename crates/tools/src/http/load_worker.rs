@@ -19,7 +19,7 @@ use flowlane_wire::http::{self as h, BodyLen, ChunkStep, Chunked};
 use hdrhistogram::Histogram;
 use slab::Slab;
 
-use crate::{bump, counters, Poll};
+use flowlane_runtime::{bump, counters, Poll};
 
 counters! {
     /// What an HTTP load worker counts.
@@ -317,7 +317,7 @@ pub struct ClientWorker {
     lat: Vec<PoolLatency>,
     slot: EndSlot,
     /// `--metrics`: the latency from the intended send, over the pools, as it goes.
-    latency: crate::latency::Publisher,
+    latency: flowlane_runtime::latency::Publisher,
     rng: u64,
     last_scan: u64,
     closing: Vec<usize>,
@@ -453,7 +453,7 @@ impl ClientWorker {
             timers: BinaryHeap::new(),
             connecting: 0,
             slot,
-            latency: crate::latency::Publisher::default(),
+            latency: flowlane_runtime::latency::Publisher::default(),
             rng: seed | 1,
             last_scan: 0,
             closing: Vec::new(),
@@ -468,8 +468,11 @@ impl ClientWorker {
 
     /// Publishes the latency from the intended send (all pools) into `share` as it goes
     /// (`--metrics`).
-    pub fn with_latency_share(mut self, share: crate::latency::LatencyShare) -> ClientWorker {
-        self.latency = crate::latency::Publisher::to(share);
+    pub fn with_latency_share(
+        mut self,
+        share: flowlane_runtime::latency::LatencyShare,
+    ) -> ClientWorker {
+        self.latency = flowlane_runtime::latency::Publisher::to(share);
         self
     }
 

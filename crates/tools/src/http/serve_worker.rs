@@ -16,7 +16,7 @@ use flowlane_io::tcp::{self, Interest, Poller};
 use flowlane_wire::http::{self as h, Ask, BodyLen, ChunkStep, Chunked, HeadError};
 use slab::Slab;
 
-use crate::{bump, counters, Poll};
+use flowlane_runtime::{bump, counters, Poll};
 
 counters! {
     /// What an HTTP server worker counts.
@@ -249,10 +249,7 @@ impl ServerWorker {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
-                Err(e)
-                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
-                        && self.evict(st) > 0 =>
-                {
+                Err(e) if tcp::out_of_descriptors(&e) && self.evict(st) > 0 => {
                     // Room made: accept again.
                     bump(&st.accept_errors, 1);
                 }

@@ -11,11 +11,11 @@ use flowlane_wire::{FlowHeader, HEADER_LEN};
 
 use super::BlastStats;
 use super::{icmp_error, pause, BlastError, BlastJob, BlastReport, TxBook};
-use crate::{bump, FlowBook, Poll, Recorded};
+use flowlane_runtime::{bump, FlowBook, Poll, Recorded};
 
 /// A sending worker.
 #[derive(Debug)]
-pub struct UdpBlaster {
+pub struct UdpSender {
     job: BlastJob,
     socks: Vec<UdpSocket>,
     seq: Vec<u64>,
@@ -34,7 +34,7 @@ pub struct UdpBlaster {
     next_flow: usize,
     linger_until: Option<u64>,
     finished: bool,
-    latency: crate::latency::Publisher,
+    latency: flowlane_runtime::latency::Publisher,
     report: Arc<Mutex<Option<BlastReport>>>,
 }
 
@@ -45,10 +45,13 @@ fn sock_err(src: SocketAddr, call: &'static str) -> impl FnOnce(std::io::Error) 
     }
 }
 
-impl UdpBlaster {
+impl UdpSender {
     /// Publishes the round-trip histogram into `share` as it goes (`--metrics`).
-    pub fn with_latency_share(mut self, share: crate::latency::LatencyShare) -> UdpBlaster {
-        self.latency = crate::latency::Publisher::to(share);
+    pub fn with_latency_share(
+        mut self,
+        share: flowlane_runtime::latency::LatencyShare,
+    ) -> UdpSender {
+        self.latency = flowlane_runtime::latency::Publisher::to(share);
         self
     }
 
@@ -58,7 +61,7 @@ impl UdpBlaster {
     pub fn new(
         mut job: BlastJob,
         report: Arc<Mutex<Option<BlastReport>>>,
-    ) -> Result<UdpBlaster, BlastError> {
+    ) -> Result<UdpSender, BlastError> {
         let first = *job
             .flows
             .first()
@@ -130,7 +133,7 @@ impl UdpBlaster {
         } else {
             None
         };
-        Ok(UdpBlaster {
+        Ok(UdpSender {
             inb: job.echo.then(|| MmsgBatch::new(64, 2048)),
             epoll,
             ready: Vec::new(),
@@ -147,7 +150,7 @@ impl UdpBlaster {
             next_flow: 0,
             linger_until: None,
             finished: false,
-            latency: crate::latency::Publisher::default(),
+            latency: flowlane_runtime::latency::Publisher::default(),
             report,
             job,
         })
@@ -292,7 +295,7 @@ impl UdpBlaster {
     }
 }
 
-impl Poll for UdpBlaster {
+impl Poll for UdpSender {
     type Stats = BlastStats;
 
     fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
@@ -354,7 +357,7 @@ impl Poll for UdpBlaster {
                 .filter_map(|s| socket::socket_drops(s).ok())
                 .map(u64::from)
                 .sum();
-            crate::set(&st.echo_socket_drops, drops);
+            flowlane_runtime::set(&st.echo_socket_drops, drops);
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use flowlane_io::socket::{self, MmsgBatch};
 use flowlane_io::udp::MissteerDetector;
 
-use crate::{bump, counters, set, Poll};
+use flowlane_runtime::{bump, counters, set, Poll};
 
 counters! {
     /// What a serve worker counts.

@@ -12,7 +12,7 @@
 use flowlane_io::frame::{FrameRx, FrameTx, Xsk, PACKET_OUTGOING, TP_STATUS_CSUMNOTREADY};
 use flowlane_wire::forward::{complete_partial, fill_checksum, reflect_parsed, Reason, Swap, L3};
 
-use crate::{bump, counters, Poll};
+use flowlane_runtime::{bump, counters, Poll};
 
 counters! {
     /// What a forwarding worker counts.

@@ -4,10 +4,10 @@
 
 use flowlane_io::frame::{FrameRx, FrameTx, RxFrame, PACKET_OUTGOING};
 
-use crate::bump;
-use crate::forward::ForwardStats;
+use super::reflect::ForwardStats;
+use flowlane_runtime::bump;
 
-/// The `wait`, `idle` and `finish` of a [`Poll`](crate::Poll) worker whose rings are the
+/// The `wait`, `idle` and `finish` of a [`Poll`](flowlane_runtime::Poll) worker whose rings are the
 /// `Ports` field named: wait on every port, count the receive rings' drops, drain on exit.
 macro_rules! ports_upkeep {
     ($field:ident) => {
@@ -37,12 +37,12 @@ macro_rules! xsk_upkeep {
 
         fn idle(&mut self, st: &ForwardStats) {
             for p in 0..self.$field.ports() {
-                $crate::bump(&st.ring_drops, self.$field.take_drops(p));
+                flowlane_runtime::bump(&st.ring_drops, self.$field.take_drops(p));
             }
         }
 
         fn finish(&mut self, _st: &ForwardStats) {
-            $crate::route::drain_group(&mut self.$field);
+            $crate::forward::worker::route::drain_group(&mut self.$field);
         }
     };
 }

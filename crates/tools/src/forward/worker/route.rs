@@ -17,10 +17,10 @@ use flowlane_io::frame::{FrameRx, FrameTx, XskAction, XskGroup, TP_STATUS_CSUMNO
 use flowlane_lpm::{Fib, FibReader};
 use flowlane_wire::forward::{decrement_ttl, Reason, L3};
 
-use crate::forward::{finish_parsed, ForwardStats};
-pub use crate::ports::PortInfo;
-use crate::ports::{Ports, SendError};
-use crate::{bump, Poll};
+pub use super::ports::PortInfo;
+use super::ports::{Ports, SendError};
+use super::reflect::{finish_parsed, ForwardStats};
+use flowlane_runtime::{bump, Poll};
 
 /// Where a next hop sends frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -366,7 +366,7 @@ impl Poll for XskRouteWorker {
         Ok(n)
     }
 
-    crate::ports::xsk_upkeep!(group);
+    super::ports::xsk_upkeep!(group);
 }
 
 /// Lets what a group queued leave before its sockets close (at most 2 s).
@@ -422,7 +422,7 @@ impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
         Ok(n)
     }
 
-    crate::ports::ports_upkeep!(ports);
+    super::ports::ports_upkeep!(ports);
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::{BlastError, BlastJob, BlastReport, ReplayFrame, TxBook};
 
 /// A scheduled frame without a flow: sent as it is.
 const NO_FLOW: u32 = u32::MAX;
-use crate::Poll;
+use flowlane_runtime::Poll;
 
 /// Where raw frames go and how they are addressed.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ pub struct RawLink {
 /// incremental UDP checksum update) — with one size and a flow count dividing the ring, that is
 /// every time after the first lap.
 #[derive(Debug)]
-pub struct RawBlaster<T: FrameTx> {
+pub struct RingSender<T: FrameTx> {
     job: BlastJob,
     ring: T,
     /// `templates[flow * sizes + size]`, or a capture's frames in order.
@@ -67,14 +67,14 @@ pub fn xdp_socket(link: &RawLink, queue: u32) -> Result<frame::XskTx, SysError> 
     frame::XskTx::open(link.ifindex, queue, 4096, link.max_frame.max(2048))
 }
 
-impl<T: FrameTx> RawBlaster<T> {
+impl<T: FrameTx> RingSender<T> {
     /// Builds every (flow, size) template once.
     pub fn new(
         job: BlastJob,
         link: &RawLink,
         ring: T,
         report: Arc<Mutex<Option<BlastReport>>>,
-    ) -> Result<RawBlaster<T>, BlastError> {
+    ) -> Result<RingSender<T>, BlastError> {
         let (templates, schedule) = if job.replay.is_empty() {
             (Self::build(&job, link)?, Vec::new())
         } else {
@@ -87,7 +87,7 @@ impl<T: FrameTx> RawBlaster<T> {
                 "a {largest}-byte frame does not fit a ring slot"
             )));
         }
-        Ok(RawBlaster {
+        Ok(RingSender {
             book: TxBook::new(&job),
             seq: vec![0; job.flows.len()],
             slot_holds: vec![u32::MAX; ring.slots()],
@@ -167,7 +167,7 @@ impl<T: FrameTx> RawBlaster<T> {
     }
 }
 
-impl<T: FrameTx> Poll for RawBlaster<T> {
+impl<T: FrameTx> Poll for RingSender<T> {
     type Stats = BlastStats;
 
     fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
@@ -242,7 +242,7 @@ impl<T: FrameTx> Poll for RawBlaster<T> {
     fn finish(&mut self, st: &BlastStats) {
         let refused = self.ring.refused();
         if refused > 0 {
-            crate::set(&st.ring_refused, refused);
+            flowlane_runtime::set(&st.ring_refused, refused);
         }
         self.book
             .publish(&self.report, &self.job.flows, &self.seq, None, None);

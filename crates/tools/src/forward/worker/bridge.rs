@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use flowlane_io::frame::{FrameRx, FrameTx, XskAction, XskGroup, TP_STATUS_CSUMNOTREADY};
 
-use crate::forward::{finish_checksum, ForwardStats};
-use crate::ports::{PortInfo, Ports, SendError};
-use crate::{bump, Poll};
+use super::ports::{PortInfo, Ports, SendError};
+use super::reflect::{finish_checksum, ForwardStats};
+use flowlane_runtime::{bump, Poll};
 
 const WAYS: usize = 8;
 
@@ -278,7 +278,7 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
         Ok(n)
     }
 
-    crate::ports::ports_upkeep!(ports);
+    super::ports::ports_upkeep!(ports);
 }
 
 /// One AF_XDP bridge worker: a socket on every port over one UMEM (its queue's); a frame
@@ -375,7 +375,7 @@ impl Poll for XskBridgeWorker {
         Ok(n)
     }
 
-    crate::ports::xsk_upkeep!(group);
+    super::ports::xsk_upkeep!(group);
 }
 
 #[cfg(test)]
