@@ -157,9 +157,9 @@ fn main() {
         p.dut
             .run_with_sys(move || flowlane_io::netdev::mac(&dev))
             .expect("in the DUT's namespace")
+            .map(flowlane_wire::Mac)
             .expect("the DUT's MAC")
-            .map(|b| format!("{b:02x}"))
-            .join(":")
+            .to_string()
     };
     let peer = || {
         let gen_if = p.gen_if.clone();

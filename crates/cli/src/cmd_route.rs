@@ -78,7 +78,7 @@ struct TableArgs {
 impl TableArgs {
     fn load(&self) -> Result<Table, Failure> {
         if self.table.as_os_str() == "kernel" {
-            return flowlane_tools::forward::routes::kernel_table().map_err(Failure::from_tool);
+            return flowlane_tools::route::tables::kernel_table().map_err(Failure::from_tool);
         }
         let text = flowlane_tools::input::read_text(
             "--table",

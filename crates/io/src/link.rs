@@ -14,18 +14,9 @@ fn read(ifname: &str, file: &str) -> io::Result<String> {
     std::fs::read_to_string(format!("/sys/class/net/{ifname}/{file}")).map(|s| s.trim().into())
 }
 
-/// `aa:bb:cc:dd:ee:ff`.
+/// `aa:bb:cc:dd:ee:ff` (see [`flowlane_wire::Mac`]).
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut m = [0u8; 6];
-    let mut parts = s.split(':');
-    for o in m.iter_mut() {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        *o = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(m)
+    flowlane_wire::Mac::parse(s).map(|m| m.0)
 }
 
 /// The interface's MAC address (`None`: no such interface here).

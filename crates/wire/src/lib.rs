@@ -22,8 +22,10 @@ pub mod forward;
 pub mod frame;
 pub mod header;
 pub mod http;
+pub mod mac;
 pub mod pcap;
 pub mod seq;
 
 pub use frame::{FrameError, Template, TemplateSpec, UdpFrame};
 pub use header::{FlowHeader, HeaderError, HEADER_LEN};
+pub use mac::Mac;

@@ -11,7 +11,6 @@
 
 mod packet;
 mod report;
-pub mod routes;
 pub mod worker;
 mod xdp;
 mod xdp_tables;
@@ -21,11 +20,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::route::tables::{NextHopFile, RouteSource, RouteSummary, TablesTick};
 pub use report::{
-    BridgeSummary, Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts, TablesTick,
-    REFUSED_FIX,
+    BridgeSummary, Drops, ForwardCounts, ForwardReport, ForwardTick, PortCounts, REFUSED_FIX,
 };
-pub use routes::{NextHopFile, RouteSource, RouteSummary};
 
 use crate::backend::{self, Backend};
 use crate::ToolError;

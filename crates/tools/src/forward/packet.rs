@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use super::worker::bridge::{BridgeWorker, MacTable, PortCounters, XskBridgeWorker};
 use super::worker::reflect::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
-use super::worker::route::{FastSet, PortInfo, RouteWorker, XskRouteWorker};
+use super::worker::route::{PortInfo, RouteWorker, XskRouteWorker};
+use crate::route::decide::FastSet;
 use flowlane_io::{bpf, ebpf, frame, netdev, SysError};
 use flowlane_runtime::Poll;
 use flowlane_runtime::{Config, Runtime, StartError, StopRule};
 
 use super::report::{BridgeSummary, CpuCounts, Drops, ForwardCounts, ForwardReport, ForwardTick};
-use super::routes::{self, LiveTables, NextHopFile, RouteSource};
 use super::{dev_counters, ForwardEvent, ForwardStart, Job};
 use crate::backend::Backend;
 use crate::rings::RingMemory;
+use crate::route::tables::{self as routes, LiveTables, NextHopFile, RouteSource};
 use crate::ToolError;
 
 fn counts(s: &ForwardSnapshot) -> ForwardCounts {
@@ -553,13 +554,8 @@ pub(super) fn run_bridge(
         .entries()
         .into_iter()
         .map(|(m, port)| {
-            let mac = m
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":");
             (
-                mac,
+                flowlane_wire::Mac(m).to_string(),
                 job.ports
                     .get(port as usize)
                     .map_or_else(|| port.to_string(), |p| p.0.clone()),
@@ -573,14 +569,6 @@ pub(super) fn run_bridge(
         aged_out: aged as u64,
     });
     Ok(r)
-}
-
-/// `02:f1:0e:00:01:01`.
-pub(super) fn fmt_mac(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 /// What a session starts from: the workers' CPUs, the interfaces' counters before, and what

@@ -200,7 +200,7 @@ pub struct ForwardTick {
     pub delta: ForwardCounts,
     /// Route mode: the tables' upkeep so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tables: Option<TablesTick>,
+    pub tables: Option<crate::route::tables::TablesTick>,
     /// Native XDP: frames forwarded in the interval that the interfaces did not send (their
     /// transmit counters), as the summary's `device_refused` — on veth, a peer that cannot
     /// take XDP_TX or redirected frames. Said in the first status line it shows in. The two
@@ -218,32 +218,6 @@ impl ForwardTick {
         let queued = self.delta.forwarded + self.delta.flood_copies;
         self.device_refused.filter(|&n| n > 64.max(queued / 100))
     }
-}
-
-/// The router's table upkeep as of a tick: what a user (or a test) waits on after changing
-/// routes, and how long the change took to reach the forwarding path.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TablesTick {
-    /// IPv4 routes the forwarding path uses now.
-    pub routes_v4: usize,
-    /// IPv6 routes.
-    pub routes_v6: usize,
-    /// Route changes applied since the start (as the summary's `changes_applied`).
-    pub changes_applied: u64,
-    /// Whole re-reads of the kernel's table after its change stream overran, since the start.
-    pub reloads: u64,
-    /// Times the forwarding path's tables were replaced (routes, next hops or this host's
-    /// addresses changed), since the start.
-    pub updates: u64,
-    /// How long the latest update took, ms: from reading the changes until the forwarding
-    /// path uses the new tables (native XDP: the rebuild and the maps' rewrite too).
-    pub last_update_ms: Option<f64>,
-    /// Of the updates, those that wrote the whole table anew: the native XDP router's when
-    /// next hops, neighbours or this host's addresses changed, or a change was too wide to
-    /// make in place (its other updates rewrite only the entries the changed routes cover;
-    /// the other backends' FIB always changes in place).
-    #[serde(default)]
-    pub whole: u64,
 }
 
 /// What `forward` reports.
@@ -268,7 +242,7 @@ pub struct ForwardReport {
     pub ports: Vec<PortCounts>,
     /// Route: where the tables came from and what they hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub routes: Option<super::routes::RouteSummary>,
+    pub routes: Option<crate::route::tables::RouteSummary>,
     /// Bridge: what it learnt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bridge: Option<BridgeSummary>,

@@ -320,7 +320,7 @@ pub(super) fn run_bridge(
         .entries()
         .unwrap_or_default()
         .into_iter()
-        .map(|(mac, port)| (super::packet::fmt_mac(&mac), name(port)))
+        .map(|(mac, port)| (flowlane_wire::Mac(mac).to_string(), name(port)))
         .collect();
     macs.sort();
     r.bridge = Some(super::report::BridgeSummary {
@@ -652,12 +652,12 @@ pub(super) fn run_route(
 ) -> Result<ForwardReport, ToolError> {
     let (loaded, monitor) = super::packet::load_tables(&job, true, stop)?;
     job.routes = Some(loaded.summary.clone());
-    let mut live = super::routes::LiveTables::new(loaded, monitor);
+    let mut live = crate::route::tables::LiveTables::new(loaded, monitor);
     let infos: Vec<PortInfo> = super::packet::port_infos(&job)?
         .into_iter()
         .map(|p| p.1)
         .collect();
-    let tables = |live: &super::routes::LiveTables| {
+    let tables = |live: &crate::route::tables::LiveTables| {
         let t = XdpTables::build(live.v4(), live.v6(), live.next_hops(), &infos)?;
         let dir = flowlane_lpm::Dir24_8::build(&t.v4);
         Ok::<_, ToolError>((t, dir))
@@ -834,8 +834,8 @@ mod tests {
             let nested = Prefix::covering(p.addr() | (rng.next_u32() >> p.len().min(31)), len);
             table.push((nested, rng.random_range(0..16)));
         }
-        let hops = crate::forward::worker::route::NextHops {
-            hops: vec![crate::forward::worker::route::Hop::Nowhere; 16],
+        let hops = crate::route::decide::NextHops {
+            hops: vec![crate::route::decide::Hop::Nowhere; 16],
             ..Default::default()
         };
         let v4 = Rib::from_routes(table.iter().copied()).expect("valid");

@@ -5,11 +5,11 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::forward::worker::route::PortInfo;
-use crate::forward::worker::route::{FastMap, FastSet, Hop, NextHops};
+use crate::route::decide::{FastMap, FastSet, Hop, NextHops};
 use flowlane_io::ebpf::route_hop;
 use flowlane_lpm::{Prefix, Rib};
 
-use super::routes::Upkept;
+use crate::route::tables::Upkept;
 use crate::ToolError;
 
 /// One next-hop entry, laid out as `ebpf::route_hop`.
@@ -323,7 +323,7 @@ mod tests {
     }
 
     fn v4(a: u32) -> u128 {
-        crate::forward::worker::route::host_key_v4(a)
+        crate::route::decide::host_key_v4(a)
     }
 
     /// Tables followed change by change answer as tables built whole from the same routes

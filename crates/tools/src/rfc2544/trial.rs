@@ -266,7 +266,7 @@ impl Rig<'_> {
         // The far end's MAC is set, not read: sysfs in this thread is the host's, not the
         // namespace's.
         const PEER_MAC: [u8; 6] = [0x02, 0xf1, 0xce, 0x00, 0x00, 0x02];
-        let peer_mac = PEER_MAC.map(|b| format!("{b:02x}")).join(":");
+        let peer_mac = flowlane_wire::Mac(PEER_MAC).to_string();
         // The pair carries what the tx interface carries (a 9 000-byte MTU: jumbo frames).
         let tx_dev = self.cfg.tx.dev.clone();
         let mtu = inside(ns, move || {

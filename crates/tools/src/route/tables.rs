@@ -14,13 +14,12 @@ use std::path::PathBuf;
 
 use std::sync::Arc;
 
-use super::worker::route::{host_key_v4, FastMap, FastSet, Hop, NextHops, Tables};
+use super::decide::{host_key_v4, FastMap, FastSet, Hop, NextHops, Tables};
 use arc_swap::ArcSwap;
 use flowlane_io::netdev::{self, KernelRoute, Neighbour, RouteChange, RouteKind, RouteMonitor};
 use flowlane_lpm::{FibWriter, Prefix, Rib};
 use serde::{Deserialize, Serialize};
 
-use super::report::TablesTick;
 use crate::ToolError;
 
 /// Where routes come from.
@@ -223,7 +222,7 @@ impl Hops {
                     port: *port,
                     mac: Some(*mac),
                 },
-                format!("to {} dev {}", super::packet::fmt_mac(mac), dev(*port)),
+                format!("to {} dev {}", flowlane_wire::Mac(*mac), dev(*port)),
             ),
             HopKey::Connected(port) => (
                 Hop::Connected { port: *port },
@@ -743,6 +742,32 @@ impl LiveTables {
         );
         Ok(local_changed)
     }
+}
+
+/// The router's table upkeep as of a tick: what a user (or a test) waits on after changing
+/// routes, and how long the change took to reach the forwarding path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TablesTick {
+    /// IPv4 routes the forwarding path uses now.
+    pub routes_v4: usize,
+    /// IPv6 routes.
+    pub routes_v6: usize,
+    /// Route changes applied since the start (as the summary's `changes_applied`).
+    pub changes_applied: u64,
+    /// Whole re-reads of the kernel's table after its change stream overran, since the start.
+    pub reloads: u64,
+    /// Times the forwarding path's tables were replaced (routes, next hops or this host's
+    /// addresses changed), since the start.
+    pub updates: u64,
+    /// How long the latest update took, ms: from reading the changes until the forwarding
+    /// path uses the new tables (native XDP: the rebuild and the maps' rewrite too).
+    pub last_update_ms: Option<f64>,
+    /// Of the updates, those that wrote the whole table anew: the native XDP router's when
+    /// next hops, neighbours or this host's addresses changed, or a change was too wide to
+    /// make in place (its other updates rewrite only the entries the changed routes cover;
+    /// the other backends' FIB always changes in place).
+    #[serde(default)]
+    pub whole: u64,
 }
 
 #[cfg(test)]
