@@ -203,38 +203,50 @@ fn a_paced_rate_is_kept_beside_a_busy_process() {
             }
         })
     };
+    // The hog stops however the test ends.
+    struct Stop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let _stop = Stop(stop.clone());
     let args = [
         "--to", &to, "--rate", "20k", "--count", "40000", "--cpus", "0",
     ];
-    let (mut code, mut j) = (None, Value::Null);
-    let n = dut_rx(&p, || (code, j) = blast_judged(&p, &args));
-    let (mut code0, mut j0) = (None, Value::Null);
-    let n0 = dut_rx(&p, || {
-        (code0, j0) = blast_judged(&p, &[&args[..], &["--catch-up", "0"]].concat())
+    // A machine busier than the hog (other tests, other work) may hold the sender back for
+    // longer than the catch-up window: a bounded retry of a fully checked attempt.
+    common::up_to(3, |_| {
+        let (mut code, mut j) = (None, Value::Null);
+        let n = dut_rx(&p, || (code, j) = blast_judged(&p, &args));
+        let (mut code0, mut j0) = (None, Value::Null);
+        let n0 = dut_rx(&p, || {
+            (code0, j0) = blast_judged(&p, &[&args[..], &["--catch-up", "0"]].concat())
+        });
+        assert_eq!(j["tx_packets"], n, "every datagram sent arrived: {j}");
+        assert_eq!(code, Some(0), "{j}");
+        assert_eq!(j["generator_limited"], false, "{j}");
+        assert_eq!(n, 40_000, "{j}");
+        // The rate over the send window (first to last datagram, ~2 s), on the sender's clock.
+        let pps = j["tx_pps"].as_f64().expect("rate");
+        assert!((19_800.0..=20_200.0).contains(&pps), "{j}");
+        assert!(j["late_max_ms"].as_f64().expect("lateness") > 0.0, "{j}");
+        // Without a catch-up: whatever the rate came to, the time given up is counted, and a
+        // shortfall is said with the lateness that caused it.
+        assert_eq!(j0["tx_packets"], n0, "{j0}");
+        let forfeited = j0["pace_forfeited"].as_u64().expect("forfeited");
+        if j0["generator_limited"] == true {
+            assert_eq!(code0, Some(1), "{j0}");
+            assert!(forfeited > 0, "{j0}");
+            let why = j0["generator_limited_reason"].as_str().expect("reason");
+            assert!(
+                why.contains("woken too late") && why.contains("--catch-up"),
+                "{j0}"
+            );
+        }
     });
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(_stop);
     hog.join().expect("hog");
-    assert_eq!(j["tx_packets"], n, "every datagram sent arrived: {j}");
-    assert_eq!(code, Some(0), "{j}");
-    assert_eq!(j["generator_limited"], false, "{j}");
-    assert_eq!(n, 40_000, "{j}");
-    // The rate over the send window (first to last datagram, ~2 s), on the sender's clock.
-    let pps = j["tx_pps"].as_f64().expect("rate");
-    assert!((19_800.0..=20_200.0).contains(&pps), "{j}");
-    assert!(j["late_max_ms"].as_f64().expect("lateness") > 0.0, "{j}");
-    // Without a catch-up: whatever the rate came to, the time given up is counted, and a
-    // shortfall is said with the lateness that caused it.
-    assert_eq!(j0["tx_packets"], n0, "{j0}");
-    let forfeited = j0["pace_forfeited"].as_u64().expect("forfeited");
-    if j0["generator_limited"] == true {
-        assert_eq!(code0, Some(1), "{j0}");
-        assert!(forfeited > 0, "{j0}");
-        let why = j0["generator_limited_reason"].as_str().expect("reason");
-        assert!(
-            why.contains("woken too late") && why.contains("--catch-up"),
-            "{j0}"
-        );
-    }
 }
 
 #[test]
@@ -1101,6 +1113,17 @@ fn echoes_overflowing_the_generators_own_socket_are_reported_as_its_loss() {
                         let s = UdpSocket::bind(&bind).expect("bind");
                         s.set_read_timeout(Some(Duration::from_secs(10)))
                             .expect("timeout");
+                        // Room for all of them: a server thread held back by a busy machine
+                        // must not drop any (it would then wait out its timeout, and the
+                        // generator's linger would end with no echo).
+                        flowlane_io::socket::set_int(
+                            &s,
+                            libc::SOL_SOCKET,
+                            libc::SO_RCVBUFFORCE,
+                            8 << 20,
+                            "SO_RCVBUFFORCE",
+                        )
+                        .expect("a large receive buffer");
                         let mut held = Vec::with_capacity(N);
                         let mut buf = [0u8; 2048];
                         while held.len() < N {

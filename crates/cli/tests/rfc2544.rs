@@ -181,31 +181,36 @@ fn a_rate_limiter_is_found_at_its_rate() {
         let st = lab.dut.command("nft").args(rule).status().expect("nft");
         assert!(st.success(), "nft {rule:?}");
     }
-    let (code, j, err) = rfc2544(&lab, &["--tests", "throughput", "--trial-secs", "2"]);
-    assert_eq!(code, Some(0), "{err}");
-    let t = &j["sizes"][0]["throughput"];
-    let pdr = t["pdr"]["pps"].as_f64().expect("pdr");
-    assert_eq!(t["pdr"]["confirmed"], true, "{t}");
-    assert!(
-        (29_100.0..=30_300.0).contains(&pdr),
-        "PDR {pdr} against a 30 000/s policer: {t}; trials {}",
-        j["trials"]
-    );
-    let ndr = t["ndr"]["pps"].as_f64().expect("ndr");
-    assert!(
-        (28_500.0..=30_300.0).contains(&ndr),
-        "{t}; trials {}",
-        j["trials"]
-    );
-    // The first failure's delivered rate was used: no trial between a third and 97 % of the
-    // policer's rate was needed to find it (halving from it tried 15 000).
-    let trials = trials(&j);
-    let second = &trials[2];
-    assert!(
-        second["rate_pps"].as_f64().expect("rate") > 29_000.0,
-        "{second}"
-    );
-    valid(&j);
+    // The generator needs its CPU for the 30 000/s it offers: on a machine busier than the
+    // suite's hog it may fall short (tester-limited, said so): a bounded retry of a fully
+    // checked attempt.
+    common::up_to(3, |_| {
+        let (code, j, err) = rfc2544(&lab, &["--tests", "throughput", "--trial-secs", "2"]);
+        assert_eq!(code, Some(0), "{err}");
+        let t = &j["sizes"][0]["throughput"];
+        let pdr = t["pdr"]["pps"].as_f64().expect("pdr");
+        assert_eq!(t["pdr"]["confirmed"], true, "{t}");
+        assert!(
+            (29_100.0..=30_300.0).contains(&pdr),
+            "PDR {pdr} against a 30 000/s policer: {t}; trials {}",
+            j["trials"]
+        );
+        let ndr = t["ndr"]["pps"].as_f64().expect("ndr");
+        assert!(
+            (28_500.0..=30_300.0).contains(&ndr),
+            "{t}; trials {}",
+            j["trials"]
+        );
+        // The first failure's delivered rate was used: no trial between a third and 97 % of the
+        // policer's rate was needed to find it (halving from it tried 15 000).
+        let trials = trials(&j);
+        let second = &trials[2];
+        assert!(
+            second["rate_pps"].as_f64().expect("rate") > 29_000.0,
+            "{second}"
+        );
+        valid(&j);
+    });
 }
 
 /// The bucket holds 500 frames (10 ms of its rate) and the queue 1000: with the other tests'
