@@ -92,12 +92,9 @@ fn main() {
     pass("GRO on (NAPI), nftables prerouting drop", &modes);
     gro(false);
     let drop_all = {
-        use flowlane_io::ebpf::{xdp, Asm, R0};
+        use flowlane_io::ebpf::xdp;
         use flowlane_io::{bpf, netdev::ifindex};
-        let mut a = Asm::new();
-        a.mov_imm(R0, xdp::DROP).exit();
-        let prog = bpf::prog_load(bpf::PROG_XDP, "fl_bench_drop", &a.finish().expect("asm"))
-            .expect("load");
+        let prog = bpf::verdict_program(xdp::DROP, "fl_bench_drop").expect("load");
         let dut_if = p.dut_if.clone();
         p.dut
             .run(|| bpf::attach_xdp(&prog, ifindex(&dut_if).expect("ifindex"), 0))

@@ -41,11 +41,7 @@ fn main() {
         return;
     };
     let p = Pair::create("flb-live", 1).expect("namespaces");
-    let xdp_prog = |ret: i32, name: &str| {
-        let mut a = Asm::new();
-        a.mov_imm(R0, ret).exit();
-        bpf::prog_load(bpf::PROG_XDP, name, &a.finish().expect("asm")).expect("load")
-    };
+    let xdp_prog = |ret: i32, name: &str| bpf::verdict_program(ret, name).expect("load");
     let _drop_all = common::verdict(&p.dut, &p.dut_if, xdp::DROP);
     let counted = || p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets;
     let to = format!("{DUT_ADDR}:9000");

@@ -12,14 +12,16 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
 
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn root() -> Option<std::sync::MutexGuard<'static, ()>> {
     if !flowlane_lab::can_create_namespaces() {
         eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
         return None;
     }
-    Some(ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner()))
+    Some(
+        common::ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    )
 }
 
 /// A lab name unique to this test process.

@@ -26,16 +26,14 @@ const V6_TO_DUT: [&str; 6] = [
     "02:f1:0e:00:00:02",
 ];
 
-/// Namespace tests measure rates and exact counters on a 2-core machine: one at a time, so
-/// they do not take each other's CPU time (the lock is held for the test's whole life).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn pair() -> Option<(std::sync::MutexGuard<'static, ()>, Pair)> {
     if !flowlane_lab::can_create_namespaces() {
         eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
         return None;
     }
-    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     Some((
         guard,
         Pair::create("fl-blast", 1).expect("namespaces and veth"),
@@ -1179,14 +1177,9 @@ fn xdp_live_frames_leave_and_are_counted_exactly_at_the_peer() {
     // The building blocks of a live-frames generator (BPF_PROG_TEST_RUN with
     // BPF_F_TEST_XDP_LIVE_FRAMES): a generated XDP_TX program run on copies of one frame, and
     // a receiver whose veth runs XDP (attached through a BPF link, gone with its descriptor).
-    use flowlane_io::ebpf::{Asm, R0};
     use flowlane_io::{bpf, netdev::ifindex};
     let Some((_one, p)) = pair() else { return };
-    let prog = |verdict: i32| {
-        let mut a = Asm::new();
-        a.mov_imm(R0, verdict).exit();
-        bpf::prog_load(bpf::PROG_XDP, "fl_test", &a.finish().expect("asm")).expect("load")
-    };
+    let prog = |verdict: i32| bpf::verdict_program(verdict, "fl_test").expect("load");
     let dut_if = p.dut_if.clone();
     // XDP_DROP at the receiver: veth then runs NAPI for it and counts every frame.
     let link = p
@@ -2081,7 +2074,9 @@ fn sink_refusals_are_usage_errors() {
 fn a_stall_the_test_makes_is_the_lateness_and_the_time_given_up() {
     use flowlane_io::os::{signal_process, Signal};
     use std::time::Instant;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let rx = UdpSocket::bind("127.0.0.1:0").expect("bind a receiver");
     rx.set_read_timeout(Some(Duration::from_millis(200)))
         .expect("timeout");

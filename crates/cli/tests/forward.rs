@@ -11,16 +11,15 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
 
-/// One namespace test at a time: they count frames exactly and share two CPUs.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// The pair, the generator's end with transmit checksum offload as `tx_csum_offload` says.
 fn pair(tx_csum_offload: bool) -> Option<(std::sync::MutexGuard<'static, ()>, Pair)> {
     if !flowlane_lab::can_create_namespaces() {
         eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
         return None;
     }
-    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let p = Pair::create("fl-fwd", 2).expect("namespaces and veth");
     p.gen
         .set_offload(&p.gen_if, Offload::TxChecksum, tx_csum_offload)
@@ -429,7 +428,9 @@ fn a_peer_seen_without_xdp_is_refused_before_the_first_frame() {
         eprintln!("SKIP: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) for network namespaces");
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let ns = flowlane_lab::Netns::create("fl-fwdp").expect("namespace");
     ns.ip(&[
         "link", "add", "flpa", "type", "veth", "peer", "name", "flpb",

@@ -7,7 +7,6 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 
-use flowlane_io::ebpf::{Asm, R0};
 use flowlane_io::{bpf, netdev::ifindex};
 use flowlane_lab::Netns;
 
@@ -38,10 +37,7 @@ pub fn secs() -> f64 {
 pub fn verdict(ns: &Netns, dev: &str, verdict: i32) -> OwnedFd {
     let dev = dev.to_string();
     ns.run(move || {
-        let mut a = Asm::new();
-        a.mov_imm(R0, verdict).exit();
-        let prog =
-            bpf::prog_load(bpf::PROG_XDP, "fl_b_verdict", &a.finish().expect("asm")).expect("load");
+        let prog = bpf::verdict_program(verdict, "fl_b_verdict").expect("load");
         bpf::attach_xdp(&prog, ifindex(&dev).expect("ifindex"), 0).expect("attach")
     })
     .expect("in the namespace")

@@ -411,14 +411,10 @@ pub fn quiet(lab: &Line) {
 /// veth then takes frames that XDP on its peer redirected or sent back (Linux 6.18 wants an
 /// XDP program there; GRO alone is not enough).
 pub fn xdp_pass(ns: &Netns, dev: &str) -> std::os::fd::OwnedFd {
-    use flowlane_io::ebpf::{Asm, R0};
-    use flowlane_io::{bpf, netdev::ifindex};
+    use flowlane_io::{bpf, ebpf::xdp, netdev::ifindex};
     let dev = dev.to_string();
     ns.run(move || {
-        let mut a = Asm::new();
-        a.mov_imm(R0, 2).exit(); // XDP_PASS
-        let prog =
-            bpf::prog_load(bpf::PROG_XDP, "fl_t_pass", &a.finish().expect("asm")).expect("load");
+        let prog = bpf::verdict_program(xdp::PASS, "fl_t_pass").expect("load");
         bpf::attach_xdp(&prog, ifindex(&dev).expect("ifindex"), 0).expect("attach")
     })
     .expect("in the namespace")

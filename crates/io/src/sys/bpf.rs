@@ -400,6 +400,26 @@ fn load(
     }
 }
 
+/// Loads the XDP program that returns `verdict` (`ebpf::xdp::DROP`, `PASS`, `TX`) for every
+/// frame: a peer that drops all, a veth end that must run NAPI, a probe. Multi-buffer aware,
+/// so it attaches at any MTU (veth refuses a program that is not, at a peer MTU above a page);
+/// plain where the kernel predates that. The one copy of it (seven were assembled apart).
+pub fn verdict_program(verdict: i32, name: &str) -> Result<OwnedFd, LoadError> {
+    let insns = crate::ebpf::Asm::new()
+        .mov_imm(crate::ebpf::R0, verdict)
+        .exit()
+        .finish()
+        .map_err(|e| LoadError {
+            error: SysError {
+                call: "assemble",
+                source: io::Error::new(io::ErrorKind::InvalidInput, format!("{e:?}")),
+            },
+            log: String::new(),
+        })?;
+    prog_load_flags(PROG_XDP, XDP_HAS_FRAGS, name, &insns)
+        .or_else(|_| prog_load(PROG_XDP, name, &insns))
+}
+
 /// Attaches an eBPF socket filter (`SO_ATTACH_BPF`); the socket keeps the program alive.
 pub fn attach_socket_filter(sock: &impl AsRawFd, prog: &OwnedFd) -> Result<(), SysError> {
     super::set_int(

@@ -288,20 +288,10 @@ impl Rig<'_> {
             let zc = z.clone();
             let mac = PEER_MAC;
             let link = inside(ns, move || -> Result<_, ToolError> {
-                use flowlane_io::ebpf::{Asm, R0};
-                use flowlane_io::{bpf, netdev};
-                let mut asm = Asm::new();
-                asm.mov_imm(R0, 1).exit(); // XDP_DROP
-                let insns = asm
-                    .finish()
-                    .map_err(|e| ToolError::runtime(format!("drop program: {e}")))?;
+                use flowlane_io::{bpf, ebpf::xdp, netdev};
                 let bpf_err = |e: flowlane_io::SysError| ToolError::runtime(e.to_string());
-                // Multi-buffer aware (veth refuses a program that is not at a peer MTU above
-                // a page), or plain where the kernel predates it.
-                let prog =
-                    bpf::prog_load_flags(bpf::PROG_XDP, bpf::XDP_HAS_FRAGS, "fl_ceil_drop", &insns)
-                        .or_else(|_| bpf::prog_load(bpf::PROG_XDP, "fl_ceil_drop", &insns))
-                        .map_err(|e| ToolError::runtime(e.to_string()))?;
+                let prog = bpf::verdict_program(xdp::DROP, "fl_ceil_drop")
+                    .map_err(|e| ToolError::runtime(format!("drop program: {e}")))?;
                 let idx = netdev::ifindex(&zc).map_err(bpf_err)?;
                 bpf::attach_xdp(&prog, idx, 0).map_err(bpf_err)
             })??;
