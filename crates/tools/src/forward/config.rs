@@ -1,0 +1,76 @@
+//! What a `forward` run is asked to do.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::route::tables::RouteSource;
+
+/// What the forwarder does with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForwardMode {
+    /// Back out of the interface it came in on, MACs (and as asked addresses, ports) swapped.
+    Reflect,
+    /// IPv4 and IPv6 routing on our FIB between the interfaces: next hop by longest-prefix
+    /// match, MACs rewritten, TTL decremented.
+    Route,
+    /// A learning bridge between the interfaces: MAC table with ageing, unknown unicast,
+    /// broadcast and multicast flooded.
+    Bridge,
+}
+
+/// Where frames that are not IP go, when the reflector swaps addresses or ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotIp {
+    /// To the kernel's stack (ARP keeps working).
+    Pass,
+    /// Nowhere.
+    Drop,
+}
+
+/// The configuration of one `forward` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForwardConfig {
+    /// What to do with frames.
+    pub mode: ForwardMode,
+    /// The interfaces (reflect: exactly one; route: its ports).
+    pub devs: Vec<String>,
+    /// Route: where routes come from.
+    #[serde(default)]
+    pub routes: Option<RouteSource>,
+    /// Route: next hops of a table file with numbered next hops.
+    #[serde(default)]
+    pub next_hops: Option<std::path::PathBuf>,
+    /// Bridge: seconds an unseen MAC is kept (default 300, as the Linux bridge).
+    #[serde(default)]
+    pub ageing_s: Option<u32>,
+    /// How frames reach the forwarder: `XdpNative` or `AfPacket`.
+    pub backend: Backend,
+    /// Reflect: swap IP addresses too.
+    pub swap_ip: bool,
+    /// Reflect: swap UDP/TCP ports too.
+    pub swap_ports: bool,
+    /// Frames that are not IP (when addresses or ports are swapped); `None`: what the backend
+    /// does anyway — native XDP and AF_PACKET pass them to the kernel, AF_XDP drops them.
+    pub not_ip: Option<NotIp>,
+    /// AF_PACKET: one worker per CPU, pinned (the kernel hands each the frames it received on
+    /// that CPU); `None`: every usable CPU. Native XDP runs where the driver receives, so
+    /// CPUs cannot be given there.
+    pub cpus: Option<Vec<usize>>,
+    /// Stop after this many seconds (else at Ctrl-C).
+    pub duration_s: Option<f64>,
+    /// Seconds between status ticks.
+    pub interval_s: f64,
+    /// Serve the workers' counters in the OpenMetrics text format at this address while
+    /// running (`--metrics`).
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// AF_PACKET: bytes all the rings may map, split evenly over them (`--ring-memory`).
+    #[serde(default = "default_ring_memory")]
+    pub ring_memory: u64,
+}
+
+fn default_ring_memory() -> u64 {
+    crate::rings::DEFAULT_BUDGET
+}

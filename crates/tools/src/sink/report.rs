@@ -1,0 +1,192 @@
+//! What a `sink` run reports: per flow, per size, and the whole run.
+
+use serde::{Deserialize, Serialize};
+
+use super::capture::CaptureReport;
+use crate::backend::BackendReport;
+use crate::Latency;
+
+/// One flow as the sink saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkFlowReport {
+    /// Flow id from the flowlane header.
+    pub id: u16,
+    /// Source `IP:PORT` of its frames.
+    pub src: Option<String>,
+    /// Destination `IP:PORT`.
+    pub dst: Option<String>,
+    /// Frames received (duplicates included).
+    pub rx_packets: u64,
+    /// Sequence numbers below the highest seen that never came.
+    pub lost: u64,
+    /// Frames that came below the highest sequence number already seen.
+    pub reordered: u64,
+    /// Frames seen twice or more.
+    pub duplicates: u64,
+    /// The highest sequence number seen.
+    pub highest_seq: Option<u64>,
+    /// AF_XDP: the receive queue this flow's frames came in on (a flow seen on several has
+    /// a row per queue, its loss and order counted per queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+    /// The length of its frames (bytes, FCS excluded) when all had one; absent for a mix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_bytes: Option<usize>,
+}
+
+/// The flows of one frame length together: one step of a size sweep (`blast --size
+/// 60,508,1514` gives each step's flows ids of their own and one length each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkSizeReport {
+    /// Frame bytes, FCS excluded.
+    pub frame_bytes: usize,
+    /// Flows whose frames all had this length (a flow seen on several AF_XDP queues counts
+    /// once; its frames and losses are summed over the queues, as the totals are).
+    pub flows: u64,
+    /// Their frames received (duplicates included), lost, out of order and duplicated.
+    pub rx_packets: u64,
+    pub lost: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+}
+
+/// The flows grouped by frame length, when more than one length was seen (a sweep): one row
+/// per length, in order; empty otherwise (and flows of mixed lengths are in no row).
+pub fn by_size(flows: &[SinkFlowReport]) -> Vec<SinkSizeReport> {
+    let mut rows: std::collections::BTreeMap<usize, SinkSizeReport> = Default::default();
+    let mut ids = std::collections::BTreeSet::new();
+    for f in flows {
+        let Some(b) = f.frame_bytes else { continue };
+        let r = rows.entry(b).or_insert(SinkSizeReport {
+            frame_bytes: b,
+            flows: 0,
+            rx_packets: 0,
+            lost: 0,
+            reordered: 0,
+            duplicates: 0,
+        });
+        r.flows += u64::from(ids.insert((b, f.id)));
+        r.rx_packets += f.rx_packets;
+        r.lost += f.lost;
+        r.reordered += f.reordered;
+        r.duplicates += f.duplicates;
+    }
+    if rows.len() < 2 {
+        return Vec::new();
+    }
+    rows.into_values().collect()
+}
+
+/// What `sink` reports (`flowlane sink --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SinkReport {
+    /// Frames the interface received (all of them, whatever they carry).
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Frames of flowlane traffic.
+    pub flowlane_packets: u64,
+    /// Flowlane frames lost (gaps below each flow's highest sequence number).
+    pub lost: u64,
+    /// Flowlane frames out of order.
+    pub reordered: u64,
+    /// Flowlane frames seen twice or more.
+    pub duplicates: u64,
+    /// UDP to the watched port without a flowlane header.
+    pub foreign: u64,
+    /// Not IP/UDP, fragments, other ports.
+    pub other: u64,
+    /// Headers cut short or inconsistent, or a wrong UDP checksum.
+    pub malformed: u64,
+    /// Of the malformed, those with a wrong UDP checksum.
+    pub bad_checksum: u64,
+    /// Accounted frames whose UDP checksum was not filled in (sent from this host with
+    /// checksum offload; seen so through AF_XDP), not judged.
+    #[serde(default)]
+    pub checksum_not_filled: u64,
+    /// Frames longer than a ring slot.
+    pub truncated: u64,
+    /// Frames the kernel could not copy in because the ring was full (the sink was the limit).
+    pub ring_drops: u64,
+    /// Frames stamped after they arrived (the sender's clock is not this host's).
+    pub clock_skew: u64,
+    /// First to last frame, seconds.
+    pub duration_s: f64,
+    /// Frames per second over that window.
+    pub rx_pps: f64,
+    /// One-way latency: the header's transmit time against this host's clock.
+    pub latency_ns: Option<Latency>,
+    /// The whole latency distribution (nanoseconds) behind the percentiles, for `--histogram`
+    /// (not in the JSON).
+    #[serde(skip)]
+    pub histogram: Option<hdrhistogram::Histogram<u64>>,
+    /// The sink worker's CPU time per frame received (its thread's CPU clock over its loop),
+    /// nanoseconds.
+    #[serde(default)]
+    pub cpu_ns_per_packet: Option<f64>,
+    /// Per flow, by id.
+    pub flows: Vec<SinkFlowReport>,
+    /// Per frame length when the flows had more than one (the steps of a size sweep).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_size: Vec<SinkSizeReport>,
+    /// The frame backend (AF_PACKET's receive ring), as asked of the kernel once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendReport>,
+    /// What the capture file (`--write`) got: frames seen, written, cut to the snap length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureReport>,
+    /// What each packet cost in cycles, instructions and cache misses, or why not known.
+    #[serde(default)]
+    pub pmu: crate::PmuCost,
+    /// AF_XDP: frames the redirect program left to the kernel instead (not unicast IP: ARP,
+    /// neighbour discovery, multicast, broadcast), its own count. The interface's received
+    /// frames = `rx_packets` + `ring_drops` + this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_kernel: Option<u64>,
+    /// AF_XDP: flows whose frames came in on more than one queue (each has a row per queue;
+    /// loss and order are then per queue, not per flow).
+    #[serde(default)]
+    pub split_flows: u64,
+    /// AF_PACKET: what the ring mapped, of what budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rings: Option<crate::rings::RingMemory>,
+    /// Why the sink stopped early, if it did (the run's exit code is then 1).
+    #[serde(default)]
+    pub errors: Vec<String>,
+}
+
+impl SinkReport {
+    /// A report of nothing received.
+    pub fn empty() -> SinkReport {
+        SinkReport {
+            rx_packets: 0,
+            rx_bytes: 0,
+            flowlane_packets: 0,
+            lost: 0,
+            reordered: 0,
+            duplicates: 0,
+            foreign: 0,
+            other: 0,
+            malformed: 0,
+            bad_checksum: 0,
+            checksum_not_filled: 0,
+            truncated: 0,
+            ring_drops: 0,
+            clock_skew: 0,
+            duration_s: 0.0,
+            rx_pps: 0.0,
+            latency_ns: None,
+            histogram: None,
+            cpu_ns_per_packet: None,
+            pmu: crate::PmuCost::default(),
+            flows: Vec::new(),
+            by_size: Vec::new(),
+            backend: None,
+            capture: None,
+            to_kernel: None,
+            split_flows: 0,
+            rings: None,
+            errors: Vec::new(),
+        }
+    }
+}
