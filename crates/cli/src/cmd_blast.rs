@@ -11,7 +11,6 @@ use flowlane_tools::blast::{
     self, BlastConfig, BlastEvent, BlastMode, BlastTick, Frames, ModelSpec, PcapSource, Placement,
     ReplayMode, StepReport, StepStart,
 };
-use serde_json::json;
 
 use crate::args::parse_duration;
 use crate::args::usable_cpus;
@@ -265,11 +264,8 @@ pub fn run(a: BlastArgs) -> CmdResult {
     })
     .map_err(Failure::from_tool)?;
     if a.live.json || stream.on() {
-        let out = match report.steps.as_slice() {
-            [one] if !report.sweep => serde_json::to_value(one),
-            all => Ok(json!({ "sweep": all })),
-        }
-        .map_err(|e| Failure::runtime(anyhow::anyhow!("the report as JSON: {e}")))?;
+        let out = serde_json::to_value(report.json())
+            .map_err(|e| Failure::runtime(anyhow::anyhow!("the report as JSON: {e}")))?;
         if stream.on() {
             stream.last(&out)?;
         } else {

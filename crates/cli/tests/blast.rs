@@ -79,6 +79,7 @@ fn blast_judged(p: &Pair, args: &[&str]) -> (Option<i32>, Value) {
             String::from_utf8_lossy(&out.stderr)
         )
     });
+    common::schema_valid("blast", &j);
     (out.status.code(), j)
 }
 

@@ -71,6 +71,7 @@ fn reflect_run(p: &Pair, fwd_args: &[&str]) -> (Value, Value) {
         )
     });
     let (code, f) = fwd.finish();
+    common::schema_valid("forward", &f);
     let (g1, d1) = (iface(p, true), iface(p, false));
     assert_eq!(code, Some(0), "forward exits 0: {f}");
     // Exact accounting against the kernel's interface counters.

@@ -62,6 +62,7 @@ fn load(ns: &Netns, args: &[&str]) -> (Option<i32>, Value) {
             String::from_utf8_lossy(&out.stderr)
         )
     });
+    common::schema_valid("http-load", &j);
     (out.status.code(), j)
 }
 
@@ -156,6 +157,7 @@ fn serve_bodies_are_byte_exact_and_counted() {
 
     let (code, j) = srv.finish();
     assert_eq!(code, Some(0), "{j}");
+    common::schema_valid("http-serve", &j);
     let t = &j["total"];
     // 9 sizes, 1 query, 3 on one connection, echo, HEAD, 404, 2 pipelined.
     assert_eq!(u(t, &["requests"]), 18, "{j}");

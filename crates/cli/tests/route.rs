@@ -5,6 +5,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+
 fn flowlane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_flowlane"))
         .args(args)
@@ -177,7 +179,9 @@ fn bench_json(table: &TempFile, seconds: &str, addresses: &str) -> Value {
         addresses,
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    serde_json::from_slice(&o.stdout).expect("bench prints JSON")
+    let j = serde_json::from_slice(&o.stdout).expect("bench prints JSON");
+    common::schema_valid("route-bench", &j);
+    j
 }
 
 #[test]

@@ -112,7 +112,9 @@ impl Server {
         flowlane_io::os::signal_process(self.child.id(), Signal::Interrupt).expect("SIGINT");
         let out = self.child.wait_with_output().expect("serve ends");
         assert_eq!(out.status.code(), Some(0), "serve exit status");
-        serde_json::from_slice(&out.stdout).expect("summary is JSON")
+        let j = serde_json::from_slice(&out.stdout).expect("summary is JSON");
+        common::schema_valid("serve", &j);
+        j
     }
 }
 

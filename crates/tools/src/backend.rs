@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::ToolError;
 
 /// A way frames enter or leave user space (or do not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
     /// AF_PACKET rings (`PACKET_TX_RING`, `PACKET_RX_RING`): any interface.
@@ -63,7 +63,7 @@ impl Backend {
 }
 
 /// Which backend carried a run, on which interface, and what else the interface offers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BackendReport {
     /// The interface.
     pub dev: String,

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Who can fix a failure. The CLI maps it to the exit code (usage and privilege: 2, the
 /// command line can fix it; runtime: 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ErrorKind {
     /// A value the user gave cannot work (a CPU that is not usable, a busy port, an address

@@ -4,7 +4,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Latency percentiles in nanoseconds, from an HdrHistogram of every measured packet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Latency {
     /// Median.
     pub p50: u64,
@@ -42,7 +42,7 @@ pub fn ns_per(cpu_ns: u64, items: u64) -> Option<f64> {
 
 /// What each packet cost in the CPU's own terms, from the workers' hardware counters (cycles,
 /// instructions, last-level cache misses over their loops), or why that is not known here.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PmuCost {
     /// CPU cycles per packet.
     pub cycles_per_packet: Option<f64>,
@@ -125,7 +125,7 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
 }
 
 /// A worker that stopped with an error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkerError {
     /// The worker's index.
     pub worker: usize,

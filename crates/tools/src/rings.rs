@@ -17,7 +17,7 @@ pub const DEFAULT_BUDGET: u64 = 256 << 20;
 pub const MIN_SLOTS: usize = 64;
 
 /// What a run's rings map.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RingMemory {
     /// The budget, bytes.
     pub budget: u64,

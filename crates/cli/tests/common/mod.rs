@@ -353,10 +353,31 @@ pub fn sink_start(lab: &Line, count: u64) -> std::process::Child {
     child
 }
 
+/// Asserts that a report is valid against its generated schema, `docs/NAME.schema.json`
+/// (`tools::schema`: made from the report types, so what `--json` printed must fit it).
+pub fn schema_valid(name: &str, j: &Value) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../docs/{name}.schema.json"));
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .expect("schema JSON");
+    let v = jsonschema::validator_for(&schema).expect("a valid schema");
+    let errors: Vec<String> = v
+        .iter_errors(j)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{name} report against its schema: {errors:?}\n{j}"
+    );
+}
+
 /// The sink got `count` datagrams, every one once and in order per flow.
 pub fn sink_check(sink: std::process::Child, count: u64) {
     let out = sink.wait_with_output().expect("sink ends");
     let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
+    schema_valid("sink", &s);
     assert_eq!(s["flowlane_packets"].as_u64(), Some(count), "{s}");
     assert!(
         s["cpu_ns_per_packet"].as_f64().is_some_and(|x| x > 0.0),

@@ -26,7 +26,7 @@ pub use config::{imix_sequence, BlastConfig, BlastMode, Frames, ModelSpec, Place
 pub use flows::route_source;
 pub use link::parse_mac;
 pub use replay::{PcapSource, ReplayMode, ReplayReport, MAX_BYTES, MAX_FRAMES};
-pub use report::{BlastReport, FlowReport, StepReport};
+pub use report::{BlastJson, BlastReport, FlowReport, StepReport};
 
 use crate::backend::{self, Backend};
 use crate::ToolError;
@@ -57,7 +57,7 @@ pub struct StepStart {
 }
 
 /// Counters over one status interval of a step.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct BlastTick {
     /// Seconds since the step started.
     pub elapsed_s: f64,

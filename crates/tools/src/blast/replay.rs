@@ -20,7 +20,7 @@ pub const MAX_FRAMES: u64 = 1_000_000;
 pub const MAX_BYTES: u64 = 256 << 20;
 
 /// How a capture's frames are sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplayMode {
     /// UDP frames with room for it carry the flowlane header (flows: the capture's distinct
@@ -31,7 +31,7 @@ pub enum ReplayMode {
 }
 
 /// Where frames come from instead of being built (`--pcap`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PcapSource {
     /// The capture (pcap or pcapng, Ethernet).
     pub path: PathBuf,
@@ -40,7 +40,7 @@ pub struct PcapSource {
 }
 
 /// What was made of a capture (in the report).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReplayReport {
     /// The file.
     pub file: String,

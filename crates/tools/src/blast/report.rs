@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::report::{Latency, WorkerError};
 
 /// One flow's part of a step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FlowReport {
     /// Flow id (in every datagram's flowlane header).
     pub id: u16,
@@ -32,7 +32,7 @@ pub struct FlowReport {
 }
 
 /// One step of a run (the whole run, unless it sweeps frame sizes).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepReport {
     /// Datagrams (frames) the generator released: what the kernel accepted.
     pub tx_packets: u64,
@@ -139,7 +139,7 @@ impl StepReport {
 }
 
 /// A whole run: one step, or one per frame size of a sweep.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BlastReport {
     /// In the order run; a run stopped early (Ctrl-C, a failed step) has fewer than asked.
     pub steps: Vec<StepReport>,
@@ -147,7 +147,31 @@ pub struct BlastReport {
     pub sweep: bool,
 }
 
+/// What `blast --json` prints: a single step's report as it is, or a sweep's steps under
+/// `sweep`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum BlastJson {
+    /// One step.
+    Step(Box<StepReport>),
+    /// A sweep: one step per size.
+    Sweep {
+        /// The steps, in the order run.
+        sweep: Vec<StepReport>,
+    },
+}
+
 impl BlastReport {
+    /// The form `--json` prints.
+    pub fn json(&self) -> BlastJson {
+        match self.steps.as_slice() {
+            [one] if !self.sweep => BlastJson::Step(Box::new(one.clone())),
+            all => BlastJson::Sweep {
+                sweep: all.to_vec(),
+            },
+        }
+    }
+
     /// Every step did what was asked.
     pub fn ok(&self) -> bool {
         self.steps.iter().all(StepReport::ok)

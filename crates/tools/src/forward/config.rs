@@ -6,7 +6,7 @@ use crate::backend::Backend;
 use crate::route::tables::RouteSource;
 
 /// What the forwarder does with a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ForwardMode {
     /// Back out of the interface it came in on, MACs (and as asked addresses, ports) swapped.

@@ -23,7 +23,9 @@ macro_rules! fieldwise {
 }
 
 /// Frames not forwarded, by reason (`flowlane_wire::forward::Reason`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Drops {
     /// Not IPv4/IPv6 (reflect: when addresses or ports are swapped; passed to the kernel or
     /// dropped as asked. Route: left to the kernel).
@@ -86,7 +88,9 @@ impl Drops {
 }
 
 /// One CPU's (or the whole run's) counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct ForwardCounts {
     /// Frames the forwarder looked at: forwarded + to_host + dropped.
     pub rx_packets: u64,
@@ -148,7 +152,7 @@ impl ForwardCounts {
 }
 
 /// One interface's own counters over the run (sysfs).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PortCounts {
     /// The interface.
     pub dev: String,
@@ -165,7 +169,7 @@ pub struct PortCounts {
 }
 
 /// What the bridge learnt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BridgeSummary {
     /// Seconds an unseen MAC is kept.
     pub ageing_s: u32,
@@ -176,7 +180,7 @@ pub struct BridgeSummary {
 }
 
 /// One CPU's part.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CpuCounts {
     /// The CPU.
     pub cpu: usize,
@@ -190,7 +194,7 @@ pub struct CpuCounts {
 }
 
 /// Counters over one status interval.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ForwardTick {
     /// Seconds since the start.
     pub elapsed_s: f64,
@@ -221,7 +225,7 @@ impl ForwardTick {
 }
 
 /// What `forward` reports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ForwardReport {
     /// The mode.
     pub mode: ForwardMode,

@@ -23,7 +23,7 @@ use crate::{ToolError, WorkerError};
 pub const MAX_REQUEST_BODY: u64 = 64 << 20;
 
 /// Latency percentiles in microseconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LatencyUs {
     /// Answers measured.
     pub count: u64,
@@ -67,7 +67,9 @@ impl LatencyUs {
 }
 
 /// Counters of a run (cumulative, or over an interval).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct HttpLoadCounts {
     /// Connections established.
     pub connects: u64,
@@ -174,7 +176,7 @@ impl From<&WorkerSnapshot<HttpLoadSnapshot>> for HttpLoadCounts {
 }
 
 /// One pool's latency.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PoolReport {
     /// Its name.
     pub name: String,
@@ -202,7 +204,7 @@ pub struct PoolReport {
 }
 
 /// Memory of the load process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Memory {
     /// Resident set before any connection, KiB.
     pub rss_start_kib: u64,
@@ -270,7 +272,7 @@ fn mib(bytes: u64) -> String {
 }
 
 /// What a load run did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HttpLoadReport {
     /// Workers' CPUs.
     pub cpus: Vec<usize>,
@@ -356,7 +358,7 @@ pub struct HttpLoadReport {
 }
 
 /// One status interval.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct HttpLoadTick {
     /// Since start.
     pub elapsed_s: f64,

@@ -21,7 +21,7 @@ pub const MAX_BODY: u64 = 256 << 20;
 pub const COPY_MAX: u64 = 1 << 20;
 
 /// What to serve.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HttpServeConfig {
     /// Address every worker's listener binds.
     pub bind: SocketAddr,
@@ -98,7 +98,9 @@ impl Default for HttpServeConfig {
 }
 
 /// A server's counters (cumulative, or over one interval).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct HttpServeCounts {
     /// Connections accepted.
     pub accepted: u64,
@@ -175,7 +177,7 @@ impl From<&WorkerSnapshot<HttpServeSnapshot>> for HttpServeCounts {
 }
 
 /// One worker's share.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HttpServeWorker {
     /// Its CPU.
     pub cpu: usize,
@@ -187,7 +189,7 @@ pub struct HttpServeWorker {
 }
 
 /// What a server did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HttpServeReport {
     /// Address served.
     pub bind: String,
@@ -246,7 +248,7 @@ pub struct HttpServeStart {
 }
 
 /// One status interval.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct HttpServeTick {
     /// Since start.
     pub elapsed_s: f64,

@@ -7,7 +7,7 @@ use super::search::{Found, TrialKind};
 use crate::Latency;
 
 /// Which test a trial belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TestName {
     /// The generator's own maximum, against a peer that drops every frame.
@@ -36,7 +36,7 @@ impl TestName {
 }
 
 /// One trial, as counted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrialRecord {
     /// The test.
     pub test: TestName,
@@ -82,7 +82,7 @@ pub struct TrialRecord {
 }
 
 /// The maximum rate the search may offer, and where it comes from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MaxRate {
     /// Frames per second.
     pub pps: f64,
@@ -94,7 +94,7 @@ pub struct MaxRate {
 }
 
 /// Throughput (§26.1): the NDR and the PDR.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Throughput {
     /// No loss.
     pub ndr: Found,
@@ -114,7 +114,7 @@ pub struct Throughput {
 }
 
 /// Latency (§26.2) at the throughput rate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LatencyResult {
     /// The rate, frames per second.
     pub rate_pps: f64,
@@ -131,7 +131,7 @@ pub struct LatencyResult {
 }
 
 /// One step of the frame loss rate test (§26.3).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LossPoint {
     /// Percent of the maximum rate.
     pub pct_of_max: u32,
@@ -144,7 +144,7 @@ pub struct LossPoint {
 }
 
 /// Back-to-back (§26.4, RFC 9004).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BackToBack {
     /// The rate bursts were sent at (the maximum), frames per second.
     pub rate_pps: f64,
@@ -168,7 +168,7 @@ pub struct BackToBack {
 }
 
 /// One frame size's answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SizeReport {
     /// Frame bytes with FCS (the mix's mean for IMIX).
     pub frame_bytes: f64,
@@ -187,7 +187,7 @@ pub struct SizeReport {
 }
 
 /// Flows placed on the DUT's RSS queues by the picker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Placed {
     /// Flows per queue.
     pub per_queue: u64,
@@ -200,7 +200,7 @@ pub struct Placed {
 }
 
 /// One placed flow.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlacedFlow {
     /// Source `IP:PORT`.
     pub src: String,
@@ -211,7 +211,7 @@ pub struct PlacedFlow {
 }
 
 /// What `rfc2544` reports (`--json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Rfc2544Report {
     /// The generator's interface.
     pub tx_dev: String,

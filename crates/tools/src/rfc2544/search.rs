@@ -31,7 +31,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What the search is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SearchConfig {
     /// The highest rate to offer (frames per second): the line rate, or the generator's
     /// measured maximum.
@@ -51,7 +51,7 @@ pub struct SearchConfig {
 }
 
 /// What a trial is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TrialKind {
     /// A short trial that moves a bracket.
@@ -96,7 +96,7 @@ pub enum Step {
 }
 
 /// The counts of one trial.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Trial {
     /// The rate asked for.
     pub pps: f64,
@@ -133,7 +133,7 @@ impl Trial {
 }
 
 /// One goal's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Found {
     /// The highest rate that passed (its confirming trial too), frames per second: the rate
     /// asked, or what the generator delivered where that was less (a pass proves no more

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::ToolError;
 
 /// How long and on how many addresses to measure.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RouteBenchConfig {
     /// Seconds per measurement (the median of five runs is reported), in (0, 60].
     pub seconds: f64,
@@ -23,7 +23,7 @@ pub struct RouteBenchConfig {
 }
 
 /// Lookups per second in one traffic mode.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModeReport {
     /// Our FIB, batch lookups (0: not measured in this mode).
     pub batch_lps: f64,
@@ -38,7 +38,7 @@ pub struct ModeReport {
 }
 
 /// One address family's results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FamilyReport {
     /// Prefixes in the table.
     pub prefixes: usize,
@@ -111,7 +111,7 @@ pub struct FamilyReport {
 }
 
 /// Both families' results (`route bench --json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RouteBenchReport {
     /// IPv4, when the table has IPv4 routes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

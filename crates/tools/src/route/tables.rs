@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::ToolError;
 
 /// Where routes come from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RouteSource {
     /// The kernel's main table in this namespace (rtnetlink dump).
@@ -104,7 +104,7 @@ impl NextHopFile {
 }
 
 /// What the tables were loaded from and what they hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RouteSummary {
     /// `kernel` or the file's path.
     pub source: String,
@@ -746,7 +746,7 @@ impl LiveTables {
 
 /// The router's table upkeep as of a tick: what a user (or a test) waits on after changing
 /// routes, and how long the change took to reach the forwarding path.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TablesTick {
     /// IPv4 routes the forwarding path uses now.
     pub routes_v4: usize,

@@ -42,7 +42,7 @@ pub struct ServeStart {
 }
 
 /// Counters over one status interval.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ServeTick {
     /// Seconds since the workers started.
     pub elapsed_s: f64,

@@ -8,7 +8,7 @@ use super::ServeMode;
 pub use crate::report::WorkerError;
 
 /// Serve's counters: the runtime's counters that a serve worker writes, and no others.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServeCounts {
     /// Datagrams received (GRO-coalesced ones counted one by one).
     pub rx_packets: u64,
@@ -82,7 +82,7 @@ impl ServeCounts {
 }
 
 /// Datagrams one worker got from one source address (`--by-source`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SourceCount {
     /// The source, `IP:PORT`.
     pub src: String,
@@ -91,7 +91,7 @@ pub struct SourceCount {
 }
 
 /// One worker's part of the report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServeWorkerReport {
     /// The CPU it was pinned to.
     pub cpu: usize,
@@ -104,7 +104,7 @@ pub struct ServeWorkerReport {
 }
 
 /// The report of one `serve` run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServeReport {
     /// Per worker, in CPU-list order.
     pub workers: Vec<ServeWorkerReport>,

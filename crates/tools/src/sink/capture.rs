@@ -16,7 +16,9 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, Endianness, TsResolution};
 
 /// What to keep.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct CaptureSpec {
     /// The file (created, or truncated).
     pub path: PathBuf,
@@ -29,7 +31,9 @@ pub struct CaptureSpec {
 }
 
 /// What a capture wrote.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct CaptureReport {
     /// The file.
     pub path: PathBuf,

@@ -46,7 +46,9 @@ fn default_ring_memory() -> u64 {
 }
 
 /// How the sink reads frames.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum SinkBackend {
     /// An AF_PACKET RX ring: a copy of every frame; the kernel's own path still runs.

@@ -34,7 +34,7 @@ pub struct SinkStart {
 }
 
 /// Counters over one status interval.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct SinkTick {
     /// Seconds since the start.
     pub elapsed_s: f64,

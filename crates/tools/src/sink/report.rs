@@ -7,7 +7,7 @@ use crate::backend::BackendReport;
 use crate::Latency;
 
 /// One flow as the sink saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SinkFlowReport {
     /// Flow id from the flowlane header.
     pub id: u16,
@@ -36,7 +36,7 @@ pub struct SinkFlowReport {
 
 /// The flows of one frame length together: one step of a size sweep (`blast --size
 /// 60,508,1514` gives each step's flows ids of their own and one length each).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SinkSizeReport {
     /// Frame bytes, FCS excluded.
     pub frame_bytes: usize,
@@ -78,7 +78,7 @@ pub fn by_size(flows: &[SinkFlowReport]) -> Vec<SinkSizeReport> {
 }
 
 /// What `sink` reports (`flowlane sink --json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SinkReport {
     /// Frames the interface received (all of them, whatever they carry).
     pub rx_packets: u64,

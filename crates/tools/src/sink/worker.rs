@@ -49,7 +49,7 @@ pub enum Checksum {
 }
 
 /// What the sink counted, over all frames.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct SinkCounts {
     /// Every frame read.
     pub frames: u64,
