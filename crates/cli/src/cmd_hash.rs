@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use clap::Args;
 use flowlane_rss::{QueueModel, Symmetric, Toeplitz, Tuple};
-use serde_json::json;
 
 use crate::args::{hex32, parse_endpoint, print_json, Endpoint, KeySource, ModelArgs};
 use crate::{CmdResult, Failure};
@@ -76,26 +75,23 @@ pub fn run(a: HashArgs) -> CmdResult {
         (h, model.queue(h))
     });
     if a.json {
-        let mut v = json!({
-            "hash": hex32(hash),
-            "kind": tuple.kind().name(),
-            "src": tuple.src().to_string(),
-            "dst": tuple.dst().to_string(),
-            "src_port": ports.map(|p| p.0),
-            "dst_port": ports.map(|p| p.1),
-            "symmetric": sym.name(),
-            "model": model.name(),
-            "index": index,
-            "queue": queue,
-            "queues": model.queues(),
-            "key": m.key.to_hex(),
-            "key_source": m.key_source.describe(),
-        });
-        if let Some((fh, fq)) = frag {
-            v["fragment_hash"] = json!(hex32(fh));
-            v["fragment_queue"] = json!(fq);
-        }
-        print_json(&v)?;
+        print_json(&flowlane_tools::rss::HashReport {
+            hash: hex32(hash),
+            kind: tuple.kind().name().into(),
+            src: tuple.src().to_string(),
+            dst: tuple.dst().to_string(),
+            src_port: ports.map(|p| p.0),
+            dst_port: ports.map(|p| p.1),
+            symmetric: sym.name().into(),
+            model: model.name().into(),
+            index,
+            queue,
+            queues: model.queues(),
+            key: m.key.to_hex(),
+            key_source: m.key_source.describe(),
+            fragment_hash: frag.map(|f| hex32(f.0)),
+            fragment_queue: frag.map(|f| f.1),
+        })?;
     } else {
         outln!("hash      {}", hex32(hash));
         outln!("tuple     {}  {}", tuple.kind().name(), tuple);

@@ -6,7 +6,6 @@ use anyhow::anyhow;
 use clap::Args;
 use flowlane_rss::pick::{pick, Method, PickSpec};
 use flowlane_rss::Toeplitz;
-use serde_json::json;
 
 use crate::args::{
     hex32, parse_endpoint_with_port, parse_port_range, parse_source_range, parse_u32_list,
@@ -105,35 +104,38 @@ pub fn run(a: PickArgs) -> CmdResult {
         Method::Walk => "walk",
     };
     if a.json {
-        let queues: Vec<_> = result
+        use flowlane_tools::rss::{PickQueue, PickReport, PickTuple};
+        let queues = result
             .queues
             .iter()
-            .map(|q| {
-                json!({
-                    "queue": q.queue,
-                    "available": q.available,
-                    "complete": a.all || q.tuples.len() as u64 >= a.per_queue,
-                    "tuples": q.tuples.iter().map(|p| json!({
-                        "src": p.tuple.src().to_string(),
-                        "src_port": p.tuple.ports().map_or(spec.src_ports.0, |x| x.0),
-                        "dst": p.tuple.dst().to_string(),
-                        "dst_port": dst_port,
-                        "hash": hex32(p.hash),
-                    })).collect::<Vec<_>>(),
-                })
+            .map(|q| PickQueue {
+                queue: q.queue,
+                available: q.available,
+                complete: a.all || q.tuples.len() as u64 >= a.per_queue,
+                tuples: q
+                    .tuples
+                    .iter()
+                    .map(|p| PickTuple {
+                        src: p.tuple.src().to_string(),
+                        src_port: p.tuple.ports().map_or(spec.src_ports.0, |x| x.0),
+                        dst: p.tuple.dst().to_string(),
+                        dst_port,
+                        hash: hex32(p.hash),
+                    })
+                    .collect(),
             })
             .collect();
-        print_json(&json!({
-            "key": m.key.to_hex(),
-            "key_source": m.key_source.describe(),
-            "symmetric": m.symmetric.name(),
-            "model": model.name(),
-            "queues_in_model": model.queues(),
-            "hash_fields": if a.two_tuple { "2-tuple" } else { "4-tuple" },
-            "method": method,
-            "verified": true,
-            "queues": queues,
-        }))?;
+        print_json(&PickReport {
+            key: m.key.to_hex(),
+            key_source: m.key_source.describe(),
+            symmetric: m.symmetric.name().into(),
+            model: model.name().into(),
+            queues_in_model: model.queues(),
+            hash_fields: if a.two_tuple { "2-tuple" } else { "4-tuple" }.into(),
+            method: method.into(),
+            verified: true,
+            queues,
+        })?;
     } else {
         let fmt_dst = std::net::SocketAddr::new(spec.dst, dst_port);
         for q in &result.queues {

@@ -8,7 +8,6 @@ use flowlane_lpm::gen;
 use flowlane_lpm::load::{self, Format};
 use flowlane_lpm::{Fib, Key, Rib, Table};
 use flowlane_tools::route::{self, FamilyReport, RouteBenchConfig};
-use serde_json::{json, Value};
 
 use crate::args::print_json;
 use crate::{CmdResult, Failure};
@@ -207,14 +206,19 @@ fn run_lookup(a: LookupArgs) -> CmdResult {
         rows.push((s.clone(), prefix, hop));
     }
     if a.json {
-        let v: Vec<Value> = rows
+        let lookups = rows
             .iter()
-            .map(|(addr, p, h)| {
-                json!({"address": addr, "prefix": p, "next_hop": h,
-                       "next_hop_name": h.map(|h| t.hop_name(h))})
+            .map(|(addr, p, h)| route::Lookup {
+                address: addr.clone(),
+                prefix: p.clone(),
+                next_hop: *h,
+                next_hop_name: h.map(|h| t.hop_name(h)),
             })
             .collect();
-        print_json(&json!({"lookups": v, "legend": t.legend}))?;
+        print_json(&route::LookupReport {
+            lookups,
+            legend: t.legend.clone(),
+        })?;
     } else {
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         for (addr, p, h) in &rows {

@@ -123,6 +123,7 @@ fn lookup_plain_and_ip_route_tables() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).expect("test input is valid");
+    common::schema_valid("route-lookup", &v);
     let l = &v["lookups"];
     assert_eq!(l[0]["prefix"], "198.18.0.0/24");
     assert_eq!(l[0]["next_hop_name"], "dev fl0");

@@ -6,6 +6,8 @@ use std::process::{Command, Output, Stdio};
 use flowlane_rss::{vectors, Key, QueueModel, Reta, Toeplitz, Tuple};
 use serde_json::Value;
 
+mod common;
+
 fn flowlane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_flowlane"))
         .args(args)
@@ -39,8 +41,16 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The JSON printed, valid against its schema where it is `hash`'s or `pick`'s.
 fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", stdout(o)))
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", stdout(o)));
+    if v.get("method").is_some() {
+        common::schema_valid("pick", &v);
+    } else if v.get("hash").is_some() && v.get("queue").is_some() {
+        common::schema_valid("hash", &v);
+    }
+    v
 }
 
 fn endpoint(addr: std::net::IpAddr, port: u16) -> String {

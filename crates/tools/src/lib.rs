@@ -22,6 +22,7 @@ pub mod report;
 pub mod rfc2544;
 pub mod rings;
 pub mod route;
+pub mod rss;
 pub mod schema;
 pub mod serve;
 pub mod sink;

@@ -17,6 +17,9 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("http-load", schema_for!(crate::http::HttpLoadReport)),
         ("http-serve", schema_for!(crate::http::HttpServeReport)),
         ("route-bench", schema_for!(crate::route::RouteBenchReport)),
+        ("route-lookup", schema_for!(crate::route::LookupReport)),
+        ("hash", schema_for!(crate::rss::HashReport)),
+        ("pick", schema_for!(crate::rss::PickReport)),
     ]
 }
 
