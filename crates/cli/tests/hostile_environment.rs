@@ -579,7 +579,7 @@ fn a_silent_fifo_as_an_input_ends_at_ctrl_c() {
 }
 
 /// Issue 49 items 1 and 10: the running commands not covered above — `forward`, `http serve`,
-/// `http load` — with standard output on /dev/full and on a closed pipe: the failed write is
+/// `http load`, `bench` (on loopback; `rfc2544`'s is in its own tests) — with standard output on /dev/full and on a closed pipe: the failed write is
 /// said, exit 1, never a panic (their reports come at the end, after a 1 s run).
 #[test]
 fn running_commands_whose_output_fails_say_so() {
@@ -587,7 +587,9 @@ fn running_commands_whose_output_fails_say_so() {
         return;
     }
     let ns = flowlane_lab::Netns::create("fl-out").expect("namespace");
-    let cases: [&[&str]; 3] = [
+    let dir = std::env::temp_dir().join(format!("fl-hostile-bench-{}", std::process::id()));
+    let out = dir.to_str().expect("utf-8").to_string();
+    let cases: [&[&str]; 4] = [
         &[
             "forward",
             "--dev",
@@ -599,6 +601,17 @@ fn running_commands_whose_output_fails_say_so() {
         ],
         &["http", "serve", "--bind", "127.0.0.1:8080", "-d", "1"],
         &["http", "load", "http://127.0.0.1:9/", "-d", "1"],
+        &[
+            "bench",
+            "--loopback",
+            "--buckets",
+            "1..1",
+            "--step-secs",
+            "0.5",
+            "--json",
+            "--out",
+            &out,
+        ],
     ];
     for args in cases {
         let what = args.join(" ");
@@ -617,6 +630,7 @@ fn running_commands_whose_output_fails_say_so() {
             "Broken pipe",
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 49 item 2: a side file that passed its check before the run but cannot be written
