@@ -93,6 +93,22 @@ fn said(what: &str, (code, err): (Option<i32>, String), why: &str) {
     );
 }
 
+/// `args` run (by `make`) with stdout on /dev/full, then on a closed pipe: each failed write
+/// said, exit 1, within 30 s.
+fn output_fails_both_ways(args: &[&str], make: impl Fn() -> Command) {
+    let what = args.join(" ");
+    said(
+        &format!("{what} > /dev/full"),
+        to_dev_full(make(), Duration::from_secs(30)),
+        "No space left on device",
+    );
+    said(
+        &format!("{what} | (closed)"),
+        to_closed_pipe(make(), Duration::from_secs(30)),
+        "Broken pipe",
+    );
+}
+
 /// Commands that print and end, each with stdout on /dev/full and on a closed pipe.
 #[test]
 fn a_full_device_or_a_closed_pipe_is_an_error_not_a_panic() {
@@ -112,17 +128,7 @@ fn a_full_device_or_a_closed_pipe_is_an_error_not_a_panic() {
         &["blast", "--to", "127.0.0.1:9", "--count", "10", "--json"],
     ];
     for args in cases {
-        let what = args.join(" ");
-        said(
-            &format!("{what} > /dev/full"),
-            to_dev_full(flowlane(args), Duration::from_secs(30)),
-            "No space left on device",
-        );
-        said(
-            &format!("{what} | (closed)"),
-            to_closed_pipe(flowlane(args), Duration::from_secs(30)),
-            "Broken pipe",
-        );
+        output_fails_both_ways(args, || flowlane(args));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -614,21 +620,11 @@ fn running_commands_whose_output_fails_say_so() {
         ],
     ];
     for args in cases {
-        let what = args.join(" ");
-        let mut cmd = ns.command(BIN);
-        cmd.args(args);
-        said(
-            &format!("{what} > /dev/full"),
-            to_dev_full(cmd, Duration::from_secs(30)),
-            "No space left on device",
-        );
-        let mut cmd = ns.command(BIN);
-        cmd.args(args);
-        said(
-            &format!("{what} | (closed)"),
-            to_closed_pipe(cmd, Duration::from_secs(30)),
-            "Broken pipe",
-        );
+        output_fails_both_ways(args, || {
+            let mut cmd = ns.command(BIN);
+            cmd.args(args);
+            cmd
+        });
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

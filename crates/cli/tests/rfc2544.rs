@@ -868,14 +868,48 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
 /// standard output after two.)
 #[test]
 fn an_interrupted_run_prints_its_report_and_exits_130() {
-    use flowlane_io::os::{signal_process, Signal};
     let Some(lab) = Line::up("n", &["--kernel", "route"]) else {
         return;
     };
+    let (out, rest) = interrupted(&lab, &["--sizes", "64,512"], std::process::Stdio::piped());
+    assert_eq!(out.status.code(), Some(130), "{rest}");
+    let j: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("a JSON report ({e}): {rest}"));
+    assert_eq!(j["interrupted"], true, "{j}");
+    valid(&j);
+    // The same with standard output on a full device (issue 49 item 1): the report cannot be
+    // written, which is said, exit 1, never a panic.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let (out, rest) = interrupted(&lab, &["--sizes", "64"], full.into());
+    assert_eq!(out.status.code(), Some(1), "{rest}");
+    assert!(
+        rest.contains("flowlane: error: writing") && !rest.contains("panicked"),
+        "{rest}"
+    );
+}
+
+/// An rfc2544 throughput run with `--json`, its stdout on `stdout`, given two SIGINTs (as
+/// `timeout -s INT` sends) 300 ms after its banner: its output and the rest of its stderr.
+fn interrupted(
+    lab: &Line,
+    sizes: &[&str],
+    stdout: std::process::Stdio,
+) -> (std::process::Output, String) {
+    use flowlane_io::os::{signal_process, Signal};
     let mut child = Command::new(BIN)
-        .args(["rfc2544", "--lab", &lab.name, "--json", "--sizes", "64,512"])
-        .args(["--tests", "throughput"])
-        .stdout(std::process::Stdio::piped())
+        .args([
+            "rfc2544",
+            "--lab",
+            &lab.name,
+            "--json",
+            "--tests",
+            "throughput",
+        ])
+        .args(sizes)
+        .stdout(stdout)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("rfc2544");
@@ -891,40 +925,7 @@ fn an_interrupted_run_prints_its_report_and_exits_130() {
     let out = child.wait_with_output().expect("ends");
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut err, &mut rest);
-    assert_eq!(out.status.code(), Some(130), "{rest}");
-    let j: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("a JSON report ({e}): {rest}"));
-    assert_eq!(j["interrupted"], true, "{j}");
-    valid(&j);
-    // The same with standard output on a full device (issue 49 item 1): the report cannot be
-    // written, which is said, exit 1, never a panic.
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .expect("/dev/full");
-    let mut child = Command::new(BIN)
-        .args(["rfc2544", "--lab", &lab.name, "--json", "--sizes", "64"])
-        .args(["--tests", "throughput"])
-        .stdout(full)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("rfc2544");
-    let mut err = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut banner = String::new();
-    std::io::BufRead::read_line(&mut err, &mut banner).expect("banner");
-    assert!(banner.starts_with("flowlane rfc2544:"), "{banner}");
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    for _ in 0..2 {
-        signal_process(child.id(), Signal::Interrupt).expect("SIGINT");
-    }
-    let out = child.wait_with_output().expect("ends");
-    let mut rest = String::new();
-    let _ = std::io::Read::read_to_string(&mut err, &mut rest);
-    assert_eq!(out.status.code(), Some(1), "{rest}");
-    assert!(
-        rest.contains("flowlane: error: writing") && !rest.contains("panicked"),
-        "{rest}"
-    );
+    (out, rest)
 }
 
 /// Issue 49 item 8: jumbo frames. `--sizes 9000` was refused naming the tester's own
