@@ -1,6 +1,5 @@
-//! Route table loaders (plain and `ip route` output) on arbitrary text: never a panic; a
-//! plain table that loads writes back to the same table; what loads builds a FIB whose
-//! answers match the table's longest match.
+//! Route table loaders (plain and `ip route` output) on arbitrary text: never a panic; what
+//! loads builds a FIB whose answers match the table's longest match.
 #![no_main]
 
 use flowlane_lpm::load::{parse, Format};
@@ -10,10 +9,8 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     for format in [Format::Auto, Format::Plain, Format::IpRoute] {
+        // (That a plain table writes back to itself is lpm_parse's, at 20 times the speed.)
         let Ok(t) = parse(text, format) else { continue };
-        if format == Format::Plain {
-            assert_eq!(parse(&t.to_plain(), Format::Plain).as_ref(), Ok(&t));
-        }
         if t.v4.len() + t.v6.len() == 0 {
             continue;
         }
