@@ -3,10 +3,8 @@
 //! `flowlane blast --pcap` to send again. Only frames whole on the wire are kept: one the
 //! capture cut to its snap length is counted apart, never sent cut.
 
-use std::io::Cursor;
-
-use pcap_file::pcap::PcapReader;
-use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::pcap::PcapParser;
+use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::DataLink;
 
 /// What a capture holds.
@@ -126,23 +124,27 @@ pub fn read(bytes: &[u8], limits: Limits) -> Result<Captured, CaptureError> {
     };
     match magic {
         0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 => {
-            let mut r = PcapReader::new(Cursor::new(bytes)).map_err(|e| g.damaged(e))?;
+            // The crate's slice parsers: the capture is in memory already (its readers
+            // allocate an 8 MB buffer each, which held the fuzzer to 2 000 inputs a second).
+            let (mut rest, r) = PcapParser::new(bytes).map_err(|e| g.damaged(e))?;
             let link = r.header().datalink;
             if link != DataLink::ETHERNET {
                 return Err(CaptureError::LinkType(u32::from(link)));
             }
             // Raw records: the crate's checked ones refuse a frame longer than the file's snap
             // length even when it was cut to it, which is what a snap length is for.
-            while let Some(p) = r.next_raw_packet() {
-                let p = p.map_err(|e| g.damaged(e))?;
+            while !rest.is_empty() {
+                let (next, p) = r.next_raw_packet(rest).map_err(|e| g.damaged(e))?;
+                rest = next;
                 g.add(p.data, p.orig_len)?;
             }
         }
         0x0a0d_0d0a => {
             g.out.pcapng = true;
-            let mut r = PcapNgReader::new(Cursor::new(bytes)).map_err(|e| g.damaged(e))?;
-            while let Some(b) = r.next_block() {
-                let b = b.map_err(|e| g.damaged(e))?;
+            let (mut rest, mut r) = PcapNgParser::new(bytes).map_err(|e| g.damaged(e))?;
+            while !rest.is_empty() {
+                let (next, b) = r.next_block(rest).map_err(|e| g.damaged(e))?;
+                rest = next;
                 // Owned, so the reader is free to be asked about the interface.
                 let (iface, data, orig) = match b {
                     Block::EnhancedPacket(p) => (p.interface_id, p.data.to_vec(), p.original_len),
