@@ -1,12 +1,17 @@
 //! HTTP/1.x as bytes, for the load generator and the server: heads parsed by `httparse` on
 //! the caller's buffer (nothing copied), what a request asks of flowlane's server, response and
-//! request heads written, chunked bodies walked, and the body pattern both sides agree on.
+//! request heads written, chunked bodies walked, and the body pattern both sides agree on. The
+//! Sans-IO readers ([`ResponseReader`], [`RequestReader`]) hold every framing rule of a
+//! connection's bytes, so the epoll workers only move bytes.
 //!
 //! The server answers `GET /bytes/N` (or any path with `size=N` in its query) with N bytes of
 //! [`PATTERN`] repeated from offset 0, so a client can check a body byte for byte without
 //! having been told anything else.
 
 use std::fmt::Write as _;
+
+mod read;
+pub use read::{Answer, MessageError, RequestReader, RequestStep, ResponseReader, Step};
 
 /// One line of the body pattern: a body is this repeated, byte `i` being `PATTERN[i % 64]`.
 pub const PATTERN: &[u8; 64] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-\n";

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flowlane_io::tcp::{self, Interest, Poller};
-use flowlane_wire::http::{self as h, BodyLen, ChunkStep, Chunked};
+use flowlane_wire::http::{Answer, ResponseReader};
 use hdrhistogram::Histogram;
 use slab::Slab;
 
@@ -256,14 +256,6 @@ pub struct WorkerEnd {
 pub type EndSlot = Arc<Mutex<Option<WorkerEnd>>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Resp {
-    Head,
-    Body(u64),
-    Chunked(Chunked),
-    UntilClose,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Not connected; (re)connect from then (ns).
     Closed(u64),
@@ -271,7 +263,7 @@ enum State {
     Idle,
     /// A request sent (or still being sent: [`Conn::unsent`]), its answer being read: an
     /// answer may begin before the request ends.
-    Reading(Resp),
+    Reading(ResponseReader),
 }
 
 #[derive(Debug)]
@@ -286,8 +278,6 @@ struct Conn {
     req: usize,
     /// The bytes of it written so far while it is being written; `None` once sent in full.
     unsent: Option<usize>,
-    /// The status of the answer being read.
-    status: u16,
     intended: u64,
     sent_at: u64,
     /// Constant rate: when the next request is due; closed loop: earliest next send.
@@ -295,8 +285,6 @@ struct Conn {
     /// Connections closed after each answer (keep-alive off, or the server said close).
     close_after: bool,
     writing: bool,
-    /// Body bytes of the answer being read, so far.
-    body: u64,
 }
 
 /// One load worker.
@@ -510,13 +498,11 @@ impl ClientWorker {
                     carry: Vec::new(),
                     req: 0,
                     unsent: None,
-                    status: 0,
                     intended: 0,
                     sent_at: 0,
                     next_due: 0,
                     close_after: !self.pools[p].keep_alive,
                     writing: false,
-                    body: 0,
                 });
                 self.first_due(key, now);
                 self.connect(key, now, st);
@@ -627,9 +613,8 @@ impl ClientWorker {
             c.intended = now;
         }
         self.in_flight += 1;
-        c.state = State::Reading(Resp::Head);
+        c.state = State::Reading(ResponseReader::new(self.pools[pool].head_method));
         c.unsent = Some(0);
-        c.body = 0;
         self.write_more(key, st);
     }
 
@@ -675,14 +660,9 @@ impl ClientWorker {
         }
     }
 
-    /// `n` body bytes of the answer `key` is reading.
-    fn body_in(&mut self, key: usize, n: u64, st: &HttpLoadStats) {
-        bump(&st.body_bytes, n);
-        self.conns[key].body += n;
-    }
-
     /// An answer completed at `now` (its latency ends there).
-    fn complete(&mut self, key: usize, status: u16, keep: bool, now: u64, st: &HttpLoadStats) {
+    fn complete(&mut self, key: usize, answer: Answer, now: u64, st: &HttpLoadStats) {
+        let (status, keep) = (answer.status, answer.keep_alive);
         bump(&st.responses, 1);
         if self.stamp_read.is_some() {
             bump(&st.stamped, 1);
@@ -704,7 +684,7 @@ impl ClientWorker {
         if !self.ramps || self.plan.steady_at(Duration::from_nanos(c.intended)) {
             let l = &mut self.lat[c.pool];
             l.answers += 1;
-            l.body_bytes += c.body;
+            l.body_bytes += answer.body;
             let total = now.saturating_sub(c.intended).max(1);
             let _ = l.intended.record(total);
             let _ = l.actual.record(now.saturating_sub(c.sent_at).max(1));
@@ -719,7 +699,6 @@ impl ClientWorker {
             }
         }
         c.state = State::Idle;
-        c.body = 0;
         if c.unsent.take().is_some() {
             // What the server made of the rest is unknown: the connection ends here.
             bump(&st.early_answers, 1);
@@ -768,9 +747,7 @@ impl ClientWorker {
             return false;
         };
         let discard = match c.state {
-            State::Reading(Resp::Body(left)) if left >= DISCARD_MIN && c.carry.is_empty() => {
-                Some(left)
-            }
+            State::Reading(r) if c.carry.is_empty() => r.fixed_left().filter(|&l| l >= DISCARD_MIN),
             _ => None,
         };
         // Small reads only while the server has plenty to do (see `SMALL_READS_FROM`).
@@ -781,7 +758,7 @@ impl ClientWorker {
         };
         let want = match (discard, c.state) {
             (Some(left), _) => (left as usize).min(rs),
-            (None, State::Reading(Resp::Head)) => HEAD_READ.min(rs),
+            (None, State::Reading(r)) if r.in_head() => HEAD_READ.min(rs),
             _ => rs,
         };
         // Stamped reads (`recvmsg` with a control message) only in the round after a batch
@@ -807,19 +784,19 @@ impl ClientWorker {
         };
         let now = self.now();
         if n == 0 {
-            match self.conns[key].state {
-                State::Reading(Resp::UntilClose) => {
-                    let status = self.conns[key].status;
-                    self.conns[key].close_after = true;
-                    self.complete(key, status, false, now, st);
+            if let State::Reading(mut r) = self.conns[key].state {
+                match r.closed() {
+                    Some(answer) => {
+                        self.conns[key].close_after = true;
+                        self.complete(key, answer, now, st);
+                    }
+                    None => {
+                        bump(&st.closed_early, 1);
+                        self.note(key, |t| {
+                            format!("{t} closed the connection before its answer was complete")
+                        });
+                    }
                 }
-                State::Reading(_) => {
-                    bump(&st.closed_early, 1);
-                    self.note(key, |t| {
-                        format!("{t} closed the connection before its answer was complete")
-                    });
-                }
-                _ => {}
             }
             self.closing.push(key);
             return false;
@@ -836,15 +813,15 @@ impl ClientWorker {
             }
             _ => now,
         };
-        if let Some(left) = discard {
+        if discard.is_some() {
             // Body bytes dropped in the kernel: counted, never copied.
-            self.body_in(key, n as u64, st);
-            let left = left - n as u64;
-            if left == 0 {
-                let (status, keep) = (self.conns[key].status, !self.conns[key].close_after);
-                self.complete(key, status, keep, now, st);
-            } else {
-                self.conns[key].state = State::Reading(Resp::Body(left));
+            bump(&st.body_bytes, n as u64);
+            if let State::Reading(mut r) = self.conns[key].state {
+                let ended = r.skipped(n as u64);
+                self.conns[key].state = State::Reading(r);
+                if let Some(answer) = ended {
+                    self.complete(key, answer, now, st);
+                }
             }
             return n == want;
         }
@@ -870,80 +847,26 @@ impl ClientWorker {
     fn responses(&mut self, key: usize, data: &[u8], now: u64, st: &HttpLoadStats) -> usize {
         let mut at = 0;
         while at < data.len() {
-            let State::Reading(resp) = self.conns[key].state else {
-                // Bytes nobody asked for.
+            let State::Reading(mut r) = self.conns[key].state else {
                 bump(&st.parse_errors, 1);
                 self.closing.push(key);
                 self.note(key, |t| format!("{t} sent bytes no request asked for"));
                 return data.len();
             };
-            match resp {
-                Resp::Head => match h::parse_response(&data[at..]) {
-                    Ok(None) => return at,
-                    Ok(Some(head)) => {
-                        at += head.head_len;
-                        let body = if self.pools[self.conns[key].pool].head_method {
-                            BodyLen::Fixed(0)
-                        } else {
-                            head.body
-                        };
-                        let c = &mut self.conns[key];
-                        c.status = head.status;
-                        c.close_after |= !head.keep_alive;
-                        c.state = State::Reading(match body {
-                            BodyLen::Fixed(n) => Resp::Body(n),
-                            BodyLen::Chunked => Resp::Chunked(Chunked::default()),
-                            BodyLen::UntilClose => Resp::UntilClose,
-                        });
-                        if body == BodyLen::Fixed(0) {
-                            let keep = !c.close_after;
-                            self.complete(key, head.status, keep, now, st);
-                        }
-                    }
-                    Err(e) => {
-                        bump(&st.parse_errors, 1);
-                        self.closing.push(key);
-                        self.note(key, |t| format!("answer from {t}: {e}"));
-                        return data.len();
-                    }
-                },
-                Resp::Body(left) => {
-                    let take = (left as usize).min(data.len() - at);
-                    at += take;
-                    self.body_in(key, take as u64, st);
-                    let left = left - take as u64;
-                    if left == 0 {
-                        let (status, keep) = (self.conns[key].status, !self.conns[key].close_after);
-                        self.complete(key, status, keep, now, st);
-                    } else {
-                        self.conns[key].state = State::Reading(Resp::Body(left));
+            match r.read(&data[at..]) {
+                Ok(step) => {
+                    at += step.used;
+                    bump(&st.body_bytes, step.body);
+                    self.conns[key].state = State::Reading(r);
+                    match step.answer {
+                        Some(answer) => self.complete(key, answer, now, st),
+                        None => return at,
                     }
                 }
-                Resp::Chunked(mut walk) => {
-                    let before = walk.data;
-                    match walk.step(&data[at..]) {
-                        Ok(ChunkStep::More(n)) => {
-                            self.body_in(key, walk.data - before, st);
-                            self.conns[key].state = State::Reading(Resp::Chunked(walk));
-                            return at + n;
-                        }
-                        Ok(ChunkStep::Done(n)) => {
-                            self.body_in(key, walk.data - before, st);
-                            at += n;
-                            let (status, keep) =
-                                (self.conns[key].status, !self.conns[key].close_after);
-                            self.complete(key, status, keep, now, st);
-                        }
-                        Err(e) => {
-                            bump(&st.parse_errors, 1);
-                            self.closing.push(key);
-                            self.note(key, |t| format!("chunked answer from {t}: {e}"));
-                            return data.len();
-                        }
-                    }
-                }
-                Resp::UntilClose => {
-                    self.body_in(key, (data.len() - at) as u64, st);
+                Err(e) => {
+                    bump(&st.parse_errors, 1);
+                    self.closing.push(key);
+                    self.note(key, |t| format!("answer from {t}: {e}"));
                     return data.len();
                 }
             }

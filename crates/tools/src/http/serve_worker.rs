@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlane_io::tcp::{self, Interest, Poller};
-use flowlane_wire::http::{self as h, Ask, BodyLen, ChunkStep, Chunked, HeadError};
+use flowlane_wire::http::{
+    self as h, Ask, BodyLen, HeadError, MessageError, RequestReader, RequestStep,
+};
 use slab::Slab;
 
 use flowlane_runtime::{bump, counters, Poll};
@@ -121,24 +123,22 @@ enum Out {
     File { off: i64, end: i64 },
 }
 
-/// What the bytes after a head are.
+/// What the worker does with the body being read.
 #[derive(Debug, Clone, Copy)]
-enum BodyIn {
-    None,
-    /// `left` bytes of a fixed-length body; echoed when `echo`.
-    Fixed {
-        left: u64,
-        echo: bool,
-    },
-    /// A chunked body, answered with `ask` when it ends.
-    Chunked(Chunked, Ask, bool, u8),
+enum AfterBody {
+    /// A body of known length, its answer already queued: its bytes are echoed when `echo`.
+    Answered { echo: bool },
+    /// A chunked body: answered with (ask, keep-alive, HTTP/1.minor) when it ends.
+    Answer(Ask, bool, u8),
 }
 
 #[derive(Debug)]
 struct Conn {
     stream: TcpStream,
     carry: Vec<u8>,
-    body: BodyIn,
+    /// Where the connection's bytes are in its requests (every framing rule is there).
+    reader: RequestReader,
+    after: AfterBody,
     out: VecDeque<Out>,
     /// Close once `out` is sent.
     close: bool,
@@ -238,7 +238,8 @@ impl ServerWorker {
                     entry.insert(Conn {
                         stream: s,
                         carry: Vec::new(),
-                        body: BodyIn::None,
+                        reader: RequestReader::new(self.cfg.max_head),
+                        after: AfterBody::Answered { echo: false },
                         out: VecDeque::new(),
                         close: false,
                         writing: false,
@@ -275,7 +276,7 @@ impl ServerWorker {
                 c.head_since.is_none()
                     && c.carry.is_empty()
                     && c.out.is_empty()
-                    && matches!(c.body, BodyIn::None)
+                    && c.reader.between()
                     && !self.closing.contains(k)
             })
             .map(|(k, c)| (c.last, k))
@@ -385,109 +386,83 @@ impl ServerWorker {
     /// request is answered into `wbuf`/`segs`. Returns the bytes used and whether to close.
     fn requests(&mut self, key: usize, data: &[u8], st: &HttpServeStats) -> (usize, bool) {
         let mut at = 0;
-        loop {
-            let body = self.conns[key].body;
-            match body {
-                BodyIn::Fixed { left, echo } => {
-                    let take = (left as usize).min(data.len() - at);
-                    if echo {
-                        self.wbuf.extend_from_slice(&data[at..at + take]);
-                    }
-                    bump(&st.body_rx_bytes, take as u64);
-                    at += take;
-                    let left = left - take as u64;
-                    self.conns[key].body = if left == 0 {
-                        BodyIn::None
-                    } else {
-                        BodyIn::Fixed { left, echo }
-                    };
-                    if left > 0 {
-                        return (at, false);
-                    }
-                    if self.conns[key].close {
-                        return (at, true);
-                    }
-                }
-                BodyIn::Chunked(mut walk, ask, keep, minor) => {
-                    let before = walk.data;
-                    match walk.step(&data[at..]) {
-                        Ok(ChunkStep::More(n)) => {
-                            bump(&st.body_rx_bytes, walk.data - before);
-                            self.conns[key].body = BodyIn::Chunked(walk, ask, keep, minor);
-                            return (at + n, false);
-                        }
-                        Ok(ChunkStep::Done(n)) => {
-                            bump(&st.body_rx_bytes, walk.data - before);
-                            at += n;
-                            self.conns[key].body = BodyIn::None;
-                            if !self.answer(ask, keep, false, minor, 0, st) {
-                                return (at, true);
-                            }
-                        }
-                        Err(_) => {
-                            bump(&st.parse_errors, 1);
-                            self.error(400, st);
-                            return (data.len(), true);
-                        }
-                    }
-                }
-                BodyIn::None => {}
-            }
-            if at == data.len() {
-                return (at, false);
-            }
-            let head = match h::parse_request(&data[at..]) {
-                Ok(Some(head)) => head,
-                Ok(None) => {
-                    if data.len() - at > self.cfg.max_head {
-                        bump(&st.parse_errors, 1);
-                        self.error(431, st);
-                        return (data.len(), true);
-                    }
-                    return (at, false);
-                }
+        while at < data.len() {
+            let mut reader = self.conns[key].reader;
+            let read = reader.read(&data[at..]);
+            self.conns[key].reader = reader;
+            let (used, step) = match read {
+                Ok(r) => r,
                 Err(e) => {
                     bump(&st.parse_errors, 1);
-                    let status = if e == HeadError::UnsupportedEncoding {
-                        501
-                    } else {
-                        400
-                    };
-                    self.error(status, st);
+                    self.error(
+                        match e {
+                            MessageError::HeadTooLarge(_) => 431,
+                            MessageError::Head(HeadError::UnsupportedEncoding) => 501,
+                            _ => 400,
+                        },
+                        st,
+                    );
                     return (data.len(), true);
                 }
             };
-            if head.head_len > self.cfg.max_head {
-                bump(&st.parse_errors, 1);
-                self.error(431, st);
-                return (data.len(), true);
-            }
-            bump(&st.requests, 1);
-            at += head.head_len;
-            match head.body {
-                BodyLen::Chunked => {
-                    if head.ask == Ask::Echo {
-                        // An echo's length is sent first; a chunked body's is not known.
-                        self.error(501, st);
-                        return (data.len(), true);
+            match step {
+                RequestStep::More => return (at, false),
+                RequestStep::Body { data: n, end } => {
+                    if let AfterBody::Answered { echo: true } = self.conns[key].after {
+                        self.wbuf.extend_from_slice(&data[at..at + used]);
                     }
-                    self.conns[key].body =
-                        BodyIn::Chunked(Chunked::default(), head.ask, head.keep_alive, head.minor);
-                }
-                BodyLen::Fixed(n) => {
-                    let keep =
-                        self.answer(head.ask, head.keep_alive, head.head_only, head.minor, n, st);
-                    let echo = head.ask == Ask::Echo && !head.head_only && n <= self.bodies.max();
-                    if n > 0 {
-                        self.conns[key].body = BodyIn::Fixed { left: n, echo };
-                        self.conns[key].close = !keep;
-                    } else if !keep {
+                    bump(&st.body_rx_bytes, n);
+                    at += used;
+                    if !end {
+                        return (at, false);
+                    }
+                    let go_on = match self.conns[key].after {
+                        AfterBody::Answer(ask, keep, minor) => {
+                            self.answer(ask, keep, false, minor, 0, st)
+                        }
+                        AfterBody::Answered { .. } => !self.conns[key].close,
+                    };
+                    if !go_on {
                         return (at, true);
                     }
                 }
-                BodyLen::UntilClose => {}
+                RequestStep::Head(head) => {
+                    bump(&st.requests, 1);
+                    at += used;
+                    match head.body {
+                        BodyLen::Chunked => {
+                            if head.ask == Ask::Echo {
+                                // An echo's length is sent first; a chunked body's is not known.
+                                self.error(501, st);
+                                return (data.len(), true);
+                            }
+                            self.conns[key].after =
+                                AfterBody::Answer(head.ask, head.keep_alive, head.minor);
+                        }
+                        BodyLen::Fixed(n) => {
+                            let keep = self.answer(
+                                head.ask,
+                                head.keep_alive,
+                                head.head_only,
+                                head.minor,
+                                n,
+                                st,
+                            );
+                            let echo =
+                                head.ask == Ask::Echo && !head.head_only && n <= self.bodies.max();
+                            if n > 0 {
+                                self.conns[key].after = AfterBody::Answered { echo };
+                                self.conns[key].close = !keep;
+                            } else if !keep {
+                                return (at, true);
+                            }
+                        }
+                        BodyLen::UntilClose => {}
+                    }
+                }
             }
         }
+        (at, false)
     }
 
     /// Moves `wbuf`/`segs` to the connection's queue and sends what the socket takes.
@@ -619,7 +594,7 @@ impl ServerWorker {
         let now = self.now;
         let c = &mut self.conns[key];
         // A head split across reads: timed from its first bytes.
-        c.head_since = if rest.is_empty() || !matches!(c.body, BodyIn::None) {
+        c.head_since = if rest.is_empty() || !c.reader.between() {
             None
         } else {
             c.head_since.or(Some(now))
@@ -638,7 +613,7 @@ impl ServerWorker {
             return;
         }
         let c = &self.conns[key];
-        if c.close && c.out.is_empty() && matches!(c.body, BodyIn::None) {
+        if c.close && c.out.is_empty() && c.reader.between() {
             let _ = c.stream.shutdown(Shutdown::Write);
             self.closing.push(key);
         }
