@@ -3,7 +3,12 @@
 # exact? Per round, each binary runs (in the lab, counted at the peer's interface)
 #   blast --mode udp | raw | xdp | xdp-live for SECS seconds each (frames the DUT's fldut got),
 #   bench k = 1..2, sink and echo steps (server-seen pps, and k2/k1),
-#   route bench on a generated 200k-prefix IPv4 table (FIB batch lookups inside prefixes).
+#   route bench on a generated 200k-prefix IPv4 table (FIB batch lookups inside prefixes),
+#   forward --mode reflect with each backend (xdp, af-xdp, af-packet) on the DUT's end while
+#   blast --mode raw sends for SECS seconds (frames forwarded per second of the blast; the
+#   generator's end runs sink --backend af-xdp so veth takes the reflected frames back),
+#   http serve on the DUT's CPU 1 loaded by http load from the generator's CPU 0, 64
+#   connections asking /bytes/64 (answers per second).
 # Prints per-round figures, then the median of each and the ratio NEW/OLD. Needs root,
 # iproute2 and python3 (for the JSON). Usage:
 #   bench/ab.sh OLD_BINARY NEW_BINARY [ROUNDS=3] [SECS=2]
@@ -58,6 +63,45 @@ for m in ("sink", "echo"):
     if (m, 1) in pps and (m, 2) in pps:
         print(tag, "bench-%s-k2/k1" % m, round(pps[(m, 2)] / pps[(m, 1)], 3))
 print(tag, "bench-problems", len(r["problems"]))
+EOF
+    for backend in xdp af-xdp af-packet; do
+        # sink on the generator's end: its XDP program takes the frames veth hands back.
+        ip netns exec $lab-gen "$bin" sink --dev flgen --backend af-xdp --cpus 0 \
+            --duration $((secs + 3)) --quiet >/dev/null 2>&1 &
+        sink=$!
+        ip netns exec $lab-dut "$bin" forward --mode reflect --dev fldut --backend $backend \
+            --swap ip,ports --cpus 1 --duration $((secs + 2)) --json --quiet \
+            >"$out/fwd.json" 2>/dev/null &
+        fwd=$!
+        sleep 1
+        ip netns exec $lab-gen "$bin" blast --mode raw --dev flgen --to 198.18.0.2:9000 \
+            --sport 10000 --duration "$secs" --cpus 0 --quiet >/dev/null 2>&1 || true
+        wait $fwd || true
+        wait $sink || true
+        python3 - "$out/fwd.json" "$tag" "$backend" "$secs" <<'EOF'
+import json, sys
+path, tag, backend, secs = sys.argv[1:]
+try:
+    f = json.load(open(path))["total"]["forwarded"]
+except (OSError, ValueError, KeyError):
+    f = 0
+print(tag, "forward-%s-pps" % backend, round(f / float(secs)))
+EOF
+    done
+    ip netns exec $lab-dut "$bin" http serve --bind 198.18.0.2:8080 --cpus 1 \
+        --duration $((secs + 3)) --quiet >/dev/null 2>&1 &
+    srv=$!
+    sleep 1
+    ip netns exec $lab-gen "$bin" http load http://198.18.0.2:8080/bytes/64 -c 64 --cpus 0 \
+        -d "$secs" --json --quiet >"$out/load.json" 2>/dev/null || true
+    wait $srv || true
+    python3 - "$out/load.json" "$tag" <<'EOF'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))["requests_per_s"]
+except (OSError, ValueError, KeyError):
+    r = 0
+print(sys.argv[2], "http-load-64B-answers-per-s", round(r))
 EOF
     "$bin" route bench --table "$out/t4.txt" --seconds 0.3 --addresses 1048576 --json \
         >"$out/route.json"

@@ -8,7 +8,6 @@ use flowlane_lab::setup::{
     self, KernelDut, LabConfig, Segment, Steer, Topology, Up, DUT_IF, DUT_OUT_IF, GEN_IF, SINK_IF,
 };
 use flowlane_rss::Key;
-use serde_json::json;
 
 use crate::args::{cpu_count, parse_key, print_json};
 use crate::{CmdResult, Failure};
@@ -330,7 +329,7 @@ pub fn run(c: LabCommand) -> CmdResult {
             let st = setup::status(&a.name.name).map_err(|e| Failure::usage(anyhow!(e)))?;
             let up = st.namespaces.iter().all(|n| n.1) && st.config.is_some();
             if a.json {
-                print_json(&json!({ "up": up, "status": st }))?;
+                print_json(&setup::LabStatusReport { up, status: st })?;
             } else if st.namespaces.iter().all(|n| !n.1) {
                 outln!("lab {} is not up (`flowlane lab up`)", a.name.name);
             } else {

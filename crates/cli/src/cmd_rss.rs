@@ -1,15 +1,10 @@
 //! `flowlane rss show|keygen`: explain a key, an indirection table and a bucket→CPU map.
 
-use std::net::Ipv4Addr;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use flowlane_rss::analysis::spread;
-use flowlane_rss::queue::QueueModel;
-use flowlane_rss::toeplitz::Backend;
-use flowlane_rss::{FreeBsdBuckets, Key, Toeplitz, Tuple};
-use rand::{RngExt, SeedableRng};
-use serde_json::json;
+use flowlane_rss::Key;
+use rand::SeedableRng;
 
 use crate::args::{cpu_count, print_json, ModelArgs};
 use crate::{CmdResult, Failure};
@@ -99,76 +94,38 @@ fn keygen(a: KeygenArgs) -> CmdResult {
 
 fn show(a: ShowArgs) -> CmdResult {
     let m = a.model.build()?;
-    let key = m.key;
-    let model = &m.queue;
-    let hasher = Toeplitz::new(&key);
-    // One FreeBSD configuration: the model's when the model is FreeBSD's (--queues CPUs,
-    // --bits), else FreeBSD's default for --cpus (or this machine's CPUs).
-    let bsd = match model {
-        QueueModel::FreeBsd(b) if a.cpus.is_none() => *b,
-        _ => FreeBsdBuckets::new(a.cpus.unwrap_or_else(cpu_count)),
-    };
-    let cpus = bsd.ncpus();
-    // A deterministic sample: the same flows every run, so outputs compare across keys.
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
-    let tuples: Vec<Tuple> = (0..a.sample)
-        .map(|_| {
-            let src = Ipv4Addr::from(0xc612_0000 | (rng.random::<u32>() & 0x1_ffff));
-            Tuple::v4(src, Ipv4Addr::new(198, 19, 0, 1), rng.random(), 8080)
-        })
-        .collect();
-    let tuples: Vec<Tuple> = tuples.iter().map(|t| t.symmetric(m.symmetric)).collect();
-    let s = spread(&hasher, model, &tuples);
-    let bits4 = key.entropy_bits(12);
-    let bits6 = key.entropy_bits(36);
-    let backends: Vec<&str> = Backend::available().iter().map(|b| b.name()).collect();
-    let reta_entries = match model {
-        QueueModel::Reta(r) => Some(r.entries().to_vec()),
-        _ => None,
-    };
+    let r = flowlane_tools::rss::show(
+        &m.queue,
+        &m.key,
+        m.key_source.describe(),
+        m.symmetric,
+        a.cpus,
+        cpu_count(),
+        a.sample,
+    );
     if a.json {
-        return print_json(&json!({
-            "key": key.to_hex(),
-            "key_ethtool": key.to_colon_hex(),
-            "key_len": key.len(),
-            "key_source": m.key_source.describe(),
-            "symmetric": m.symmetric.name(),
-            "period_bits": key.period_bits(),
-            "hash_bits_ipv4_4tuple": bits4,
-            "hash_bits_ipv6_4tuple": bits6,
-            "model": model.name(),
-            "queues": model.queues(),
-            "reta": reta_entries,
-            "spread": s,
-            "freebsd": {
-                "cpus": cpus,
-                "bits": bsd.bits(),
-                "buckets": bsd.buckets(),
-                "bucket_cpu": (0..bsd.buckets()).map(|b| bsd.cpu(b)).collect::<Vec<_>>(),
-            },
-            "hash_backends": backends,
-        }))
-        .map(|()| ExitCode::SUCCESS);
+        return print_json(&r).map(|()| ExitCode::SUCCESS);
     }
     outln!(
         "key        {}  ({} bytes; {})",
-        key.to_hex(),
-        key.len(),
-        m.key_source.describe()
+        r.key,
+        r.key_len,
+        r.key_source
     );
     if m.symmetric != flowlane_rss::Symmetric::Off {
         outln!(
             "symmetric  {}: both directions of a flow hash alike",
-            m.symmetric.name()
+            r.symmetric
         );
     }
-    outln!("ethtool    {}", key.to_colon_hex());
-    match key.period_bits() {
+    outln!("ethtool    {}", r.key_ethtool);
+    match r.period_bits {
         Some(p) => {
             outln!("period     {p} bits: input bits {p} apart hash alike (symmetric-style key)")
         }
         None => outln!("period     none (the key does not repeat)"),
     }
+    let (bits4, bits6) = (r.hash_bits_ipv4_4tuple, r.hash_bits_ipv6_4tuple);
     outln!(
         "hash bits  {bits4} usable of 32 for IPv4 4-tuples, {bits6} for IPv6 4-tuples{}",
         if bits4 < 32 {
@@ -178,11 +135,12 @@ fn show(a: ShowArgs) -> CmdResult {
         }
     );
     outln!();
+    let s = &r.spread;
     outln!(
         "spread     {} sample flows over {} queues ({}): min {} max {} per queue, busiest = {:.3}x fair share, {} distinct hashes",
         s.flows,
-        model.queues(),
-        model.name(),
+        r.queues,
+        r.model,
         s.min,
         s.max,
         s.max_over_mean,
@@ -200,12 +158,12 @@ fn show(a: ShowArgs) -> CmdResult {
         loads.join(" "),
         if s.per_queue.len() > 64 { " …" } else { "" }
     );
-    if let Some(entries) = &reta_entries {
+    if let Some(entries) = &r.reta {
         outln!();
         outln!(
             "RETA ({} entries; queue = RETA[hash & {}]):",
             entries.len(),
-            entries.len() - 1
+            entries.len().saturating_sub(1)
         );
         for (row, chunk) in entries.chunks(8).enumerate() {
             let cells: Vec<String> = chunk.iter().map(|q| format!("{q:>5}")).collect();
@@ -213,19 +171,25 @@ fn show(a: ShowArgs) -> CmdResult {
         }
     }
     outln!();
+    let b = &r.freebsd;
     outln!(
-        "FreeBSD buckets for {cpus} CPUs: {} bits, {} buckets (bucket = hash & {}), CPU = bucket % {cpus}",
-        bsd.bits(),
-        bsd.buckets(),
-        bsd.buckets() - 1
+        "FreeBSD buckets for {} CPUs: {} bits, {} buckets (bucket = hash & {}), CPU = bucket % {}",
+        b.cpus,
+        b.bits,
+        b.buckets,
+        b.buckets.saturating_sub(1),
+        b.cpus
     );
-    let cells: Vec<String> = (0..bsd.buckets())
-        .map(|b| format!("{b}->{}", bsd.cpu(b)))
+    let cells: Vec<String> = b
+        .bucket_cpu
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{i}->{c}"))
         .collect();
     for chunk in cells.chunks(16) {
         outln!("  {}", chunk.join(" "));
     }
     outln!();
-    outln!("hash paths on this CPU: {}", backends.join(", "));
+    outln!("hash paths on this CPU: {}", r.hash_backends.join(", "));
     Ok(ExitCode::SUCCESS)
 }

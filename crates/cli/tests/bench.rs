@@ -97,6 +97,7 @@ fn lab_up_down_leaves_nothing_behind() {
         "lab", "status", "--name", &name, "--json",
     ])))
     .expect("status JSON");
+    common::schema_valid("lab-status", &st);
     assert_eq!(st["up"], true);
     assert_eq!(st["status"]["steering"], "rss", "{st}");
     assert_eq!(st["status"]["dut_rx_queues"], 2);

@@ -509,6 +509,7 @@ fn rss_show_explains_keys() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j = json(&o);
+    common::schema_valid("rss-show", &j);
     assert_eq!(j["hash_bits_ipv4_4tuple"], 32);
     assert_eq!(j["period_bits"], Value::Null);
     assert_eq!(j["freebsd"]["buckets"], 8);

@@ -206,7 +206,17 @@ mod tests {
 /// One receive queue of an interface as its driver counts it (`ethtool -S`: veth names
 /// `rx_queue_N_xdp_packets`, `rx_queue_N_xdp_redirect`, `rx_queue_N_drops`,
 /// `rx_queue_N_xdp_drops`; veth counts only frames that went through its NAPI/XDP path).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct RxQueue {
     /// The queue.
     pub queue: u32,
@@ -298,7 +308,17 @@ mod rx_queue_tests {
 }
 
 /// One CPU's line of `/proc/net/softnet_stat`: what the kernel's receive path did on it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct Softnet {
     /// The CPU.
     pub cpu: usize,

@@ -52,7 +52,9 @@ const DUT_OUT_MAC: &str = "02:f1:0e:00:02:01";
 const SINK_MAC: &str = "02:f1:0e:00:02:02";
 
 /// How the lab's hosts are joined.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Topology {
     /// Generator — DUT: one veth pair.
@@ -65,7 +67,9 @@ pub enum Topology {
 }
 
 /// How a line lab's two links are joined at the DUT.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Segment {
     /// Two subnets, the DUT routes between them (198.18.0.0/24 and 198.18.1.0/24).
@@ -77,7 +81,9 @@ pub enum Segment {
 }
 
 /// What forwards in the DUT of a line lab, besides whatever the user starts there.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelDut {
     /// Nothing: the kernel's forwarding is off (for `flowlane forward`, or any forwarder).
@@ -91,7 +97,7 @@ pub enum KernelDut {
 }
 
 /// How the DUT spreads received frames over CPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Steer {
     /// Software RSS: Toeplitz + RETA in XDP, then a cpumap.
@@ -114,7 +120,7 @@ impl Steer {
 }
 
 /// What a lab is made of.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LabConfig {
     /// Lab name (namespaces `NAME-gen`, `NAME-dut`).
     pub name: String,
@@ -721,7 +727,7 @@ const STATS_MAP: &str = "fl_rss_stats";
 const CPUMAP: &str = "fl_rss_cpus";
 
 /// One CPU's software-RSS counts since the lab came up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SteerCount {
     /// The CPU.
     pub cpu: u32,
@@ -822,7 +828,7 @@ pub fn down(name: &str) -> Result<bool, LabError> {
 }
 
 /// What `status` reports about a lab.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LabStatus {
     /// Saved settings (none: not made by `up`, or half-made).
     pub config: Option<LabConfig>,
@@ -848,6 +854,15 @@ pub struct LabStatus {
     /// The DUT interface's receive queues as its driver counts them (`ethtool -S`).
     #[serde(default)]
     pub dut_queues: Vec<crate::counters::RxQueue>,
+}
+
+/// `flowlane lab status --json`: whether the lab is whole, and its state.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LabStatusReport {
+    /// Every namespace exists and the saved settings are there.
+    pub up: bool,
+    /// What the system shows.
+    pub status: LabStatus,
 }
 
 /// The state of lab `name` as the system shows it.

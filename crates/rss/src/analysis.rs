@@ -5,7 +5,7 @@ use crate::toeplitz::Toeplitz;
 use crate::tuple::Tuple;
 
 /// Load per queue for a sample of flows.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Spread {
     /// Flows hashed.
     pub flows: u64,

@@ -20,6 +20,11 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("route-lookup", schema_for!(crate::route::LookupReport)),
         ("hash", schema_for!(crate::rss::HashReport)),
         ("pick", schema_for!(crate::rss::PickReport)),
+        ("rss-show", schema_for!(crate::rss::ShowReport)),
+        (
+            "lab-status",
+            schema_for!(flowlane_lab::setup::LabStatusReport),
+        ),
     ]
 }
 
