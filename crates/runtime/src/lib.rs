@@ -33,14 +33,87 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+/// Why a worker's loop stopped on an error: a failed system call (with the kernel's error
+/// number, so a role can tell a device that went away from a full queue), or a fault the
+/// worker found itself, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerError {
+    /// A system call failed.
+    Sys {
+        /// The call or the step, e.g. `poll(AF_XDP socket)` or `CPU 3: recvmmsg`.
+        what: String,
+        /// `errno`, when the kernel gave one.
+        errno: Option<i32>,
+        /// What the kernel said, in words.
+        message: String,
+    },
+    /// Anything else: a broken hand-over, an inconsistent ring, … in words.
+    Failed(String),
+}
+
+impl WorkerError {
+    /// A failed call: `what` says which (and where).
+    pub fn sys(what: impl Into<String>, e: &std::io::Error) -> WorkerError {
+        WorkerError::Sys {
+            what: what.into(),
+            errno: e.raw_os_error(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The kernel's error number, for a failed system call.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            WorkerError::Sys { errno, .. } => *errno,
+            WorkerError::Failed(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for WorkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkerError::Sys { what, message, .. } if what.is_empty() => f.write_str(message),
+            WorkerError::Sys { what, message, .. } => write!(f, "{what}: {message}"),
+            WorkerError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for WorkerError {}
+
+impl From<String> for WorkerError {
+    fn from(m: String) -> Self {
+        WorkerError::Failed(m)
+    }
+}
+
+impl From<&str> for WorkerError {
+    fn from(m: &str) -> Self {
+        WorkerError::Failed(m.to_string())
+    }
+}
+
+impl From<std::io::Error> for WorkerError {
+    fn from(e: std::io::Error) -> Self {
+        WorkerError::sys("", &e)
+    }
+}
+
+impl From<flowlane_io::SysError> for WorkerError {
+    fn from(e: flowlane_io::SysError) -> Self {
+        WorkerError::sys(format!("`{}`", e.call), &e.source)
+    }
+}
+
 /// What a worker does each round.
 pub trait Poll: Send + 'static {
     /// The role's counters (the loop's own are kept beside them by the runtime).
     type Stats: Counters;
     /// Handles up to `budget` packets, updating `stats`; returns how many it handled.
-    fn poll(&mut self, budget: usize, stats: &Self::Stats) -> Result<usize, String>;
+    fn poll(&mut self, budget: usize, stats: &Self::Stats) -> Result<usize, WorkerError>;
     /// Blocks until work may be waiting or `timeout_ms` passes.
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String>;
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), WorkerError>;
     /// Called before each sleep and once when the loop ends: a place for bookkeeping too
     /// costly for every round (e.g. reading a kernel counter with a system call).
     fn idle(&mut self, _stats: &Self::Stats) {}
@@ -149,7 +222,7 @@ pub struct Runtime<S: Counters> {
     stats: Vec<Arc<WorkerCounters<S>>>,
     stop: Arc<AtomicBool>,
     go: Arc<Gate>,
-    errors: Arc<Mutex<Vec<(usize, String)>>>,
+    errors: Arc<Mutex<Vec<(usize, WorkerError)>>>,
     /// Why the workers' hardware counters could not be opened (the first worker's reason).
     pmu: Arc<Mutex<Option<String>>>,
     /// Why workers asked for file tables of their own share the process's (the first reason).
@@ -333,7 +406,7 @@ impl<S: Counters> Runtime<S> {
     }
 
     /// Errors workers stopped on: (worker index, message).
-    pub fn errors(&self) -> Vec<(usize, String)> {
+    pub fn errors(&self) -> Vec<(usize, WorkerError)> {
         self.errors.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
@@ -371,7 +444,7 @@ struct LoopCtx<'a> {
     wait_ms: i32,
     busy_poll: std::time::Duration,
     idx: usize,
-    errors: &'a Mutex<Vec<(usize, String)>>,
+    errors: &'a Mutex<Vec<(usize, WorkerError)>>,
     pmu: &'a Mutex<Option<String>>,
 }
 
@@ -385,7 +458,7 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
         errors,
         pmu,
     } = *ctx;
-    let fail = |e: String| {
+    let fail = |e: WorkerError| {
         if let Ok(mut v) = errors.lock() {
             v.push((idx, e));
         }
@@ -508,13 +581,13 @@ mod tests {
 
     impl Poll for Fake {
         type Stats = FakeStats;
-        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
+        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
             let n = self.left.min(budget);
             self.left -= n;
             bump(&st.rx_packets, n as u64);
             Ok(n)
         }
-        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+        fn wait(&mut self, _ms: i32) -> Result<(), WorkerError> {
             std::thread::sleep(std::time::Duration::from_millis(1));
             Ok(())
         }
@@ -531,10 +604,10 @@ mod tests {
 
     impl Poll for Ring {
         type Stats = FakeStats;
-        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
+        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
             self.waiting.poll(budget, st)
         }
-        fn wait(&mut self, ms: i32) -> Result<(), String> {
+        fn wait(&mut self, ms: i32) -> Result<(), WorkerError> {
             self.waiting.wait(ms)
         }
         fn drains(&self) -> bool {
@@ -635,6 +708,58 @@ mod tests {
         assert!(rt.errors().is_empty());
     }
 
+    /// A worker whose device goes away after 100 packets.
+    struct Vanishing(Fake);
+
+    impl Poll for Vanishing {
+        type Stats = FakeStats;
+        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
+            if self.0.left == 0 {
+                let e = std::io::Error::from_raw_os_error(libc::ENXIO);
+                return Err(WorkerError::sys("recvmmsg", &e));
+            }
+            self.0.poll(budget, st)
+        }
+        fn wait(&mut self, ms: i32) -> Result<(), WorkerError> {
+            self.0.wait(ms)
+        }
+    }
+
+    /// A worker's error stops every worker, keeps what was counted, and reaches the role
+    /// typed: the call, the kernel's error number and its words.
+    #[test]
+    fn a_worker_error_stops_the_run_and_keeps_its_errno() {
+        let cfg = Config {
+            cpus: vec![0],
+            budget: 64,
+            wait_ms: 5,
+            busy_poll: std::time::Duration::ZERO,
+            own_files: false,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut rt = Runtime::start(&cfg, stop.clone(), |_, _| {
+            Ok::<_, ()>(Vanishing(Fake { left: 100 }))
+        })
+        .expect("start");
+        rt.go();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !rt.finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        rt.join();
+        assert!(
+            stop.load(Ordering::Relaxed),
+            "the error asked every worker to stop"
+        );
+        assert_eq!(rt.stats()[0].snapshot().role.rx_packets, 100);
+        let errors = rt.errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let (worker, e) = &errors[0];
+        assert_eq!((*worker, e.errno()), (0, Some(libc::ENXIO)));
+        assert!(e.to_string().starts_with("recvmmsg: "), "{e}");
+        assert_eq!(WorkerError::from("a broken ring").errno(), None);
+    }
+
     /// Hands out `left` packets, then nothing, taking 40 ms over each round that has some;
     /// notes when it last handed some out and when it was first asked to sleep.
     struct Timed {
@@ -644,7 +769,7 @@ mod tests {
 
     impl Poll for Timed {
         type Stats = FakeStats;
-        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, String> {
+        fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
             let n = self.fake.poll(budget, st)?;
             if n > 0 {
                 std::thread::sleep(std::time::Duration::from_millis(40));
@@ -654,7 +779,7 @@ mod tests {
             }
             Ok(n)
         }
-        fn wait(&mut self, ms: i32) -> Result<(), String> {
+        fn wait(&mut self, ms: i32) -> Result<(), WorkerError> {
             if let Ok(mut g) = self.seen.lock() {
                 g.1.get_or_insert_with(std::time::Instant::now);
             }
@@ -735,10 +860,10 @@ mod tests {
 
     impl<F: Send + 'static> Poll for Holding<F> {
         type Stats = FakeStats;
-        fn poll(&mut self, _budget: usize, _st: &FakeStats) -> Result<usize, String> {
+        fn poll(&mut self, _budget: usize, _st: &FakeStats) -> Result<usize, WorkerError> {
             Ok(0)
         }
-        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+        fn wait(&mut self, _ms: i32) -> Result<(), WorkerError> {
             std::thread::sleep(std::time::Duration::from_millis(1));
             Ok(())
         }

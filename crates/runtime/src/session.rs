@@ -53,7 +53,7 @@ pub struct SessionEnd<T> {
     /// Each worker's final counters.
     pub finals: Vec<WorkerSnapshot<T>>,
     /// Errors workers stopped on: (worker index, message).
-    pub errors: Vec<(usize, String)>,
+    pub errors: Vec<(usize, crate::WorkerError)>,
 }
 
 impl<T: Snapshot> SessionEnd<T> {
@@ -157,7 +157,7 @@ mod tests {
 
     impl Poll for Counter {
         type Stats = CounterStats;
-        fn poll(&mut self, _budget: usize, st: &CounterStats) -> Result<usize, String> {
+        fn poll(&mut self, _budget: usize, st: &CounterStats) -> Result<usize, crate::WorkerError> {
             if self.0 == 0 {
                 return Ok(0);
             }
@@ -166,7 +166,7 @@ mod tests {
             std::thread::sleep(Duration::from_micros(200));
             Ok(1)
         }
-        fn wait(&mut self, _ms: i32) -> Result<(), String> {
+        fn wait(&mut self, _ms: i32) -> Result<(), crate::WorkerError> {
             Ok(())
         }
         fn done(&self) -> bool {

@@ -225,7 +225,7 @@ pub(super) fn run_step(
         .iter()
         .map(|(worker, error)| WorkerError {
             worker: *worker,
-            error: error.clone(),
+            error: error.to_string(),
         })
         .collect();
     let total = end.total();

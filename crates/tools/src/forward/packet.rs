@@ -634,7 +634,7 @@ fn session(
         end.elapsed.as_secs_f64(),
         cpus,
         before,
-        end.errors.into_iter().map(|e| e.1).collect(),
+        end.errors.into_iter().map(|e| e.1.to_string()).collect(),
     );
     r.pmu = crate::PmuCost::of(&total.looped, total.role.rx_packets, rt.pmu_unavailable());
     r.rings = on.rings.clone();

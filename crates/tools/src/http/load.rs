@@ -905,7 +905,10 @@ pub fn run(
     let worker_errors: Vec<WorkerError> = end
         .errors
         .into_iter()
-        .map(|(worker, error)| WorkerError { worker, error })
+        .map(|(worker, error)| WorkerError {
+            worker,
+            error: error.to_string(),
+        })
         .collect();
     let mut failures = Vec::new();
     let share = match cfg.max_errors {

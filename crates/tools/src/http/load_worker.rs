@@ -1066,7 +1066,11 @@ impl ClientWorker {
 impl Poll for ClientWorker {
     type Stats = HttpLoadStats;
 
-    fn poll(&mut self, budget: usize, st: &HttpLoadStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &HttpLoadStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         if self.pace.waits > 0 {
             bump(&st.batch_waits, std::mem::take(&mut self.pace.waits));
             bump(&st.batch_wait_ns, std::mem::take(&mut self.pace.slept_ns));
@@ -1107,7 +1111,7 @@ impl Poll for ClientWorker {
         Ok(handled)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         self.batch_wait();
         let now = self.now();
         let mut t = Duration::from_millis(timeout_ms.max(0) as u64);

@@ -448,7 +448,10 @@ pub fn run(
         errors: end
             .errors
             .into_iter()
-            .map(|(worker, error)| WorkerError { worker, error })
+            .map(|(worker, error)| WorkerError {
+                worker,
+                error: error.to_string(),
+            })
             .collect(),
     })
 }

@@ -631,7 +631,11 @@ fn push_bytes(q: &mut VecDeque<Out>, b: &[u8]) {
 impl Poll for ServerWorker {
     type Stats = HttpServeStats;
 
-    fn poll(&mut self, budget: usize, st: &HttpServeStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &HttpServeStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         self.now = Instant::now();
         self.sweep(st);
         self.ready = self
@@ -673,7 +677,7 @@ impl Poll for ServerWorker {
         Ok(handled)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         let t = if self.paused_until.is_some() {
             5
         } else {

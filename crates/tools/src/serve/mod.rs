@@ -171,7 +171,10 @@ pub fn run(
         errors: end
             .errors
             .into_iter()
-            .map(|(worker, error)| WorkerError { worker, error })
+            .map(|(worker, error)| WorkerError {
+                worker,
+                error: error.to_string(),
+            })
             .collect(),
     })
 }

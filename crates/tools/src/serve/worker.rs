@@ -141,7 +141,11 @@ impl ServeWorker {
 impl Poll for ServeWorker {
     type Stats = ServeStats;
 
-    fn poll(&mut self, budget: usize, st: &ServeStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &ServeStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let mut done = 0;
         // A budget above the batch size takes several receives.
         while done < budget {
@@ -227,18 +231,36 @@ impl Poll for ServeWorker {
         }
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         let fd = self.sock.as_raw_fd();
         if let Some(spin) = self.busy_poll {
             let start = std::time::Instant::now();
             while start.elapsed() < spin {
-                if socket::poll_readable(fd, 0).map_err(|e| format!("CPU {}: {e}", self.cpu))? {
+                if socket::poll_readable(fd, 0).map_err(|e| poll_failed(self.cpu, e))? {
                     return Ok(());
                 }
             }
         }
         socket::poll_readable(fd, timeout_ms)
             .map(drop)
-            .map_err(|e| format!("CPU {}: {e}", self.cpu))
+            .map_err(|e| poll_failed(self.cpu, e))
+    }
+}
+
+fn poll_failed(
+    cpu: usize,
+    e: impl Into<flowlane_runtime::WorkerError>,
+) -> flowlane_runtime::WorkerError {
+    match e.into() {
+        flowlane_runtime::WorkerError::Sys {
+            what,
+            errno,
+            message,
+        } => flowlane_runtime::WorkerError::Sys {
+            what: format!("CPU {cpu}: {what}"),
+            errno,
+            message,
+        },
+        other => other,
     }
 }

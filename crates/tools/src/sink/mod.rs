@@ -250,7 +250,7 @@ pub fn run(
     });
     let looped = end.total().looped;
     let cpu_ns = looped.cpu_ns;
-    let mut errors: Vec<String> = end.errors.into_iter().map(|e| e.1).collect();
+    let mut errors: Vec<String> = end.errors.into_iter().map(|e| e.1.to_string()).collect();
     let got: Vec<Book> = books
         .iter()
         .filter_map(|b| b.lock().ok().and_then(|mut g| g.take()))

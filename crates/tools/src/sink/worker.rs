@@ -321,7 +321,11 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
         true
     }
 
-    fn poll(&mut self, budget: usize, st: &SinkStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &SinkStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let now = os::monotonic_ns();
         let mut n = 0;
         let (mut bytes, mut foreign, mut malformed, mut truncated) = (0u64, 0u64, 0u64, 0u64);
@@ -382,11 +386,11 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
         Ok(n)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         self.ring
             .wait(timeout_ms)
             .map(drop)
-            .map_err(|e| e.to_string())
+            .map_err(flowlane_runtime::WorkerError::from)
     }
 
     fn idle(&mut self, st: &SinkStats) {

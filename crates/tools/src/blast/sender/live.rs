@@ -384,11 +384,15 @@ impl LiveSender {
 impl Poll for LiveSender {
     type Stats = BlastStats;
 
-    fn poll(&mut self, _budget: usize, st: &BlastStats) -> Result<usize, String> {
-        self.poll_run(st)
+    fn poll(
+        &mut self,
+        _budget: usize,
+        st: &BlastStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
+        Ok(self.poll_run(st)?)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         // The run thread shares this CPU: look in every few ms only.
         std::thread::sleep(std::time::Duration::from_millis(
             timeout_ms.clamp(1, 5) as u64

@@ -315,7 +315,11 @@ pub enum Sender {
 impl Poll for Sender {
     type Stats = BlastStats;
 
-    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &BlastStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         match self {
             Sender::Udp(s) => s.poll(budget, st),
             Sender::Raw(s) => s.poll(budget, st),
@@ -323,7 +327,7 @@ impl Poll for Sender {
             Sender::Live(s) => s.poll(budget, st),
         }
     }
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         match self {
             Sender::Udp(s) => s.wait(timeout_ms),
             Sender::Raw(s) => s.wait(timeout_ms),

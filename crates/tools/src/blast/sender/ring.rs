@@ -170,7 +170,11 @@ impl<T: FrameTx> RingSender<T> {
 impl<T: FrameTx> Poll for RingSender<T> {
     type Stats = BlastStats;
 
-    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &BlastStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let now = os::monotonic_ns();
         if self.book.over(now) {
             // Hand every queued frame to the driver before finishing (bounded: 1 s).
@@ -230,7 +234,7 @@ impl<T: FrameTx> Poll for RingSender<T> {
         Ok(queued_now)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         self.book.sleep(timeout_ms);
         Ok(())
     }

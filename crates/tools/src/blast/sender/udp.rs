@@ -157,7 +157,7 @@ impl UdpSender {
     }
 
     /// Reads echoes waiting on flow `i`'s socket.
-    fn drain(&mut self, i: usize, st: &BlastStats) -> Result<usize, String> {
+    fn drain(&mut self, i: usize, st: &BlastStats) -> Result<usize, flowlane_runtime::WorkerError> {
         let Some(inb) = self.inb.as_mut() else {
             return Ok(0);
         };
@@ -171,7 +171,12 @@ impl UdpSender {
                     bump(&st.icmp_errors, 1);
                     break;
                 }
-                Err(e) => return Err(format!("receiving echoes: {e}")),
+                Err(e) => {
+                    return Err(flowlane_runtime::WorkerError::sys(
+                        format!("receiving echoes: `{}`", e.call),
+                        &e.source,
+                    ))
+                }
             };
             if n == 0 {
                 break;
@@ -199,7 +204,12 @@ impl UdpSender {
         Ok(total)
     }
 
-    fn send_round(&mut self, budget: usize, now: u64, st: &BlastStats) -> Result<usize, String> {
+    fn send_round(
+        &mut self,
+        budget: usize,
+        now: u64,
+        st: &BlastStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let mut n = self.book.allow(now, budget.min(self.out.slots()));
         if n == 0 {
             return Ok(0);
@@ -267,7 +277,12 @@ impl UdpSender {
                     bump(&st.icmp_errors, 1);
                     cut_short = false;
                 }
-                Err(e) => return Err(format!("flow {}: {e}", flow.id)),
+                Err(e) => {
+                    return Err(flowlane_runtime::WorkerError::sys(
+                        format!("flow {}: `{}`", flow.id, e.call),
+                        &e.source,
+                    ))
+                }
             }
         }
         if let Some(left) = self.left.as_mut() {
@@ -280,7 +295,7 @@ impl UdpSender {
     }
 
     /// Reads the echoes waiting on every socket with input.
-    fn drain_ready(&mut self, st: &BlastStats) -> Result<usize, String> {
+    fn drain_ready(&mut self, st: &BlastStats) -> Result<usize, flowlane_runtime::WorkerError> {
         let Some(ep) = self.epoll.as_mut() else {
             return Ok(0);
         };
@@ -298,7 +313,11 @@ impl UdpSender {
 impl Poll for UdpSender {
     type Stats = BlastStats;
 
-    fn poll(&mut self, budget: usize, st: &BlastStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &BlastStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let now = os::monotonic_ns();
         if !self.book.over(now) {
             let got = self.drain_ready(st)?;
@@ -328,7 +347,7 @@ impl Poll for UdpSender {
         Ok(got)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         let now = os::monotonic_ns();
         let d = match self.linger_until {
             Some(_) => Duration::from_micros(200),
@@ -337,7 +356,10 @@ impl Poll for UdpSender {
         };
         let max = Duration::from_millis(timeout_ms.max(1) as u64);
         match &self.epoll {
-            Some(ep) => ep.wait(d.min(max)).map(drop).map_err(|e| e.to_string()),
+            Some(ep) => ep
+                .wait(d.min(max))
+                .map(drop)
+                .map_err(flowlane_runtime::WorkerError::from),
             None => {
                 pause(d, max);
                 Ok(())

@@ -206,7 +206,11 @@ impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
         true
     }
 
-    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &ForwardStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let mut t = Tally::default();
         let (table, rx, tx) = (&self.table, &mut self.rx, &mut self.tx);
         let n = self.ports.poll(budget, |p, f, out| {
@@ -314,7 +318,11 @@ impl Poll for XskBridgeWorker {
         true
     }
 
-    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &ForwardStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let ports = self.group.ports();
         let share = (budget / ports.max(1)).max(1);
         let (mut n, mut t) = (0, Tally::default());

@@ -11,7 +11,7 @@ use flowlane_runtime::bump;
 /// `Ports` field named: wait on every port, count the receive rings' drops, drain on exit.
 macro_rules! ports_upkeep {
     ($field:ident) => {
-        fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
             self.$field.wait(timeout_ms)
         }
 
@@ -28,11 +28,11 @@ macro_rules! ports_upkeep {
 /// The same for a worker whose sockets are the `XskGroup` field named.
 macro_rules! xsk_upkeep {
     ($field:ident) => {
-        fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+        fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
             self.$field
                 .wait(timeout_ms)
                 .map(drop)
-                .map_err(|e| e.to_string())
+                .map_err(flowlane_runtime::WorkerError::from)
         }
 
         fn idle(&mut self, st: &ForwardStats) {
@@ -145,7 +145,7 @@ impl<R: FrameRx, T: FrameTx> Ports<R, T> {
         &mut self,
         budget: usize,
         mut each: impl FnMut(usize, &RxFrame<'_>, &mut Sender<'_, T>),
-    ) -> Result<usize, String> {
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let n_ports = self.rxs.len().max(1);
         let share = (budget / n_ports).max(1);
         let mut total = 0;
@@ -174,18 +174,18 @@ impl<R: FrameRx, T: FrameTx> Ports<R, T> {
         self.next = (self.next + 1) % n_ports;
         for (tx, q) in self.txs.iter_mut().zip(self.queued.iter_mut()) {
             if std::mem::take(q) {
-                tx.kick().map_err(|e| e.to_string())?;
+                tx.kick().map_err(flowlane_runtime::WorkerError::from)?;
             }
         }
         Ok(total)
     }
 
     /// Waits until any port has a frame, or `timeout_ms`.
-    pub fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    pub fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         let fds: Vec<_> = self.rxs.iter().map(|r| r.raw_fd()).collect();
         flowlane_io::socket::poll_any_readable(&fds, timeout_ms)
             .map(drop)
-            .map_err(|e| e.to_string())
+            .map_err(flowlane_runtime::WorkerError::from)
     }
 
     /// Adds the receive rings' drops to `ring_drops`.

@@ -107,7 +107,11 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
         true
     }
 
-    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &ForwardStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let (mut n, mut fwd, mut not_ip, mut malformed, mut trunc, mut full) = (0, 0, 0, 0, 0, 0);
         let mut completed = 0u64;
         while n < budget {
@@ -164,7 +168,9 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
             self.rx.release();
         }
         if fwd > 0 {
-            self.tx.kick().map_err(|e| e.to_string())?;
+            self.tx
+                .kick()
+                .map_err(flowlane_runtime::WorkerError::from)?;
         }
         bump(&st.rx_packets, n as u64);
         bump(&st.forwarded, fwd);
@@ -176,11 +182,11 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
         Ok(n)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         self.rx
             .wait(timeout_ms)
             .map(drop)
-            .map_err(|e| e.to_string())
+            .map_err(flowlane_runtime::WorkerError::from)
     }
 
     fn idle(&mut self, st: &ForwardStats) {
@@ -255,7 +261,11 @@ impl Poll for XskReflectWorker {
         true
     }
 
-    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &ForwardStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let (mut not_ip, mut malformed, mut completed) = (0u64, 0u64, 0u64);
         let swap = self.swap;
         let (n, sent) = self.xsk.reflect(budget, |frame| match admit(frame, swap) {
@@ -277,7 +287,9 @@ impl Poll for XskReflectWorker {
             }
         });
         if sent > 0 {
-            self.xsk.kick().map_err(|e| e.to_string())?;
+            self.xsk
+                .kick()
+                .map_err(flowlane_runtime::WorkerError::from)?;
         }
         bump(&st.rx_packets, n as u64);
         bump(&st.forwarded, sent as u64);
@@ -287,11 +299,11 @@ impl Poll for XskReflectWorker {
         Ok(n)
     }
 
-    fn wait(&mut self, timeout_ms: i32) -> Result<(), String> {
+    fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {
         self.xsk
             .wait(timeout_ms)
             .map(drop)
-            .map_err(|e| e.to_string())
+            .map_err(flowlane_runtime::WorkerError::from)
     }
 
     fn idle(&mut self, st: &ForwardStats) {

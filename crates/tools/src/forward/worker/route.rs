@@ -189,7 +189,11 @@ impl Poll for XskRouteWorker {
         true
     }
 
-    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &ForwardStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let view = self.tables.view();
         let mut t = Tally::default();
         let ports = self.group.ports();
@@ -242,7 +246,11 @@ impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
         true
     }
 
-    fn poll(&mut self, budget: usize, st: &ForwardStats) -> Result<usize, String> {
+    fn poll(
+        &mut self,
+        budget: usize,
+        st: &ForwardStats,
+    ) -> Result<usize, flowlane_runtime::WorkerError> {
         let view = self.tables.view();
         let mut t = Tally::default();
         let n = self.ports.poll(budget, |p, f, tx| {
