@@ -5,8 +5,9 @@
 #   bench k = 1..2, sink and echo steps (server-seen pps, and k2/k1),
 #   route bench on a generated 200k-prefix IPv4 table (FIB batch lookups inside prefixes),
 #   forward --mode reflect with each backend (xdp, af-xdp, af-packet) on the DUT's end while
-#   blast --mode raw sends for SECS seconds (frames forwarded per second of the blast; the
-#   generator's end runs sink --backend af-xdp so veth takes the reflected frames back),
+#   NEW's blast --mode raw sends for SECS seconds (frames forwarded per second of the blast,
+#   and the workers' CPU time per frame; the same sender for both, and NEW's sink --backend
+#   af-xdp on the generator's end so veth takes the reflected frames back),
 #   http serve on the DUT's CPU 1 loaded by http load from the generator's CPU 0, 64
 #   connections asking /bytes/64 (answers per second).
 # Prints per-round figures, then the median of each and the ratio NEW/OLD. Needs root,
@@ -20,11 +21,14 @@ new=$2
 rounds=${3:-3}
 secs=${4:-2}
 lab=flab$$
+# The forward rows' own lab: no steering program on the DUT's end (the forwarders attach theirs).
+flab=ffwd$$
 out=${TMPDIR:-/tmp}/flowlane-ab-$$
 mkdir -p "$out"
-trap '"$new" lab down --name $lab >/dev/null 2>&1 || true; rm -rf "$out"' EXIT INT TERM
+trap '"$new" lab down --name $lab >/dev/null 2>&1 || true; "$new" lab down --name $flab >/dev/null 2>&1 || true; rm -rf "$out"' EXIT INT TERM
 "$new" route gen --v4 200000 --seed 1 >"$out/t4.txt"
 "$new" lab up --name $lab --queues 2 >/dev/null
+"$new" lab up --name $flab --queues 2 --steer none >/dev/null
 
 rx() { # frames the DUT's interface received so far
     ip -j -s -n $lab-dut link show dev fldut |
@@ -66,15 +70,18 @@ print(tag, "bench-problems", len(r["problems"]))
 EOF
     for backend in xdp af-xdp af-packet; do
         # sink on the generator's end: its XDP program takes the frames veth hands back.
-        ip netns exec $lab-gen "$bin" sink --dev flgen --backend af-xdp --cpus 0 \
+        ip netns exec $flab-gen "$new" sink --dev flgen --backend af-xdp --cpus 0 \
             --duration $((secs + 3)) --quiet >/dev/null 2>&1 &
         sink=$!
-        ip netns exec $lab-dut "$bin" forward --mode reflect --dev fldut --backend $backend \
-            --swap ip,ports --cpus 1 --duration $((secs + 2)) --json --quiet \
+        # Native XDP runs where each frame arrived (no --cpus); the others on CPU 1.
+        cpus="--cpus 1"
+        [ $backend = xdp ] && cpus=
+        ip netns exec $flab-dut "$bin" forward --mode reflect --dev fldut --backend $backend \
+            --swap ip,ports $cpus --duration $((secs + 2)) --json --quiet \
             >"$out/fwd.json" 2>/dev/null &
         fwd=$!
         sleep 1
-        ip netns exec $lab-gen "$bin" blast --mode raw --dev flgen --to 198.18.0.2:9000 \
+        ip netns exec $flab-gen "$new" blast --mode raw --dev flgen --to 198.18.0.2:9000 \
             --sport 10000 --duration "$secs" --cpus 0 --quiet >/dev/null 2>&1 || true
         wait $fwd || true
         wait $sink || true
@@ -82,10 +89,18 @@ EOF
 import json, sys
 path, tag, backend, secs = sys.argv[1:]
 try:
-    f = json.load(open(path))["total"]["forwarded"]
-except (OSError, ValueError, KeyError):
-    f = 0
+    r = json.load(open(path))
+    f = r["total"]["forwarded"]
+    seen = sum(c["rx_packets"] for c in r["cpus"])
+    ns = sum(c["cpu_ns_per_packet"] * c["rx_packets"] for c in r["cpus"]
+             if c.get("cpu_ns_per_packet") is not None)
+except (OSError, ValueError, KeyError, TypeError):
+    f, seen, ns = 0, 0, 0
 print(tag, "forward-%s-pps" % backend, round(f / float(secs)))
+if backend != "xdp":
+    # Below its ceiling a forwarder carries what it is offered: its CPU time per frame is
+    # what tells a slower one.
+    print(tag, "forward-%s-worker-ns-per-frame" % backend, round(ns / seen) if seen else 0)
 EOF
     done
     ip netns exec $lab-dut "$bin" http serve --bind 198.18.0.2:8080 --cpus 1 \

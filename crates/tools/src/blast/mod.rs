@@ -175,6 +175,7 @@ pub fn run(
     // Never more threads than flows: a thread needs a flow to send on.
     let nthreads = a.cpus.len().min(flows.len()).max(1);
     let plan = step::Plan {
+        settings: step::Settings::of(a),
         hdrs,
         flows,
         link,
@@ -185,13 +186,12 @@ pub fn run(
         linger,
         replay: None,
     };
-    run_steps(a, &plan, &steps, stop, on_event)
+    run_steps(&plan, &steps, stop, on_event)
 }
 
 /// Runs the steps one after the other; a step with a sender error or refused frames ends
 /// the run.
 fn run_steps(
-    a: &BlastConfig,
     plan: &step::Plan,
     steps: &[Vec<usize>],
     stop: &Arc<AtomicBool>,
@@ -202,7 +202,7 @@ fn run_steps(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let r = step::run_step(a, plan, index, frames, stop, on_event)?;
+        let r = step::run_step(plan, index, frames, stop, on_event)?;
         let broken =
             !r.errors.is_empty() || r.device_refused.is_some_and(|n| n > 0) || r.ring_refused > 0;
         on_event(BlastEvent::StepDone(Box::new(r.clone())));
@@ -286,6 +286,7 @@ fn replay(
     };
     let nthreads = a.cpus.len().min(shares).max(1);
     let plan = step::Plan {
+        settings: step::Settings::of(a),
         hdrs: 0,
         flows: r.flows.iter().map(|f| (*f, None)).collect(),
         link: Some(link),
@@ -299,7 +300,7 @@ fn replay(
         linger: crate::seconds("linger", a.linger_s)?,
         replay: Some(Arc::new(r)),
     };
-    run_steps(a, &plan, &[sizes], stop, on_event)
+    run_steps(&plan, &[sizes], stop, on_event)
 }
 
 /// The steps of a run: each a cycle of frame sizes (FCS excluded) — one size, an IMIX
@@ -422,7 +423,7 @@ mod tests {
         // Frames a ring refuses are never silent: the step fails and says how many.
         let mut refused = s.clone();
         refused.ring_refused = 3;
-        let p = step::judge(&cfg, &refused, s.tx_pps);
+        let p = step::judge(&step::Settings::of(&cfg), &refused, s.tx_pps);
         assert!(
             p.iter().any(|p| p.contains("refused 3 queued frames")),
             "{p:?}"

@@ -19,8 +19,50 @@ use super::{BlastConfig, BlastEvent, BlastMode, BlastTick, FlowReport, StepRepor
 use crate::report::{Latency, WorkerError};
 use crate::ToolError;
 
+/// How each step sends and judges, resolved once from the configuration: the steps and
+/// their helpers read this, never the configuration.
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub mode: BlastMode,
+    pub rate: Option<super::Rate>,
+    pub count: Option<u64>,
+    pub burst: u32,
+    /// How late a paced sender may catch up (at most 10 s).
+    pub catch_up: Duration,
+    pub batch: usize,
+    pub echo: bool,
+    pub rcvbuf: Option<usize>,
+    pub metrics: Option<SocketAddr>,
+    pub to: Option<SocketAddr>,
+    /// The interface (frame modes).
+    pub dev: Option<String>,
+    pub max_loss_pct: Option<f64>,
+}
+
+impl Settings {
+    pub fn of(a: &BlastConfig) -> Settings {
+        Settings {
+            mode: a.mode,
+            rate: a.rate,
+            count: a.count,
+            burst: a.burst,
+            // At most 10 s; a negative or non-number one (a library caller's) is none.
+            catch_up: Duration::try_from_secs_f64(a.catch_up_s.min(10.0)).unwrap_or_default(),
+            batch: a.batch,
+            echo: a.echo,
+            rcvbuf: a.rcvbuf,
+            metrics: a.metrics,
+            to: a.to,
+            dev: a.dev.clone(),
+            max_loss_pct: a.max_loss_pct,
+        }
+    }
+}
+
 /// What every step of a run shares, resolved once from the configuration.
 pub(super) struct Plan {
+    /// How the steps send and are judged.
+    pub settings: Settings,
     /// Frame bytes around the UDP payload.
     pub hdrs: usize,
     pub flows: Vec<(Flow, Option<u32>)>,
@@ -67,13 +109,13 @@ fn split(total: u64, parts: usize, i: usize) -> u64 {
 /// × the number of flows), so a receiver across the sweep tells the steps apart: each step's
 /// sequence numbers start at 0 again, and under the same ids they were duplicates.
 pub(super) fn run_step(
-    a: &BlastConfig,
     plan: &Plan,
     index: usize,
     frames: &[usize],
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(BlastEvent),
 ) -> Result<StepReport, ToolError> {
+    let a = &plan.settings;
     let nthreads = plan.cpus.len();
     let offset = step_id_offset(index, plan.flows.len())?;
     let flows: &Vec<(Flow, Option<u32>)> = &plan
@@ -114,9 +156,7 @@ pub(super) fn run_step(
                 quota: a.count.map(|c| split(c, nthreads, w)).or(once),
                 pps: requested_pps.map(|p| p / nthreads as f64),
                 burst: a.burst,
-                // At most 10 s; a negative or non-number one (a library caller's) is none.
-                catch_up: std::time::Duration::try_from_secs_f64(a.catch_up_s.min(10.0))
-                    .unwrap_or_default(),
+                catch_up: a.catch_up,
                 batch: a.batch,
                 echo: a.echo,
                 linger: plan.linger,
@@ -303,7 +343,7 @@ fn start_error(e: StartError<BlastError>) -> ToolError {
 /// The step's report from the senders' results and counters.
 #[allow(clippy::too_many_arguments)]
 fn summarize(
-    a: &BlastConfig,
+    a: &Settings,
     flows: &[(Flow, Option<u32>)],
     reports: &[SenderReport],
     t: &BlastSnapshot,
@@ -390,7 +430,7 @@ fn summarize(
                  passed unsent (a CPU shared with a busy process, or a slow timer); give the \
                  senders CPUs of their own (--cpus), or a longer --catch-up",
                 late_max_ns as f64 / 1e6,
-                a.catch_up_s * 1e3
+                a.catch_up.as_secs_f64() * 1e3
             ))
         } else {
             Some(format!(
@@ -460,7 +500,7 @@ fn summarize(
 /// What failed in a step, in words: sender errors, frames the device refused, a requested
 /// rate not reached (saying whether the generator or the path below it was the limit), no
 /// echo at all, loss above the configured maximum.
-pub(super) fn judge(a: &BlastConfig, r: &StepReport, tx_pps: f64) -> Vec<String> {
+pub(super) fn judge(a: &Settings, r: &StepReport, tx_pps: f64) -> Vec<String> {
     let mut p = Vec::new();
     if !r.errors.is_empty() {
         p.push(format!(
