@@ -49,7 +49,7 @@ impl fmt::Display for GroupError {
         match self {
             GroupError::AddrInUse(a) => write!(
                 f,
-                "{a} is already in use by another program (find it with `ss -ulpn sport = :{}`), \
+                "{a} is already in use by another program (find it with `ss -lpn sport = :{}`), \
                  or choose another --bind port",
                 a.port()
             ),

@@ -81,3 +81,42 @@ pub(crate) fn seconds(what: &str, v: f64) -> Result<std::time::Duration, ToolErr
         ))),
     }
 }
+
+/// The one conversion of a runtime that could not start into a role's error: a CPU that
+/// cannot be pinned is the command line's to fix, a worker thread that died is a runtime
+/// failure, and a worker that could not open its sockets or rings is judged by the role
+/// (`open`, given that error and the whole message), which knows what it needed.
+pub fn start_error<E: std::fmt::Display>(
+    e: flowlane_runtime::StartError<E>,
+    open: impl FnOnce(&E, String) -> ToolError,
+) -> ToolError {
+    use flowlane_runtime::StartError;
+    let message = e.to_string();
+    match &e {
+        StartError::Pin { .. } => ToolError::usage(message),
+        StartError::Open(o) => open(o, message),
+        StartError::Thread(_) => ToolError::runtime(message),
+    }
+}
+
+/// A socket group that could not bind (serve, http serve): a busy port or an address that is
+/// not here is the command line's to fix, a low port without the privilege the user's.
+pub fn group_open(g: &flowlane_io::udp::GroupError, message: String) -> ToolError {
+    use flowlane_io::udp::GroupError;
+    match g {
+        GroupError::AddrInUse(a) => ToolError::usage(message).because(Cause::AddrInUse(*a)),
+        GroupError::PermissionDenied(_) => ToolError::privilege(message),
+        GroupError::AddrNotAvailable(_) => ToolError::usage(message),
+        GroupError::Sys(_) => ToolError::runtime(message),
+    }
+}
+
+/// A socket or ring refused to this process (EPERM, EACCES) is a missing privilege, said with
+/// what the role needs (`needs`); any other failure is a runtime one.
+pub fn denied_open(err: &flowlane_io::SysError, message: String, needs: &str) -> ToolError {
+    if err.source.kind() == std::io::ErrorKind::PermissionDenied {
+        ToolError::privilege(format!("{message}: {needs}"))
+    } else {
+        ToolError::runtime(message)
+    }
+}

@@ -12,7 +12,7 @@ use super::sender::{
     RawLink, RingSender, Sender, UdpSender,
 };
 use flowlane_io::os;
-use flowlane_runtime::{Config, Runtime, StartError, StopRule};
+use flowlane_runtime::{Config, Runtime, StopRule};
 use hdrhistogram::Histogram;
 
 use super::{BlastConfig, BlastEvent, BlastMode, BlastTick, FlowReport, StepReport, StepStart};
@@ -211,7 +211,7 @@ pub(super) fn run_step(
             }),
         }
     })
-    .map_err(start_error)?;
+    .map_err(|e| crate::error::start_error(e, open_error))?;
     on_event(BlastEvent::StepStarted(StepStart {
         mode: a.mode,
         flows: flows.len(),
@@ -300,43 +300,34 @@ pub(super) fn run_step(
     Ok(r)
 }
 
-/// Who can fix a sender that could not start, and how.
-fn start_error(e: StartError<BlastError>) -> ToolError {
-    match &e {
-        StartError::Pin { .. } => ToolError::usage(e.to_string()),
-        StartError::Open(BlastError::Socket { error, .. })
-            if (error.call.contains("AF_PACKET") || error.call.contains("AF_XDP"))
-                && error.source.kind() == std::io::ErrorKind::PermissionDenied =>
-        {
-            ToolError::privilege(format!(
-                "{e}: raw and xdp modes need CAP_NET_RAW (run as root or grant the capability)"
-            ))
-        }
-        StartError::Open(BlastError::Socket { error, .. })
-            if error.call.starts_with("bpf(")
-                && error.source.kind() == std::io::ErrorKind::PermissionDenied =>
-        {
-            ToolError::privilege(format!(
-                "{e}: xdp-live mode loads a BPF program and needs CAP_BPF and CAP_NET_ADMIN \
-                 (run as root)"
-            ))
-        }
-        StartError::Open(BlastError::Socket { error, .. })
-            if matches!(
-                error.source.kind(),
-                std::io::ErrorKind::AddrNotAvailable
-                    | std::io::ErrorKind::AddrInUse
-                    | std::io::ErrorKind::PermissionDenied
-            ) =>
-        {
-            ToolError::usage(format!(
-                "{e} (is the source an address of this host, and are the ports free?)"
-            ))
-        }
+/// Who can fix a sender that could not open its socket or ring, and how.
+fn open_error(e: &BlastError, message: String) -> ToolError {
+    let BlastError::Socket { error, .. } = e else {
         // A job that cannot be built (e.g. a frame larger than a ring slot) is the
         // configuration's to fix.
-        StartError::Open(BlastError::Job(_)) => ToolError::usage(e.to_string()),
-        _ => ToolError::runtime(e.to_string()),
+        return ToolError::usage(message);
+    };
+    let denied = error.source.kind() == std::io::ErrorKind::PermissionDenied;
+    if denied && (error.call.contains("AF_PACKET") || error.call.contains("AF_XDP")) {
+        ToolError::privilege(format!(
+            "{message}: raw and xdp modes need CAP_NET_RAW (run as root or grant the capability)"
+        ))
+    } else if denied && error.call.starts_with("bpf(") {
+        ToolError::privilege(format!(
+            "{message}: xdp-live mode loads a BPF program and needs CAP_BPF and CAP_NET_ADMIN \
+             (run as root)"
+        ))
+    } else if denied
+        || matches!(
+            error.source.kind(),
+            std::io::ErrorKind::AddrNotAvailable | std::io::ErrorKind::AddrInUse
+        )
+    {
+        ToolError::usage(format!(
+            "{message} (is the source an address of this host, and are the ports free?)"
+        ))
+    } else {
+        ToolError::runtime(message)
     }
 }
 

@@ -55,17 +55,15 @@ fn worker_cpus(job: &Job<'_>) -> Result<Vec<usize>, ToolError> {
     Ok(cpus)
 }
 
-/// Who can fix a worker that could not start.
+/// Who can fix a forwarding worker that could not open its rings.
 fn start_error(e: StartError<SysError>) -> ToolError {
-    match e {
-        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
-            ToolError::privilege(format!(
-                "{e}: the forwarder needs CAP_NET_RAW (run as root or grant the capability)"
-            ))
-        }
-        StartError::Pin { .. } => ToolError::usage(e.to_string()),
-        _ => ToolError::runtime(e.to_string()),
-    }
+    crate::error::start_error(e, |err, m| {
+        crate::error::denied_open(
+            err,
+            m,
+            "the forwarder needs CAP_NET_RAW (run as root or grant the capability)",
+        )
+    })
 }
 
 /// AF_PACKET: one worker per CPU, each with a receive ring in one fanout group (by CPU) and

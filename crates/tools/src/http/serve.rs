@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::serve_worker::{Bodies, HttpServeSnapshot, HttpServeStats, ServerConfig, ServerWorker};
 use flowlane_io::tcp::{self, GroupError, ListenConfig, Steering};
-use flowlane_runtime::{Config, Runtime, StartError, StopRule, WorkerSnapshot};
+use flowlane_runtime::{Config, Runtime, StopRule, WorkerSnapshot};
 use serde::{Deserialize, Serialize};
 
 use crate::{ToolError, WorkerError};
@@ -269,17 +269,6 @@ pub enum HttpServeEvent {
     Tick(HttpServeTick),
 }
 
-fn group_error(e: GroupError) -> ToolError {
-    match e {
-        GroupError::AddrInUse(a) => ToolError::usage(format!(
-            "{a} is in use by another program (find it with `ss -tlpn sport = :{}`), or choose another --bind port",
-            a.port()
-        )),
-        GroupError::Sys(e) => ToolError::runtime(e.to_string()),
-        other => ToolError::usage(other.to_string()),
-    }
-}
-
 /// Serves until the duration is over or `stop` is set.
 pub fn run(
     cfg: &HttpServeConfig,
@@ -372,10 +361,7 @@ pub fn run(
         }
         ServerWorker::new(l, cpu, bodies.clone(), scfg.clone()).map_err(GroupError::Sys)
     })
-    .map_err(|e| match e {
-        StartError::Open(g) => group_error(g),
-        other => ToolError::runtime(other.to_string()),
-    })?;
+    .map_err(|e| crate::error::start_error(e, crate::error::group_open))?;
     let own_files_refused = rt.own_files_refused();
     let steering = steering_slot
         .lock()

@@ -11,8 +11,8 @@ pub mod worker;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use flowlane_io::udp::{self, GroupConfig, GroupError, Steering};
-use flowlane_runtime::{Config, Runtime, StartError, StopRule};
+use flowlane_io::udp::{self, GroupConfig, Steering};
+use flowlane_runtime::{Config, Runtime, StopRule};
 use worker::{Mode, ServeStats, ServeWorker, SourceCounts};
 
 pub use config::{ServeConfig, ServeMode};
@@ -313,7 +313,7 @@ impl Startup {
                 None => w,
             })
         })
-        .map_err(start_error)?;
+        .map_err(|e| crate::error::start_error(e, crate::error::group_open))?;
         let (steering, member) = first.attach(&cfg.cpus, gcfg.steer);
         let bufs = member.as_ref().and_then(|s| udp::buffer_sizes(s).ok());
         drop(member);
@@ -330,21 +330,6 @@ impl Startup {
             notices,
             source_counts,
         })
-    }
-}
-
-/// A CPU that cannot be used, a busy port or an address that is not here: the user can fix
-/// the command line. A missing privilege says so. Anything else is a runtime failure.
-fn start_error(e: StartError<GroupError>) -> ToolError {
-    match e {
-        StartError::Open(GroupError::AddrInUse(addr)) => {
-            ToolError::usage(e.to_string()).because(crate::Cause::AddrInUse(addr))
-        }
-        StartError::Open(GroupError::PermissionDenied(_)) => ToolError::privilege(e.to_string()),
-        StartError::Pin { .. } | StartError::Open(GroupError::AddrNotAvailable(_)) => {
-            ToolError::usage(e.to_string())
-        }
-        _ => ToolError::runtime(e.to_string()),
     }
 }
 

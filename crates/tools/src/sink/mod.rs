@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use flowlane_io::{frame, netdev, os, SysError};
-use flowlane_runtime::{Config, Runtime, StartError, StopRule};
+use flowlane_runtime::{Config, Runtime, StopRule};
 
 pub mod capture;
 mod config;
@@ -196,7 +196,7 @@ pub fn run(
             map2.set(idx as u32, &xsk)?;
             Ok::<_, SysError>(make.worker(idx, xsk))
         })
-        .map_err(|e| start_error(e, &a.dev))?;
+        .map_err(|e| crate::error::start_error(e, |err, m| open_error(err, m, &a.dev)))?;
         // Attached once every queue's socket is in the map: no frame is passed by for want
         // of one.
         let link = crate::backend::attach_native(&prog, ifindex, &a.dev, "redirect program")?;
@@ -212,7 +212,7 @@ pub fn run(
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _| {
             Ok::<_, SysError>(make.worker(idx, frame::RxRing::open(ifindex, slots, max_frame)?))
         })
-        .map_err(|e| start_error(e, &a.dev))?;
+        .map_err(|e| crate::error::start_error(e, |err, m| open_error(err, m, &a.dev)))?;
         rings = Some(memory);
         (rt, None)
     };
@@ -309,27 +309,20 @@ impl Maker {
     }
 }
 
-/// Who can fix a sink that could not start, and how.
-fn start_error(e: StartError<SysError>, dev: &str) -> ToolError {
-    match e {
-        StartError::Open(ref err)
-            if err.call == "bind(AF_XDP)"
-                && err.source.kind() == std::io::ErrorKind::ResourceBusy =>
-        {
-            ToolError::usage(format!(
-                "{e}: a receive queue of {dev} already has an AF_XDP socket (another sink or \
-                 forwarder on this interface?): stop it, or read with --backend af-packet"
-            ))
-        }
-        StartError::Open(ref err) if err.source.kind() == std::io::ErrorKind::PermissionDenied => {
-            ToolError::privilege(format!(
-                "{e}: the sink needs CAP_NET_RAW (AF_XDP: CAP_NET_ADMIN and CAP_BPF too; run as \
-                 root or grant the capabilities)"
-            ))
-        }
-        StartError::Pin { .. } => ToolError::usage(e.to_string()),
-        _ => ToolError::runtime(e.to_string()),
+/// Who can fix a sink worker that could not open its ring or socket, and how.
+fn open_error(err: &SysError, message: String, dev: &str) -> ToolError {
+    if err.call == "bind(AF_XDP)" && err.source.kind() == std::io::ErrorKind::ResourceBusy {
+        return ToolError::usage(format!(
+            "{message}: a receive queue of {dev} already has an AF_XDP socket (another sink or \
+             forwarder on this interface?): stop it, or read with --backend af-packet"
+        ));
     }
+    crate::error::denied_open(
+        err,
+        message,
+        "the sink needs CAP_NET_RAW (AF_XDP: CAP_NET_ADMIN and CAP_BPF too; run as root or \
+         grant the capabilities)",
+    )
 }
 
 /// One report from the workers' books (AF_XDP: one per receive queue, `per_queue`).
