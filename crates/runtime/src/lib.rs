@@ -163,6 +163,21 @@ pub struct Config {
     pub own_files: bool,
 }
 
+impl Config {
+    /// The settings of workers that move frames through rings (sink, forward, blast's frame
+    /// senders): 256 frames a round, at most 50 ms asleep (a stop is seen within that), no
+    /// busy polling, the process's file table.
+    pub fn frames(cpus: Vec<usize>) -> Config {
+        Config {
+            cpus,
+            budget: 256,
+            wait_ms: 50,
+            busy_poll: std::time::Duration::ZERO,
+            own_files: false,
+        }
+    }
+}
+
 /// Why workers could not start.
 #[derive(Debug)]
 pub enum StartError<E> {

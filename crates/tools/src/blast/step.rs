@@ -173,11 +173,8 @@ pub(super) fn run_step(
         .collect();
     let (shares2, timed) = (shares.clone(), a.echo && a.metrics.is_some());
     let rt_cfg = Config {
-        cpus: plan.cpus.clone(),
         budget: a.batch,
-        wait_ms: 50,
-        busy_poll: std::time::Duration::ZERO,
-        own_files: false,
+        ..Config::frames(plan.cpus.clone())
     };
     let (mode, link) = (a.mode, plan.link.clone());
     // The step's own stop flag (the runtime raises it when the step ends); a stop request

@@ -126,13 +126,7 @@ pub(super) fn run_xdp_sockets(
     let before = vec![dev_counters(dev)];
     let map2 = map.clone();
     let rt = Runtime::start(
-        &Config {
-            cpus: worker_cpus.clone(),
-            budget: 256,
-            wait_ms: 50,
-            busy_poll: std::time::Duration::ZERO,
-            own_files: false,
-        },
+        &Config::frames(worker_cpus.clone()),
         stop.clone(),
         move |idx, _| {
             let xsk = frame::Xsk::open(ifindex, idx as u32, 4096, 4096)?;
@@ -295,29 +289,19 @@ fn start_ports<W: Poll<Stats = ForwardStats>>(
         "--ring-memory",
     )?;
     let (rx_slots, tx_slots) = (geometry[0].slots, geometry[1].slots);
-    let rt = Runtime::start(
-        &Config {
-            cpus: cpus.to_vec(),
-            budget: 256,
-            wait_ms: 50,
-            busy_poll: std::time::Duration::ZERO,
-            own_files: false,
-        },
-        stop.clone(),
-        move |_, _| {
-            let mut rings = Vec::new();
-            for (i, (ifindex, info)) in ports.iter().enumerate() {
-                let group = base.wrapping_add(i as u16);
-                let rx = frame::RxRing::open_fanout(*ifindex, rx_slots, max_frame, group)?;
-                if promiscuous {
-                    rx.set_promiscuous(*ifindex)?;
-                }
-                let tx = frame::TxRing::open(*ifindex, tx_slots, tx_slot, true)?;
-                rings.push((rx, tx, *info));
+    let rt = Runtime::start(&Config::frames(cpus.to_vec()), stop.clone(), move |_, _| {
+        let mut rings = Vec::new();
+        for (i, (ifindex, info)) in ports.iter().enumerate() {
+            let group = base.wrapping_add(i as u16);
+            let rx = frame::RxRing::open_fanout(*ifindex, rx_slots, max_frame, group)?;
+            if promiscuous {
+                rx.set_promiscuous(*ifindex)?;
             }
-            Ok::<_, SysError>(make(rings))
-        },
-    )
+            let tx = frame::TxRing::open(*ifindex, tx_slots, tx_slot, true)?;
+            rings.push((rx, tx, *info));
+        }
+        Ok::<_, SysError>(make(rings))
+    })
     .map_err(start_error)?;
     Ok((rt, memory))
 }
@@ -449,13 +433,7 @@ fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
     let worker_cpus: Vec<usize> = (0..queues as usize).map(|q| cpus[q % cpus.len()]).collect();
     let maps = red.maps.clone();
     let rt = Runtime::start(
-        &Config {
-            cpus: worker_cpus.clone(),
-            budget: 256,
-            wait_ms: 50,
-            busy_poll: std::time::Duration::ZERO,
-            own_files: false,
-        },
+        &Config::frames(worker_cpus.clone()),
         stop.clone(),
         move |idx, _| {
             let q = idx as u32;

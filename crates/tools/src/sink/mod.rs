@@ -153,13 +153,7 @@ pub fn run(
         .map(|_| Arc::new(Mutex::new(None)))
         .collect();
     let (port, slots) = (a.port, a.ring);
-    let rt_cfg = Config {
-        cpus: worker_cpus.clone(),
-        budget: 256,
-        wait_ms: 50,
-        busy_poll: std::time::Duration::ZERO,
-        own_files: false,
-    };
+    let rt_cfg = Config::frames(worker_cpus.clone());
     // Every worker is made the same way around its ring.
     let make = Maker {
         books: books.clone(),
