@@ -110,6 +110,10 @@ impl From<flowlane_io::SysError> for WorkerError {
 pub trait Poll: Send + 'static {
     /// The role's counters (the loop's own are kept beside them by the runtime).
     type Stats: Counters;
+    /// What the worker hands back when its loop has ended ([`Poll::finish`]): the runtime
+    /// returns it from the join ([`Runtime::take_reports`], [`SessionEnd::reports`]), so no
+    /// role needs a shared slot to carry results up.
+    type Report: Send + 'static;
     /// Handles up to `budget` packets, updating `stats`; returns how many it handled.
     fn poll(&mut self, budget: usize, stats: &Self::Stats) -> Result<usize, WorkerError>;
     /// Blocks until work may be waiting or `timeout_ms` passes.
@@ -131,8 +135,11 @@ pub trait Poll: Send + 'static {
     fn drains(&self) -> bool {
         false
     }
-    /// Called once when the loop has ended, after the last `idle`: hand results over.
-    fn finish(&mut self, _stats: &Self::Stats) {}
+    /// Called once when the loop has ended, after the last `idle`: the worker's report, if it
+    /// makes one.
+    fn finish(&mut self, _stats: &Self::Stats) -> Option<Self::Report> {
+        None
+    }
     /// CPU time, ns, of threads this worker does its work on besides its own (e.g. the
     /// live-frames sender's kernel run): added to the worker's own in what each packet cost.
     fn helper_cpu_ns(&self) -> u64 {
@@ -230,10 +237,12 @@ impl Gate {
     }
 }
 
-/// Running workers of one role, whose counters are `S`.
+/// Running workers of one role, whose counters are `S` and whose reports are `R`.
 #[derive(Debug)]
-pub struct Runtime<S: Counters> {
-    handles: Vec<JoinHandle<()>>,
+pub struct Runtime<S: Counters, R = ()> {
+    handles: Vec<JoinHandle<Option<R>>>,
+    /// Each worker's report once joined (`None`: it made none, or its thread died).
+    reports: Vec<Option<R>>,
     stats: Vec<Arc<WorkerCounters<S>>>,
     stop: Arc<AtomicBool>,
     go: Arc<Gate>,
@@ -248,7 +257,7 @@ pub struct Runtime<S: Counters> {
     started: bool,
 }
 
-impl<S: Counters> Runtime<S> {
+impl<S: Counters, R> Runtime<S, R> {
     /// Spawns one pinned worker per CPU. Worker `i` pins itself, then (in index order) calls
     /// `make(i, cpu)` to open what it owns, then waits for [`Runtime::go`]. Returns once every
     /// worker is initialised, or the first initialisation error (all workers are then stopped).
@@ -256,9 +265,10 @@ impl<S: Counters> Runtime<S> {
         cfg: &Config,
         stop: Arc<AtomicBool>,
         make: F,
-    ) -> Result<Runtime<S>, StartError<E>>
+    ) -> Result<Runtime<S, R>, StartError<E>>
     where
-        P: Poll<Stats = S>,
+        P: Poll<Stats = S, Report = R>,
+        R: Send + 'static,
         E: Send + 'static,
         F: Fn(usize, usize) -> Result<P, E> + Send + Sync + 'static,
     {
@@ -342,7 +352,7 @@ impl<S: Counters> Runtime<S> {
                         Err(e) => {
                             let _ = ready.send(Err(e));
                             go.wait();
-                            return;
+                            return None;
                         }
                     };
                     go.wait();
@@ -355,7 +365,7 @@ impl<S: Counters> Runtime<S> {
                         errors: &errors,
                         pmu: &pmu,
                     };
-                    run_loop(&mut poller, &st, &ctx);
+                    run_loop(&mut poller, &st, &ctx)
                 })
                 .map_err(|e| StartError::Thread(format!("cannot start worker thread: {e}")))?;
             handles.push(h);
@@ -377,6 +387,7 @@ impl<S: Counters> Runtime<S> {
         }
         let mut rt = Runtime {
             handles,
+            reports: Vec::new(),
             stats,
             stop,
             go,
@@ -435,18 +446,29 @@ impl<S: Counters> Runtime<S> {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Asks every worker to stop and waits for them.
+    /// Asks every worker to stop and waits for them; their reports are then kept for
+    /// [`Runtime::take_reports`].
     pub fn join(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         self.go();
-        for h in self.handles.drain(..) {
-            let _ = h.join();
+        if !self.handles.is_empty() {
+            self.reports = self
+                .handles
+                .drain(..)
+                .map(|h| h.join().ok().flatten())
+                .collect();
         }
         self.make = None;
     }
+
+    /// The workers' reports, in worker order, once joined (`None` for a worker that made
+    /// none or whose thread died); empty before the join or when taken already.
+    pub fn take_reports(&mut self) -> Vec<Option<R>> {
+        std::mem::take(&mut self.reports)
+    }
 }
 
-impl<S: Counters> Drop for Runtime<S> {
+impl<S: Counters, R> Drop for Runtime<S, R> {
     fn drop(&mut self) {
         self.join();
     }
@@ -463,7 +485,11 @@ struct LoopCtx<'a> {
     pmu: &'a Mutex<Option<String>>,
 }
 
-fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopCtx<'_>) {
+fn run_loop<P: Poll>(
+    p: &mut P,
+    counters: &WorkerCounters<P::Stats>,
+    ctx: &LoopCtx<'_>,
+) -> Option<P::Report> {
     let LoopCtx {
         stop,
         budget,
@@ -503,8 +529,8 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
             set(&lp.pmu_llc_misses, v[2]);
         }
     };
-    // A poll error ends the loop as a stop does: the worker finishes (its counts are kept),
-    // then the error is reported.
+    // A poll or wait error ends the loop as a stop does: the worker finishes (its counts and
+    // report are kept), then the error is reported.
     let (mut rounds, mut sleeps) = (0u32, 0u32);
     // Busy polling: when a round last found work (read only when `busy_poll` is set).
     let mut worked = std::time::Instant::now();
@@ -546,7 +572,7 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
                     p.idle(st);
                     p.publish(false);
                     if let Err(e) = p.wait(wait_ms) {
-                        return fail(e);
+                        break 'run Err(e);
                     }
                 }
                 Err(e) => break 'run Err(e),
@@ -570,11 +596,12 @@ fn run_loop<P: Poll>(p: &mut P, counters: &WorkerCounters<P::Stats>, ctx: &LoopC
     };
     p.idle(st);
     p.publish(true);
-    p.finish(st);
+    let report = p.finish(st);
     cpu(p.helper_cpu_ns());
     if let Err(e) = outcome {
         fail(e);
     }
+    report
 }
 
 #[cfg(test)]
@@ -596,6 +623,7 @@ mod tests {
 
     impl Poll for Fake {
         type Stats = FakeStats;
+        type Report = ();
         fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
             let n = self.left.min(budget);
             self.left -= n;
@@ -614,11 +642,12 @@ mod tests {
         /// Its frames, as [`Fake`] hands them out.
         waiting: Fake,
         drains: bool,
-        left_at_finish: Arc<Mutex<Option<usize>>>,
     }
 
     impl Poll for Ring {
         type Stats = FakeStats;
+        /// The frames left in its ring when it finished.
+        type Report = usize;
         fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
             self.waiting.poll(budget, st)
         }
@@ -628,10 +657,8 @@ mod tests {
         fn drains(&self) -> bool {
             self.drains
         }
-        fn finish(&mut self, _st: &FakeStats) {
-            if let Ok(mut g) = self.left_at_finish.lock() {
-                *g = Some(self.waiting.left);
-            }
+        fn finish(&mut self, _st: &FakeStats) -> Option<usize> {
+            Some(self.waiting.left)
         }
     }
 
@@ -641,8 +668,6 @@ mod tests {
         for drains in [true, false] {
             // Stopped before it ever polls: 1000 frames wait.
             let stop = Arc::new(AtomicBool::new(true));
-            let left = Arc::new(Mutex::new(None));
-            let l2 = left.clone();
             let cfg = Config {
                 cpus: vec![here],
                 budget: 64,
@@ -654,14 +679,14 @@ mod tests {
                 Ok::<_, ()>(Ring {
                     waiting: Fake { left: 1000 },
                     drains,
-                    left_at_finish: l2.clone(),
                 })
             })
             .expect("start");
             rt.go();
             rt.join();
             let got = rt.stats()[0].snapshot().role.rx_packets;
-            let left = left.lock().expect("lock").expect("finished");
+            // The report comes back through the join, not a shared slot.
+            let left = rt.take_reports()[0].expect("finished");
             assert_eq!(got + left as u64, 1000);
             if drains {
                 assert_eq!((got, left), (1000, 0), "read before finishing");
@@ -728,6 +753,7 @@ mod tests {
 
     impl Poll for Vanishing {
         type Stats = FakeStats;
+        type Report = ();
         fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
             if self.0.left == 0 {
                 let e = std::io::Error::from_raw_os_error(libc::ENXIO);
@@ -784,6 +810,7 @@ mod tests {
 
     impl Poll for Timed {
         type Stats = FakeStats;
+        type Report = ();
         fn poll(&mut self, budget: usize, st: &FakeStats) -> Result<usize, WorkerError> {
             let n = self.fake.poll(budget, st)?;
             if n > 0 {
@@ -875,6 +902,7 @@ mod tests {
 
     impl<F: Send + 'static> Poll for Holding<F> {
         type Stats = FakeStats;
+        type Report = ();
         fn poll(&mut self, _budget: usize, _st: &FakeStats) -> Result<usize, WorkerError> {
             Ok(0)
         }

@@ -47,16 +47,18 @@ impl<T: Snapshot> Tick<'_, T> {
 
 /// How a session ended.
 #[derive(Debug, Clone)]
-pub struct SessionEnd<T> {
+pub struct SessionEnd<T, R = ()> {
     /// From `go` to the end of the last worker's loop.
     pub elapsed: Duration,
     /// Each worker's final counters.
     pub finals: Vec<WorkerSnapshot<T>>,
     /// Errors workers stopped on: (worker index, message).
     pub errors: Vec<(usize, crate::WorkerError)>,
+    /// Each worker's report, in worker order (`None`: it made none, or its thread died).
+    pub reports: Vec<Option<R>>,
 }
 
-impl<T: Snapshot> SessionEnd<T> {
+impl<T: Snapshot, R> SessionEnd<T, R> {
     /// All workers' final counters.
     pub fn total(&self) -> WorkerSnapshot<T> {
         sum(&self.finals)
@@ -66,7 +68,7 @@ impl<T: Snapshot> SessionEnd<T> {
 /// How often the control thread looks at the rule and the clock.
 const CHECK: Duration = Duration::from_millis(10);
 
-impl<S: Counters> Runtime<S> {
+impl<S: Counters, R> Runtime<S, R> {
     /// Runs the session: lets the workers go, calls `on_tick` every `interval` (not at all
     /// when `interval` is `None`), and ends when every worker has finished, a worker failed,
     /// the stop rule holds, or the deadline has passed; then joins the workers and calls
@@ -77,9 +79,9 @@ impl<S: Counters> Runtime<S> {
         interval: Option<Duration>,
         rule: &StopRule,
         on_tick: &mut dyn FnMut(&Tick<'_, S::Snapshot>),
-    ) -> SessionEnd<S::Snapshot> {
+    ) -> SessionEnd<S::Snapshot, R> {
         type Snaps<T> = Vec<WorkerSnapshot<T>>;
-        let snap = |rt: &Runtime<S>| -> Snaps<S::Snapshot> {
+        let snap = |rt: &Runtime<S, R>| -> Snaps<S::Snapshot> {
             rt.stats().iter().map(|s| s.snapshot()).collect()
         };
         let since = |cur: &Snaps<S::Snapshot>, prev: &Snaps<S::Snapshot>| -> Snaps<S::Snapshot> {
@@ -135,6 +137,7 @@ impl<S: Counters> Runtime<S> {
             elapsed,
             finals,
             errors: self.errors(),
+            reports: self.take_reports(),
         }
     }
 }
@@ -157,6 +160,7 @@ mod tests {
 
     impl Poll for Counter {
         type Stats = CounterStats;
+        type Report = ();
         fn poll(&mut self, _budget: usize, st: &CounterStats) -> Result<usize, crate::WorkerError> {
             if self.0 == 0 {
                 return Ok(0);

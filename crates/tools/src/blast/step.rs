@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::sender::BlastSnapshot;
@@ -131,8 +131,6 @@ pub(super) fn run_step(
     let deadline_ns = plan
         .duration
         .map(|d| start_ns.saturating_add(d.as_nanos() as u64));
-    let reports: Vec<Arc<Mutex<Option<SenderReport>>>> =
-        (0..nthreads).map(|_| Arc::new(Mutex::new(None))).collect();
     // A capture's frames (`plan.replay`) may be shorter than the headers of built ones.
     let payloads: Vec<usize> = frames.iter().map(|f| f.saturating_sub(plan.hdrs)).collect();
     // Worker w gets a contiguous share of the flows (ids stay contiguous per worker).
@@ -166,7 +164,7 @@ pub(super) fn run_step(
             })
         })
         .collect::<Result<_, ToolError>>()?;
-    let (jobs2, reports2) = (jobs.clone(), reports.clone());
+    let jobs2 = jobs.clone();
     // `--metrics` with echoes: each sender's round trips, published as they come.
     let shares: Vec<flowlane_runtime::latency::LatencyShare> = (0..nthreads)
         .map(|_| flowlane_runtime::latency::LatencyShare::new())
@@ -181,7 +179,7 @@ pub(super) fn run_step(
     // (`stop`) is passed on to it below.
     let step_stop = Arc::new(AtomicBool::new(false));
     let mut rt = Runtime::start(&rt_cfg, step_stop.clone(), move |idx, _cpu| {
-        let (job, report) = (jobs2[idx].clone(), reports2[idx].clone());
+        let job = jobs2[idx].clone();
         let src = job.flows.first().map(|f| f.src);
         let sock_err = |error| BlastError::Socket {
             src: src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
@@ -189,17 +187,17 @@ pub(super) fn run_step(
         };
         match (&link, mode) {
             (Some(l), BlastMode::XdpLive) => {
-                LiveSender::new(job, l, report).map(|r| Sender::Live(Box::new(r)))
+                LiveSender::new(job, l).map(|r| Sender::Live(Box::new(r)))
             }
             (Some(l), BlastMode::Xdp) => {
                 let x = xdp_socket(l, idx as u32).map_err(sock_err)?;
-                RingSender::new(job, l, x, report).map(|r| Sender::Xdp(Box::new(r)))
+                RingSender::new(job, l, x).map(|r| Sender::Xdp(Box::new(r)))
             }
             (Some(l), _) => {
                 let ring = packet_ring(l).map_err(sock_err)?;
-                RingSender::new(job, l, ring, report).map(|r| Sender::Raw(Box::new(r)))
+                RingSender::new(job, l, ring).map(|r| Sender::Raw(Box::new(r)))
             }
-            (None, _) => UdpSender::new(job, report).map(|u| {
+            (None, _) => UdpSender::new(job).map(|u| {
                 let u = match shares2.get(idx).filter(|_| timed) {
                     Some(s) => u.with_latency_share(s.clone()),
                     None => u,
@@ -267,10 +265,8 @@ pub(super) fn run_step(
         .collect();
     let total = end.total();
     let t = total.role;
-    let reports: Vec<SenderReport> = reports
-        .iter()
-        .filter_map(|r| r.lock().ok().and_then(|mut g| g.take()))
-        .collect();
+    // Each sender's report comes back through the join.
+    let reports: Vec<SenderReport> = end.reports.into_iter().flatten().collect();
     let device_tx = match (dev_tx_before, dev_tx()) {
         (Some(b), Some(e)) => Some(e.saturating_sub(b)),
         _ => None,

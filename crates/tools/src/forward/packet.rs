@@ -267,7 +267,7 @@ pub(super) fn port_infos(job: &Job<'_>) -> Result<Vec<(u32, PortInfo)>, ToolErro
 /// Starts one multi-port worker per CPU: each with a receive ring on every port (one fanout
 /// group per port, by CPU; promiscuous where asked, for a bridge) and a transmit ring on
 /// every port, handed to `make`; the rings share `--ring-memory` (what they map is returned).
-fn start_ports<W: Poll<Stats = ForwardStats>>(
+fn start_ports<W: Poll<Stats = ForwardStats, Report = ()>>(
     job: &Job<'_>,
     cpus: &[usize],
     stop: &Arc<AtomicBool>,
@@ -419,7 +419,7 @@ fn common_queues(job: &Job<'_>) -> u32 {
 /// socket on every port over one UMEM, handed to `make`; then attaches the redirects. The
 /// runtime, the links (keep them while it runs) and each worker's CPU.
 #[allow(clippy::type_complexity)]
-fn start_xsk_groups<W: Poll<Stats = ForwardStats>>(
+fn start_xsk_groups<W: Poll<Stats = ForwardStats, Report = ()>>(
     job: &Job<'_>,
     stop: &Arc<AtomicBool>,
     own: Option<&FastSet<u128>>,

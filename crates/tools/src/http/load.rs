@@ -4,11 +4,11 @@
 //! file limit it got, and memory per connection.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::load_worker::{
-    ClientWorker, EndSlot, HttpLoadSnapshot, HttpLoadStats, LoadPlan, PoolLatency, PoolPlan,
+    ClientWorker, HttpLoadSnapshot, HttpLoadStats, LoadPlan, PoolLatency, PoolPlan, WorkerEnd,
     READ_BUF,
 };
 use flowlane_runtime::{Config, Runtime, StopRule, WorkerSnapshot};
@@ -763,8 +763,7 @@ pub fn run(
         read_size: cfg.read_size,
         batch_wait: Duration::from_nanos((cfg.batch_wait_us * 1e3) as u64),
     };
-    let slots: Vec<EndSlot> = (0..n).map(|_| Arc::new(Mutex::new(None))).collect();
-    let (slots2, plan2) = (slots.clone(), plan.clone());
+    let plan2 = plan.clone();
     // `--metrics`: each worker's latency, published as it goes.
     let shares: Vec<flowlane_runtime::latency::LatencyShare> = (0..n)
         .map(|_| flowlane_runtime::latency::LatencyShare::new())
@@ -779,20 +778,16 @@ pub fn run(
     };
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
     let busy0 = flowlane_lab::counters::busy_jiffies(&cfg.cpus);
-    let mut rt: Runtime<HttpLoadStats> = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
-        let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
-        let w = ClientWorker::new(
-            pools,
-            plan2.clone(),
-            slots2[idx].clone(),
-            0x9e37_79b9_7f4a_7c15 ^ idx as u64,
-        )?;
-        Ok::<_, flowlane_io::SysError>(match shares2.get(idx).filter(|_| timed) {
-            Some(s) => w.with_latency_share(s.clone()),
-            None => w,
+    let mut rt: Runtime<HttpLoadStats, WorkerEnd> =
+        Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
+            let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
+            let w = ClientWorker::new(pools, plan2.clone(), 0x9e37_79b9_7f4a_7c15 ^ idx as u64)?;
+            Ok::<_, flowlane_io::SysError>(match shares2.get(idx).filter(|_| timed) {
+                Some(s) => w.with_latency_share(s.clone()),
+                None => w,
+            })
         })
-    })
-    .map_err(|e| ToolError::runtime(e.to_string()))?;
+        .map_err(|e| crate::error::start_error(e, |_, m| ToolError::runtime(m)))?;
     // The workers are made before the gate opens; what their making took past the planned
     // start is time the run has lost.
     let setup_late = Instant::now().saturating_duration_since(start_at);
@@ -879,13 +874,12 @@ pub fn run(
     let total = HttpLoadCounts::from(&end.total());
     let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
     let mut first_error = None;
-    for s in &slots {
-        if let Some(v) = s.lock().ok().and_then(|mut g| g.take()) {
-            for (a, b) in lat.iter_mut().zip(&v.latency) {
-                a.merge(b);
-            }
-            first_error = first_error.or(v.first_error);
+    // Each worker's histograms come back through the join.
+    for v in end.reports.into_iter().flatten() {
+        for (a, b) in lat.iter_mut().zip(&v.latency) {
+            a.merge(b);
         }
+        first_error = first_error.or(v.first_error);
     }
     let mut all = PoolLatency::new();
     for l in &lat {

@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlane_io::tcp::{self, Interest, Poller};
@@ -243,7 +243,7 @@ impl Default for PoolLatency {
     }
 }
 
-/// What a worker leaves when it ends.
+/// What a worker hands back when it ends (its report, through the runtime's join).
 #[derive(Debug, Default)]
 pub struct WorkerEnd {
     /// Its histograms, one per pool.
@@ -251,9 +251,6 @@ pub struct WorkerEnd {
     /// The first error it met, in words (what the counters cannot say: why).
     pub first_error: Option<String>,
 }
-
-/// Where a worker leaves its histograms and first error when it ends.
-pub type EndSlot = Arc<Mutex<Option<WorkerEnd>>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -303,7 +300,6 @@ pub struct ClientWorker {
     /// Connections not yet opened, per pool (opened as the ramp and the window allow).
     unopened: Vec<usize>,
     lat: Vec<PoolLatency>,
-    slot: EndSlot,
     /// `--metrics`: the latency from the intended send, over the pools, as it goes.
     latency: flowlane_runtime::latency::Publisher,
     rng: u64,
@@ -411,11 +407,10 @@ fn ns(d: Duration) -> u64 {
 }
 
 impl ClientWorker {
-    /// A worker running `pools` by `plan`; its histograms go to `slot` when it ends.
+    /// A worker running `pools` by `plan`; its histograms are its report when it ends.
     pub fn new(
         pools: Vec<PoolPlan>,
         plan: LoadPlan,
-        slot: EndSlot,
         seed: u64,
     ) -> Result<ClientWorker, flowlane_io::SysError> {
         let total: usize = pools.iter().map(|p| p.conns).sum();
@@ -440,7 +435,6 @@ impl ClientWorker {
             ready: 0,
             timers: BinaryHeap::new(),
             connecting: 0,
-            slot,
             latency: flowlane_runtime::latency::Publisher::default(),
             rng: seed | 1,
             last_scan: 0,
@@ -1065,6 +1059,7 @@ impl ClientWorker {
 
 impl Poll for ClientWorker {
     type Stats = HttpLoadStats;
+    type Report = WorkerEnd;
 
     fn poll(
         &mut self,
@@ -1147,7 +1142,7 @@ impl Poll for ClientWorker {
         }
     }
 
-    fn finish(&mut self, st: &HttpLoadStats) {
+    fn finish(&mut self, st: &HttpLoadStats) -> Option<WorkerEnd> {
         bump(&st.batch_waits, std::mem::take(&mut self.pace.waits));
         bump(&st.batch_wait_ns, std::mem::take(&mut self.pace.slept_ns));
         let open = self
@@ -1157,11 +1152,9 @@ impl Poll for ClientWorker {
             .count();
         bump(&st.closes, open as u64);
         self.conns.clear();
-        if let Ok(mut g) = self.slot.lock() {
-            *g = Some(WorkerEnd {
-                latency: std::mem::take(&mut self.lat),
-                first_error: self.first_error.take(),
-            });
-        }
+        Some(WorkerEnd {
+            latency: std::mem::take(&mut self.lat),
+            first_error: self.first_error.take(),
+        })
     }
 }

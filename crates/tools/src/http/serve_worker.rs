@@ -630,6 +630,7 @@ fn push_bytes(q: &mut VecDeque<Out>, b: &[u8]) {
 
 impl Poll for ServerWorker {
     type Stats = HttpServeStats;
+    type Report = ();
 
     fn poll(
         &mut self,
@@ -690,8 +691,9 @@ impl Poll for ServerWorker {
         Ok(())
     }
 
-    fn finish(&mut self, st: &HttpServeStats) {
+    fn finish(&mut self, st: &HttpServeStats) -> Option<()> {
         bump(&st.closed, self.conns.len() as u64);
         self.conns.clear();
+        None
     }
 }

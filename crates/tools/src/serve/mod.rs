@@ -92,7 +92,6 @@ pub fn run(
         drop_counter,
         detector_off,
         notices,
-        source_counts,
     } = started;
     let detected = detector_off.is_none();
     let (steering_name, steering_reason) = match &steering {
@@ -136,11 +135,12 @@ pub fn run(
         .cpus
         .iter()
         .zip(finals)
-        .zip(&source_counts)
+        .zip(end.reports.iter())
         .map(|((&cpu, s), sc)| ServeWorkerReport {
             cpu,
             counts: ServeCounts::from_snapshot(s, detected),
-            sources: sc.lock().ok().and_then(|mut g| g.take()).map(|counts| {
+            // Each worker's counts by source come back through the join.
+            sources: sc.clone().map(|counts| {
                 let mut v: Vec<_> = counts.into_iter().collect();
                 v.sort();
                 v.into_iter()
@@ -181,14 +181,13 @@ pub fn run(
 
 /// The workers, bound and waiting for `go`, with what start-up learned.
 struct Startup {
-    rt: Runtime<ServeStats>,
+    rt: Runtime<ServeStats, SourceCounts>,
     steering: Steering,
     rcvbuf: usize,
     sndbuf: usize,
     drop_counter: bool,
     detector_off: Option<String>,
     notices: Vec<String>,
-    source_counts: Vec<SourceCounts>,
 }
 
 impl Startup {
@@ -211,14 +210,12 @@ impl Startup {
         ));
         // Start-up notices (a feature turned off, and why), said once each.
         let notices: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
-        let source_counts: Vec<SourceCounts> = cfg.cpus.iter().map(|_| Arc::default()).collect();
-        let (f2, o2, g2, d2, n2, sc2) = (
+        let (f2, o2, g2, d2, n2) = (
             first.clone(),
             drop_counter.clone(),
             gcfg.clone(),
             no_detect.clone(),
             notices.clone(),
-            source_counts.clone(),
         );
         let (mode, detect, by_source) = (
             match cfg.mode {
@@ -306,7 +303,7 @@ impl Startup {
                 w = w.with_gso();
             }
             if by_source {
-                w = w.with_source_counts(sc2[idx].clone());
+                w = w.with_source_counts();
             }
             Ok(match det {
                 Some(d) => w.with_detector(d),
@@ -328,7 +325,6 @@ impl Startup {
             drop_counter: drop_counter.load(Ordering::Relaxed),
             detector_off,
             notices,
-            source_counts,
         })
     }
 }

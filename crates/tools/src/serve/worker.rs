@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex};
 
 use flowlane_io::socket::{self, MmsgBatch};
 use flowlane_io::udp::MissteerDetector;
@@ -70,12 +69,12 @@ pub struct ServeWorker {
     gso: bool,
     busy_poll: Option<std::time::Duration>,
     polls: u32,
-    /// Datagrams per source address, handed over at the end (`with_source_counts`).
-    sources: Option<(HashMap<SocketAddr, u64>, SourceCounts)>,
+    /// Datagrams per source address, its report at the end (`with_source_counts`).
+    sources: Option<HashMap<SocketAddr, u64>>,
 }
 
-/// Where a worker puts its per-source counts when its loop ends.
-pub type SourceCounts = Arc<Mutex<Option<HashMap<SocketAddr, u64>>>>;
+/// A worker's report: datagrams per source address, when it was asked to count them.
+pub type SourceCounts = HashMap<SocketAddr, u64>;
 
 impl ServeWorker {
     /// A worker for `sock` on `cpu`, receiving up to `batch` datagrams per call.
@@ -99,9 +98,9 @@ impl ServeWorker {
 
     /// Counts datagrams per source address (one hash-map update per datagram), handed to
     /// `out` when the loop ends: which worker got which flow.
-    pub fn with_source_counts(mut self, out: SourceCounts) -> ServeWorker {
+    pub fn with_source_counts(mut self) -> ServeWorker {
         self.batch.sources = true;
-        self.sources = Some((HashMap::new(), out));
+        self.sources = Some(HashMap::new());
         self
     }
 
@@ -140,6 +139,7 @@ impl ServeWorker {
 
 impl Poll for ServeWorker {
     type Stats = ServeStats;
+    type Report = SourceCounts;
 
     fn poll(
         &mut self,
@@ -163,7 +163,7 @@ impl Poll for ServeWorker {
                 let m = self.batch.meta(i);
                 let d = m.datagrams() as u64;
                 // Only when asked: decoding the source costs on every datagram.
-                if let Some((counts, _)) = self.sources.as_mut() {
+                if let Some(counts) = self.sources.as_mut() {
                     if let Some(src) = self.batch.source(i) {
                         *counts.entry(src).or_default() += d;
                     }
@@ -223,12 +223,8 @@ impl Poll for ServeWorker {
         }
     }
 
-    fn finish(&mut self, _st: &ServeStats) {
-        if let Some((counts, out)) = self.sources.take() {
-            if let Ok(mut g) = out.lock() {
-                *g = Some(counts);
-            }
-        }
+    fn finish(&mut self, _st: &ServeStats) -> Option<SourceCounts> {
+        self.sources.take()
     }
 
     fn wait(&mut self, timeout_ms: i32) -> Result<(), flowlane_runtime::WorkerError> {

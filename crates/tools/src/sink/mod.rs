@@ -148,15 +148,10 @@ pub fn run(
         .map(|_| flowlane_runtime::latency::LatencyShare::new())
         .collect();
     let timed = a.metrics.is_some();
-    let books: Vec<Arc<Mutex<Option<Book>>>> = worker_cpus
-        .iter()
-        .map(|_| Arc::new(Mutex::new(None)))
-        .collect();
     let (port, slots) = (a.port, a.ring);
     let rt_cfg = Config::frames(worker_cpus.clone());
     // Every worker is made the same way around its ring.
     let make = Maker {
-        books: books.clone(),
         shares: shares.clone(),
         capture,
         timed,
@@ -245,11 +240,10 @@ pub fn run(
     let looped = end.total().looped;
     let cpu_ns = looped.cpu_ns;
     let mut errors: Vec<String> = end.errors.into_iter().map(|e| e.1.to_string()).collect();
-    let got: Vec<Book> = books
-        .iter()
-        .filter_map(|b| b.lock().ok().and_then(|mut g| g.take()))
-        .collect();
-    if got.len() < books.len() {
+    // Each worker's book comes back through the join.
+    let workers = end.reports.len();
+    let got: Vec<Book> = end.reports.into_iter().flatten().collect();
+    if got.len() < workers {
         let why = errors
             .first()
             .cloned()
@@ -277,7 +271,6 @@ pub fn run(
 
 /// What every sink worker is made with, whatever its ring.
 struct Maker {
-    books: Vec<Arc<Mutex<Option<Book>>>>,
     shares: Vec<flowlane_runtime::latency::LatencyShare>,
     capture: Mutex<Option<Capture>>,
     timed: bool,
@@ -289,8 +282,7 @@ impl Maker {
     /// Worker `idx` on `ring`: its book, its latency share, and the capture (the first
     /// worker to ask takes it).
     fn worker<R: flowlane_io::frame::FrameRx>(&self, idx: usize, ring: R) -> SinkWorker<R> {
-        let book = self.books.get(idx).cloned().unwrap_or_default();
-        let mut w = SinkWorker::new(ring, self.port, self.rules, book);
+        let mut w = SinkWorker::new(ring, self.port, self.rules);
         if self.timed {
             if let Some(s) = self.shares.get(idx) {
                 w = w.with_latency_share(s.clone());

@@ -7,7 +7,6 @@
 //! [`SinkBook`] is the accounting alone (no I/O), so it can be fed crafted frames.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
 use flowlane_io::frame::{self, FrameRx};
 use flowlane_io::os;
@@ -263,7 +262,6 @@ pub struct SinkWorker<R: FrameRx = frame::RxRing> {
     finished: bool,
     capture: Option<Capture>,
     latency: flowlane_runtime::latency::Publisher,
-    report: Arc<Mutex<Option<SinkReport>>>,
 }
 
 impl<R: FrameRx> SinkWorker<R> {
@@ -283,12 +281,7 @@ impl<R: FrameRx> SinkWorker<R> {
     }
 
     /// A worker reading `ring`, watching UDP port `port`.
-    pub fn new(
-        ring: R,
-        port: Option<u16>,
-        stop: SinkStop,
-        report: Arc<Mutex<Option<SinkReport>>>,
-    ) -> SinkWorker<R> {
+    pub fn new(ring: R, port: Option<u16>, stop: SinkStop) -> SinkWorker<R> {
         SinkWorker {
             ring,
             book: SinkBook::new(port),
@@ -298,7 +291,6 @@ impl<R: FrameRx> SinkWorker<R> {
             finished: false,
             capture: None,
             latency: flowlane_runtime::latency::Publisher::default(),
-            report,
         }
     }
 
@@ -316,6 +308,7 @@ impl<R: FrameRx> SinkWorker<R> {
 
 impl<R: FrameRx> Poll for SinkWorker<R> {
     type Stats = SinkStats;
+    type Report = SinkReport;
 
     fn drains(&self) -> bool {
         true
@@ -412,16 +405,14 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
         }
     }
 
-    fn finish(&mut self, _st: &SinkStats) {
+    fn finish(&mut self, _st: &SinkStats) -> Option<SinkReport> {
         let capture = self.capture.as_mut().map(Capture::finish);
-        if let Ok(mut g) = self.report.lock() {
-            *g = Some(SinkReport {
-                book: self.book.clone(),
-                ring_drops: self.ring_drops,
-                window_ns: self.window,
-                capture,
-            });
-        }
+        Some(SinkReport {
+            book: self.book.clone(),
+            ring_drops: self.ring_drops,
+            window_ns: self.window,
+            capture,
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! The live-frames sender: no socket, a generated XDP program run by `BPF_PROG_TEST_RUN`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use flowlane_io::os;
 
@@ -37,7 +37,6 @@ pub struct LiveSender {
     batch: u32,
     book: TxBook,
     finished: bool,
-    report: Arc<Mutex<Option<BlastReport>>>,
     /// The run's state ([`flowlane_io::ebpf::live_pace`]: deadline, quota, pacing, the send
     /// window the program stamps; kept for the program's lifetime) and, once sending has
     /// begun, the thread inside the one long kernel run.
@@ -165,11 +164,7 @@ impl Drop for Runner {
 
 impl LiveSender {
     /// Builds the flows' header entries, the counter and the program.
-    pub fn new(
-        job: BlastJob,
-        link: &RawLink,
-        report: Arc<Mutex<Option<BlastReport>>>,
-    ) -> Result<LiveSender, BlastError> {
+    pub fn new(job: BlastJob, link: &RawLink) -> Result<LiveSender, BlastError> {
         use flowlane_io::ebpf::{live_flow, live_tx_program, LiveTx};
         let &[payload] = job.payloads.as_slice() else {
             return Err(BlastError::Job(
@@ -278,7 +273,6 @@ impl LiveSender {
             frame,
             ifindex: link.ifindex,
             finished: false,
-            report,
             job,
             state,
             runner: None,
@@ -383,6 +377,7 @@ impl LiveSender {
 
 impl Poll for LiveSender {
     type Stats = BlastStats;
+    type Report = BlastReport;
 
     fn poll(
         &mut self,
@@ -408,7 +403,7 @@ impl Poll for LiveSender {
         self.runner.as_ref().map_or(0, Runner::cpu_ns)
     }
 
-    fn finish(&mut self, st: &BlastStats) {
+    fn finish(&mut self, st: &BlastStats) -> Option<BlastReport> {
         if let Some(r) = self.runner.as_mut() {
             // An error here has no one left to hear it; the counter below is still exact.
             let _ = r.end();
@@ -421,7 +416,6 @@ impl Poll for LiveSender {
         let sent: Vec<u64> = (0..nflows)
             .map(|k| total / nflows + u64::from(k < total % nflows))
             .collect();
-        self.book
-            .publish(&self.report, &self.job.flows, &sent, None, None);
+        Some(self.book.report(&self.job.flows, &sent, None, None))
     }
 }

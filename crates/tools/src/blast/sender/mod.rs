@@ -17,7 +17,6 @@ mod ring;
 mod udp;
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use flowlane_io::{frame, os, SysError};
@@ -248,15 +247,14 @@ impl TxBook {
         pause(d, Duration::from_millis(timeout_ms.max(1) as u64));
     }
 
-    /// Hands the per-flow counts over as the worker's report.
-    fn publish(
+    /// The per-flow counts as the worker's report.
+    fn report(
         &self,
-        to: &Mutex<Option<BlastReport>>,
         flows: &[Flow],
         sent: &[u64],
         rx: Option<&[SeqTracker]>,
         rtt_ns: Option<Histogram<u64>>,
-    ) {
+    ) -> BlastReport {
         let flows = flows
             .iter()
             .zip(sent)
@@ -267,14 +265,12 @@ impl TxBook {
                 rx: rx.and_then(|r| r.get(i)).cloned().unwrap_or_default(),
             })
             .collect();
-        if let Ok(mut g) = to.lock() {
-            *g = Some(BlastReport {
-                flows,
-                rtt_ns,
-                tx_window_ns: (self.first_tx, self.last_tx),
-                forfeited: self.pacer.as_ref().map_or(0, Pacer::forfeited),
-                late_max_ns: self.pacer.as_ref().map_or(0, Pacer::late_max_ns),
-            });
+        BlastReport {
+            flows,
+            rtt_ns,
+            tx_window_ns: (self.first_tx, self.last_tx),
+            forfeited: self.pacer.as_ref().map_or(0, Pacer::forfeited),
+            late_max_ns: self.pacer.as_ref().map_or(0, Pacer::late_max_ns),
         }
     }
 }
@@ -314,6 +310,7 @@ pub enum Sender {
 
 impl Poll for Sender {
     type Stats = BlastStats;
+    type Report = BlastReport;
 
     fn poll(
         &mut self,
@@ -358,7 +355,7 @@ impl Poll for Sender {
         }
     }
 
-    fn finish(&mut self, st: &BlastStats) {
+    fn finish(&mut self, st: &BlastStats) -> Option<BlastReport> {
         match self {
             Sender::Udp(s) => s.finish(st),
             Sender::Raw(s) => s.finish(st),

@@ -1,8 +1,6 @@
 //! The frame sender: whole frames built once per (flow, size) and patched per packet, on an
 //! AF_PACKET TX ring or an AF_XDP socket — both through io's [`FrameTx`].
 
-use std::sync::{Arc, Mutex};
-
 use flowlane_io::frame::{self, FrameTx};
 use flowlane_io::{os, SysError};
 use flowlane_wire::FlowHeader;
@@ -54,7 +52,6 @@ pub struct RingSender<T: FrameTx> {
     queued: u64,
     book: TxBook,
     finished: bool,
-    report: Arc<Mutex<Option<BlastReport>>>,
 }
 
 /// Opens an AF_PACKET TX ring for `link`.
@@ -69,12 +66,7 @@ pub fn xdp_socket(link: &RawLink, queue: u32) -> Result<frame::XskTx, SysError> 
 
 impl<T: FrameTx> RingSender<T> {
     /// Builds every (flow, size) template once.
-    pub fn new(
-        job: BlastJob,
-        link: &RawLink,
-        ring: T,
-        report: Arc<Mutex<Option<BlastReport>>>,
-    ) -> Result<RingSender<T>, BlastError> {
+    pub fn new(job: BlastJob, link: &RawLink, ring: T) -> Result<RingSender<T>, BlastError> {
         let (templates, schedule) = if job.replay.is_empty() {
             (Self::build(&job, link)?, Vec::new())
         } else {
@@ -96,7 +88,6 @@ impl<T: FrameTx> RingSender<T> {
             templates,
             schedule,
             finished: false,
-            report,
             job,
         })
     }
@@ -169,6 +160,7 @@ impl<T: FrameTx> RingSender<T> {
 
 impl<T: FrameTx> Poll for RingSender<T> {
     type Stats = BlastStats;
+    type Report = BlastReport;
 
     fn poll(
         &mut self,
@@ -243,12 +235,11 @@ impl<T: FrameTx> Poll for RingSender<T> {
         self.finished
     }
 
-    fn finish(&mut self, st: &BlastStats) {
+    fn finish(&mut self, st: &BlastStats) -> Option<BlastReport> {
         let refused = self.ring.refused();
         if refused > 0 {
             flowlane_runtime::set(&st.ring_refused, refused);
         }
-        self.book
-            .publish(&self.report, &self.job.flows, &self.seq, None, None);
+        Some(self.book.report(&self.job.flows, &self.seq, None, None))
     }
 }

@@ -2,7 +2,6 @@
 //! the same sockets.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flowlane_io::socket::{self, MmsgBatch, SendBatch};
@@ -35,7 +34,6 @@ pub struct UdpSender {
     linger_until: Option<u64>,
     finished: bool,
     latency: flowlane_runtime::latency::Publisher,
-    report: Arc<Mutex<Option<BlastReport>>>,
 }
 
 fn sock_err(src: SocketAddr, call: &'static str) -> impl FnOnce(std::io::Error) -> BlastError {
@@ -58,10 +56,7 @@ impl UdpSender {
     /// Opens one socket per flow (bound to its source, connected to its destination, so only
     /// the destination's datagrams come back to it). The report appears in `report` when the
     /// worker's loop ends.
-    pub fn new(
-        mut job: BlastJob,
-        report: Arc<Mutex<Option<BlastReport>>>,
-    ) -> Result<UdpSender, BlastError> {
+    pub fn new(mut job: BlastJob) -> Result<UdpSender, BlastError> {
         let first = *job
             .flows
             .first()
@@ -151,7 +146,6 @@ impl UdpSender {
             linger_until: None,
             finished: false,
             latency: flowlane_runtime::latency::Publisher::default(),
-            report,
             job,
         })
     }
@@ -312,6 +306,7 @@ impl UdpSender {
 
 impl Poll for UdpSender {
     type Stats = BlastStats;
+    type Report = BlastReport;
 
     fn poll(
         &mut self,
@@ -390,13 +385,12 @@ impl Poll for UdpSender {
         }
     }
 
-    fn finish(&mut self, _st: &BlastStats) {
-        self.book.publish(
-            &self.report,
+    fn finish(&mut self, _st: &BlastStats) -> Option<BlastReport> {
+        Some(self.book.report(
             &self.job.flows,
             &self.seq,
             Some(self.rx.flows()),
             self.job.echo.then(|| self.rx.latency().clone()),
-        );
+        ))
     }
 }

@@ -201,6 +201,7 @@ impl<R: FrameRx, T: FrameTx> BridgeWorker<R, T> {
 
 impl<R: FrameRx, T: FrameTx> Poll for BridgeWorker<R, T> {
     type Stats = ForwardStats;
+    type Report = ();
 
     fn drains(&self) -> bool {
         true
@@ -313,6 +314,7 @@ impl XskBridgeWorker {
 
 impl Poll for XskBridgeWorker {
     type Stats = ForwardStats;
+    type Report = ();
 
     fn drains(&self) -> bool {
         true

@@ -19,8 +19,9 @@ macro_rules! ports_upkeep {
             self.$field.count_drops(st);
         }
 
-        fn finish(&mut self, _st: &ForwardStats) {
+        fn finish(&mut self, _st: &ForwardStats) -> Option<()> {
             self.$field.drain();
+            None
         }
     };
 }
@@ -41,8 +42,9 @@ macro_rules! xsk_upkeep {
             }
         }
 
-        fn finish(&mut self, _st: &ForwardStats) {
+        fn finish(&mut self, _st: &ForwardStats) -> Option<()> {
             $crate::forward::worker::route::drain_group(&mut self.$field);
+            None
         }
     };
 }

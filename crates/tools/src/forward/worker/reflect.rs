@@ -102,6 +102,7 @@ fn copy_frame(data: &[u8], vlan: Option<u16>, buf: &mut [u8]) -> usize {
 
 impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
     type Stats = ForwardStats;
+    type Report = ();
 
     fn drains(&self) -> bool {
         true
@@ -195,7 +196,7 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
         }
     }
 
-    fn finish(&mut self, _st: &ForwardStats) {
+    fn finish(&mut self, _st: &ForwardStats) -> Option<()> {
         // Let what is queued leave before the ring is closed (at most 2 s).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while self.tx.in_flight() > 0 && std::time::Instant::now() < deadline {
@@ -204,6 +205,7 @@ impl<R: FrameRx, T: FrameTx> Poll for ReflectWorker<R, T> {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        None
     }
 }
 
@@ -256,6 +258,7 @@ impl XskReflectWorker {
 
 impl Poll for XskReflectWorker {
     type Stats = ForwardStats;
+    type Report = ();
 
     fn drains(&self) -> bool {
         true
@@ -310,7 +313,7 @@ impl Poll for XskReflectWorker {
         bump(&st.ring_drops, self.xsk.take_drops());
     }
 
-    fn finish(&mut self, _st: &ForwardStats) {
+    fn finish(&mut self, _st: &ForwardStats) -> Option<()> {
         // Let what was sent on leave before the socket closes: in copy mode each kick sends
         // a bounded batch, so kick until the ring is drained (at most 2 s).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -320,6 +323,7 @@ impl Poll for XskReflectWorker {
             }
             std::thread::yield_now();
         }
+        None
     }
 }
 

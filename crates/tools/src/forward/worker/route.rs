@@ -184,6 +184,7 @@ impl XskRouteWorker {
 
 impl Poll for XskRouteWorker {
     type Stats = ForwardStats;
+    type Report = ();
 
     fn drains(&self) -> bool {
         true
@@ -241,6 +242,7 @@ pub(crate) fn drain_group(group: &mut XskGroup) {
 
 impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
     type Stats = ForwardStats;
+    type Report = ();
 
     fn drains(&self) -> bool {
         true
