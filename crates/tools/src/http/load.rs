@@ -11,6 +11,7 @@ use super::load_worker::{
     ClientWorker, HttpLoadSnapshot, HttpLoadStats, LoadPlan, PoolLatency, PoolPlan, WorkerEnd,
     READ_BUF,
 };
+use flowlane_runtime::latency::LatencyShare;
 use flowlane_runtime::{Config, Runtime, StopRule, WorkerSnapshot};
 use flowlane_wire::http as h;
 use hdrhistogram::Histogram;
@@ -660,12 +661,71 @@ fn check_local(v: &[std::net::IpAddr], prefix: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// Runs the load; `on_event` hears the start and each interval.
+/// Runs the load; `on_event` hears the start and each interval. Four steps: the plan (every
+/// setting checked, the phases, the workers and their file tables, the memory bound), the
+/// start (workers made, connections not yet opened), the watch (the session, memory read each
+/// interval) and the report.
 pub fn run(
     cfg: &HttpLoadConfig,
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(HttpLoadEvent),
 ) -> Result<HttpLoadReport, ToolError> {
+    let p = plan(cfg)?;
+    let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
+    let busy0 = flowlane_lab::counters::busy_jiffies(&cfg.cpus);
+    let (mut rt, shares, setup_late) = start(cfg, &p, stop)?;
+    // After the workers made their buffers, before any connection.
+    let rss_start = rss_kib();
+    on_event(HttpLoadEvent::Started(HttpLoadStart {
+        cpus: cfg.cpus.clone(),
+        workers: p.workers,
+        files_per_worker: p.own_files.then_some(p.nofile),
+        connections: p.connections,
+        nofile: p.nofile,
+        nofile_hard: p.nofile_hard,
+        histograms_max_bytes: p.histograms_max,
+        budget_bytes: p.budget,
+    }));
+    let w = watch(cfg, &p, &mut rt, shares, stop, rss_start, on_event)?;
+    let ran = Ran {
+        cpu_s: flowlane_io::os::process_cpu_ns()
+            .unwrap_or(0)
+            .saturating_sub(cpu0) as f64
+            / 1e9,
+        cpus_busy_s: busy0
+            .zip(flowlane_lab::counters::busy_jiffies(&cfg.cpus))
+            .map(|(a, b)| b.saturating_sub(a) as f64 / flowlane_io::os::clock_ticks_per_s() as f64),
+        rss_start,
+        setup_late,
+        pmu_unavailable: rt.pmu_unavailable(),
+    };
+    Ok(report(cfg, &p, w, &ran))
+}
+
+/// A run's settings, checked and resolved once.
+struct Plan {
+    interval: Duration,
+    ramp_up: Duration,
+    steady: Duration,
+    workers: usize,
+    worker_cpus: Vec<usize>,
+    /// Each pool's share per worker.
+    per_pool: Vec<Vec<PoolPlan>>,
+    load: LoadPlan,
+    connections: usize,
+    nofile: u64,
+    nofile_hard: u64,
+    /// Files the process holds besides the connections.
+    besides: u64,
+    own_files: bool,
+    histograms_max: u64,
+    budget: u64,
+}
+
+/// The plan: every setting checked, the phases, the workers (a file table each where the
+/// connections need it) and each pool's share of them, and the histograms' memory bound
+/// against `--max-memory`.
+fn plan(cfg: &HttpLoadConfig) -> Result<Plan, ToolError> {
     let interval = crate::seconds("interval", cfg.interval_s)?;
     let steady = crate::seconds("duration", cfg.duration_s)?;
     let opt = |what: &str, v: f64| -> Result<Duration, ToolError> {
@@ -751,9 +811,8 @@ pub fn run(
             mib(budget)
         )));
     }
-    let start_at = Instant::now() + Duration::from_millis(50);
-    let plan = LoadPlan {
-        start: start_at,
+    let load = LoadPlan {
+        start: Instant::now() + Duration::from_millis(50),
         ramp_up,
         steady,
         ramp_down,
@@ -763,57 +822,93 @@ pub fn run(
         read_size: cfg.read_size,
         batch_wait: Duration::from_nanos((cfg.batch_wait_us * 1e3) as u64),
     };
-    let plan2 = plan.clone();
-    // `--metrics`: each worker's latency, published as it goes.
-    let shares: Vec<flowlane_runtime::latency::LatencyShare> = (0..n)
-        .map(|_| flowlane_runtime::latency::LatencyShare::new())
-        .collect();
-    let (shares2, timed) = (shares.clone(), cfg.metrics.is_some());
-    let rt_cfg = Config {
-        cpus: worker_cpus.clone(),
-        budget: 512,
-        wait_ms: 20,
-        busy_poll: Duration::from_nanos((cfg.busy_poll_us * 1e3) as u64),
-        own_files: tables.own_files,
-    };
-    let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
-    let busy0 = flowlane_lab::counters::busy_jiffies(&cfg.cpus);
-    let mut rt: Runtime<HttpLoadStats, WorkerEnd> =
-        Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
-            let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
-            let w = ClientWorker::new(pools, plan2.clone(), 0x9e37_79b9_7f4a_7c15 ^ idx as u64)?;
-            Ok::<_, flowlane_io::SysError>(match shares2.get(idx).filter(|_| timed) {
-                Some(s) => w.with_latency_share(s.clone()),
-                None => w,
-            })
-        })
-        .map_err(|e| crate::error::start_error(e, |_, m| ToolError::runtime(m)))?;
-    // The workers are made before the gate opens; what their making took past the planned
-    // start is time the run has lost.
-    let setup_late = Instant::now().saturating_duration_since(start_at);
-    if tables.own_files {
-        if let Some(why) = rt.own_files_refused() {
-            rt.join();
-            return Err(ToolError::usage(format!(
-                "{connections} connections need file tables of their own (one holds {nofile} \
-                 files), and this system refuses them ({why}: a seccomp filter, as containers \
-                 have, forbids unshare): ask for at most {}",
-                nofile.saturating_sub(besides)
-            )));
-        }
-    }
-    // After the workers made their buffers, before any connection.
-    let rss_start = rss_kib();
-    on_event(HttpLoadEvent::Started(HttpLoadStart {
-        cpus: cfg.cpus.clone(),
+    Ok(Plan {
+        interval,
+        ramp_up,
+        steady,
         workers: n,
-        files_per_worker: tables.own_files.then_some(nofile),
+        worker_cpus,
+        per_pool,
+        load,
         connections,
         nofile,
         nofile_hard: hard,
-        histograms_max_bytes: histograms_max,
-        budget_bytes: budget,
-    }));
+        besides,
+        own_files: tables.own_files,
+        histograms_max,
+        budget,
+    })
+}
+
+type LoadRuntime = Runtime<HttpLoadStats, WorkerEnd>;
+
+/// The start: one worker per planned slot, made (pools, buffers, latency shares) before the
+/// gate opens; what their making took past the planned start is returned, time the run lost.
+fn start(
+    cfg: &HttpLoadConfig,
+    p: &Plan,
+    stop: &Arc<AtomicBool>,
+) -> Result<(LoadRuntime, Vec<LatencyShare>, Duration), ToolError> {
+    // `--metrics`: each worker's latency, published as it goes.
+    let shares: Vec<LatencyShare> = (0..p.workers).map(|_| LatencyShare::new()).collect();
+    let (shares2, timed) = (shares.clone(), cfg.metrics.is_some());
+    let rt_cfg = Config {
+        cpus: p.worker_cpus.clone(),
+        budget: 512,
+        wait_ms: 20,
+        busy_poll: Duration::from_nanos((cfg.busy_poll_us * 1e3) as u64),
+        own_files: p.own_files,
+    };
+    let (per_pool, load) = (p.per_pool.clone(), p.load.clone());
+    let mut rt: LoadRuntime = Runtime::start(&rt_cfg, stop.clone(), move |idx, _cpu| {
+        let pools = per_pool.iter().map(|w| w[idx].clone()).collect();
+        let w = ClientWorker::new(pools, load.clone(), 0x9e37_79b9_7f4a_7c15 ^ idx as u64)?;
+        Ok::<_, flowlane_io::SysError>(match shares2.get(idx).filter(|_| timed) {
+            Some(s) => w.with_latency_share(s.clone()),
+            None => w,
+        })
+    })
+    .map_err(|e| crate::error::start_error(e, |_, m| ToolError::runtime(m)))?;
+    let setup_late = Instant::now().saturating_duration_since(p.load.start);
+    if p.own_files {
+        if let Some(why) = rt.own_files_refused() {
+            rt.join();
+            return Err(ToolError::usage(format!(
+                "{} connections need file tables of their own (one holds {} files), and this \
+                 system refuses them ({why}: a seccomp filter, as containers have, forbids \
+                 unshare): ask for at most {}",
+                p.connections,
+                p.nofile,
+                p.nofile.saturating_sub(p.besides)
+            )));
+        }
+    }
+    Ok((rt, shares, setup_late))
+}
+
+/// What the watch saw: the session's end and the memory as the connections opened and over
+/// the steady phase.
+struct Watched {
+    end: flowlane_runtime::SessionEnd<HttpLoadSnapshot, WorkerEnd>,
+    /// Most connections open at once, and the resident memory then.
+    peak: u64,
+    rss_at_peak: u64,
+    /// Resident memory at the first and the last tick of the steady phase.
+    steady_first: u64,
+    steady_last: u64,
+}
+
+/// The watch: the session, a tick each interval with the counters and the resident memory,
+/// `--metrics` served while it runs.
+fn watch(
+    cfg: &HttpLoadConfig,
+    p: &Plan,
+    rt: &mut LoadRuntime,
+    shares: Vec<LatencyShare>,
+    stop: &Arc<AtomicBool>,
+    rss_start: u64,
+    on_event: &mut dyn FnMut(HttpLoadEvent),
+) -> Result<Watched, ToolError> {
     let rule = StopRule {
         external: stop.clone(),
         deadline: None,
@@ -821,21 +916,22 @@ pub fn run(
     let (mut peak, mut rss_at_peak) = (0u64, rss_start);
     let (mut steady_first, mut steady_last) = (0u64, 0u64);
     let steady_span = (
-        ramp_up + Duration::from_millis(50),
-        ramp_up + steady + Duration::from_millis(50),
+        p.ramp_up + Duration::from_millis(50),
+        p.ramp_up + p.steady + Duration::from_millis(50),
     );
+    let interval = p.interval;
     let _metrics = cfg
         .metrics
         .map(|a| {
             let latency = crate::metrics::LatencyExport {
                 what: "latency",
                 help: "from each request's intended send to its whole answer, per worker",
-                shares: shares.clone(),
+                shares,
             };
             crate::metrics::Exporter::start_with(
                 a,
                 "http_load",
-                &worker_cpus,
+                &p.worker_cpus,
                 rt.stats(),
                 Some(latency),
             )
@@ -863,13 +959,37 @@ pub fn run(
             rss_kib: rss,
         }));
     });
-    let cpu_s = flowlane_io::os::process_cpu_ns()
-        .unwrap_or(0)
-        .saturating_sub(cpu0) as f64
-        / 1e9;
-    let cpus_busy_s = busy0
-        .zip(flowlane_lab::counters::busy_jiffies(&cfg.cpus))
-        .map(|(a, b)| b.saturating_sub(a) as f64 / flowlane_io::os::clock_ticks_per_s() as f64);
+    Ok(Watched {
+        end,
+        peak,
+        rss_at_peak,
+        steady_first,
+        steady_last,
+    })
+}
+
+/// What the report needs from around the session: CPU time, memory at the start, how late
+/// the workers were made, and why hardware counters are missing, if they are.
+struct Ran {
+    cpu_s: f64,
+    cpus_busy_s: Option<f64>,
+    rss_start: u64,
+    setup_late: Duration,
+    pmu_unavailable: Option<String>,
+}
+
+/// The report: the workers' histograms merged per pool, rates over the steady phase, the
+/// error budget judged.
+fn report(cfg: &HttpLoadConfig, p: &Plan, w: Watched, ran: &Ran) -> HttpLoadReport {
+    let Watched {
+        end,
+        peak,
+        rss_at_peak,
+        steady_first,
+        steady_last,
+    } = w;
+    let (n, nofile, cpu_s, cpus_busy_s) = (p.workers, p.nofile, ran.cpu_s, ran.cpus_busy_s);
+    let (rss_start, setup_late, steady) = (ran.rss_start, ran.setup_late, p.steady);
     let looped = end.total().looped;
     let total = HttpLoadCounts::from(&end.total());
     let mut lat: Vec<PoolLatency> = cfg.pools.iter().map(|_| PoolLatency::new()).collect();
@@ -891,7 +1011,7 @@ pub fn run(
     let secs = end.elapsed.as_secs_f64();
     let span_s = steady
         .as_secs_f64()
-        .min(secs - ramp_up.as_secs_f64())
+        .min(secs - p.ramp_up.as_secs_f64())
         .max(1e-9);
     let span_resp: u64 = lat.iter().map(|l| l.answers).sum();
     let span_body: u64 = lat.iter().map(|l| l.body_bytes).sum();
@@ -931,7 +1051,7 @@ pub fn run(
         failures.push(no_answers(cfg, &total, first_error.as_deref(), setup_late));
     }
     let passed = worker_errors.is_empty() && failures.is_empty();
-    Ok(HttpLoadReport {
+    HttpLoadReport {
         cpus: cfg.cpus.clone(),
         duration_s: (secs * 1000.0).round() / 1000.0,
         steady_s: span_s,
@@ -980,7 +1100,7 @@ pub fn run(
         histogram: Some(all.intended.clone()).filter(|h| !h.is_empty()),
         nofile,
         workers: n,
-        files_per_worker: tables.own_files.then_some(nofile),
+        files_per_worker: p.own_files.then_some(nofile),
         memory: Memory {
             rss_start_kib: rss_start,
             rss_connected_kib: rss_at_peak,
@@ -990,8 +1110,8 @@ pub fn run(
                 .unwrap_or(0),
             rss_steady_first_kib: steady_first,
             rss_steady_last_kib: steady_last,
-            histograms_max_bytes: histograms_max,
-            budget_bytes: budget,
+            histograms_max_bytes: p.histograms_max,
+            budget_bytes: p.budget,
             setup_late_s: setup_late.as_secs_f64(),
         },
         cpu_s: (cpu_s * 1000.0).round() / 1000.0,
@@ -1000,7 +1120,7 @@ pub fn run(
         loop_spins: looped.spins,
         loop_sleeps: looped.sleeps,
         worker_cpu_ns_per_response: crate::ns_per(total.cpu_ns, total.responses),
-        pmu: crate::PmuCost::of(&looped, total.responses, rt.pmu_unavailable()),
+        pmu: crate::PmuCost::of(&looped, total.responses, ran.pmu_unavailable.clone()),
         responses_per_cpu_s: if cpu_s > 0.0 {
             total.responses as f64 / cpu_s
         } else {
@@ -1012,7 +1132,7 @@ pub fn run(
             .map(|b| total.responses as f64 / b),
         total,
         worker_errors,
-    })
+    }
 }
 
 /// Why a run with no answer at all failed: a run that measured nothing is a failure whatever
