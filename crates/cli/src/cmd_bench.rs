@@ -222,6 +222,8 @@ fn other_frames_note(s: &BenchStep) -> Option<String> {
     ))
 }
 
+/// Long: flags → configuration, then each event printed as the run goes and the report written;
+/// the work is `tools::bench::run`'s.
 pub fn run(a: BenchArgs) -> CmdResult {
     // Everything the command line says is checked before a lab is built: a run should not
     // fail after minutes for a typo.

@@ -190,6 +190,8 @@ enum NotIpArg {
     Drop,
 }
 
+/// Long: flags mapped to each mode's configuration (reflect, route, bridge) and the report
+/// printed per mode; the work is `tools::forward::run`'s.
 pub fn run(a: ForwardArgs) -> CmdResult {
     let cfg = ForwardConfig {
         metrics: a.live.metrics,

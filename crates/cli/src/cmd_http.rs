@@ -650,6 +650,8 @@ fn lat_line(label: &str, l: &LatencyUs) -> String {
     )
 }
 
+/// Long: the summary's sections (rates, latency per pool and class, errors, memory, CPU)
+/// written in the order they print.
 fn summary(r: &HttpLoadReport) -> String {
     let t = &r.total;
     let mut s = String::new();

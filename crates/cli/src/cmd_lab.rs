@@ -239,6 +239,8 @@ pub fn config(
     c
 }
 
+/// Long: one match over the lab's subcommands (up, down, status, exec), each arm only flags →
+/// call → print; the work is in `flowlane_lab::setup`.
 pub fn run(c: LabCommand) -> CmdResult {
     match c {
         LabCommand::Up(a) => {

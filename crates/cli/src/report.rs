@@ -166,6 +166,9 @@ fn opt(v: Option<u64>) -> String {
 }
 
 /// The report page.
+///
+/// Long: the page written top to bottom (header, each table, each chart) in the order it reads;
+/// each part is a few `write!`s with nothing to name apart.
 pub fn html(r: &BenchReport) -> String {
     let steps = &r.steps;
     let labels: Vec<String> = steps

@@ -261,6 +261,9 @@ impl<S: Counters, R> Runtime<S, R> {
     /// Spawns one pinned worker per CPU. Worker `i` pins itself, then (in index order) calls
     /// `make(i, cpu)` to open what it owns, then waits for [`Runtime::go`]. Returns once every
     /// worker is initialised, or the first initialisation error (all workers are then stopped).
+    ///
+    /// Long: a worker thread's start-up (pin, `make` in index order, panics caught, readiness
+    /// said, the gate) is one closure, since its steps share the thread's state.
     pub fn start<P, E, F>(
         cfg: &Config,
         stop: Arc<AtomicBool>,

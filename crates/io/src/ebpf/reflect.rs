@@ -61,6 +61,9 @@ fn swap(a: &mut Asm, base: Reg, size: Size, x: i16, y: i16) {
 /// and counted (malformed); frames that are not IP, when addresses or ports are swapped, are
 /// counted and passed to the kernel or dropped as [`Reflect::pass_not_ip`] says. An 802.1Q tag
 /// is stepped over.
+///
+/// Long: a BPF program assembled instruction by instruction in the order the verifier reads it;
+/// split into parts, the registers each part expects would be hidden.
 pub fn reflect_program(p: &Reflect) -> Result<Vec<Insn>, AsmError> {
     let mut a = Asm::new();
     let malformed = a.label();

@@ -159,6 +159,9 @@ fn tail(a: &mut Asm, p: &XdpRoute, v6: bool, d: &Drops) {
 }
 
 /// One port's program: see the module's comment.
+///
+/// Long: a BPF program assembled instruction by instruction in the order the verifier reads it;
+/// split into parts, the registers each part expects would be hidden.
 pub fn route_program(p: &XdpRoute) -> Result<Vec<Insn>, AsmError> {
     use route_stats::*;
     let mut a = Asm::new();

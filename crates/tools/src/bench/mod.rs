@@ -52,6 +52,9 @@ pub enum BenchEvent {
 
 /// Runs every step. Errors before the first step are the configuration's (usage) or a lab
 /// that could not be built (runtime); a step that cannot run ends the run with its error.
+///
+/// Long: the lab made or checked, the placement, then the steps in order with each one's
+/// failure handled where it happens.
 pub fn run(
     a: &BenchConfig,
     stop: &Arc<AtomicBool>,

@@ -162,6 +162,9 @@ fn inside<T: Send>(ns: Option<&Netns>, f: impl FnOnce() -> T + Send) -> Result<T
 }
 
 /// One step: the server, then the client for the step's seconds, then the numbers.
+///
+/// Long: server, client and counters of one step in the order they run, each in its namespace;
+/// the checks are `account`'s.
 pub(super) fn step(
     a: &BenchConfig,
     t: &Target,
@@ -316,6 +319,9 @@ pub(super) fn step(
 
 /// The step's numbers and checks.
 #[allow(clippy::too_many_arguments)]
+/// Long: every check of a step (sent = received = seen, each worker exactly its buckets, echoes
+/// back, the programs' counts against the interfaces') is written beside the figure it checks,
+/// so each rule is read once, in one place.
 fn account(
     t: &Target,
     k: u32,

@@ -108,6 +108,10 @@ fn split(total: u64, parts: usize, i: usize) -> u64 {
 /// Step `index` of a sweep sends its flows under ids of their own (the plan's ids plus `index`
 /// × the number of flows), so a receiver across the sweep tells the steps apart: each step's
 /// sequence numbers start at 0 again, and under the same ids they were duplicates.
+///
+/// Long: the threads' jobs, the start (one sender per backend), the session with its ticks and
+/// `--metrics`, then the counters read back, in the order they happen; the report is
+/// `summarize`'s.
 pub(super) fn run_step(
     plan: &Plan,
     index: usize,
@@ -326,6 +330,8 @@ fn open_error(e: &BlastError, message: String) -> ToolError {
 
 /// The step's report from the senders' results and counters.
 #[allow(clippy::too_many_arguments)]
+/// Long: the per-flow tally (sent, and with echoes lost, reordered, duplicated) and the step's
+/// figures, each computed once where the report takes it.
 fn summarize(
     a: &Settings,
     flows: &[(Flow, Option<u32>)],

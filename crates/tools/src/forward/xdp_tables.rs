@@ -152,6 +152,10 @@ impl XdpTables {
     /// takes a whole build: an entry in use changed (a gateway's MAC: every route through it),
     /// next hops went away, or more than [`FOLLOW_MAX_ROUTES`] routes changed. After `None`
     /// these tables are not to be used (build them anew).
+    ///
+    /// Long: one pass over a change set, one block per kind of change (neighbours, addresses,
+    /// routes), each deciding in place whether the change can be written into the tables in
+    /// use.
     pub(super) fn follow(
         &mut self,
         up: &Upkept,

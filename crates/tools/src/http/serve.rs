@@ -270,6 +270,9 @@ pub enum HttpServeEvent {
 }
 
 /// Serves until the duration is over or `stop` is set.
+///
+/// Long: the listeners, the bodies, the steering attached once every worker is bound, the
+/// session and the report, in the order they happen.
 pub fn run(
     cfg: &HttpServeConfig,
     stop: &Arc<AtomicBool>,

@@ -307,6 +307,9 @@ pub const MODES: [(&str, &str); 4] = [
 
 /// Measures one address family's table: build, memory, updates, four traffic modes against
 /// `reference_name` (built by `make_ref`), every lookup checked.
+///
+/// Long: the measurement in its order — build, memory, updates, then each traffic mode
+/// alternated with the reference — every lookup checked where it is made.
 pub fn bench_family<K: Key>(
     routes: &[(Prefix<K>, u32)],
     a: &RouteBenchConfig,

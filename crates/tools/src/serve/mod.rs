@@ -191,6 +191,8 @@ struct Startup {
 }
 
 impl Startup {
+    /// Long: each worker's socket options (GRO, GSO, busy polling, the detector, counts by
+    /// source) decided in its `make`, then steering attached once all are bound, in that order.
     fn start(cfg: &ServeConfig, stop: &Arc<AtomicBool>) -> Result<Startup, ToolError> {
         let gcfg = GroupConfig {
             addr: cfg.bind,

@@ -62,6 +62,10 @@ pub enum SinkEvent {
 }
 
 /// Runs the sink until a stop rule holds or `stop` is set.
+///
+/// Long: the start differs by backend (AF_XDP's socket map, redirect program and sockets, or
+/// AF_PACKET's rings from the ring budget) and is written out in place; the watch and the
+/// report follow in order.
 pub fn run(
     a: &SinkConfig,
     stop: &Arc<AtomicBool>,
