@@ -159,6 +159,7 @@ mod tests {
     /// IPv6 (no socket: dropped) and passes ARP, multicast and broadcast (the kernel's test
     /// runner refuses frames shorter than an Ethernet header, so the length check is the
     /// verifier's to hold).
+    /// (Long: one scenario, every step checked before the next.)
     #[test]
     fn unicast_ip_is_redirected_and_control_traffic_passes() {
         let map = match crate::maps::XskMap::create("fl_t_xsk", 1) {

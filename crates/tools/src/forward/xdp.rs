@@ -819,6 +819,7 @@ mod tests {
     /// additions, replacements and removals (nested /25–/32s, /12s, the default route),
     /// checked at every address of every changed /24 and at random ones; in both halves (a
     /// whole write between); and no group lost or named twice.
+    /// (Long: one scenario, every step checked before the next.)
     #[test]
     fn changes_in_place_answer_as_a_whole_build() {
         use super::{get, RouteMaps, XdpTables};

@@ -336,6 +336,7 @@ mod tests {
     /// (a gateway over half a link, a host's own /32), routes elsewhere, next hops added —
     /// and every address whose answer changed lies under a route they say they touched (the
     /// entries the maps rewrite). A gateway's new MAC takes a whole build.
+    /// (Long: one scenario, every step checked before the next.)
     #[test]
     fn followed_tables_answer_as_a_whole_build() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
