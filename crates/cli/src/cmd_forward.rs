@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use flowlane_tools::backend::Backend;
 use flowlane_tools::forward::{
-    self, ForwardConfig, ForwardEvent, ForwardMode, ForwardReport, NotIp, RouteSource,
+    self, ForwardConfig, ForwardEvent, ForwardMode, ForwardReport, Mode, NotIp, RouteSource,
 };
 
 use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, CpuList};
@@ -154,7 +154,7 @@ pub struct ForwardArgs {
     live: LiveArgs,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(PartialEq, Eq, Debug, Clone, Copy, ValueEnum)]
 enum ModeArg {
     /// Send every frame back out of the interface it came in on.
     Reflect,
@@ -190,34 +190,53 @@ enum NotIpArg {
     Drop,
 }
 
+/// The mode and its own settings from the flags; a flag of another mode is refused.
+fn mode(a: &ForwardArgs) -> Result<Mode, Failure> {
+    let refuse =
+        |what: &str, mode: &str| Err(Failure::usage(anyhow::anyhow!("{what} for --mode {mode}")));
+    if a.mode != ModeArg::Bridge && a.ageing.is_some() {
+        return refuse("--ageing is", "bridge");
+    }
+    if a.mode != ModeArg::Route && (a.routes.is_some() || a.next_hops.is_some()) {
+        return refuse("--routes and --next-hops are", "route");
+    }
+    if a.mode != ModeArg::Reflect && (!a.swap.is_empty() || a.not_ip.is_some()) {
+        return refuse("--swap and --not-ip are", "reflect");
+    }
+    Ok(match a.mode {
+        ModeArg::Reflect => Mode::Reflect {
+            swap_ip: a.swap.contains(&SwapArg::Ip),
+            swap_ports: a.swap.contains(&SwapArg::Ports),
+            not_ip: a.not_ip.map(|n| match n {
+                NotIpArg::Pass => NotIp::Pass,
+                NotIpArg::Drop => NotIp::Drop,
+            }),
+        },
+        ModeArg::Route => Mode::Route {
+            routes: match a.routes.as_deref() {
+                None | Some("kernel") => RouteSource::Kernel,
+                Some(f) => RouteSource::File(f.into()),
+            },
+            next_hops: a.next_hops.clone(),
+        },
+        ModeArg::Bridge => Mode::Bridge {
+            ageing_s: a.ageing.unwrap_or(300),
+        },
+    })
+}
+
 /// Long: flags mapped to each mode's configuration (reflect, route, bridge) and the report
 /// printed per mode; the work is `tools::forward::run`'s.
 pub fn run(a: ForwardArgs) -> CmdResult {
     let cfg = ForwardConfig {
         metrics: a.live.metrics,
-        mode: match a.mode {
-            ModeArg::Reflect => ForwardMode::Reflect,
-            ModeArg::Route => ForwardMode::Route,
-            ModeArg::Bridge => ForwardMode::Bridge,
-        },
-        ageing_s: a.ageing,
+        mode: mode(&a)?,
         devs: a.dev.clone(),
-        routes: a.routes.as_deref().map(|r| match r {
-            "kernel" => RouteSource::Kernel,
-            f => RouteSource::File(f.into()),
-        }),
-        next_hops: a.next_hops.clone(),
         backend: match a.backend {
             BackendArg::Xdp => Backend::XdpNative,
             BackendArg::AfXdp => Backend::AfXdp,
             BackendArg::AfPacket => Backend::AfPacket,
         },
-        swap_ip: a.swap.contains(&SwapArg::Ip),
-        swap_ports: a.swap.contains(&SwapArg::Ports),
-        not_ip: a.not_ip.map(|n| match n {
-            NotIpArg::Pass => NotIp::Pass,
-            NotIpArg::Drop => NotIp::Drop,
-        }),
         cpus: a.cpus.map(|c| c.0),
         duration_s: a.duration,
         interval_s: a.live.interval,
@@ -231,7 +250,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     let mut said_refused = false;
     let r = forward::run(&cfg, &stop, &mut |event| match event {
         ForwardEvent::Started(s) => {
-            let what = match cfg.mode {
+            let what = match cfg.mode.kind() {
                 ForwardMode::Reflect => "reflecting on",
                 ForwardMode::Route => "routing between",
                 ForwardMode::Bridge => "bridging",

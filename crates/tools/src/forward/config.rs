@@ -29,31 +29,64 @@ pub enum NotIp {
     Drop,
 }
 
+/// What the forwarder does, with each mode's own settings (a mode cannot be given another's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "mode")]
+pub enum Mode {
+    /// Back out of the interface it came in on.
+    Reflect {
+        /// Swap IP addresses too.
+        swap_ip: bool,
+        /// Swap UDP/TCP ports too.
+        swap_ports: bool,
+        /// Frames that are not IP (when addresses or ports are swapped); `None`: what the
+        /// backend does anyway — native XDP and AF_PACKET pass them to the kernel, AF_XDP
+        /// drops them.
+        not_ip: Option<NotIp>,
+    },
+    /// Routing on our FIB between the interfaces.
+    Route {
+        /// Where routes come from.
+        routes: RouteSource,
+        /// Next hops of a table file with numbered next hops.
+        next_hops: Option<std::path::PathBuf>,
+    },
+    /// A learning bridge between the interfaces.
+    Bridge {
+        /// Seconds an unseen MAC is kept (300, as the Linux bridge, unless told).
+        ageing_s: u32,
+    },
+}
+
+impl Mode {
+    /// Which mode, without its settings (as reports name it).
+    pub fn kind(&self) -> ForwardMode {
+        match self {
+            Mode::Reflect { .. } => ForwardMode::Reflect,
+            Mode::Route { .. } => ForwardMode::Route,
+            Mode::Bridge { .. } => ForwardMode::Bridge,
+        }
+    }
+
+    /// Where frames that are not IP go (reflect's setting; `None` elsewhere).
+    pub fn not_ip(&self) -> Option<NotIp> {
+        match self {
+            Mode::Reflect { not_ip, .. } => *not_ip,
+            _ => None,
+        }
+    }
+}
+
 /// The configuration of one `forward` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ForwardConfig {
-    /// What to do with frames.
-    pub mode: ForwardMode,
-    /// The interfaces (reflect: exactly one; route: its ports).
+    /// What to do with frames, and that mode's settings.
+    #[serde(flatten)]
+    pub mode: Mode,
+    /// The interfaces (reflect: exactly one; route and bridge: its ports).
     pub devs: Vec<String>,
-    /// Route: where routes come from.
-    #[serde(default)]
-    pub routes: Option<RouteSource>,
-    /// Route: next hops of a table file with numbered next hops.
-    #[serde(default)]
-    pub next_hops: Option<std::path::PathBuf>,
-    /// Bridge: seconds an unseen MAC is kept (default 300, as the Linux bridge).
-    #[serde(default)]
-    pub ageing_s: Option<u32>,
-    /// How frames reach the forwarder: `XdpNative` or `AfPacket`.
+    /// How frames reach the forwarder: `XdpNative`, `AfXdp` or `AfPacket`.
     pub backend: Backend,
-    /// Reflect: swap IP addresses too.
-    pub swap_ip: bool,
-    /// Reflect: swap UDP/TCP ports too.
-    pub swap_ports: bool,
-    /// Frames that are not IP (when addresses or ports are swapped); `None`: what the backend
-    /// does anyway — native XDP and AF_PACKET pass them to the kernel, AF_XDP drops them.
-    pub not_ip: Option<NotIp>,
     /// AF_PACKET: one worker per CPU, pinned (the kernel hands each the frames it received on
     /// that CPU); `None`: every usable CPU. Native XDP runs where the driver receives, so
     /// CPUs cannot be given there.

@@ -11,7 +11,7 @@
 
 mod config;
 mod packet;
-pub use config::{ForwardConfig, ForwardMode, NotIp};
+pub use config::{ForwardConfig, ForwardMode, Mode, NotIp};
 mod report;
 pub mod worker;
 mod xdp;
@@ -72,35 +72,28 @@ pub fn run(
     let Some(dev) = cfg.devs.first() else {
         return Err(ToolError::usage("no interface given (--dev)"));
     };
-    if cfg.mode == ForwardMode::Reflect && cfg.devs.len() != 1 {
+    let kind = cfg.mode.kind();
+    if kind == ForwardMode::Reflect && cfg.devs.len() != 1 {
         return Err(ToolError::usage(format!(
             "reflect runs on exactly one interface, not {}",
             cfg.devs.len()
         )));
     }
-    if cfg.mode == ForwardMode::Route && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
+    if kind == ForwardMode::Route && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
         return Err(ToolError::usage(
             "the native XDP router runs on the CPU that received each frame: CPUs are chosen \
              by RSS, not --cpus",
         ));
     }
-    if cfg.mode == ForwardMode::Bridge && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
+    if kind == ForwardMode::Bridge && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
         return Err(ToolError::usage(
             "the native XDP bridge runs on the CPU that received each frame: CPUs are chosen \
              by RSS, not --cpus",
         ));
     }
-    if cfg.mode == ForwardMode::Bridge && cfg.devs.len() < 2 {
+    if kind == ForwardMode::Bridge && cfg.devs.len() < 2 {
         return Err(ToolError::usage(
             "a bridge needs two or more interfaces (--dev A --dev B)",
-        ));
-    }
-    if cfg.mode != ForwardMode::Bridge && cfg.ageing_s.is_some() {
-        return Err(ToolError::usage("--ageing is for --mode bridge"));
-    }
-    if cfg.mode != ForwardMode::Route && (cfg.routes.is_some() || cfg.next_hops.is_some()) {
-        return Err(ToolError::usage(
-            "--routes and --next-hops are for --mode route",
         ));
     }
     let duration = cfg
@@ -108,9 +101,16 @@ pub fn run(
         .map(|d| crate::seconds("duration", d))
         .transpose()?;
     let interval = crate::seconds("interval", cfg.interval_s)?;
-    let swap = flowlane_wire::forward::Swap {
-        ip: cfg.swap_ip,
-        ports: cfg.swap_ports,
+    let swap = match cfg.mode {
+        Mode::Reflect {
+            swap_ip,
+            swap_ports,
+            ..
+        } => flowlane_wire::forward::Swap {
+            ip: swap_ip,
+            ports: swap_ports,
+        },
+        _ => flowlane_wire::forward::Swap::default(),
     };
     if cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
         return Err(ToolError::usage(
@@ -118,7 +118,7 @@ pub fn run(
              --cpus (use --backend af-packet for pinned workers)",
         ));
     }
-    if cfg.backend == Backend::AfPacket && cfg.not_ip == Some(NotIp::Drop) {
+    if cfg.backend == Backend::AfPacket && cfg.mode.not_ip() == Some(NotIp::Drop) {
         return Err(ToolError::usage(
             "AF_PACKET receives a copy: the kernel gets every frame anyway, so frames that are \
              not IP cannot be dropped (use --backend xdp, or --not-ip pass)",
@@ -154,7 +154,7 @@ pub fn run(
         duration,
         interval,
     };
-    match cfg.mode {
+    match kind {
         ForwardMode::Route if cfg.backend == Backend::XdpNative => {
             return xdp::run_route(job, stop, on_event)
         }

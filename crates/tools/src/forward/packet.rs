@@ -107,7 +107,7 @@ pub(super) fn run_xdp_sockets(
             .map_err(|e| bpf_err("cannot make the XSKMAP", e.to_string()))?,
     );
     // --not-ip pass: frames that are not IP go to the kernel (counted), the rest here.
-    let passed = match job.cfg.not_ip {
+    let passed = match job.cfg.mode.not_ip() {
         Some(super::NotIp::Pass) => Some(
             bpf::MappedArray::new("fl_passed", flowlane_io::os::possible_cpus() as u32)
                 .map_err(|e| bpf_err("cannot make the counter map", e.to_string()))?,
@@ -156,8 +156,11 @@ pub(super) fn load_tables(
     follow: bool,
     stop: &AtomicBool,
 ) -> Result<(routes::Loaded, Option<netdev::RouteMonitor>), ToolError> {
-    let source = job.cfg.routes.clone().unwrap_or(RouteSource::Kernel);
-    let file = match &job.cfg.next_hops {
+    let (source, next_hops) = match &job.cfg.mode {
+        super::Mode::Route { routes, next_hops } => (routes.clone(), next_hops.clone()),
+        _ => (RouteSource::Kernel, None),
+    };
+    let file = match &next_hops {
         Some(p) => {
             let text =
                 crate::input::read_text("--next-hops", p, crate::input::NEXT_HOPS, Some(stop))?;
@@ -332,7 +335,7 @@ fn redirects(
     own: Option<&FastSet<u128>>,
 ) -> Result<Redirects, ToolError> {
     let bpf_err = |what: &str, e: String| ToolError::runtime(format!("{what}: {e}"));
-    let passed = match job.cfg.mode {
+    let passed = match job.cfg.mode.kind() {
         super::ForwardMode::Route => {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
             Some(
@@ -494,7 +497,10 @@ pub(super) fn run_bridge(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(ForwardEvent),
 ) -> Result<ForwardReport, ToolError> {
-    let ageing = job.cfg.ageing_s.unwrap_or(300);
+    let ageing = match job.cfg.mode {
+        super::Mode::Bridge { ageing_s } => ageing_s,
+        _ => 300,
+    };
     let table = Arc::new(MacTable::new(64 * 1024));
     let counts: Arc<[PortCounters]> = job.ports.iter().map(|_| PortCounters::default()).collect();
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();

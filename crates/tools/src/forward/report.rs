@@ -345,7 +345,7 @@ pub(super) fn assemble(
     let (device_refused, problems) = judge(&names.join("+"), queued, dev_tx_packets);
     ForwardReport {
         pmu: crate::PmuCost::default(),
-        mode: job.cfg.mode,
+        mode: job.cfg.mode.kind(),
         backend: job.backend.clone(),
         swapped: swapped(job.swap),
         duration_s: (elapsed_s * 1000.0).round() / 1000.0,

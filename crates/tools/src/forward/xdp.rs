@@ -157,7 +157,7 @@ pub(super) fn run(
         stats_fd: stats.raw_fd(),
         swap_ip: swap.ip,
         swap_ports: swap.ports,
-        pass_not_ip: cfg.not_ip != Some(NotIp::Drop),
+        pass_not_ip: cfg.mode.not_ip() != Some(NotIp::Drop),
         complete_checksums: true,
     })
     .map_err(|e| ToolError::runtime(format!("the reflector does not assemble: {e:?}")))?;
@@ -287,7 +287,10 @@ pub(super) fn run_bridge(
             port: i as u8,
         })
     })?;
-    let ageing_s = job.cfg.ageing_s.unwrap_or(300);
+    let ageing_s = match job.cfg.mode {
+        super::Mode::Bridge { ageing_s } => ageing_s,
+        _ => 300,
+    };
     let ports = job.ports.len();
     let mut aged = 0u64;
     let mut age_error = None;
