@@ -341,10 +341,19 @@ fn bad_requests_are_usage_errors() {
     // Each mode takes its own settings only: another mode's flag is refused, saying whose.
     for (args, whose) in [
         (vec!["--mode", "route", "--swap", "ip"], "--mode reflect"),
-        (vec!["--mode", "bridge", "--not-ip", "pass"], "--mode reflect"),
+        (
+            vec!["--mode", "bridge", "--not-ip", "pass"],
+            "--mode reflect",
+        ),
         (vec!["--mode", "reflect", "--ageing", "5"], "--mode bridge"),
-        (vec!["--mode", "bridge", "--routes", "kernel"], "--mode route"),
-        (vec!["--mode", "reflect", "--next-hops", "x"], "--mode route"),
+        (
+            vec!["--mode", "bridge", "--routes", "kernel"],
+            "--mode route",
+        ),
+        (
+            vec!["--mode", "reflect", "--next-hops", "x"],
+            "--mode route",
+        ),
     ] {
         let out = std::process::Command::new(BIN)
             .args(["forward", "--dev", "lo"])
