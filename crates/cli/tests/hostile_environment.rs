@@ -24,14 +24,18 @@ fn to_dev_full(mut cmd: Command, within: Duration) -> (Option<i32>, String) {
     finish_within(child, within)
 }
 
-/// Runs `cmd` with stdout on a pipe whose read end is closed before it writes.
+/// Runs `cmd` with stdout on a pipe whose read end is closed before it starts. (Closing it
+/// after `spawn` raced the child: on a busy machine `route gen`'s few lines fitted in the
+/// pipe before the close, and it rightly exited 0.)
 fn to_closed_pipe(mut cmd: Command, within: Duration) -> (Option<i32>, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let child = cmd
+        .stdout(writer)
         .stderr(Stdio::piped())
         .spawn()
         .expect("flowlane runs");
-    drop(child.stdout.take());
+    // No reader anywhere: the child's first write fails with EPIPE.
     finish_within(child, within)
 }
 
