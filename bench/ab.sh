@@ -42,7 +42,9 @@ one() { # BINARY TAG: one round of every measurement, as "TAG name value" lines
         before=$(rx)
         # A fixed source port: a port the kernel chose would put the flow on a random RSS
         # bucket, the sender's CPU or the other, and udp runs moved 176k <-> 292k with it.
-        ip netns exec $lab-gen "$bin" blast --mode $mode --dev flgen --to 198.18.0.2:9000 \
+        # Frames leave by the interface named; UDP sockets by the route (--dev is refused).
+        dev="--dev flgen"; [ "$mode" = udp ] && dev=""
+        ip netns exec $lab-gen "$bin" blast --mode $mode $dev --to 198.18.0.2:9000 \
             --sport 10000 --duration "$secs" --json --quiet >"$out/blast.json" 2>/dev/null || true
         after=$(rx)
         python3 - "$out/blast.json" "$before" "$after" "$tag" "$mode" <<'EOF'

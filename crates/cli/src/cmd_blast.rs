@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use flowlane_tools::blast::{
-    self, BlastConfig, BlastEvent, BlastMode, BlastTick, Frames, ModelSpec, PcapSource, Placement,
-    ReplayMode, StepReport, StepStart,
+    self, BlastConfig, BlastEvent, BlastMode, BlastTick, Echo, FrameSettings, Frames, Mode,
+    ModelSpec, PcapSource, Placement, ReplayMode, StepReport, StepStart,
 };
 
 use crate::args::parse_duration;
@@ -305,6 +305,58 @@ pub fn run(a: BlastArgs) -> CmdResult {
     })
 }
 
+/// The mode with its own flags; another mode's flag is refused, saying whose it is.
+fn mode(a: &BlastArgs) -> Result<Mode, Failure> {
+    let usage = |m: String| Failure::usage(anyhow::anyhow!(m));
+    let frame_flags = [
+        (a.dev.is_some(), "--dev"),
+        (a.dst_mac.is_some(), "--dst-mac"),
+        (a.vlan.is_some(), "--vlan"),
+        (a.ttl.is_some(), "--ttl"),
+    ];
+    let frames = || match &a.dev {
+        Some(dev) => Ok(FrameSettings {
+            dev: dev.clone(),
+            dst_mac: a.dst_mac,
+            vlan: a.vlan,
+            ttl: a.ttl,
+        }),
+        None => Err(usage(
+            "the raw, xdp and xdp-live modes send frames on an interface: give it with --dev"
+                .into(),
+        )),
+    };
+    if a.mode != ModeArg::Udp && a.echo {
+        return Err(usage(
+            "--echo is for --mode udp, which takes echoes on its sockets (frames are counted \
+             at the receiver: `flowlane sink`, `flowlane serve`, or the interface counters)"
+                .into(),
+        ));
+    }
+    Ok(match a.mode {
+        // A capture on UDP sockets is refused by blast itself, with what to use instead.
+        ModeArg::Udp if a.pcap.is_some() => Mode::UDP,
+        ModeArg::Udp => {
+            if let Some((_, flag)) = frame_flags.iter().find(|f| f.0) {
+                return Err(usage(format!(
+                    "{flag} is for the frame modes (--mode raw, xdp or xdp-live), which build \
+                     their own headers; UDP sockets leave by the kernel's route"
+                )));
+            }
+            Mode::Udp {
+                echo: a.echo.then(|| Echo {
+                    max_loss_pct: a.max_loss,
+                    linger_s: a.linger,
+                    rcvbuf: a.rcvbuf.map(|b| b as usize),
+                }),
+            }
+        }
+        ModeArg::Raw => Mode::Raw(frames()?),
+        ModeArg::Xdp => Mode::Xdp(frames()?),
+        ModeArg::XdpLive => Mode::XdpLive(frames()?),
+    })
+}
+
 /// The command line as blast's configuration.
 fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
     // None only with --pcap (clap asks for --to otherwise).
@@ -330,16 +382,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
     };
     Ok(BlastConfig {
         metrics: a.live.metrics,
-        mode: match a.mode {
-            ModeArg::Udp => BlastMode::Udp,
-            ModeArg::Raw => BlastMode::Raw,
-            ModeArg::Xdp => BlastMode::Xdp,
-            ModeArg::XdpLive => BlastMode::XdpLive,
-        },
-        dev: a.dev.clone(),
-        dst_mac: a.dst_mac,
-        vlan: a.vlan,
-        ttl: a.ttl,
+        mode: mode(a)?,
         to,
         from: a.from,
         sport: a.sport,
@@ -364,10 +407,6 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
             // One sender thread, on the first CPU this process may use.
             None => usable_cpus(None)?.into_iter().take(1).collect(),
         },
-        echo: a.echo,
-        max_loss_pct: a.max_loss,
-        linger_s: a.linger,
-        rcvbuf: a.rcvbuf.map(|b| b as usize),
         interval_s: a.live.interval,
         pcap: a.pcap.as_ref().map(|path| PcapSource {
             path: path.clone(),

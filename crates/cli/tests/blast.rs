@@ -467,6 +467,41 @@ fn impossible_requests_are_usage_errors() {
     }
 }
 
+/// Each mode takes its own flags: another mode's flag is a usage error that says whose it is
+/// (before, `--dev` on UDP sockets was silently ignored).
+#[test]
+fn another_modes_flag_is_refused_saying_whose() {
+    let to = ["--to", "198.18.0.2:9"];
+    for (args, says) in [
+        (vec!["--dev", "lo"], "--dev is for the frame modes"),
+        (vec!["--ttl", "5"], "--ttl is for the frame modes"),
+        (vec!["--vlan", "5"], "--vlan is for the frame modes"),
+        (
+            vec!["--dst-mac", "02:00:00:00:00:02"],
+            "--dst-mac is for the frame modes",
+        ),
+        (
+            vec!["--mode", "raw", "--dev", "lo", "--echo"],
+            "--echo is for --mode udp",
+        ),
+        (
+            vec!["--mode", "xdp-live", "--echo"],
+            "--echo is for --mode udp",
+        ),
+        (vec!["--mode", "xdp"], "give it with --dev"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("blast")
+            .args(to)
+            .args(&args)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn raw_mode_count_is_exact_on_the_peer_interface() {
     frame_mode_count_is_exact("raw");
@@ -817,23 +852,23 @@ fn imix_arrives_in_its_proportions_byte_for_byte() {
     for mode in ["raw", "udp"] {
         let mut j = Value::Null;
         let (n, bytes) = dut_rx_bytes(&p, || {
-            j = blast(
-                &p,
-                &[
-                    "--mode",
-                    mode,
-                    "--dev",
-                    &p.gen_if,
-                    "--to",
-                    &to,
-                    "--imix",
-                    "64:7,594:4,1518:1",
-                    "--count",
-                    "12000",
-                    "--rate",
-                    "100k",
-                ],
-            );
+            let mut args = vec![
+                "--mode",
+                mode,
+                "--to",
+                &to,
+                "--imix",
+                "64:7,594:4,1518:1",
+                "--count",
+                "12000",
+                "--rate",
+                "100k",
+            ];
+            // Frames leave by the interface named; UDP sockets by the route (--dev is refused).
+            if mode == "raw" {
+                args.extend(["--dev", &p.gen_if]);
+            }
+            j = blast(&p, &args);
         });
         assert_eq!(n, 12_000, "{mode}");
         assert_eq!(bytes, 4_294_000, "{mode}: bytes on the peer interface");

@@ -240,8 +240,12 @@ pub(super) fn step(
         bcfg.from = Some((lo, lo));
     }
     if echo {
-        bcfg.echo = true;
-        bcfg.linger_s = 0.5;
+        bcfg.mode = blast::Mode::Udp {
+            echo: Some(blast::Echo {
+                linger_s: 0.5,
+                ..blast::Echo::default()
+            }),
+        };
     }
     let (gen, dut) = match &t.lab {
         Some((g, d, _)) => (Some(g), Some(d)),

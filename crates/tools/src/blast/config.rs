@@ -29,6 +29,105 @@ impl BlastMode {
     }
 }
 
+/// How frames leave, each way with the settings only it takes: a UDP socket's echoes, a frame
+/// mode's interface and headers. Another mode's setting cannot be written (the CLI refuses its
+/// flag and says whose it is).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// UDP sockets (sendmmsg); the kernel builds the headers.
+    Udp {
+        /// Take echoes back (from `serve --mode echo`) and account them per flow.
+        #[serde(default)]
+        echo: Option<Echo>,
+    },
+    /// Whole frames through an AF_PACKET TX ring, bypassing the qdisc layer.
+    Raw(FrameSettings),
+    /// Whole frames through AF_XDP sockets (copy mode; need_wakeup).
+    Xdp(FrameSettings),
+    /// A generated XDP program run in live-frames mode (BPF_PROG_TEST_RUN): no socket.
+    XdpLive(FrameSettings),
+}
+
+impl Mode {
+    /// Plain UDP sockets, no echoes.
+    pub const UDP: Mode = Mode::Udp { echo: None };
+
+    /// Which way, without its settings.
+    pub fn kind(&self) -> BlastMode {
+        match self {
+            Mode::Udp { .. } => BlastMode::Udp,
+            Mode::Raw(_) => BlastMode::Raw,
+            Mode::Xdp(_) => BlastMode::Xdp,
+            Mode::XdpLive(_) => BlastMode::XdpLive,
+        }
+    }
+
+    /// The frame modes' settings (`None` for UDP sockets).
+    pub fn frames(&self) -> Option<&FrameSettings> {
+        match self {
+            Mode::Udp { .. } => None,
+            Mode::Raw(f) | Mode::Xdp(f) | Mode::XdpLive(f) => Some(f),
+        }
+    }
+
+    /// The echo settings, when echoes are taken back (UDP only).
+    pub fn echo(&self) -> Option<&Echo> {
+        match self {
+            Mode::Udp { echo } => echo.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// What a UDP sender does with echoes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Echo {
+    /// Loss above this percentage fails the run.
+    pub max_loss_pct: Option<f64>,
+    /// Seconds to wait for the last echoes.
+    pub linger_s: f64,
+    /// Receive buffer per flow socket, bytes.
+    pub rcvbuf: Option<usize>,
+}
+
+impl Default for Echo {
+    /// Wait a second for the last echoes; no loss bound; the default buffer.
+    fn default() -> Echo {
+        Echo {
+            max_loss_pct: None,
+            linger_s: 1.0,
+            rcvbuf: None,
+        }
+    }
+}
+
+/// What the frame modes need to build a frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameSettings {
+    /// The interface frames leave by.
+    pub dev: String,
+    /// Destination MAC (default: the neighbour entry of the destination on `dev`).
+    pub dst_mac: Option<[u8; 6]>,
+    /// 802.1Q tag.
+    pub vlan: Option<u16>,
+    /// The IPv4 TTL / IPv6 hop limit (default 64).
+    #[serde(default)]
+    pub ttl: Option<u8>,
+}
+
+impl FrameSettings {
+    /// Frames on `dev`, to the neighbour's MAC, untagged, TTL 64.
+    pub fn on(dev: &str) -> FrameSettings {
+        FrameSettings {
+            dev: dev.to_string(),
+            dst_mac: None,
+            vlan: None,
+            ttl: None,
+        }
+    }
+}
+
 /// A send rate: packets per second, or bits per second on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -150,17 +249,8 @@ pub struct Placement {
 /// The configuration of one `blast` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BlastConfig {
-    /// How frames leave.
-    pub mode: BlastMode,
-    /// Interface (raw, xdp and xdp-live modes).
-    pub dev: Option<String>,
-    /// Destination MAC (frame modes; default: the neighbour entry of `to` on `dev`).
-    pub dst_mac: Option<[u8; 6]>,
-    /// 802.1Q tag for raw frames.
-    pub vlan: Option<u16>,
-    /// Frame modes: the IPv4 TTL / IPv6 hop limit (default 64).
-    #[serde(default)]
-    pub ttl: Option<u8>,
+    /// How frames leave, with that way's own settings.
+    pub mode: Mode,
     /// Where traffic goes (a port other than 0). Only a capture replay (`pcap`) runs
     /// without one: its frames then keep their captured MACs unless `dst_mac` is given.
     #[serde(default)]
@@ -195,14 +285,6 @@ pub struct BlastConfig {
     pub batch: usize,
     /// Sender threads, one pinned per CPU (at most one per flow).
     pub cpus: Vec<usize>,
-    /// Take echoes back and account them.
-    pub echo: bool,
-    /// With `echo`: loss above this percentage fails the run.
-    pub max_loss_pct: Option<f64>,
-    /// With `echo`: seconds to wait for the last echoes.
-    pub linger_s: f64,
-    /// With `echo`: receive buffer per flow socket, bytes.
-    pub rcvbuf: Option<usize>,
     /// Seconds between status ticks.
     pub interval_s: f64,
     /// Serve the workers' counters in the OpenMetrics text format at this address while
@@ -238,11 +320,7 @@ impl BlastConfig {
     pub fn new(to: SocketAddr, cpu: usize) -> BlastConfig {
         BlastConfig {
             metrics: None,
-            mode: BlastMode::Udp,
-            dev: None,
-            dst_mac: None,
-            vlan: None,
-            ttl: None,
+            mode: Mode::UDP,
             to: Some(to),
             from: None,
             sport: None,
@@ -258,10 +336,6 @@ impl BlastConfig {
             catch_up_s: DEFAULT_CATCH_UP_S,
             batch: 64,
             cpus: vec![cpu],
-            echo: false,
-            max_loss_pct: None,
-            linger_s: 1.0,
-            rcvbuf: None,
             interval_s: 1.0,
             pcap: None,
         }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use super::sender::RawLink;
 use flowlane_io::netdev;
 
-use super::BlastConfig;
+use super::{BlastConfig, FrameSettings};
 use crate::ToolError;
 
 /// `aa:bb:cc:dd:ee:ff` (for the command line's `--dst-mac`).
@@ -17,18 +17,19 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 /// Resolves what the frame modes need about the configured interface for frames up to
 /// `frame` bytes: index, MACs (the destination's from the neighbour table unless given), and
 /// a check against its MTU.
-pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
-    let dev = a
-        .dev
-        .as_deref()
-        .ok_or_else(|| ToolError::usage("the raw, xdp and xdp-live modes need an interface"))?;
+pub fn raw_link(
+    f: &FrameSettings,
+    to: Option<SocketAddr>,
+    frame: usize,
+) -> Result<RawLink, ToolError> {
+    let dev = f.dev.as_str();
     let src_mac = netdev::mac(dev).ok_or_else(|| {
         ToolError::usage(format!(
             "no interface `{dev}` here (see `ip link`; in a namespace, run inside it)"
         ))
     })?;
     let mtu = netdev::mtu(dev).unwrap_or(1500);
-    let max = mtu + 14 + if a.vlan.is_some() { 4 } else { 0 };
+    let max = mtu + 14 + if f.vlan.is_some() { 4 } else { 0 };
     if frame > max {
         return Err(ToolError::usage(format!(
             "a {frame}-byte frame is above what {dev} carries (MTU {mtu}: at most {max} bytes \
@@ -37,16 +38,21 @@ pub fn raw_link(a: &BlastConfig, frame: usize) -> Result<RawLink, ToolError> {
     }
     let ifindex =
         flowlane_io::netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
-    let dst_mac = match a.dst_mac {
-        Some(m) => m,
-        None => neighbour_mac(a.dest()?, dev)?,
+    let dst_mac = match (f.dst_mac, to) {
+        (Some(m), _) => m,
+        (None, Some(to)) => neighbour_mac(to, dev)?,
+        (None, None) => {
+            return Err(ToolError::usage(
+                "frames need a destination MAC: --dst-mac, or --to IP:PORT to look it up",
+            ))
+        }
     };
     Ok(RawLink {
         ifindex,
         src_mac,
         dst_mac,
-        vlan: a.vlan,
-        ttl: a.ttl,
+        vlan: f.vlan,
+        ttl: f.ttl,
         max_frame: frame,
         qdisc_bypass: true,
     })
@@ -83,8 +89,8 @@ fn neighbour_mac(dst: SocketAddr, dev: &str) -> Result<[u8; 6], ToolError> {
 /// Refuses a rate above what the egress link can carry, when the link reports a speed (veth
 /// says 10 Gb/s; loopback says nothing and is not checked).
 pub fn check_line_rate(a: &BlastConfig, frame: f64, pps: f64) -> Result<(), ToolError> {
-    let dev = match &a.dev {
-        Some(d) => d.clone(),
+    let dev = match a.mode.frames() {
+        Some(f) => f.dev.clone(),
         // The interface the route to the destination leaves by (rtnetlink, as `ip route get`).
         None => match a.to.and_then(|t| netdev::route_oif(t.ip()).ok().flatten()) {
             Some(i) => match netdev::ifname(i) {

@@ -18,11 +18,15 @@ mod step;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use flowlane_wire::frame::headers_len;
 use flowlane_wire::HEADER_LEN;
 
-pub use config::{imix_sequence, BlastConfig, BlastMode, Frames, ModelSpec, Placement, Rate};
+pub use config::{
+    imix_sequence, BlastConfig, BlastMode, Echo, FrameSettings, Frames, Mode, ModelSpec, Placement,
+    Rate,
+};
 pub use flows::route_source;
 pub use link::parse_mac;
 pub use replay::{PcapSource, ReplayMode, ReplayReport, MAX_BYTES, MAX_FRAMES};
@@ -113,21 +117,10 @@ pub fn run(
     }
     let v6 = dst.is_ipv6();
     let framed = a.mode.frames();
-    let hdrs = headers_len(v6, framed && a.vlan.is_some());
-    if !framed && a.ttl.is_some() {
-        return Err(ToolError::usage(
-            "--ttl is for the frame modes (raw, xdp, xdp-live), which build their own headers",
-        ));
-    }
-    if a.ttl == Some(0) {
+    let hdrs = headers_len(v6, framed.is_some_and(|f| f.vlan.is_some()));
+    if framed.and_then(|f| f.ttl) == Some(0) {
         return Err(ToolError::usage(
             "--ttl must be 1-255 (0 is dropped by the first hop)",
-        ));
-    }
-    if framed && a.echo {
-        return Err(ToolError::usage(
-            "--echo takes echoes on UDP sockets: use --mode udp (raw and xdp frames are counted \
-             at the receiver: `flowlane sink`, `flowlane serve`, or the interface counters)",
         ));
     }
     let steps = steps(a, hdrs, v6)?;
@@ -136,7 +129,7 @@ pub fn run(
         .map(|d| crate::seconds("duration", d))
         .transpose()?;
     let interval = crate::seconds("interval", a.interval_s)?;
-    let linger = crate::seconds("linger", a.linger_s)?;
+    let linger = linger(a)?;
     if a.count == Some(0) {
         return Err(ToolError::usage("--count must be at least 1"));
     }
@@ -154,21 +147,22 @@ pub fn run(
         }
     }
     let mut flows = flows::make_flows(a)?;
-    let link = if framed {
-        // Frames need real source ports: the kernel does not choose them here.
-        for (f, _) in flows.iter_mut().filter(|(f, _)| f.src.port() == 0) {
-            f.src.set_port(10_000 + f.id % 50_000);
+    let link = match framed {
+        Some(fs) => {
+            // Frames need real source ports: the kernel does not choose them here.
+            for (f, _) in flows.iter_mut().filter(|(f, _)| f.src.port() == 0) {
+                f.src.set_port(10_000 + f.id % 50_000);
+            }
+            let largest = steps.iter().flatten().copied().max().unwrap_or(hdrs);
+            Some(link::raw_link(fs, a.to, largest)?)
         }
-        let largest = steps.iter().flatten().copied().max().unwrap_or(hdrs);
-        Some(link::raw_link(a, largest)?)
-    } else {
-        None
+        None => None,
     };
-    let backend = match (a.mode, a.dev.as_deref()) {
-        (BlastMode::Udp, _) | (_, None) => None,
-        (BlastMode::Raw, Some(dev)) => Some(backend::choose(dev, Backend::AfPacket)?),
-        (BlastMode::Xdp, Some(dev)) => Some(backend::choose(dev, Backend::AfXdp)?),
-        (BlastMode::XdpLive, Some(dev)) => Some(backend::choose(dev, Backend::LiveFrames)?),
+    let backend = match &a.mode {
+        Mode::Udp { .. } => None,
+        Mode::Raw(f) => Some(backend::choose(&f.dev, Backend::AfPacket)?),
+        Mode::Xdp(f) => Some(backend::choose(&f.dev, Backend::AfXdp)?),
+        Mode::XdpLive(f) => Some(backend::choose(&f.dev, Backend::LiveFrames)?),
     };
     // Every step's flows under ids of their own, said before anything is sent.
     step::step_id_offset(steps.len().saturating_sub(1), flows.len())?;
@@ -217,6 +211,13 @@ fn run_steps(
     })
 }
 
+/// How long a UDP sender waits for the last echoes (none without echoes).
+fn linger(a: &BlastConfig) -> Result<Duration, ToolError> {
+    a.mode
+        .echo()
+        .map_or(Ok(Duration::ZERO), |e| crate::seconds("linger", e.linger_s))
+}
+
 /// `blast --pcap`: one step sending a capture's frames (stamped or verbatim) on the frame
 /// modes' rings.
 fn replay(
@@ -225,15 +226,18 @@ fn replay(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(BlastEvent),
 ) -> Result<BlastReport, ToolError> {
-    if !matches!(a.mode, BlastMode::Raw | BlastMode::Xdp) {
-        return Err(ToolError::usage(
-            "--pcap sends whole frames on a ring: --mode raw or xdp",
-        ));
-    }
+    let (fs, kind) = match &a.mode {
+        Mode::Raw(f) => (f, Backend::AfPacket),
+        Mode::Xdp(f) => (f, Backend::AfXdp),
+        _ => {
+            return Err(ToolError::usage(
+                "--pcap sends whole frames on a ring: --mode raw or xdp",
+            ))
+        }
+    };
     let refused = [
-        (a.echo, "--echo"),
-        (a.ttl.is_some(), "--ttl"),
-        (a.vlan.is_some(), "--vlan"),
+        (fs.ttl.is_some(), "--ttl"),
+        (fs.vlan.is_some(), "--vlan"),
         (a.placement.is_some(), "RSS placement"),
         (a.from.is_some() || a.sport.is_some(), "--from/--sport"),
         (a.flows != 1, "--flows"),
@@ -252,18 +256,14 @@ fn replay(
         return Err(ToolError::usage("no CPU for a sender thread"));
     }
     let mut r = replay::Replay::load(src, Some(stop))?;
-    let dev = a
-        .dev
-        .as_deref()
-        .ok_or_else(|| ToolError::usage("--pcap needs an interface (--dev)"))?;
     // MACs are rewritten when the destination is named (by MAC, or by address through the
     // neighbour table); else they stay as captured.
-    let named = a.dst_mac.is_some() || a.to.is_some();
-    let mut la = a.clone();
+    let named = fs.dst_mac.is_some() || a.to.is_some();
+    let mut lf = fs.clone();
     if !named {
-        la.dst_mac = Some([0; 6]);
+        lf.dst_mac = Some([0; 6]);
     }
-    let link = link::raw_link(&la, r.largest())?;
+    let link = link::raw_link(&lf, a.to, r.largest())?;
     if named {
         r.rewrite_macs(link.src_mac, link.dst_mac);
     }
@@ -271,14 +271,7 @@ fn replay(
     if let Some(rate) = a.rate {
         link::check_line_rate(a, step::mean(&sizes), rate.pps(step::mean(&sizes)))?;
     }
-    let backend = Some(backend::choose(
-        dev,
-        if a.mode == BlastMode::Xdp {
-            Backend::AfXdp
-        } else {
-            Backend::AfPacket
-        },
-    )?);
+    let backend = Some(backend::choose(&fs.dev, kind)?);
     let shares = if r.flows.is_empty() {
         r.frames.len()
     } else {
@@ -297,7 +290,7 @@ fn replay(
             .map(|d| crate::seconds("duration", d))
             .transpose()?,
         interval: crate::seconds("interval", a.interval_s)?,
-        linger: crate::seconds("linger", a.linger_s)?,
+        linger: linger(a)?,
         replay: Some(Arc::new(r)),
     };
     run_steps(&plan, &[sizes], stop, on_event)
@@ -331,7 +324,7 @@ fn steps(a: &BlastConfig, hdrs: usize, v6: bool) -> Result<Vec<Vec<usize>>, Tool
                  ({max_payload})"
             )));
         }
-        if a.echo && payload < HEADER_LEN {
+        if a.mode.echo().is_some() && payload < HEADER_LEN {
             return Err(ToolError::usage(format!(
                 "--echo needs the {HEADER_LEN}-byte flowlane header in every payload: frames \
                  of {} bytes or more",
@@ -446,7 +439,7 @@ mod tests {
                 c.frames = Frames::Sizes(vec![60, 100]);
             },
             |c| {
-                c.mode = BlastMode::XdpLive;
+                c.mode = Mode::XdpLive(FrameSettings::on("lo"));
                 c.rate = Some(Rate::Pps(1.0));
             },
             |c| c.count = Some(0),

@@ -42,19 +42,19 @@ pub(super) struct Settings {
 impl Settings {
     pub fn of(a: &BlastConfig) -> Settings {
         Settings {
-            mode: a.mode,
+            mode: a.mode.kind(),
             rate: a.rate,
             count: a.count,
             burst: a.burst,
             // At most 10 s; a negative or non-number one (a library caller's) is none.
             catch_up: Duration::try_from_secs_f64(a.catch_up_s.min(10.0)).unwrap_or_default(),
             batch: a.batch,
-            echo: a.echo,
-            rcvbuf: a.rcvbuf,
+            echo: a.mode.echo().is_some(),
+            rcvbuf: a.mode.echo().and_then(|e| e.rcvbuf),
             metrics: a.metrics,
             to: a.to,
-            dev: a.dev.clone(),
-            max_loss_pct: a.max_loss_pct,
+            dev: a.mode.frames().map(|f| f.dev.clone()),
+            max_loss_pct: a.mode.echo().and_then(|e| e.max_loss_pct),
         }
     }
 }

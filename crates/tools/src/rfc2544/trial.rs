@@ -11,7 +11,7 @@ use flowlane_lab::Netns;
 use super::config::{Endpoint, Rfc2544Config};
 use super::report::{TestName, TrialRecord};
 use super::search::TrialKind;
-use crate::blast::{self, BlastConfig, BlastMode, Frames, Rate};
+use crate::blast::{self, BlastConfig, FrameSettings, Frames, Mode, Rate};
 use crate::sink::{self, SinkConfig, SinkEvent, SinkReport};
 use crate::ToolError;
 
@@ -79,7 +79,7 @@ pub(super) fn netns_of(e: &Endpoint) -> Result<Option<Netns>, ToolError> {
 }
 
 impl Rig<'_> {
-    fn mode(frames: &Frames) -> BlastMode {
+    fn mode(frames: &Frames) -> fn(FrameSettings) -> Mode {
         // An XDP frame is one page: 4 096 bytes less the headroom and the room the kernel keeps
         // for shared info. Jumbo frames go through an AF_PACKET ring.
         const XDP_FRAME_MAX: usize = 3500;
@@ -92,18 +92,19 @@ impl Rig<'_> {
         };
         // The live-frames generator sends one size per run; a mix goes through AF_XDP.
         match frames {
-            _ if largest > XDP_FRAME_MAX => BlastMode::Raw,
-            Frames::Imix(_) => BlastMode::Xdp,
-            _ => BlastMode::XdpLive,
+            _ if largest > XDP_FRAME_MAX => Mode::Raw,
+            Frames::Imix(_) => Mode::Xdp,
+            _ => Mode::XdpLive,
         }
     }
 
     fn blast_config(&self, shot: &Shot, dev: &str, dst_mac: Option<[u8; 6]>) -> BlastConfig {
         let c = self.cfg;
         let mut b = BlastConfig::new(c.to, c.tx_cpu);
-        b.mode = Self::mode(&shot.frames);
-        b.dev = Some(dev.to_string());
-        b.dst_mac = dst_mac;
+        b.mode = Self::mode(&shot.frames)(FrameSettings {
+            dst_mac,
+            ..FrameSettings::on(dev)
+        });
         b.flows = c.flows.max(1);
         b.placement = c.placement.clone();
         if b.placement.is_some() {
