@@ -251,6 +251,14 @@ pub struct ModelArgs {
     pub bits: Option<u32>,
 }
 
+/// The interface's RSS and queues for `--dev` (`None` without it); an interface that is not
+/// there is a usage error.
+pub fn read_nic(dev: Option<&str>) -> Result<Option<flowlane_tools::nic::NicReport>, Failure> {
+    dev.map(flowlane_tools::nic::read)
+        .transpose()
+        .map_err(Failure::from_tool)
+}
+
 /// CPUs this process may use (online and allowed), for defaults such as the queue count.
 pub fn cpu_count() -> u32 {
     flowlane_runtime::cpus::CpuSet::current()
@@ -268,6 +276,8 @@ pub enum KeySource {
     Flag,
     /// The `ethtool -x` text given with `--reta`.
     RetaFile(PathBuf),
+    /// Read from the interface (`--dev`), by netlink or ioctl.
+    Nic { dev: String, via: String },
 }
 
 impl KeySource {
@@ -277,6 +287,7 @@ impl KeySource {
             KeySource::Default => "Microsoft's default key".into(),
             KeySource::Flag => "--key".into(),
             KeySource::RetaFile(p) => format!("the key in {} (ethtool -x)", p.display()),
+            KeySource::Nic { dev, via } => format!("{dev}'s own key (read by {via})"),
         }
     }
 }
@@ -297,7 +308,23 @@ impl ModelArgs {
 
     /// Builds the model; errors are usage errors (exit 2).
     pub fn build(&self) -> Result<Model, Failure> {
+        self.build_for(None)
+    }
+
+    /// Builds the model, from interface `nic`'s own RSS when one is given (`--dev`): its key,
+    /// hash function, input transform and table, as an `ethtool -x` text of it would give.
+    /// An interface without RSS flowlane can model is a usage error that says why.
+    pub fn build_for(
+        &self,
+        nic: Option<&flowlane_tools::nic::NicReport>,
+    ) -> Result<Model, Failure> {
         let reta_only = self.reta.is_some() || self.weights.is_some();
+        if nic.is_some() && (reta_only || self.queues.is_some() || self.model != ModelArg::Reta) {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--dev reads the interface's own indirection table: leave out --reta, \
+                 --weights, --queues and --model"
+            )));
+        }
         if reta_only && self.model != ModelArg::Reta {
             return Err(Failure::usage(anyhow::anyhow!(
                 "--reta and --weights describe an indirection table; use them with --model reta"
@@ -313,46 +340,60 @@ impl ModelArgs {
         let mut symmetric = self.symmetric.map(Symmetric::from);
         let queue = match self.model {
             ModelArg::Reta => {
-                let reta = if let Some(path) = &self.reta {
-                    let text = flowlane_tools::input::read_text(
-                        "--reta",
-                        path,
-                        flowlane_tools::input::RETA,
-                        None,
-                    )
-                    .map_err(Failure::from_tool)?;
-                    let dump = flowlane_rss::ethtool::EthtoolRss::parse(&text)
-                        .with_context(|| format!("in RETA file {}", path.display()))
-                        .map_err(Failure::usage)?;
+                let read = match (nic, &self.reta) {
+                    (Some(r), _) => {
+                        let dump = r.model().map_err(|e| Failure::usage(anyhow::anyhow!(e)))?;
+                        let via = r.rss.via.clone().unwrap_or_default();
+                        Some((
+                            dump,
+                            r.dev.clone(),
+                            KeySource::Nic {
+                                dev: r.dev.clone(),
+                                via,
+                            },
+                        ))
+                    }
+                    (None, Some(path)) => {
+                        let text = flowlane_tools::input::read_text(
+                            "--reta",
+                            path,
+                            flowlane_tools::input::RETA,
+                            None,
+                        )
+                        .map_err(Failure::from_tool)?;
+                        let dump = flowlane_rss::ethtool::EthtoolRss::parse(&text)
+                            .with_context(|| format!("in RETA file {}", path.display()))
+                            .map_err(Failure::usage)?;
+                        let name = format!("RETA file {}", path.display());
+                        Some((dump, name, KeySource::RetaFile(path.clone())))
+                    }
+                    (None, None) => None,
+                };
+                let reta = if let Some((dump, name, source)) = read {
                     if let Some(why) = dump.unmodelled() {
-                        return Err(Failure::usage(anyhow::anyhow!(
-                            "RETA file {}: {why}",
-                            path.display()
-                        )));
+                        return Err(Failure::usage(anyhow::anyhow!("{name}: {why}")));
                     }
                     if let Some(k) = dump.key {
                         match &key.0 {
                             Some(given) if *given != k => {
                                 return Err(Failure::usage(anyhow::anyhow!(
-                                    "--key {} differs from the key in RETA file {} ({}); the \
-                                     NIC hashes with the file's: leave --key out",
+                                    "--key {} differs from the key of {name} ({}); the \
+                                     NIC hashes with its own: leave --key out",
                                     given.to_colon_hex(),
-                                    path.display(),
                                     k.to_colon_hex()
                                 )))
                             }
                             Some(_) => {}
-                            None => key = (Some(k), KeySource::RetaFile(path.clone())),
+                            None => key = (Some(k), source),
                         }
                     }
                     if let Some(file_sym) = dump.symmetric {
                         match symmetric {
                             Some(given) if given != file_sym => {
                                 return Err(Failure::usage(anyhow::anyhow!(
-                                    "--symmetric {} differs from RETA file {}, whose input \
+                                    "--symmetric {} differs from {name}, whose input \
                                      transformation is {}: leave --symmetric out",
                                     given.name(),
-                                    path.display(),
                                     file_sym.name()
                                 )))
                             }

@@ -36,6 +36,11 @@ pub struct HashArgs {
     #[arg(long, conflicts_with_all = ["src", "dst"])]
     stdin: bool,
 
+    /// Use this interface's own RSS (key, function, input transform, table), read as `rss show
+    /// --dev` reads it; an interface without RSS flowlane can model is refused, saying why.
+    #[arg(long, value_name = "IF")]
+    dev: Option<String>,
+
     #[command(flatten)]
     model: ModelArgs,
 
@@ -45,7 +50,8 @@ pub struct HashArgs {
 }
 
 pub fn run(a: HashArgs) -> CmdResult {
-    let m = a.model.build()?;
+    let nic = crate::args::read_nic(a.dev.as_deref())?;
+    let m = a.model.build_for(nic.as_ref())?;
     let hasher = Toeplitz::new(&m.key);
     let sym = m.symmetric;
     let model = &m.queue;

@@ -58,6 +58,11 @@ pub struct PickArgs {
     #[arg(long)]
     two_tuple: bool,
 
+    /// Use this interface's own RSS (key, function, input transform, table), read as `rss show
+    /// --dev` reads it; an interface without RSS flowlane can model is refused, saying why.
+    #[arg(long, value_name = "IF")]
+    dev: Option<String>,
+
     #[command(flatten)]
     model: ModelArgs,
 
@@ -67,19 +72,23 @@ pub struct PickArgs {
 }
 
 pub fn run(a: PickArgs) -> CmdResult {
-    let m = a.model.build()?;
+    let nic = crate::args::read_nic(a.dev.as_deref())?;
+    let m = a.model.build_for(nic.as_ref())?;
     let model = &m.queue;
     let hasher = Toeplitz::new(&m.key);
     let dst_port = a
         .dst
         .port
         .ok_or_else(|| Failure::usage(anyhow!("--dst needs a port")))?;
+    // The NIC's own word where it gave one: UDP/IPv4 hashed on the addresses only is placed
+    // by source address (the seed's four clients from four addresses).
+    let two_tuple = a.two_tuple || nic.as_ref().and_then(|n| n.udp4_two_tuple()) == Some(true);
     let spec = PickSpec {
         src_addrs: (a.src_ip.lo, a.src_ip.hi),
         dst: a.dst.addr,
         src_ports: a.src_ports,
         dst_port,
-        hash_ports: !a.two_tuple,
+        hash_ports: !two_tuple,
         queues: a.only.clone().map(|l| l.0).unwrap_or_default(),
         per_queue: (!a.all).then_some(a.per_queue),
         symmetric: m.symmetric,
@@ -131,7 +140,7 @@ pub fn run(a: PickArgs) -> CmdResult {
             symmetric: m.symmetric.name().into(),
             model: model.name().into(),
             queues_in_model: model.queues(),
-            hash_fields: if a.two_tuple { "2-tuple" } else { "4-tuple" }.into(),
+            hash_fields: if two_tuple { "2-tuple" } else { "4-tuple" }.into(),
             method: method.into(),
             verified: true,
             queues,

@@ -31,6 +31,7 @@ pub enum RssCommand {
 ///   flowlane rss show
 ///   flowlane rss show --key symmetric --queues 4
 ///   flowlane rss show --reta <(ethtool -x eth0) --json
+///   flowlane rss show --dev eth0
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct ShowArgs {
@@ -45,6 +46,13 @@ pub struct ShowArgs {
     /// Flows in the spread sample (IPv4 4-tuples from 198.18.0.0/15 with random ports).
     #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     sample: u64,
+
+    /// Read this interface's own RSS and queues (as `ethtool -i/-x/-l/-g/-n` and sysfs show
+    /// them: driver, key, hash function, input transform, table, hash fields per flow type,
+    /// channels, rings, NUMA node, RPS/XPS/RFS, IRQs and their CPUs) and model its RSS. Each
+    /// item says whether netlink or the ioctl read it, or why it is missing (veth has no RSS).
+    #[arg(long, value_name = "IF")]
+    dev: Option<String>,
 
     /// Print JSON.
     #[arg(long, short = 'J')]
@@ -93,8 +101,14 @@ fn keygen(a: KeygenArgs) -> CmdResult {
 }
 
 fn show(a: ShowArgs) -> CmdResult {
-    let m = a.model.build()?;
-    let r = flowlane_tools::rss::show(
+    let nic = crate::args::read_nic(a.dev.as_deref())?;
+    // The NIC's own RSS when it has one flowlane models; else the flags' model, said below.
+    let not_the_nics = nic.as_ref().and_then(|n| n.model().err());
+    let m = match &nic {
+        Some(n) if not_the_nics.is_none() => a.model.build_for(Some(n))?,
+        _ => a.model.build()?,
+    };
+    let mut r = flowlane_tools::rss::show(
         &m.queue,
         &m.key,
         m.key_source.describe(),
@@ -103,8 +117,16 @@ fn show(a: ShowArgs) -> CmdResult {
         cpu_count(),
         a.sample,
     );
+    r.nic = nic;
     if a.json {
         return print_json(&r).map(|()| ExitCode::SUCCESS);
+    }
+    if let Some(n) = &r.nic {
+        print_nic(n);
+        if let Some(why) = &not_the_nics {
+            outln!("model      not the NIC's ({why}): the flags' model follows");
+        }
+        outln!();
     }
     outln!(
         "key        {}  ({} bytes; {})",
@@ -192,4 +214,196 @@ fn show(a: ShowArgs) -> CmdResult {
     outln!();
     outln!("hash paths on this CPU: {}", r.hash_backends.join(", "));
     Ok(ExitCode::SUCCESS)
+}
+
+/// How an item was read, or why it is missing.
+fn how<T>(i: &flowlane_tools::nic::Item<T>) -> String {
+    match (&i.via, &i.missing) {
+        (Some(v), _) => format!("[{v}]"),
+        (None, Some(m)) => format!("not read: {m}"),
+        (None, None) => "not read".into(),
+    }
+}
+
+fn opt(v: Option<u32>) -> String {
+    v.map_or("n/a".into(), |v| v.to_string())
+}
+
+fn cpus(v: &Option<Vec<u32>>) -> String {
+    match v {
+        None => "n/a".into(),
+        Some(c) if c.is_empty() => "none".into(),
+        Some(c) => flowlane_runtime::cpus::format_cpu_list(
+            &c.iter().map(|&x| x as usize).collect::<Vec<_>>(),
+        ),
+    }
+}
+
+/// Long: one line per item of the interface (driver, RSS, hash fields, channels, rings, NUMA,
+/// RPS/XPS/RFS, IRQs), each saying how it was read; only prints.
+fn print_nic(n: &flowlane_tools::nic::NicReport) {
+    outln!(
+        "interface  {} (ethtool netlink {}; read in {:.2} ms)",
+        n.dev,
+        if n.ethtool_netlink {
+            "present"
+        } else {
+            "absent: ioctl only"
+        },
+        n.read_ms
+    );
+    match &n.driver.value {
+        Some(d) => outln!(
+            "driver     {} {} firmware {} bus {}  {}",
+            d.driver,
+            d.version,
+            if d.firmware.is_empty() {
+                "-"
+            } else {
+                &d.firmware
+            },
+            if d.bus.is_empty() {
+                "- (virtual)"
+            } else {
+                &d.bus
+            },
+            how(&n.driver)
+        ),
+        None => outln!("driver     {}", how(&n.driver)),
+    }
+    match &n.rss.value {
+        Some(cs) => {
+            for c in cs {
+                outln!(
+                    "rss        context {}: function {}, input transform {}, {}-entry table over \
+                     {} queues, key {} bytes  {}",
+                    c.context,
+                    c.hash_function.as_deref().unwrap_or("not reported"),
+                    c.input_xfrm.as_deref().unwrap_or("not reported"),
+                    c.indir.len(),
+                    {
+                        let mut q = c.indir.clone();
+                        q.sort_unstable();
+                        q.dedup();
+                        q.len()
+                    },
+                    c.key.len() / 2,
+                    how(&n.rss)
+                );
+            }
+        }
+        None => outln!("rss        {}", how(&n.rss)),
+    }
+    match &n.hash_fields.value {
+        Some(fs) => {
+            let parts: Vec<String> = fs
+                .iter()
+                .map(|f| {
+                    if f.discard {
+                        format!("{}: discard", f.flow_type)
+                    } else {
+                        format!("{}: {}", f.flow_type, f.fields.join("+"))
+                    }
+                })
+                .collect();
+            outln!("hashes on  {}  {}", parts.join("; "), how(&n.hash_fields));
+            if n.udp4_two_tuple() == Some(true) {
+                outln!(
+                    "           UDP/IPv4 is hashed on the addresses only: flows differ by \
+                     address, not port"
+                );
+            }
+        }
+        None => outln!("hashes on  {}", how(&n.hash_fields)),
+    }
+    match &n.channels.value {
+        Some(c) => outln!(
+            "channels   rx {} tx {} other {} combined {} (max {} / {} / {} / {})  {}",
+            opt(c.rx),
+            opt(c.tx),
+            opt(c.other),
+            opt(c.combined),
+            opt(c.max_rx),
+            opt(c.max_tx),
+            opt(c.max_other),
+            opt(c.max_combined),
+            how(&n.channels)
+        ),
+        None => outln!("channels   {}", how(&n.channels)),
+    }
+    match &n.rings.value {
+        Some(r) => outln!(
+            "rings      rx {} of {}, tx {} of {}  {}",
+            opt(r.rx),
+            opt(r.rx_max),
+            opt(r.tx),
+            opt(r.tx_max),
+            how(&n.rings)
+        ),
+        None => outln!("rings      {}", how(&n.rings)),
+    }
+    let h = &n.host;
+    outln!(
+        "device     {}; NUMA node {}  [sysfs]",
+        if h.has_device {
+            "present"
+        } else {
+            "none (a virtual interface: no IRQs, no NUMA node)"
+        },
+        h.numa_node.map_or("not reported".into(), |v| v.to_string())
+    );
+    let rps: Vec<String> =
+        h.rx.iter()
+            .map(|q| {
+                format!(
+                    "rx-{}: {} (flows {})",
+                    q.queue,
+                    cpus(&q.rps_cpus),
+                    q.rps_flow_cnt.map_or("n/a".into(), |v| v.to_string())
+                )
+            })
+            .collect();
+    outln!(
+        "rps        {}",
+        if rps.is_empty() {
+            "no queues in sysfs".into()
+        } else {
+            rps.join("; ")
+        }
+    );
+    let xps: Vec<String> =
+        h.tx.iter()
+            .map(|q| format!("tx-{}: {}", q.queue, cpus(&q.xps_cpus)))
+            .collect();
+    outln!(
+        "xps        {}",
+        if xps.is_empty() {
+            "no queues in sysfs".into()
+        } else {
+            xps.join("; ")
+        }
+    );
+    match h.rps_sock_flow_entries {
+        Some(0) => outln!("rfs        off (socket flow table 0 entries)"),
+        Some(v) => outln!("rfs        socket flow table {v} entries"),
+        None => outln!(
+            "rfs        not readable here (net.core.rps_sock_flow_entries is host-wide, shown \
+             only in the first namespace)"
+        ),
+    }
+    if h.irqs.is_empty() {
+        outln!("irqs       none of its own");
+    }
+    for i in &h.irqs {
+        outln!(
+            "irq        {} {}{}: CPUs {} (effective {}), {} taken",
+            i.irq,
+            i.name,
+            i.queue_by_name
+                .map_or(String::new(), |q| format!(" (queue {q} by its name)")),
+            cpus(&i.affinity),
+            cpus(&i.effective),
+            i.per_cpu.iter().sum::<u64>()
+        );
+    }
 }

@@ -648,3 +648,139 @@ fn rss_show_freebsd_takes_bits() {
         "{text}"
     );
 }
+
+/// The value after `LABEL:` in the section of `ethtool -l` that starts at `section`.
+fn ethtool_field(text: &str, section: &str, label: &str) -> Option<u64> {
+    text.split(section)
+        .nth(1)?
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `rss show --dev` on a veth pair reads what ethtool reads: the driver, the channels
+/// (netlink), and the same refusals where veth has no RSS, no rings and no hash fields —
+/// said per item as not supported, not guessed; and the RPS/XPS masks set in sysfs.
+#[test]
+fn rss_show_dev_reads_what_ethtool_reads_on_veth() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root for network namespaces");
+        return;
+    }
+    let ns = flowlane_lab::Netns::create("flrssdev").expect("namespace");
+    ns.ip(&[
+        "link",
+        "add",
+        "fla",
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "3",
+        "type",
+        "veth",
+        "peer",
+        "flb",
+    ])
+    .expect("veth");
+    ns.write_sys("/sys/class/net/fla/queues/rx-1/rps_cpus", "1")
+        .expect("rps");
+    ns.write_sys("/sys/class/net/fla/queues/tx-0/xps_cpus", "1")
+        .expect("xps");
+    let out = ns
+        .command(env!("CARGO_BIN_EXE_flowlane"))
+        .args(["rss", "show", "--dev", "fla", "--json"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::schema_valid("rss-show", &j);
+    let n = &j["nic"];
+    assert_eq!(n["driver"]["value"]["driver"], "veth", "{n}");
+    assert_eq!(n["driver"]["via"], "ioctl");
+    let ch = &n["channels"]["value"];
+    assert_eq!(
+        (ch["rx"].as_u64(), ch["tx"].as_u64()),
+        (Some(3), Some(2)),
+        "{n}"
+    );
+    assert_eq!(
+        ch["combined"],
+        Value::Null,
+        "veth has no combined channels: n/a"
+    );
+    for item in ["rss", "rings", "hash_fields"] {
+        assert_eq!(n[item]["value"], Value::Null, "{item}: {n}");
+        let why = n[item]["missing"].as_str().expect("a reason");
+        assert!(why.contains("EOPNOTSUPP"), "{item}: {why}");
+    }
+    assert_eq!(n["host"]["has_device"], false);
+    assert_eq!(n["host"]["rx"][1]["rps_cpus"], serde_json::json!([0]));
+    assert_eq!(n["host"]["rx"][0]["rps_cpus"], serde_json::json!([]));
+    assert_eq!(n["host"]["tx"][0]["xps_cpus"], serde_json::json!([0]));
+    // Reading the whole configuration is quick (the bound is 10 ms; a debug build on
+    // a busy machine is given ten times that here, the release figure is in BENCHMARKS.md).
+    assert!(n["read_ms"].as_f64().expect("ms") < 100.0, "{n}");
+    // The model is not the NIC's, and the text says so.
+    let text = ns
+        .command(env!("CARGO_BIN_EXE_flowlane"))
+        .args(["rss", "show", "--dev", "fla"])
+        .output()
+        .expect("runs");
+    assert!(stdout(&text).contains("not the NIC's"), "{}", stdout(&text));
+    // hash and pick with --dev refuse an interface without RSS, saying why.
+    let hash = ns
+        .command(env!("CARGO_BIN_EXE_flowlane"))
+        .args([
+            "hash",
+            "--dev",
+            "fla",
+            "--src",
+            "198.18.0.1:1000",
+            "--dst",
+            "198.18.0.2:80",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(hash.status.code(), Some(2), "{}", stderr(&hash));
+    assert!(
+        stderr(&hash).contains("no RSS to read"),
+        "{}",
+        stderr(&hash)
+    );
+    // ethtool, the reference, reads the same.
+    if !common::need_program("ethtool") {
+        return;
+    }
+    let et = |args: &[&str]| {
+        let o = ns.command("ethtool").args(args).output().expect("ethtool");
+        (o.status.success(), format!("{}{}", stdout(&o), stderr(&o)))
+    };
+    let (ok, l) = et(&["-l", "fla"]);
+    assert!(ok, "{l}");
+    let current = "Current hardware settings:";
+    assert_eq!(ethtool_field(&l, current, "RX:"), ch["rx"].as_u64(), "{l}");
+    assert_eq!(ethtool_field(&l, current, "TX:"), ch["tx"].as_u64(), "{l}");
+    let maxima = "Pre-set maximums:";
+    assert_eq!(
+        ethtool_field(&l, maxima, "RX:"),
+        ch["max_rx"].as_u64(),
+        "{l}"
+    );
+    let (ok, i) = et(&["-i", "fla"]);
+    assert!(ok && i.contains("driver: veth"), "{i}");
+    for args in [
+        &["-x", "fla"][..],
+        &["-g", "fla"],
+        &["-n", "fla", "rx-flow-hash", "udp4"],
+    ] {
+        let (ok, text) = et(args);
+        assert!(
+            !ok && text.contains("Operation not supported"),
+            "{args:?}: {text}"
+        );
+    }
+}

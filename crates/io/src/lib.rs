@@ -83,6 +83,12 @@ pub mod netdev {
     pub use crate::sys::packet::ifindex;
 }
 
+/// An interface's RSS and queues as `ethtool` reads them (generic netlink where the kernel has
+/// the message, `SIOCETHTOOL` otherwise; each reading says which).
+pub mod ethtool {
+    pub use crate::sys::ethtool::*;
+}
+
 /// The `bpf(2)` side of generated programs: loading, maps, attaching, test runs (the programs
 /// themselves are assembled by [`ebpf`]).
 pub mod bpf {

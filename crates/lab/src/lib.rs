@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod nic;
 pub mod setup;
 
 use std::fmt;

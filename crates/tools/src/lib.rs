@@ -18,6 +18,7 @@ pub mod forward;
 pub mod http;
 pub mod input;
 pub mod metrics;
+pub mod nic;
 pub mod report;
 pub mod rfc2544;
 pub mod rings;

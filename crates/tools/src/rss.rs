@@ -130,6 +130,10 @@ pub struct ShowReport {
     pub freebsd: FreeBsdTable,
     /// The hash implementations this CPU can run.
     pub hash_backends: Vec<String>,
+    /// With `--dev`: the interface's RSS and queues as read (the model above is its RSS when
+    /// it has one flowlane models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<crate::nic::NicReport>,
 }
 
 /// FreeBSD's RSS buckets and the CPU each goes to.
@@ -196,5 +200,6 @@ pub fn show(
             .iter()
             .map(|b| b.name().to_string())
             .collect(),
+        nic: None,
     }
 }

@@ -114,7 +114,11 @@ const MAX_STATS: usize = 1 << 16;
 
 /// Issues one SIOCETHTOOL command whose request and answer live in `buf` (the command word
 /// first, as every ethtool structure begins).
-fn ethtool_buf(ifname: &str, buf: &mut [u64], call: &'static str) -> Result<(), SysError> {
+pub(super) fn ethtool_buf(
+    ifname: &str,
+    buf: &mut [u64],
+    call: &'static str,
+) -> Result<(), SysError> {
     let sock = dgram_socket(call)?;
     let mut req = IfreqData {
         name: ifname_bytes(ifname, call)?,

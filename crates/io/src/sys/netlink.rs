@@ -18,9 +18,9 @@ use super::{check, SysError};
 const NLMSG_HDRLEN: usize = 16;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
+pub(super) const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
-const NLM_F_DUMP: u16 = 0x300;
+pub(super) const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
 /// For new objects: replace one that exists, create one that does not.
@@ -47,7 +47,7 @@ const IFLA_INFO_KIND: u16 = 1;
 const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_XDP_ATTACHED: u16 = 2;
 const IFINFOMSG_LEN: usize = 16;
-const NLA_F_NESTED: u16 = 0x8000;
+pub(super) const NLA_F_NESTED: u16 = 0x8000;
 const IFLA_XDP_FD: u16 = 1;
 const IFLA_XDP_FLAGS: u16 = 3;
 const NLMSGERR_ATTR_MSG: u16 = 1;
@@ -68,12 +68,12 @@ const RTMSG_LEN: usize = 12;
 /// Neighbour states that carry no usable address (`NUD_INCOMPLETE`, `NUD_FAILED`).
 const NUD_UNUSABLE: u16 = 0x01 | 0x20;
 /// Generic netlink's controller (`GENL_ID_CTRL`), its get-family command and attributes.
-const GENL_ID_CTRL: u16 = 0x10;
-const CTRL_CMD_GETFAMILY: u8 = 3;
+pub(super) const GENL_ID_CTRL: u16 = 0x10;
+pub(super) const CTRL_CMD_GETFAMILY: u8 = 3;
 const CTRL_ATTR_FAMILY_ID: u16 = 1;
-const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+pub(super) const CTRL_ATTR_FAMILY_NAME: u16 = 2;
 /// `struct genlmsghdr`: cmd, version, reserved.
-const GENL_HDRLEN: usize = 4;
+pub(super) const GENL_HDRLEN: usize = 4;
 /// The `netdev` family's dev-get command and attributes (`uapi/linux/netdev.h`).
 const NETDEV_CMD_DEV_GET: u8 = 1;
 const NETDEV_A_DEV_IFINDEX: u16 = 1;
@@ -81,7 +81,7 @@ const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
 /// `XDP_FLAGS_DRV_MODE`: the driver's own (native) XDP hook.
 pub const XDP_FLAGS_DRV_MODE: u32 = 4;
 
-fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+pub(super) fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     let len = 4 + payload.len();
     buf.extend_from_slice(&(len as u16).to_ne_bytes());
     buf.extend_from_slice(&kind.to_ne_bytes());
@@ -90,7 +90,7 @@ fn push_attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
 }
 
 /// A whole message: the header, then `body` (the family header and attributes).
-fn message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+pub(super) fn message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
     let mut msg = Vec::with_capacity(NLMSG_HDRLEN + body.len());
     msg.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
     msg.extend_from_slice(&kind.to_ne_bytes());
@@ -101,13 +101,13 @@ fn message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
     msg
 }
 
-fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+pub(super) fn u16_at(b: &[u8], o: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(
         b.get(o..o.checked_add(2)?)?.try_into().ok()?,
     ))
 }
 
-fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+pub(super) fn u32_at(b: &[u8], o: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(
         b.get(o..o.checked_add(4)?)?.try_into().ok()?,
     ))
@@ -115,7 +115,7 @@ fn u32_at(b: &[u8], o: usize) -> Option<u32> {
 
 /// The messages in one datagram from the kernel: (type, flags, seq, payload after the
 /// header). A message whose length lies ends the list.
-fn messages(buf: &[u8]) -> Vec<(u16, u16, u32, &[u8])> {
+pub(super) fn messages(buf: &[u8]) -> Vec<(u16, u16, u32, &[u8])> {
     let mut out = Vec::new();
     let mut at = 0;
     while let (Some(len), Some(kind), Some(flags), Some(seq)) = (
@@ -138,7 +138,7 @@ fn messages(buf: &[u8]) -> Vec<(u16, u16, u32, &[u8])> {
 }
 
 /// The attributes after a family header: (type without flags, payload).
-fn attributes(buf: &[u8]) -> Vec<(u16, &[u8])> {
+pub(super) fn attributes(buf: &[u8]) -> Vec<(u16, &[u8])> {
     let mut out = Vec::new();
     let mut at = 0;
     while let (Some(len), Some(kind)) = (u16_at(buf, at), u16_at(buf, at + 2)) {
@@ -201,7 +201,7 @@ pub fn parse_ack(reply: &[u8], seq: u32) -> Option<Result<(), (i32, Option<Strin
 
 /// An rtnetlink socket in the calling thread's namespace.
 #[derive(Debug)]
-struct Rtnl {
+pub(super) struct Rtnl {
     sock: OwnedFd,
     call: &'static str,
 }
@@ -212,7 +212,10 @@ impl Rtnl {
     }
 
     /// A netlink socket of another protocol (e.g. `NETLINK_GENERIC`).
-    fn open_protocol(protocol: libc::c_int, call: &'static str) -> Result<Rtnl, SysError> {
+    pub(super) fn open_protocol(
+        protocol: libc::c_int,
+        call: &'static str,
+    ) -> Result<Rtnl, SysError> {
         // SAFETY: socket() takes integers; a non-negative return is a new descriptor we own.
         let fd = check(call, unsafe {
             libc::socket(
@@ -297,7 +300,7 @@ impl Rtnl {
 
     /// Sends a request and collects the payloads of the replies of type `kind` until the
     /// dump is done (or, for a single answer, the first one). At most `limit` messages.
-    fn collect(
+    pub(super) fn collect(
         &self,
         req: &[u8],
         seq: u32,
@@ -685,7 +688,7 @@ pub fn route_get(ip: IpAddr) -> Result<Option<KernelRoute>, SysError> {
 }
 
 /// A generic netlink request: the header, `genlmsghdr` {cmd, version 1}, then `attrs`.
-fn genl_request(family: u16, cmd: u8, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+pub(super) fn genl_request(family: u16, cmd: u8, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
     let mut body = vec![cmd, 1, 0, 0];
     for (kind, payload) in attrs {
         push_attr(&mut body, *kind, payload);
@@ -694,7 +697,7 @@ fn genl_request(family: u16, cmd: u8, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u
 }
 
 /// The attribute `kind` of a generic netlink reply's payload (after `genlmsghdr`).
-fn genl_attr(payload: &[u8], kind: u16) -> Option<&[u8]> {
+pub(super) fn genl_attr(payload: &[u8], kind: u16) -> Option<&[u8]> {
     attributes(payload.get(GENL_HDRLEN..)?)
         .into_iter()
         .find(|a| a.0 == kind)
@@ -702,7 +705,7 @@ fn genl_attr(payload: &[u8], kind: u16) -> Option<&[u8]> {
 }
 
 /// The family id in a `CTRL_CMD_NEWFAMILY` reply.
-fn family_id_of(payload: &[u8]) -> Option<u16> {
+pub(super) fn family_id_of(payload: &[u8]) -> Option<u16> {
     genl_attr(payload, CTRL_ATTR_FAMILY_ID).and_then(|a| u16_at(a, 0))
 }
 

@@ -1,0 +1,293 @@
+//! An interface's RSS and queues as they are (`rss show --dev IF`, and `--dev` wherever flows
+//! are hashed or placed): read through ethtool netlink or `SIOCETHTOOL` (io's `ethtool`) and
+//! sysfs/procfs (lab's `nic`), each item with how it was read or why it could not be. Nothing
+//! is guessed: a driver without RSS (veth) says so per item.
+
+use std::time::Instant;
+
+use flowlane_io::ethtool::{self, Ethtool, Via, FLOW_TYPES, HASH_DISCARD};
+use flowlane_io::SysError;
+use flowlane_lab::nic::NicSysfs;
+use flowlane_rss::ethtool::{EthtoolRss, HashFunction};
+use flowlane_rss::queue::Reta;
+use flowlane_rss::{Key, Symmetric};
+use serde::{Deserialize, Serialize};
+
+use crate::ToolError;
+
+/// One item of the reading: its value and how it was read, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Item<T> {
+    /// `netlink`, `ioctl` or `sysfs`; `None` when nothing was read.
+    pub via: Option<String>,
+    /// The value.
+    pub value: Option<T>,
+    /// Why there is no value: the driver does not support it (`EOPNOTSUPP`), or the call's
+    /// error.
+    pub missing: Option<String>,
+}
+
+impl<T> Item<T> {
+    fn read(r: Result<(T, Via), SysError>) -> Item<T> {
+        match r {
+            Ok((v, via)) => Item {
+                via: Some(via.name().into()),
+                value: Some(v),
+                missing: None,
+            },
+            Err(e) => Item {
+                via: None,
+                value: None,
+                missing: Some(missing(&e)),
+            },
+        }
+    }
+}
+
+fn missing(e: &SysError) -> String {
+    match e.source.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => "the driver does not support it (EOPNOTSUPP)".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// One RSS context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RssContext {
+    /// 0: the default context.
+    pub context: u32,
+    /// `toeplitz`, `xor`, `crc32` (ethtool's names).
+    pub hash_function: Option<String>,
+    /// The input transform: `none`, `symmetric-xor`, `symmetric-or-xor`.
+    pub input_xfrm: Option<String>,
+    /// The key, hex (empty: the driver reported none).
+    pub key: String,
+    /// The indirection table: entry → queue.
+    pub indir: Vec<u32>,
+}
+
+/// What one flow type hashes on (`ethtool -n IF rx-flow-hash T`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FlowHash {
+    /// ethtool's name of the flow type (`udp4`, `tcp6`, …).
+    pub flow_type: String,
+    /// The fields (`ip-src`, `ip-dst`, `l4-src-port`, `l4-dst-port`, …).
+    pub fields: Vec<String>,
+    /// Frames of this type are dropped, not hashed.
+    pub discard: bool,
+}
+
+/// Channel counts (`ethtool -l`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Channels {
+    pub max_rx: Option<u32>,
+    pub max_tx: Option<u32>,
+    pub max_other: Option<u32>,
+    pub max_combined: Option<u32>,
+    pub rx: Option<u32>,
+    pub tx: Option<u32>,
+    pub other: Option<u32>,
+    pub combined: Option<u32>,
+}
+
+/// Ring sizes (`ethtool -g`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Rings {
+    pub rx_max: Option<u32>,
+    pub tx_max: Option<u32>,
+    pub rx: Option<u32>,
+    pub tx: Option<u32>,
+    pub rx_mini: Option<u32>,
+    pub rx_jumbo: Option<u32>,
+}
+
+/// The driver (`ethtool -i`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Driver {
+    pub driver: String,
+    pub version: String,
+    pub firmware: String,
+    /// The bus address; empty for a virtual device.
+    pub bus: String,
+}
+
+/// Everything read about one interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NicReport {
+    /// The interface.
+    pub dev: String,
+    /// Whether the kernel has the ethtool netlink family (else every item is by ioctl).
+    pub ethtool_netlink: bool,
+    /// The driver and bus (ioctl: netlink has no such message).
+    pub driver: Item<Driver>,
+    /// RSS contexts, the default first.
+    pub rss: Item<Vec<RssContext>>,
+    /// Hash fields per flow type (ioctl `ETHTOOL_GRXFH`).
+    pub hash_fields: Item<Vec<FlowHash>>,
+    /// Channels.
+    pub channels: Item<Channels>,
+    /// Rings.
+    pub rings: Item<Rings>,
+    /// NUMA node, queues' RPS/XPS, RFS, IRQs and their affinity (sysfs, procfs).
+    pub host: NicSysfs,
+    /// How long the whole reading took, milliseconds.
+    pub read_ms: f64,
+}
+
+/// Reads `dev` in the calling thread's namespace. An interface that is not there is a usage
+/// error; everything else missing is said per item.
+pub fn read(dev: &str) -> Result<NicReport, ToolError> {
+    let t0 = Instant::now();
+    flowlane_io::netdev::ifindex(dev).map_err(|_| {
+        ToolError::usage(format!(
+            "no interface `{dev}` here (see `ip link`; in a namespace, run inside it)"
+        ))
+    })?;
+    let et = Ethtool::open().map_err(|e| ToolError::runtime(e.to_string()))?;
+    let driver = Item::read(ethtool::driver_info(dev).map(|d| {
+        (
+            Driver {
+                driver: d.driver,
+                version: d.version,
+                firmware: d.firmware,
+                bus: d.bus,
+            },
+            Via::Ioctl,
+        )
+    }));
+    let rss = Item::read(et.rss(dev).map(|(cs, via)| {
+        let cs = cs
+            .into_iter()
+            .map(|c| RssContext {
+                context: c.context,
+                hash_function: c.hfunc.map(|h| ethtool::hash_function_name(h).into()),
+                input_xfrm: c.input_xfrm.map(|x| ethtool::input_xfrm_name(x).into()),
+                key: c.key.iter().map(|b| format!("{b:02x}")).collect(),
+                indir: c.indir,
+            })
+            .collect();
+        (cs, via)
+    }));
+    let hash_fields = Item::read(hash_fields(dev).map(|v| (v, Via::Ioctl)));
+    let channels = Item::read(et.channels(dev).map(|(c, via)| {
+        (
+            Channels {
+                max_rx: c.max_rx,
+                max_tx: c.max_tx,
+                max_other: c.max_other,
+                max_combined: c.max_combined,
+                rx: c.rx,
+                tx: c.tx,
+                other: c.other,
+                combined: c.combined,
+            },
+            via,
+        )
+    }));
+    let rings = Item::read(et.rings(dev).map(|(r, via)| {
+        (
+            Rings {
+                rx_max: r.rx_max,
+                tx_max: r.tx_max,
+                rx: r.rx,
+                tx: r.tx,
+                rx_mini: r.rx_mini,
+                rx_jumbo: r.rx_jumbo,
+            },
+            via,
+        )
+    }));
+    let host = flowlane_lab::nic::read_nic(std::path::Path::new("/"), dev);
+    Ok(NicReport {
+        dev: dev.into(),
+        ethtool_netlink: et.has_netlink(),
+        driver,
+        rss,
+        hash_fields,
+        channels,
+        rings,
+        host,
+        read_ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// Every flow type's fields; the first refusal ends it (a driver without the call refuses
+/// them all).
+fn hash_fields(dev: &str) -> Result<Vec<FlowHash>, SysError> {
+    FLOW_TYPES
+        .iter()
+        .map(|&(ft, name)| {
+            let mask = ethtool::hash_fields(dev, ft)?;
+            Ok(FlowHash {
+                flow_type: name.into(),
+                fields: ethtool::hash_field_names(mask)
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+                discard: mask & HASH_DISCARD != 0,
+            })
+        })
+        .collect()
+}
+
+impl NicReport {
+    /// The default context as an `ethtool -x` text would give it, for the queue model:
+    /// `Err` says why the NIC's RSS cannot be modelled (none, no table, not Toeplitz).
+    pub fn model(&self) -> Result<EthtoolRss, String> {
+        let ctx = match (&self.rss.value, &self.rss.missing) {
+            (Some(cs), _) => cs.iter().find(|c| c.context == 0).ok_or_else(|| {
+                format!("{}: the driver reported no default RSS context", self.dev)
+            })?,
+            (None, why) => {
+                return Err(format!(
+                    "{} has no RSS to read: {}",
+                    self.dev,
+                    why.as_deref().unwrap_or("nothing reported")
+                ))
+            }
+        };
+        let entries: Vec<u16> = ctx
+            .indir
+            .iter()
+            .map(|&q| u16::try_from(q).map_err(|_| format!("queue {q} in the table")))
+            .collect::<Result<_, _>>()?;
+        let reta = Reta::from_entries(entries).map_err(|e| format!("{}: {e}", self.dev))?;
+        let key = if ctx.key.is_empty() {
+            None
+        } else {
+            let bytes: Vec<u8> = (0..ctx.key.len() / 2)
+                .filter_map(|i| u8::from_str_radix(ctx.key.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect();
+            Some(Key::new(&bytes).map_err(|e| format!("{}'s key: {e}", self.dev))?)
+        };
+        let function = ctx.hash_function.as_deref().map(|f| match f {
+            "toeplitz" => HashFunction::Toeplitz,
+            other => HashFunction::Other(other.into()),
+        });
+        let (symmetric, unmodelled_transform) = match ctx.input_xfrm.as_deref() {
+            None => (None, None),
+            Some("none") => (Some(Symmetric::Off), None),
+            Some("symmetric-xor") => (Some(Symmetric::Xor), None),
+            Some(other) => (None, Some(other.to_string())),
+        };
+        Ok(EthtoolRss {
+            reta,
+            key,
+            function,
+            symmetric,
+            unmodelled_transform,
+        })
+    }
+
+    /// Whether UDP over IPv4 is hashed on the addresses only (the 2-tuple), as the NIC says
+    /// (`None`: it did not say).
+    pub fn udp4_two_tuple(&self) -> Option<bool> {
+        let f = self
+            .hash_fields
+            .value
+            .as_ref()?
+            .iter()
+            .find(|f| f.flow_type == "udp4")?;
+        Some(!f.fields.iter().any(|x| x.starts_with("l4-")))
+    }
+}
