@@ -1,6 +1,11 @@
 //! The netlink reply parsers (the kernel's answer to an XDP attach; a netdev dev-get reply
-//! with an interface's XDP features; route and neighbour dump entries) never panic on any bytes, however their lengths lie.
+//! with an interface's XDP features; route and neighbour dump entries; the ethtool family's
+//! RSS, channel and ring replies) and the ethtool ioctl structures' decoders never panic on
+//! any bytes, however their lengths lie.
 #![no_main]
+use flowlane_io::ethtool::{
+    channels_ioctl_of, channels_of, drvinfo_of, rings_ioctl_of, rings_of, rss_of, rxfh_of,
+};
 use flowlane_io::netdev::{neighbour_entry, parse_ack, route_changes, route_of, xdp_features_of};
 use libfuzzer_sys::fuzz_target;
 
@@ -10,4 +15,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = route_of(data);
     let _ = route_changes(data);
     let _ = neighbour_entry(data);
+    let _ = rss_of(data);
+    let _ = channels_of(data);
+    let _ = rings_of(data);
+    let _ = rxfh_of(data);
+    let _ = drvinfo_of(data);
+    let _ = channels_ioctl_of(data);
+    let _ = rings_ioctl_of(data);
 });

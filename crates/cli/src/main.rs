@@ -23,6 +23,7 @@ mod cmd_route;
 mod cmd_rss;
 mod cmd_serve;
 mod cmd_sink;
+mod cmd_top;
 mod live;
 mod report;
 mod side;
@@ -61,6 +62,7 @@ enum Command {
     Pick(cmd_pick::PickArgs),
     #[command(subcommand)]
     Rss(cmd_rss::RssCommand),
+    Top(cmd_top::TopArgs),
     Serve(cmd_serve::ServeArgs),
     Blast(Box<cmd_blast::BlastArgs>),
     Sink(cmd_sink::SinkArgs),
@@ -124,6 +126,7 @@ fn main() -> ExitCode {
         Command::Hash(a) => cmd_hash::run(a),
         Command::Pick(a) => cmd_pick::run(a),
         Command::Rss(c) => cmd_rss::run(c),
+        Command::Top(a) => cmd_top::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Blast(a) => cmd_blast::run(*a),
         Command::Sink(a) => cmd_sink::run(a),

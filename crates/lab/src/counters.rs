@@ -494,3 +494,156 @@ mod softnet_tests {
         assert!(parse_softnet("1 2\n").is_err());
     }
 }
+
+/// One queue's counts as a driver names them, whatever the driver: `rx_queue_N_packets`
+/// (ixgbe, igb, virtio_net; veth's `rx_queue_N_xdp_packets`), `rx-N.packets` (i40e, ice),
+/// `rxN_packets` (mlx5), `queue_N_rx_cnt` (ena); drops as `…drops`, `…dropped`, `…drop`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+pub struct QueueCounts {
+    /// The queue.
+    pub queue: u32,
+    /// Packets received on it.
+    pub rx_packets: u64,
+    /// Packets it dropped (ring full, no buffer).
+    pub rx_drops: u64,
+    /// Packets sent on its transmit side.
+    pub tx_packets: u64,
+}
+
+/// (receive?, queue, field) of a per-queue statistic's name, for the forms drivers use.
+pub fn queue_stat(name: &str) -> Option<(bool, u32, &str)> {
+    let num = |s: &str| s.parse::<u32>().ok();
+    for (rx, prefix) in [(true, "rx_queue_"), (false, "tx_queue_")] {
+        if let Some((q, f)) = name.strip_prefix(prefix).and_then(|r| r.split_once('_')) {
+            return Some((rx, num(q)?, f));
+        }
+    }
+    for (rx, prefix) in [(true, "rx-"), (false, "tx-")] {
+        if let Some((q, f)) = name.strip_prefix(prefix).and_then(|r| r.split_once('.')) {
+            return Some((rx, num(q)?, f));
+        }
+    }
+    if let Some((q, f)) = name.strip_prefix("queue_").and_then(|r| r.split_once('_')) {
+        let (dir, f) = f.split_once('_')?;
+        return Some((dir == "rx", num(q)?, f)).filter(|_| dir == "rx" || dir == "tx");
+    }
+    for (rx, prefix) in [(true, "rx"), (false, "tx")] {
+        if let Some((q, f)) = name.strip_prefix(prefix).and_then(|r| r.split_once('_')) {
+            return Some((rx, num(q)?, f));
+        }
+    }
+    None
+}
+
+/// Every queue's counts among a driver's statistics, by queue.
+pub fn queue_counts(stats: &[(String, u64)]) -> Vec<QueueCounts> {
+    let mut out: Vec<QueueCounts> = Vec::new();
+    for (name, v) in stats {
+        let Some((rx, q, field)) = queue_stat(name) else {
+            continue;
+        };
+        let packets = matches!(field, "packets" | "xdp_packets" | "cnt");
+        let drops = matches!(field, "drops" | "dropped" | "drop");
+        if !(packets || (rx && drops)) {
+            continue;
+        }
+        let i = match out.iter().position(|r| r.queue == q) {
+            Some(i) => i,
+            None => {
+                out.push(QueueCounts {
+                    queue: q,
+                    ..QueueCounts::default()
+                });
+                out.len() - 1
+            }
+        };
+        let r = &mut out[i];
+        match (rx, packets) {
+            (true, true) => r.rx_packets += *v,
+            (true, false) => r.rx_drops += *v,
+            (false, _) => r.tx_packets += *v,
+        }
+    }
+    out.sort_by_key(|r| r.queue);
+    out
+}
+
+#[cfg(test)]
+mod queue_count_tests {
+    use super::*;
+
+    fn stats(v: &[(&str, u64)]) -> Vec<(String, u64)> {
+        v.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn every_drivers_names_give_the_same_rows() {
+        let want = vec![
+            QueueCounts {
+                queue: 0,
+                rx_packets: 10,
+                rx_drops: 1,
+                tx_packets: 5,
+            },
+            QueueCounts {
+                queue: 1,
+                rx_packets: 20,
+                rx_drops: 0,
+                tx_packets: 0,
+            },
+        ];
+        for names in [
+            // ixgbe / virtio_net
+            [
+                ("rx_queue_0_packets", 10),
+                ("rx_queue_0_drops", 1),
+                ("tx_queue_0_packets", 5),
+                ("rx_queue_1_packets", 20),
+                ("rx_queue_1_bytes", 999),
+            ],
+            // i40e / ice
+            [
+                ("rx-0.packets", 10),
+                ("rx-0.dropped", 1),
+                ("tx-0.packets", 5),
+                ("rx-1.packets", 20),
+                ("rx-1.bytes", 999),
+            ],
+            // mlx5
+            [
+                ("rx0_packets", 10),
+                ("rx0_drop", 1),
+                ("tx0_packets", 5),
+                ("rx1_packets", 20),
+                ("rx_packets", 999),
+            ],
+            // ena
+            [
+                ("queue_0_rx_cnt", 10),
+                ("queue_0_rx_drops", 1),
+                ("queue_0_tx_cnt", 5),
+                ("queue_1_rx_cnt", 20),
+                ("queue_1_rx_bytes", 999),
+            ],
+        ] {
+            assert_eq!(queue_counts(&stats(&names)), want, "{names:?}");
+        }
+        // veth: the XDP path's count is its per-queue packet count.
+        let v = queue_counts(&stats(&[
+            ("rx_queue_2_xdp_packets", 7),
+            ("peer_ifindex", 3),
+        ]));
+        assert_eq!((v.len(), v[0].queue, v[0].rx_packets), (1, 2, 7));
+        assert!(queue_counts(&stats(&[("rx_queue_x_packets", 1), ("rxq", 2)])).is_empty());
+    }
+}

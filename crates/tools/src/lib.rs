@@ -27,6 +27,7 @@ pub mod rss;
 pub mod schema;
 pub mod serve;
 pub mod sink;
+pub mod top;
 
 pub(crate) use error::seconds;
 pub use error::{Cause, ErrorKind, ToolError};

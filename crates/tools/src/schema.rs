@@ -21,6 +21,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("hash", schema_for!(crate::rss::HashReport)),
         ("pick", schema_for!(crate::rss::PickReport)),
         ("rss-show", schema_for!(crate::rss::ShowReport)),
+        ("top", schema_for!(crate::top::TopReport)),
         (
             "lab-status",
             schema_for!(flowlane_lab::setup::LabStatusReport),
