@@ -30,6 +30,7 @@ pub mod queue;
 pub mod toeplitz;
 pub mod tuple;
 pub mod vectors;
+pub mod verify;
 
 pub use gf2::{rank as gf2_rank, XorBasis};
 pub use key::{Key, KeyError};
