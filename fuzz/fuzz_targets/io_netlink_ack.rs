@@ -1,7 +1,8 @@
 //! The netlink reply parsers (the kernel's answer to an XDP attach; a netdev dev-get reply
 //! with an interface's XDP features; route and neighbour dump entries; the ethtool family's
-//! RSS, channel and ring replies) and the ethtool ioctl structures' decoders never panic on
-//! any bytes, however their lengths lie.
+//! RSS, channel and ring replies), the ethtool ioctl structures' decoders, the BTF walk that
+//! finds a kernel function's id, and `rss verify`'s map keys never panic on any bytes, however
+//! their lengths lie.
 #![no_main]
 use flowlane_io::ethtool::{
     channels_ioctl_of, channels_of, drvinfo_of, rings_ioctl_of, rings_of, rss_of, rxfh_of,
@@ -22,4 +23,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = drvinfo_of(data);
     let _ = channels_ioctl_of(data);
     let _ = rings_ioctl_of(data);
+    let _ = flowlane_io::bpf::func_id(data, "bpf_xdp_metadata_rx_hash");
+    let _ = flowlane_io::bpf::seen_of(data, 1);
 });

@@ -19,6 +19,7 @@ use crate::{CmdResult, Failure};
 #[command(verbatim_doc_comment)]
 pub enum RssCommand {
     Show(ShowArgs),
+    Verify(VerifyArgs),
     Keygen(KeygenArgs),
 }
 
@@ -59,6 +60,117 @@ pub struct ShowArgs {
     json: bool,
 }
 
+/// Check, frame by frame, that the NIC hashed and queued each flow as its own RSS says.
+///
+/// An XDP program on --dev records for every received frame the hash the NIC computed
+/// (bpf_xdp_metadata_rx_hash, Linux 6.3+, a device-bound program) and the receive queue, per
+/// flow; each flow is then compared with our Toeplitz hash over the NIC's key and hash
+/// fields and the queue its table gives. Exit 1 on any disagreement, naming which: the hash
+/// differs (another key, fields or function), or the hash agrees but the frame came up on
+/// another queue (the driver's fault). Every frame passes on: run it beside any traffic.
+/// Where the NIC has no RSS to read (veth), the flows are listed with what the driver did.
+///
+/// Examples:
+///   flowlane rss verify --dev eth0 --duration 10
+///   flowlane rss verify --dev eth0 --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct VerifyArgs {
+    /// The receiving interface.
+    #[arg(long, value_name = "IF")]
+    dev: String,
+
+    /// Watch this long (e.g. 10, 2m; default: until Ctrl-C).
+    #[arg(long, short = 'd', value_parser = crate::args::parse_duration)]
+    duration: Option<f64>,
+
+    /// Distinct flows (per queue and hash) recorded at most; frames past a full table are
+    /// counted and said.
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=4_000_000))]
+    max_flows: u32,
+
+    /// Seconds between status lines.
+    #[arg(long, short = 'i', value_parser = crate::args::parse_duration, default_value_t = 1.0)]
+    interval: f64,
+
+    /// Print JSON.
+    #[arg(long, short = 'J')]
+    json: bool,
+}
+
+fn verify(a: VerifyArgs) -> CmdResult {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    crate::live::stop_on_signals(&stop)?;
+    let cfg = flowlane_tools::verify::VerifyConfig {
+        dev: a.dev.clone(),
+        duration_s: a.duration,
+        interval_s: a.interval,
+        max_flows: a.max_flows,
+    };
+    let mut log = crate::live::Log::new(a.json);
+    let r = flowlane_tools::verify::run(&cfg, &stop, &mut |flows, frames| {
+        log.line(&format!("{flows} flows, {frames} frames recorded"));
+    })
+    .map_err(Failure::from_tool)?;
+    let code = if r.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
+    if a.json {
+        return print_json(&r).map(|()| code);
+    }
+    outln!("model      {}", r.model);
+    if let Some(why) = &r.no_nic_hash {
+        outln!("NIC hash   not read: {why}");
+    }
+    outln!(
+        "{:<24} {:<24} {:>9} {:>5} {:>8} {:>8} {:>8}  verdict",
+        "src",
+        "dst",
+        "frames",
+        "queue",
+        "NIC hash",
+        "ours",
+        "expected"
+    );
+    for f in &r.flows {
+        outln!(
+            "{:<24} {:<24} {:>9} {:>5} {:>8} {:>8} {:>8}  {}",
+            f.src,
+            f.dst,
+            f.frames,
+            f.queue,
+            f.nic_hash.as_deref().unwrap_or("-"),
+            f.our_hash.as_deref().unwrap_or("-"),
+            f.expected_queue.map_or("-".into(), |q| q.to_string()),
+            f.verdict
+        );
+    }
+    let s = &r.summary;
+    let compared = if s.compared {
+        format!(
+            "hash agrees for {} of {}, queue for {} of {}; {} on a wrong queue with an \
+             agreeing hash",
+            s.hash_agrees, s.flows, s.queue_agrees, s.flows, s.wrong_queue
+        )
+    } else {
+        "not compared (no model: see above)".into()
+    };
+    outln!(
+        "summary    {} flows, {} frames ({} not IP, {} not recorded); NIC hash for {}; {compared}",
+        s.flows,
+        r.frames,
+        r.other_frames,
+        r.uncounted_frames,
+        s.with_nic_hash
+    );
+    for p in &r.problems {
+        outln!("!! {p}");
+    }
+    Ok(code)
+}
+
 /// Print a new random RSS key (for `ethtool -X DEV hkey …` and `--key`).
 #[derive(Debug, Args)]
 pub struct KeygenArgs {
@@ -74,6 +186,7 @@ pub struct KeygenArgs {
 pub fn run(c: RssCommand) -> CmdResult {
     match c {
         RssCommand::Show(a) => show(a),
+        RssCommand::Verify(a) => verify(a),
         RssCommand::Keygen(a) => keygen(a),
     }
 }

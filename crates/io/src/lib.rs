@@ -34,6 +34,7 @@ pub mod perf;
 mod sys;
 pub mod tcp;
 pub mod udp;
+mod verify;
 
 pub use sys::SysError;
 
@@ -96,4 +97,6 @@ pub mod bpf {
         AddrSet, ArrayMap, BridgeMaps, CpuMap, LpmTrie6, PerCpuCounters, XskMap,
     };
     pub use crate::sys::bpf::*;
+    pub use crate::sys::btf::{func_id, vmlinux_func_id};
+    pub use crate::verify::{seen_of, RssVerifier, SeenEntry};
 }

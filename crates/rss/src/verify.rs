@@ -15,6 +15,8 @@ use crate::tuple::{Symmetric, Tuple};
 pub struct Seen {
     /// The frame's addresses and ports (ports `None`: not TCP or UDP, or a fragment).
     pub tuple: Tuple,
+    /// The IP protocol (17 UDP, 6 TCP): NICs choose the hash fields per protocol.
+    pub proto: u8,
     /// The receive queue it arrived on.
     pub queue: u32,
     /// The hash the NIC reported (`None`: the driver gave none for it).
@@ -25,6 +27,7 @@ pub struct Seen {
 
 /// How the model hashes: the NIC's key, its table, its input transform, and whether it
 /// hashes this flow on the addresses only.
+#[allow(missing_debug_implementations)]
 pub struct Model<'a> {
     /// Toeplitz over the NIC's key.
     pub hasher: &'a Toeplitz,
@@ -32,9 +35,10 @@ pub struct Model<'a> {
     pub queue: &'a QueueModel,
     /// The NIC's input transform.
     pub symmetric: Symmetric,
-    /// Whether a flow of this tuple's kind is hashed on its addresses only (UDP on the
-    /// 2-tuple, as many NICs and FreeBSD do); called with the seen tuple.
-    pub two_tuple: &'a dyn Fn(&Tuple) -> bool,
+    /// Whether a flow of this tuple's family and protocol is hashed on its addresses only
+    /// (UDP on the 2-tuple, as many NICs and FreeBSD do); called with the seen tuple and
+    /// protocol.
+    pub two_tuple: &'a dyn Fn(&Tuple, u8) -> bool,
 }
 
 /// What the comparison found for one flow.
@@ -91,7 +95,7 @@ pub fn check(seen: &[Seen], m: &Model<'_>) -> Vec<Checked> {
     seen.iter()
         .map(|s| {
             let hashed = match s.tuple.ports() {
-                Some(_) if (m.two_tuple)(&s.tuple) => {
+                Some(_) if (m.two_tuple)(&s.tuple, s.proto) => {
                     Tuple::new(s.tuple.src(), s.tuple.dst(), None).unwrap_or(s.tuple)
                 }
                 _ => s.tuple,
@@ -122,8 +126,9 @@ pub fn check(seen: &[Seen], m: &Model<'_>) -> Vec<Checked> {
 pub struct Tally {
     /// Flows.
     pub flows: usize,
-    /// Flows with a NIC hash, and of those, how many equal ours.
+    /// Flows with a NIC hash.
     pub with_hash: usize,
+    /// Flows whose NIC hash equals ours.
     pub hash_agrees: usize,
     /// Flows on the queue the table gives for our hash.
     pub queue_agrees: usize,
@@ -175,7 +180,7 @@ mod tests {
     fn the_wrong_ring_and_a_wrong_hash_are_told_apart() {
         let h = Toeplitz::new(&Key::MICROSOFT);
         let q = QueueModel::Reta(Reta::round_robin(128, 4).expect("table"));
-        let four = |_: &Tuple| false;
+        let four = |_: &Tuple, _: u8| false;
         let m = Model {
             hasher: &h,
             queue: &q,
@@ -186,6 +191,7 @@ mod tests {
             let hash = h.hash(&t);
             Seen {
                 tuple: t,
+                proto: 17,
                 queue: q.queue(hash),
                 nic_hash: Some(hash),
                 packets: n,
@@ -229,7 +235,7 @@ mod tests {
     fn a_two_tuple_nic_is_checked_on_the_addresses() {
         let h = Toeplitz::new(&Key::MICROSOFT);
         let q = QueueModel::Reta(Reta::round_robin(128, 8).expect("table"));
-        let two = |_: &Tuple| true;
+        let two = |_: &Tuple, _: u8| true;
         let m = Model {
             hasher: &h,
             queue: &q,
@@ -241,6 +247,7 @@ mod tests {
         let seen: Vec<Seen> = (1000..1010)
             .map(|p| Seen {
                 tuple: flow(p),
+                proto: 17,
                 queue: q.queue(hash),
                 nic_hash: Some(hash),
                 packets: 1,
@@ -250,7 +257,7 @@ mod tests {
         assert!(c.iter().all(|c| c.verdict == Verdict::Agrees), "{c:?}");
         assert!(c.iter().all(|c| c.hashed.ports().is_none()));
         // The same frames against a 4-tuple model: the hashes differ.
-        let four = |_: &Tuple| false;
+        let four = |_: &Tuple, _: u8| false;
         let m4 = Model {
             two_tuple: &four,
             ..m

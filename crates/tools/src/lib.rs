@@ -28,6 +28,7 @@ pub mod schema;
 pub mod serve;
 pub mod sink;
 pub mod top;
+pub mod verify;
 
 pub(crate) use error::seconds;
 pub use error::{Cause, ErrorKind, ToolError};

@@ -22,6 +22,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("pick", schema_for!(crate::rss::PickReport)),
         ("rss-show", schema_for!(crate::rss::ShowReport)),
         ("top", schema_for!(crate::top::TopReport)),
+        ("rss-verify", schema_for!(crate::verify::VerifyReport)),
         (
             "lab-status",
             schema_for!(flowlane_lab::setup::LabStatusReport),

@@ -316,6 +316,12 @@ impl Asm {
         self.push(insn(JMP | CALL, R0, R0, 0, h as i32))
     }
 
+    /// Calls kernel function `btf_id` (its type id in the kernel's BTF: `BPF_PSEUDO_KFUNC_CALL`,
+    /// src register 2, offset 0 for vmlinux). Arguments in R1–R5, result in R0; R1–R5 clobbered.
+    pub fn call_kfunc(&mut self, btf_id: u32) -> &mut Asm {
+        self.push(insn(JMP | CALL, R0, Reg(2), 0, btf_id as i32))
+    }
+
     /// `return r0`.
     pub fn exit(&mut self) -> &mut Asm {
         self.push(insn(JMP | EXIT, R0, R0, 0, 0))
@@ -340,6 +346,7 @@ mod missteer;
 mod reflect;
 mod route;
 mod rss_steer;
+mod rss_verify;
 mod xsk_redirect;
 
 pub use bridge::{bridge_program, bridge_stats, fdb, XdpBridge};
@@ -351,6 +358,7 @@ pub use route::{route_hop, route_program, route_stats, XdpRoute};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };
+pub use rss_verify::{rss_verify_program, verify_key};
 pub use xsk_redirect::{
     xsk_redirect_ip_program, xsk_redirect_program, xsk_redirect_router_program,
     xsk_redirect_unicast_ip_program,

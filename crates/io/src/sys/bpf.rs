@@ -360,10 +360,30 @@ pub fn prog_load_flags(
     load(prog_type, 0, flags, name, insns)
 }
 
+/// `BPF_F_XDP_DEV_BOUND_ONLY`: an XDP program bound to one device, which may call that
+/// driver's metadata kfuncs (`bpf_xdp_metadata_rx_hash`, …) and attaches to it alone.
+pub const XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
+
+/// Loads an XDP program bound to interface `ifindex` ([`XDP_DEV_BOUND_ONLY`]).
+pub fn prog_load_dev_bound(ifindex: u32, name: &str, insns: &[Insn]) -> Result<OwnedFd, LoadError> {
+    load_on(PROG_XDP, 0, XDP_DEV_BOUND_ONLY, ifindex, name, insns)
+}
+
 fn load(
     prog_type: u32,
     expected_attach_type: u32,
     prog_flags: u32,
+    name: &str,
+    insns: &[Insn],
+) -> Result<OwnedFd, LoadError> {
+    load_on(prog_type, expected_attach_type, prog_flags, 0, name, insns)
+}
+
+fn load_on(
+    prog_type: u32,
+    expected_attach_type: u32,
+    prog_flags: u32,
+    prog_ifindex: u32,
     name: &str,
     insns: &[Insn],
 ) -> Result<OwnedFd, LoadError> {
@@ -378,6 +398,7 @@ fn load(
             prog_name: name16(name),
             expected_attach_type,
             prog_flags,
+            prog_ifindex,
             ..Default::default()
         };
         if with_log {

@@ -7,6 +7,7 @@ use std::mem::{size_of, zeroed};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod bpf;
+pub mod btf;
 pub mod ethtool;
 pub mod huge;
 mod mmsg;
