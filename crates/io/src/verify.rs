@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::ebpf::{rss_verify_program, verify_key as key};
+use crate::ebpf::{rss_verify_program, verify_key as key, VERIFY_SLOT_LEN as SLOT_LEN};
 use crate::maps::ArrayMap;
 use crate::sys::bpf::{self, LoadError};
 use crate::sys::SysError;
@@ -64,8 +64,9 @@ pub fn seen_of(k: &[u8], frames: u64) -> Option<SeenEntry> {
 #[derive(Debug)]
 pub struct RssVerifier {
     flows: OwnedFd,
+    slots: OwnedFd,
     full: ArrayMap,
-    _link: OwnedFd,
+    link: Option<OwnedFd>,
     max_flows: u32,
     /// Why the NIC's hash is not read, when it is not (no kfunc in this kernel, or the driver
     /// refused a device-bound program); frames are then checked by queue only.
@@ -83,16 +84,27 @@ impl RssVerifier {
         let flows = bpf::create_map(bpf::MAP_HASH, key::LEN as u32, 8, max_flows, 0, "fl_verify")
             .map_err(as_load)?;
         let full = ArrayMap::create("fl_verify_full", 8, 1).map_err(as_load)?;
+        let slots = bpf::create_map(
+            bpf::MAP_PERCPU_ARRAY,
+            4,
+            SLOT_LEN as u32,
+            1,
+            0,
+            "fl_verify_slot",
+        )
+        .map_err(as_load)?;
         let kfunc =
             crate::sys::btf::vmlinux_func_id("bpf_xdp_metadata_rx_hash").map_err(as_load)?;
         let program = |id| {
-            rss_verify_program(flows.as_raw_fd(), full.raw_fd(), id).map_err(|e| LoadError {
-                error: SysError {
-                    call: "assemble rss_verify",
-                    source: std::io::Error::other(e.to_string()),
+            rss_verify_program(flows.as_raw_fd(), slots.as_raw_fd(), full.raw_fd(), id).map_err(
+                |e| LoadError {
+                    error: SysError {
+                        call: "assemble rss_verify",
+                        source: std::io::Error::other(e.to_string()),
+                    },
+                    log: String::new(),
                 },
-                log: String::new(),
-            })
+            )
         };
         let mut no_hash = None;
         let bound = match kfunc {
@@ -123,25 +135,53 @@ impl RssVerifier {
         let link = bpf::attach_xdp(&prog, ifindex, 0).map_err(as_load)?;
         Ok(RssVerifier {
             flows,
+            slots,
             full,
-            _link: link,
+            link: Some(link),
             max_flows,
             no_hash,
         })
     }
 
-    /// Every entry counted so far.
+    /// Detaches the program: frames are no longer recorded, and what was is read whole.
+    pub fn detach(&mut self) {
+        self.link = None;
+    }
+
+    /// Every entry counted so far: the map's counts plus each CPU's slot. While the program
+    /// is attached a slot being added to the map may be read twice or not at all (status
+    /// lines); after [`detach`](Self::detach) the counts are exact.
     pub fn entries(&self) -> Result<Vec<SeenEntry>, SysError> {
         let keys = bpf::map_keys(&self.flows, key::LEN, self.max_flows as usize)?;
-        let mut out = Vec::with_capacity(keys.len());
+        let mut counts: Vec<(Vec<u8>, u64)> = Vec::with_capacity(keys.len());
         for k in keys {
             let Some(v) = bpf::map_lookup(&self.flows, &k, 8)? else {
                 continue;
             };
-            let frames = u64::from_ne_bytes(v.try_into().unwrap_or_default());
-            out.extend(seen_of(&k, frames));
+            counts.push((k, u64::from_ne_bytes(v.try_into().unwrap_or_default())));
         }
-        Ok(out)
+        let cpus = crate::sys::possible_cpus();
+        let stride = SLOT_LEN.next_multiple_of(8);
+        if let Some(v) = bpf::map_lookup(&self.slots, &0u32.to_ne_bytes(), stride * cpus)? {
+            for slot in v.chunks_exact(stride) {
+                let n = slot
+                    .get(key::LEN..key::LEN + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_ne_bytes);
+                if n == 0 {
+                    continue;
+                }
+                let k = &slot[..key::LEN];
+                match counts.iter_mut().find(|c| c.0 == k) {
+                    Some(c) => c.1 += n,
+                    None => counts.push((k.to_vec(), n)),
+                }
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .filter_map(|(k, n)| seen_of(&k, n))
+            .collect())
     }
 
     /// Frames not counted because the map was full.

@@ -156,7 +156,7 @@ pub fn run(
     if cfg.max_flows == 0 {
         return Err(ToolError::usage("--max-flows must be at least 1"));
     }
-    let v = RssVerifier::attach(ifindex, cfg.max_flows).map_err(|e| {
+    let mut v = RssVerifier::attach(ifindex, cfg.max_flows).map_err(|e| {
         let log = if e.log.is_empty() {
             String::new()
         } else {
@@ -186,6 +186,8 @@ pub fn run(
             break;
         }
     }
+    // Detached first: the counts read are then whole and still.
+    v.detach();
     let entries = v.entries().map_err(|e| ToolError::runtime(e.to_string()))?;
     let mut r = judge(&cfg.dev, &nic, &entries);
     r.no_nic_hash = v.no_hash.clone();

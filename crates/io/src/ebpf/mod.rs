@@ -358,7 +358,7 @@ pub use route::{route_hop, route_program, route_stats, XdpRoute};
 pub use rss_steer::{
     cpumap_arrivals_program, rss_stats, rss_steer_program, rss_table, xdp, xdp_md,
 };
-pub use rss_verify::{rss_verify_program, verify_key};
+pub use rss_verify::{rss_verify_program, verify_key, SLOT_LEN as VERIFY_SLOT_LEN};
 pub use xsk_redirect::{
     xsk_redirect_ip_program, xsk_redirect_program, xsk_redirect_router_program,
     xsk_redirect_unicast_ip_program,

@@ -38,6 +38,8 @@ const RX_QUEUE_INDEX: i16 = 16;
 /// The key's place on the stack, and a u64 of value 1 below it.
 const KEY: i16 = -64;
 const ONE: i16 = -72;
+/// A u32 zero: the index of the slot and of the full counter.
+const ZERO: i16 = -80;
 /// `BPF_NOEXIST`.
 const NOEXIST: i32 = 1;
 
@@ -54,12 +56,21 @@ fn copy(a: &mut Asm, frame_off: i16, len: usize, field: usize) {
     }
 }
 
-/// The program: map `flows_fd` (hash, [`verify_key::LEN`]-byte keys, u64 frame counts);
-/// frames not counted because the map was full add to the u64 at index 0 of array map
-/// `full_fd`. `rx_hash_kfunc`: the BTF id of `bpf_xdp_metadata_rx_hash`, or `None` to run
-/// without the NIC's hash (the key's RC is then −EOPNOTSUPP, −95).
+/// The per-CPU slot of the last entry seen (index 0 of a per-CPU array, [`SLOT_LEN`] bytes):
+/// its key, then its frames not yet added to the map. Frames of a flow come in bursts: a frame
+/// with the slot's key only adds to the slot (no hash-map lookup, the costly step); a frame of
+/// another entry first adds the slot's count to the map. Readers add the slots to the map's
+/// counts (after detaching the program, so nothing moves while they read).
+pub const SLOT_LEN: usize = verify_key::LEN + 8;
+
+/// The program: map `flows_fd` (hash, [`verify_key::LEN`]-byte keys, u64 frame counts), the
+/// per-CPU last-entry slot `slot_fd` (see [`SLOT_LEN`]); frames not counted because the map
+/// was full add to the u64 at index 0 of array map `full_fd`. `rx_hash_kfunc`: the BTF id of
+/// `bpf_xdp_metadata_rx_hash`, or `None` to run without the NIC's hash (the key's RC is then
+/// −EOPNOTSUPP, −95).
 pub fn rss_verify_program(
     flows_fd: i32,
+    slot_fd: i32,
     full_fd: i32,
     rx_hash_kfunc: Option<u32>,
 ) -> Result<Vec<Insn>, AsmError> {
@@ -148,9 +159,68 @@ pub fn rss_verify_program(
         .load(Size::H, R3, R7, 56)
         .store(Size::H, R10, k(key::DPORT), R3)
         .store_imm(Size::B, R10, k(key::HAS_PORTS), 1);
-    // Count it: add 1 to its entry, or make the entry (a race with another CPU making the
-    // same one is settled by looking again); a full map is counted apart.
+    // Count it in the CPU's slot when it is the slot's entry; else add the slot's count to
+    // the map and make this entry the slot's.
+    let (slot_miss, take, flush_added, flush_full) = (a.label(), a.label(), a.label(), a.label());
+    let slow = a.label();
     a.bind(record)
+        .store_imm(Size::W, R10, ZERO, 0)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, ZERO as i32)
+        .load_map_fd(R1, slot_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, slow)
+        .mov(R9, R0);
+    for w in (0..key::LEN as i16).step_by(8) {
+        a.load(Size::Dw, R3, R9, w)
+            .load(Size::Dw, R4, R10, KEY + w)
+            .jump_reg(Cond::Ne, R3, R4, slot_miss);
+    }
+    a.load(Size::Dw, R3, R9, key::LEN as i16)
+        .alu_imm(Alu::Add, R3, 1)
+        .store(Size::Dw, R9, key::LEN as i16, R3)
+        .jump(pass)
+        .bind(slot_miss)
+        .load(Size::Dw, R3, R9, key::LEN as i16)
+        .jump_imm(Cond::Eq, R3, 0, take)
+        .store(Size::Dw, R10, ONE, R3)
+        .mov(R2, R9)
+        .load_map_fd(R1, flows_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Ne, R0, 0, flush_added)
+        .mov(R2, R9)
+        .mov(R3, R10)
+        .alu_imm(Alu::Add, R3, ONE as i32)
+        .mov_imm(R4, NOEXIST)
+        .load_map_fd(R1, flows_fd)
+        .call(Helper::MapUpdateElem)
+        .jump_imm(Cond::Eq, R0, 0, take)
+        .mov(R2, R9)
+        .load_map_fd(R1, flows_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, flush_full)
+        .bind(flush_added)
+        .load(Size::Dw, R3, R10, ONE)
+        .atomic_add(Size::Dw, R0, 0, R3)
+        .jump(take)
+        .bind(flush_full)
+        .mov(R2, R10)
+        .alu_imm(Alu::Add, R2, ZERO as i32)
+        .load_map_fd(R1, full_fd)
+        .call(Helper::MapLookupElem)
+        .jump_imm(Cond::Eq, R0, 0, take)
+        .load(Size::Dw, R3, R10, ONE)
+        .atomic_add(Size::Dw, R0, 0, R3)
+        .bind(take);
+    for w in (0..key::LEN as i16).step_by(8) {
+        a.load(Size::Dw, R3, R10, KEY + w)
+            .store(Size::Dw, R9, w, R3);
+    }
+    a.store_imm(Size::Dw, R9, key::LEN as i16, 1).jump(pass);
+    // No slot (cannot happen with the array made here): count it in the map directly — add 1
+    // to its entry, or make the entry (a race with another CPU making the same one is settled
+    // by looking again); a full map is counted apart.
+    a.bind(slow)
         .mov(R2, R10)
         .alu_imm(Alu::Add, R2, KEY as i32)
         .load_map_fd(R1, flows_fd)
@@ -176,9 +246,9 @@ pub fn rss_verify_program(
         .atomic_add(Size::Dw, R0, 0, R1)
         .jump(pass)
         .bind(again)
-        .store_imm(Size::W, R10, k(0), 0)
+        .store_imm(Size::W, R10, ZERO, 0)
         .mov(R2, R10)
-        .alu_imm(Alu::Add, R2, KEY as i32)
+        .alu_imm(Alu::Add, R2, ZERO as i32)
         .load_map_fd(R1, full_fd)
         .call(Helper::MapLookupElem)
         .jump_imm(Cond::Eq, R0, 0, pass)
