@@ -66,9 +66,22 @@ pub struct BenchArgs {
     mode: BenchMode,
 
     /// Frame size without FCS (60: the minimum frame, an 18-byte UDP payload). The FreeBSD
-    /// RSS experiment sent 510-byte datagrams (`udp-clt -s 510`): `--size 552`.
+    /// RSS experiment sent 510-byte datagrams (`udp-clt -s 510`): `--size 552`, or
+    /// `--freebsd-payload`.
     #[arg(long, short = 'l', default_value_t = 60, value_parser = clap::value_parser!(u64).range(60..=1514))]
     size: u64,
+
+    /// The FreeBSD RSS experiment's datagrams: 510-byte UDP payloads (552-byte frames over
+    /// IPv4), as `udp-clt -s 510` sent them. With --two-tuple, its whole setup.
+    #[arg(long, conflicts_with = "size")]
+    freebsd_payload: bool,
+
+    /// Hash addresses only (the 2-tuple), as FreeBSD hashes UDP by default and NICs hash
+    /// fragments: the lab's steering does, and the picker gives each client flow a source
+    /// address of its own (added to the generator for the run), as the experiment ran "four
+    /// couples of udp-clt, each from different IP addresses".
+    #[arg(long)]
+    two_tuple: bool,
 
     /// Seconds of traffic per step.
     #[arg(long, value_parser = parse_duration, default_value_t = 5.0)]
@@ -162,7 +175,7 @@ fn check_writable(dir: &std::path::Path) -> Result<(), Failure> {
 
 fn row_header() -> String {
     format!(
-        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7} {:>7}  {}",
+        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5}  {:>9} {:>7} {:>7}  {}",
         "mode",
         "bkts",
         "sent",
@@ -171,6 +184,7 @@ fn row_header() -> String {
         "echoed",
         "back",
         "seen pps",
+        "eff",
         "p99 µs",
         "drops",
         "qdrops",
@@ -192,7 +206,7 @@ fn row(s: &BenchStep) -> String {
         })
         .collect();
     format!(
-        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {:>9} {:>7} {:>7}  {}",
+        "{:>4} {:>5} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5}  {:>9} {:>7} {:>7}  {}",
         s.mode,
         s.buckets,
         show(f.client_sent),
@@ -201,6 +215,8 @@ fn row(s: &BenchStep) -> String {
         show(f.server_echoed),
         show(f.client_back),
         s.pps.server_seen,
+        s.scaling_efficiency
+            .map_or("-".into(), |e| format!("{e:.2}")),
         s.latency_ns
             .as_ref()
             .map_or("-".into(), |l| format!("{:.1}", l.p99 as f64 / 1e3)),
@@ -229,6 +245,10 @@ pub fn run(a: BenchArgs) -> CmdResult {
     // fail after minutes for a typo.
     if !a.loopback {
         setup::check_name(&a.name).map_err(|e| Failure::usage(anyhow!(e)))?;
+    } else if a.two_tuple {
+        return Err(Failure::usage(anyhow!(
+            "--two-tuple shapes a lab's steering and placement; --loopback has no steering"
+        )));
     } else if a.symmetric != LabSymmetricArg::Off {
         return Err(Failure::usage(anyhow!(
             "--symmetric shapes a lab's steering and placement; --loopback has no steering"
@@ -237,6 +257,12 @@ pub fn run(a: BenchArgs) -> CmdResult {
     check_writable(&a.out)?;
     let cpus = usable_cpus(None)?;
     let ncpus = cpus.len() as u32;
+    // 510-byte payload + 8 UDP + 20 IPv4 + 14 Ethernet.
+    let frame_bytes = if a.freebsd_payload {
+        552
+    } else {
+        a.size as usize
+    };
     let cfg = BenchConfig {
         target: if a.loopback {
             BenchTarget::Loopback {
@@ -244,7 +270,13 @@ pub fn run(a: BenchArgs) -> CmdResult {
             }
         } else {
             let queues = a.buckets.map_or(ncpus, |b| b.1);
-            let mut config = config(&a.name, Some(queues), Steer::from(a.steer), &a.key, false);
+            let mut config = config(
+                &a.name,
+                Some(queues),
+                Steer::from(a.steer),
+                &a.key,
+                a.two_tuple,
+            );
             config.symmetric = a.symmetric.into();
             BenchTarget::Lab {
                 config,
@@ -257,7 +289,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
             BenchMode::Sink => bench::BenchMode::Sink,
             BenchMode::Both => bench::BenchMode::Both,
         },
-        frame_bytes: a.size as usize,
+        frame_bytes,
         step_secs: a.step_secs,
         per_bucket: a.per_bucket,
         rate: a.rate,
@@ -303,7 +335,7 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 buckets.1,
                 a.per_bucket,
                 a.step_secs,
-                a.size,
+                frame_bytes,
             ));
             say(&row_header());
         }

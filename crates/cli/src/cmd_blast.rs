@@ -145,6 +145,12 @@ pub struct BlastArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     per_queue: Option<u64>,
 
+    /// With --per-queue: the receiver hashes addresses only (the 2-tuple, as FreeBSD hashes
+    /// UDP and NICs hash fragments), so each flow gets a source address of its own from
+    /// --from, which the sender must own; the ports do not matter.
+    #[arg(long, requires = "per_queue")]
+    two_tuple: bool,
+
     /// With --per-queue: place flows only on these queues (e.g. `0-1`), not on all of them.
     #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
     pick_queues: Option<CpuList>,
@@ -376,6 +382,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
                 key: model.key.to_hex(),
                 symmetric: model.symmetric,
                 model: ModelSpec::of(&model.queue),
+                hash_ports: !a.two_tuple,
             }
         }),
         None => None,

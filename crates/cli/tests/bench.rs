@@ -704,3 +704,65 @@ fn loopback_bench_runs_without_namespaces_and_says_it_is_not_rss_faithful() {
     assert!(r["steps"][0]["five"]["server_seen"].as_u64() > Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The seed's experiment as the seed ran it: a lab that hashes addresses only (`--two-tuple`)
+/// and clients that each send from an address of their own, chosen by the picker. Before,
+/// placement ignored the lab's hashing, every flow came from one address, and all of them
+/// landed in one bucket. Now k = 2 gives each worker exactly its bucket's flows, each flow
+/// from its own address, the report says how well k = 2 scaled, and the addresses are gone
+/// from the generator after the run.
+#[test]
+fn a_two_tuple_lab_places_clients_by_source_address() {
+    let Some(_one) = root() else { return };
+    let name = lab_name("tt");
+    let _down = Down(name.clone());
+    let dir = out_dir("tt");
+    let (code, r) = bench(
+        &name,
+        &dir,
+        &[
+            "--two-tuple",
+            "--freebsd-payload",
+            "--buckets",
+            "1..2",
+            "--step-secs",
+            "1",
+            "--mode",
+            "sink",
+            "--rate",
+            "20000",
+            "--keep-lab",
+        ],
+    );
+    assert_eq!(code, Some(0), "{}", r["problems"]);
+    assert_eq!(r["frame_bytes"], 552, "510-byte payloads");
+    let steps = r["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 2);
+    assert_eq!(
+        steps[0]["scaling_efficiency"], 1.0,
+        "k = 1 is its own reference"
+    );
+    let k2 = &steps[1];
+    let eff = k2["scaling_efficiency"]
+        .as_f64()
+        .expect("efficiency at k = 2");
+    let want = k2["pps"]["server_seen"].as_f64().expect("pps")
+        / (2.0 * steps[0]["pps"]["server_seen"].as_f64().expect("pps"));
+    assert!((eff - want).abs() < 0.001, "{eff} vs {want}");
+    for w in k2["workers"].as_array().expect("workers") {
+        let expected = w["expected"].as_u64().expect("expected");
+        assert!(expected > 0, "each worker has its bucket's flows: {k2}");
+        assert_eq!(w["rx_packets"], expected, "and gets exactly them: {k2}");
+    }
+    // With the steering hashing addresses only, both workers getting their flows means the
+    // flows came from different addresses (one address would put every flow in one bucket).
+    assert_eq!(k2["misplaced"], 0, "{k2}");
+    // Only the lab's own address is left on the generator.
+    let addrs = flowlane_lab::Netns::existing(&format!("{name}-gen"))
+        .ip(&["-4", "-o", "addr", "show", "dev", "flgen"])
+        .expect("ip addr");
+    let v4: Vec<&str> = addrs.lines().collect();
+    assert_eq!(v4.len(), 1, "{addrs}");
+    assert!(v4[0].contains("198.18.0.1/24"), "{addrs}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

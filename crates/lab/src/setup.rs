@@ -30,7 +30,8 @@ pub const LAB_DUT_V4: &str = "198.18.0.2";
 pub const LAB_GEN_V6: &str = "2001:2::1";
 /// The DUT's IPv6 address.
 pub const LAB_DUT_V6: &str = "2001:2::2";
-const GEN_MAC: &str = "02:f1:0e:00:01:01";
+/// The generator end's MAC (fixed, so neighbour entries need no resolving).
+pub const GEN_MAC: &str = "02:f1:0e:00:01:01";
 const DUT_MAC: &str = "02:f1:0e:00:01:02";
 /// Line topology: the DUT's second interface (towards the sink, in `NAME-dut`).
 pub const DUT_OUT_IF: &str = "fldut1";

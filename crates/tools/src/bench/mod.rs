@@ -168,7 +168,7 @@ pub fn run(
         buckets: (lo, hi),
         workers: a.cpus.len(),
     });
-    let mut steps = Vec::new();
+    let mut steps: Vec<BenchStep> = Vec::new();
     'outer: for k in lo..=hi {
         for &echo in modes {
             if stop.load(Ordering::Relaxed) {
@@ -204,6 +204,17 @@ pub fn run(
             } else {
                 step::step(a, &target, k, echo, stop)?
             };
+            let mut s = s;
+            s.scaling_efficiency = steps
+                .iter()
+                .find(|b| b.buckets == 1 && b.mode == s.mode)
+                .or(Some(&s).filter(|s| s.buckets == 1))
+                .filter(|one| one.pps.server_seen > 0)
+                .map(|one| {
+                    let e = s.pps.server_seen as f64
+                        / (f64::from(s.buckets) * one.pps.server_seen as f64);
+                    (e * 1000.0).round() / 1000.0
+                });
             on_event(BenchEvent::Step(Box::new(s.clone())));
             steps.push(s);
         }

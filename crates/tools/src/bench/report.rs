@@ -131,6 +131,10 @@ pub struct BenchStep {
     pub server_iface_rx_dropped: Option<u64>,
     /// Rates.
     pub pps: Pps,
+    /// Scaling efficiency: the server's rate at this k over k times its rate at k = 1 (same
+    /// mode): 1.0 is perfect per-core scaling (`None`: no k = 1 step of this mode).
+    #[serde(default)]
+    pub scaling_efficiency: Option<f64>,
     /// Sent by the client program, never seen by the server program.
     pub lost: u64,
     /// Lost beyond what socket, CPU-queue and interface drops and link loss account for.

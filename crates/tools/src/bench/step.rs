@@ -82,6 +82,51 @@ fn kernel_view(t: &Target) -> KernelView {
     }
 }
 
+/// Source addresses given to the generator for one step (two-tuple placement), with a
+/// permanent neighbour entry for each on the DUT (no ARP on the link); taken away again when
+/// dropped, also when the step fails.
+struct SourceAddrs<'a> {
+    gen: &'a Netns,
+    dut: &'a Netns,
+    addrs: Vec<std::net::IpAddr>,
+}
+
+impl<'a> SourceAddrs<'a> {
+    fn add(
+        gen: &'a Netns,
+        dut: &'a Netns,
+        addrs: &[std::net::IpAddr],
+    ) -> Result<SourceAddrs<'a>, ToolError> {
+        let mac = setup::GEN_MAC;
+        let mut s = SourceAddrs {
+            gen,
+            dut,
+            addrs: Vec::new(),
+        };
+        for a in addrs {
+            let text = a.to_string();
+            gen.ip(&["addr", "add", &format!("{text}/24"), "dev", GEN_IF])
+                .map_err(lab_err)?;
+            s.addrs.push(*a);
+            dut.permanent_neighbour(DUT_IF, &text, mac)
+                .map_err(lab_err)?;
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for SourceAddrs<'_> {
+    fn drop(&mut self) {
+        for a in &self.addrs {
+            let text = a.to_string();
+            let _ = self
+                .gen
+                .ip(&["addr", "del", &format!("{text}/24"), "dev", GEN_IF]);
+            let _ = self.dut.ip(&["neigh", "del", &text, "dev", DUT_IF]);
+        }
+    }
+}
+
 /// The interfaces' counters and the kernel's view read as of one moment. On veth the DUT
 /// end's `rx_packets` is the sum of its queues' XDP counts (plus frames that bypassed
 /// NAPI), but the two are read by separate calls: a frame the kernel sends on its own (a
@@ -218,7 +263,11 @@ pub(super) fn step(
     let threads = k.min(t.cpus.len() as u32).max(1);
     let mut bcfg = BlastConfig::new(to, t.cpus[0]);
     bcfg.cpus = t.cpus[..threads as usize].to_vec();
+    // A two-tuple lab steers by address: each flow gets a source address of its own, from a
+    // block of the generator's subnet that no lab end uses (added for the step, below).
+    let two_tuple = matches!(&t.lab, Some((_, _, c)) if !c.ports);
     bcfg.placement = Some(Placement {
+        hash_ports: !two_tuple,
         per_queue: a.per_bucket,
         queues: (0..k).collect(),
         key: t.key.clone(),
@@ -250,6 +299,16 @@ pub(super) fn step(
     let (gen, dut) = match &t.lab {
         Some((g, d, _)) => (Some(g), Some(d)),
         None => (None, None),
+    };
+    let _sources = match (gen, dut) {
+        (Some(g), Some(d)) if two_tuple => {
+            bcfg.from = Some((
+                std::net::IpAddr::from([198, 18, 0, 100]),
+                std::net::IpAddr::from([198, 18, 0, 254]),
+            ));
+            Some(SourceAddrs::add(g, d, &blast::source_addrs(&bcfg)?)?)
+        }
+        _ => None,
     };
     // Counters before the server starts and after it stops: nothing crosses the link outside
     // the step.
@@ -501,6 +560,7 @@ fn account(
         link_other_frames: iface_sent.map(|sent| sent.saturating_sub(prog_sent)),
         client_iface_back: if echo { iface_back } else { None },
         server_iface_rx_dropped: iface_rx_dropped,
+        scaling_efficiency: None,
         pps: Pps {
             sent: pps(prog_sent),
             server_seen: pps(seen),

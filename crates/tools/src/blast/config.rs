@@ -244,6 +244,14 @@ pub struct Placement {
     pub symmetric: Symmetric,
     /// Hash → queue.
     pub model: ModelSpec,
+    /// The receiver hashes UDP/TCP ports too (the 4-tuple); `false`: addresses only (the
+    /// 2-tuple), so flows are placed by source address, one address per flow.
+    #[serde(default = "yes")]
+    pub hash_ports: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The configuration of one `blast` run.

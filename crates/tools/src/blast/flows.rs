@@ -124,7 +124,7 @@ fn placed(
         dst: dst.ip(),
         src_ports: a.sport.unwrap_or((1024, 65535)),
         dst_port: dst.port(),
-        hash_ports: true,
+        hash_ports: p.hash_ports,
         queues: p.queues.clone(),
         per_queue: Some(p.per_queue),
         symmetric: p.symmetric,
@@ -154,8 +154,11 @@ fn placed(
     });
     let mut flows = Vec::new();
     for (queue, t) in interleaved {
-        let Some((sport, _)) = t.tuple.ports() else {
-            continue;
+        // Hashed on the addresses only, the port is free: the range's first, or the
+        // kernel's choice.
+        let sport = match t.tuple.ports() {
+            Some((p, _)) => p,
+            None => a.sport.map_or(0, |r| r.0),
         };
         let id = u16::try_from(flows.len()).map_err(|_| ToolError::usage("at most 65536 flows"))?;
         let src = SocketAddr::new(t.tuple.src(), sport);
@@ -205,6 +208,38 @@ mod tests {
         assert!(make_flows(&c).is_err(), "8 sources for 9 flows");
     }
 
+    /// A receiver that hashes addresses only: every flow from an address of its own, placed
+    /// by the 2-tuple hash; the port is the range's first.
+    #[test]
+    fn two_tuple_placement_gives_each_flow_its_own_address() {
+        let mut c = cfg();
+        c.from = Some((
+            "198.18.0.100".parse().expect("addr"),
+            "198.18.0.254".parse().expect("addr"),
+        ));
+        c.sport = Some((5000, 5000));
+        c.placement = Some(Placement {
+            per_queue: 2,
+            queues: Vec::new(),
+            key: Key::MICROSOFT.to_hex(),
+            symmetric: Default::default(),
+            model: ModelSpec::Modulo(4),
+            hash_ports: false,
+        });
+        let f = make_flows(&c).expect("flows");
+        assert_eq!(f.len(), 8);
+        let h = Toeplitz::new(&Key::MICROSOFT);
+        let mut addrs: Vec<IpAddr> = f.iter().map(|(f, _)| f.src.ip()).collect();
+        for (flow, q) in &f {
+            assert_eq!(flow.src.port(), 5000);
+            let t = flowlane_rss::Tuple::new(flow.src.ip(), flow.dst.ip(), None).expect("tuple");
+            assert_eq!(Some(h.hash(&t) % 4), *q);
+        }
+        addrs.sort_unstable();
+        addrs.dedup();
+        assert_eq!(addrs.len(), 8, "one address per flow");
+    }
+
     #[test]
     fn placed_flows_hash_to_their_queue_interleaved() {
         let mut c = cfg();
@@ -214,6 +249,7 @@ mod tests {
             key: Key::MICROSOFT.to_hex(),
             symmetric: Default::default(),
             model: ModelSpec::Modulo(4),
+            hash_ports: true,
         });
         let f = make_flows(&c).expect("flows");
         assert_eq!(f.len(), 8);

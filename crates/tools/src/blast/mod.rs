@@ -211,6 +211,18 @@ fn run_steps(
     })
 }
 
+/// The distinct source addresses a run's flows send from (as `run` will place them): what a
+/// caller must give the sender before a two-tuple placement (one address per flow).
+pub fn source_addrs(a: &BlastConfig) -> Result<Vec<std::net::IpAddr>, ToolError> {
+    let mut v: Vec<std::net::IpAddr> = flows::make_flows(a)?
+        .iter()
+        .map(|(f, _)| f.src.ip())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
 /// How long a UDP sender waits for the last echoes (none without echoes).
 fn linger(a: &BlastConfig) -> Result<Duration, ToolError> {
     a.mode

@@ -247,6 +247,8 @@ impl Rfc2544Config {
             key: l.key.clone(),
             symmetric: Default::default(),
             model: ModelSpec::Reta(l.reta.clone()),
+            // A two-tuple lab steers by address: flows are placed by source address.
+            hash_ports: l.ports,
         };
         let placement = match run.per_queue {
             Some(k) => Some(placed(k, run.queues.clone())),
