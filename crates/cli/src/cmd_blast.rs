@@ -145,6 +145,13 @@ pub struct BlastArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     per_queue: Option<u64>,
 
+    /// With --per-queue: place flows by the RSS of this interface (read here as `rss show
+    /// --dev` reads it: key, function, input transform, table, and — where it hashes UDP on
+    /// the addresses only — by source address). For a receiver in this namespace; for one
+    /// on another host, give its table with --reta <(ssh HOST ethtool -x IF).
+    #[arg(long, value_name = "IF", requires = "per_queue")]
+    rss_dev: Option<String>,
+
     /// With --per-queue: the receiver hashes addresses only (the 2-tuple, as FreeBSD hashes
     /// UDP and NICs hash fragments), so each flow gets a source address of its own from
     /// --from, which the sender must own; the ports do not matter.
@@ -371,7 +378,9 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
             .map(|e| SocketAddr::new(e.addr, e.port.unwrap_or(0)));
     let placement = match a.per_queue {
         Some(k) => Some({
-            let model = a.model.build()?;
+            let nic = crate::args::read_nic(a.rss_dev.as_deref())?;
+            let model = a.model.build_for(nic.as_ref())?;
+            let nic_two_tuple = nic.as_ref().and_then(|n| n.udp4_two_tuple()) == Some(true);
             Placement {
                 per_queue: k,
                 queues: a
@@ -382,7 +391,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
                 key: model.key.to_hex(),
                 symmetric: model.symmetric,
                 model: ModelSpec::of(&model.queue),
-                hash_ports: !a.two_tuple,
+                hash_ports: !(a.two_tuple || nic_two_tuple),
             }
         }),
         None => None,

@@ -751,6 +751,41 @@ fn rss_show_dev_reads_what_ethtool_reads_on_veth() {
         "{}",
         stderr(&hash)
     );
+    // So do pick --dev and blast's placement by an interface (--rss-dev).
+    for args in [
+        &[
+            "pick",
+            "--dev",
+            "fla",
+            "--dst",
+            "198.18.0.2:80",
+            "--src-ip",
+            "198.18.0.1",
+        ][..],
+        &[
+            "blast",
+            "--to",
+            "198.18.0.2:9",
+            "--per-queue",
+            "1",
+            "--rss-dev",
+            "fla",
+            "--count",
+            "1",
+        ],
+    ] {
+        let o = ns
+            .command(env!("CARGO_BIN_EXE_flowlane"))
+            .args(args)
+            .output()
+            .expect("runs");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("no RSS to read"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
     // ethtool, the reference, reads the same.
     if !common::need_program("ethtool") {
         return;

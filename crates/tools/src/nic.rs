@@ -291,3 +291,80 @@ impl NicReport {
         Some(!f.fields.iter().any(|x| x.starts_with("l4-")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(function: &str, xfrm: &str, udp4: &[&str]) -> NicReport {
+        let item = |v| Item {
+            via: Some("netlink".into()),
+            value: Some(v),
+            missing: None,
+        };
+        NicReport {
+            dev: "eth0".into(),
+            ethtool_netlink: true,
+            driver: Item {
+                via: None,
+                value: None,
+                missing: None,
+            },
+            rss: item(vec![RssContext {
+                context: 0,
+                hash_function: Some(function.into()),
+                input_xfrm: Some(xfrm.into()),
+                key: Key::MICROSOFT.to_hex(),
+                indir: vec![0, 1, 2, 3, 0, 1, 2, 3],
+            }]),
+            hash_fields: Item {
+                via: Some("ioctl".into()),
+                value: Some(vec![FlowHash {
+                    flow_type: "udp4".into(),
+                    fields: udp4.iter().map(|s| s.to_string()).collect(),
+                    discard: false,
+                }]),
+                missing: None,
+            },
+            channels: Item {
+                via: None,
+                value: None,
+                missing: None,
+            },
+            rings: Item {
+                via: None,
+                value: None,
+                missing: None,
+            },
+            host: flowlane_lab::nic::read_nic(std::path::Path::new("/nonexistent"), "eth0"),
+            read_ms: 0.0,
+        }
+    }
+
+    /// What a NIC reported becomes the model an `ethtool -x` text of it would give: its key,
+    /// table and transform; a function or transform flowlane does not model is said, not
+    /// modelled; UDP hashed on the addresses is seen as such.
+    #[test]
+    fn a_read_nic_becomes_the_model_or_says_why_not() {
+        let r = report("toeplitz", "symmetric-xor", &["ip-src", "ip-dst"]);
+        let m = r.model().expect("modelled");
+        assert_eq!(m.key, Some(Key::MICROSOFT));
+        assert_eq!(m.reta.entries(), &[0, 1, 2, 3, 0, 1, 2, 3]);
+        assert_eq!(m.symmetric, Some(Symmetric::Xor));
+        assert!(m.unmodelled().is_none());
+        assert_eq!(r.udp4_two_tuple(), Some(true));
+        let xor = report(
+            "xor",
+            "none",
+            &["ip-src", "ip-dst", "l4-src-port", "l4-dst-port"],
+        );
+        assert!(xor.model().expect("read").unmodelled().is_some());
+        assert_eq!(xor.udp4_two_tuple(), Some(false));
+        let or_xor = report("toeplitz", "symmetric-or-xor", &[]);
+        assert!(or_xor.model().expect("read").unmodelled().is_some());
+        let mut none = report("toeplitz", "none", &[]);
+        none.rss.value = None;
+        none.rss.missing = Some("the driver does not support it (EOPNOTSUPP)".into());
+        assert!(none.model().expect_err("no RSS").contains("EOPNOTSUPP"));
+    }
+}
