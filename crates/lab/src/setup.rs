@@ -763,6 +763,37 @@ fn steer_map(prog: Option<u32>, name: &str) -> Result<Option<bpf::FoundMap>, Lab
     bpf::map_of_program(id, name).map_err(bpf_err("find the steering program's maps"))
 }
 
+/// The DUT interface's counters and its queues' driver counts as of one moment. On veth the
+/// interface's rx_packets is the sum of the queues' XDP counts, but they are read by separate
+/// calls: a frame arriving between them (a late MLD report after `lab up`) is in one and not
+/// the other (seen in CI: queues 159 701, interface 159 702). The interface is read again
+/// after the queues, retrying (bounded at half a second) until it has not moved.
+fn dut_view(
+    ns: &Netns,
+) -> (
+    Option<crate::counters::IfCounters>,
+    Vec<crate::counters::RxQueue>,
+) {
+    let read = || ns.dev().ok().and_then(|d| d.ifaces.get(DUT_IF).copied());
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    loop {
+        let first = read();
+        let queues = ns
+            .run(|| flowlane_io::netdev::driver_stats(DUT_IF))
+            .ok()
+            .and_then(Result::ok)
+            .map(|s| crate::counters::rx_queues(&s))
+            .unwrap_or_default();
+        let again = read();
+        let same = first.map(|c| (c.rx_packets, c.rx_dropped))
+            == again.map(|c| (c.rx_packets, c.rx_dropped));
+        if same || std::time::Instant::now() >= until {
+            return (again, queues);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// The id of the software-RSS cpumap (as the `xdp:xdp_cpumap_enqueue` tracepoint reports
 /// it), or `None` without software RSS.
 pub fn cpumap_id(dut: &Netns) -> Result<Option<u32>, LabError> {
@@ -914,27 +945,29 @@ pub fn status(name: &str) -> Result<LabStatus, LabError> {
                 .unwrap_or_default();
             st.addresses.push((ifname.to_string(), addrs));
         }
-        if let Ok(dev) = ns.dev() {
-            if let Some(c) = dev.ifaces.get(ifname) {
-                st.counters.push((
-                    ifname.to_string(),
-                    [
-                        c.rx_packets,
-                        c.rx_bytes,
-                        c.tx_packets,
-                        c.tx_bytes,
-                        c.rx_dropped,
-                    ],
-                ));
-            }
+        // The DUT's counters and its queues' counts as of one moment (see `dut_view`).
+        let (counters, queues) = if ifname == DUT_IF {
+            dut_view(&ns)
+        } else {
+            (
+                ns.dev().ok().and_then(|d| d.ifaces.get(ifname).copied()),
+                Vec::new(),
+            )
+        };
+        if let Some(c) = counters {
+            st.counters.push((
+                ifname.to_string(),
+                [
+                    c.rx_packets,
+                    c.rx_bytes,
+                    c.tx_packets,
+                    c.tx_bytes,
+                    c.rx_dropped,
+                ],
+            ));
         }
         if ifname == DUT_IF {
-            st.dut_queues = ns
-                .run(|| flowlane_io::netdev::driver_stats(DUT_IF))
-                .ok()
-                .and_then(Result::ok)
-                .map(|s| crate::counters::rx_queues(&s))
-                .unwrap_or_default();
+            st.dut_queues = queues;
             st.dut_rx_queues = ns
                 .list_sys(&format!("/sys/class/net/{DUT_IF}/queues"))
                 .ok()
