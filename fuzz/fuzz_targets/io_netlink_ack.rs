@@ -1,7 +1,8 @@
 //! The netlink reply parsers (the kernel's answer to an XDP attach; a netdev dev-get reply
 //! with an interface's XDP features; route and neighbour dump entries; the ethtool family's
 //! RSS, channel and ring replies), the ethtool ioctl structures' decoders, the BTF walk that
-//! finds a kernel function's id, and `rss verify`'s map keys never panic on any bytes, however
+//! finds a kernel function's id, `rss verify`'s map keys and the netdev family's per-queue
+//! statistics replies never panic on any bytes, however
 //! their lengths lie.
 #![no_main]
 use flowlane_io::ethtool::{
@@ -25,4 +26,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = rings_ioctl_of(data);
     let _ = flowlane_io::bpf::func_id(data, "bpf_xdp_metadata_rx_hash");
     let _ = flowlane_io::bpf::seen_of(data, 1);
+    let _ = flowlane_io::netdev::qstats_of(data);
 });

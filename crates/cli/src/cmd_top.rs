@@ -118,11 +118,12 @@ fn summary(r: &TopReport) {
     );
     for d in &r.devs {
         outln!(
-            "{}: {} queues in its driver's statistics{}, {} IRQs, {}",
+            "{}: {} queues (from {}){}, {} IRQs, {}",
             d.dev,
             d.queues,
+            d.source,
             if d.queues == 0 {
-                " (none per queue: nothing to show)"
+                ": none per queue, nothing to show"
             } else {
                 ""
             },

@@ -108,6 +108,9 @@ fn top_counts_every_frame_a_queue_took() {
     // veth has no indirection table: no prediction is made up.
     assert!(queues.iter().all(|q| q["reta_share"].is_null()), "{r}");
     assert!(r["devs"][0]["irqs"].as_array().expect("irqs").is_empty());
+    // veth offers no kernel per-queue statistics (qstats): its driver's names are read, and
+    // the report says so.
+    assert_eq!(r["devs"][0]["source"], "driver statistics", "{r}");
     // Its own cost: one CPU's share, far under the 1 % bound at one line a second.
     assert!(r["cpu_share"].as_f64().expect("share") < 0.05, "{r}");
 }

@@ -82,6 +82,7 @@ pub mod netdev {
         RouteKind, RouteMonitor, XDP_FLAGS_DRV_MODE,
     };
     pub use crate::sys::packet::ifindex;
+    pub use crate::sys::qstats::{qstats_of, queue_stats, QueueStats};
 }
 
 /// An interface's RSS and queues as `ethtool` reads them (generic netlink where the kernel has

@@ -81,8 +81,12 @@ pub struct TopTick {
 pub struct TopDev {
     /// The interface.
     pub dev: String,
-    /// Queues whose counts its driver names (none: it has no per-queue statistics).
+    /// Queues whose counts it gives (none: it has no per-queue statistics).
     pub queues: usize,
+    /// Where the per-queue counts come from: `netdev qstats` (the kernel's own per-queue
+    /// statistics, where the driver offers them), `driver statistics` (its `ethtool -S`
+    /// names), or `none`.
+    pub source: String,
     /// Its IRQs (MSI/MSI-X; none for a virtual interface).
     pub irqs: Vec<u32>,
     /// Its indirection table, when it reported one.
@@ -118,13 +122,48 @@ struct Snap {
     irqs: Vec<u64>,
 }
 
-fn snap(devs: &[TopDev]) -> Snap {
+/// The kernel's per-queue statistics as queue counts (receive packets and hardware drops,
+/// transmit packets).
+fn qstats_counts(ifindex: u32) -> Option<Vec<QueueCounts>> {
+    let stats = flowlane_io::netdev::queue_stats(ifindex).ok()??;
+    let mut out: Vec<QueueCounts> = Vec::new();
+    for q in stats {
+        let i = match out.iter().position(|c| c.queue == q.queue) {
+            Some(i) => i,
+            None => {
+                out.push(QueueCounts {
+                    queue: q.queue,
+                    ..QueueCounts::default()
+                });
+                out.len() - 1
+            }
+        };
+        if q.rx {
+            out[i].rx_packets = q.packets.unwrap_or(0);
+            out[i].rx_drops = q.hw_drops.unwrap_or(0);
+        } else {
+            out[i].tx_packets = q.packets.unwrap_or(0);
+        }
+    }
+    out.sort_by_key(|c| c.queue);
+    Some(out)
+}
+
+/// One interface's per-queue counts from its source.
+fn dev_counts(d: &TopDev, ifindex: u32) -> Vec<QueueCounts> {
+    match d.source.as_str() {
+        QSTATS => qstats_counts(ifindex).unwrap_or_default(),
+        _ => queue_counts(&flowlane_io::netdev::driver_stats(&d.dev).unwrap_or_default()),
+    }
+}
+
+const QSTATS: &str = "netdev qstats";
+
+fn snap(devs: &[TopDev], ifindexes: &[u32]) -> Snap {
     let queues = devs
         .iter()
-        .map(|d| {
-            let stats = flowlane_io::netdev::driver_stats(&d.dev).unwrap_or_default();
-            (d.dev.clone(), queue_counts(&stats))
-        })
+        .zip(ifindexes)
+        .map(|(d, &i)| (d.dev.clone(), dev_counts(d, i)))
         .collect();
     let softnet = read_proc("softnet_stat")
         .ok()
@@ -232,12 +271,28 @@ pub fn run(
         .map(|d| crate::seconds("duration", d))
         .transpose()?;
     let mut devs = Vec::new();
+    let mut ifindexes = Vec::new();
     for dev in &cfg.devs {
         let nic = crate::nic::read(dev)?;
-        let stats = flowlane_io::netdev::driver_stats(dev).unwrap_or_default();
+        let ifindex = flowlane_io::netdev::ifindex(dev)
+            .map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+        // The kernel's own per-queue statistics where the driver offers them, else the
+        // driver's names.
+        let (source, queues) = match qstats_counts(ifindex).filter(|q| !q.is_empty()) {
+            Some(q) => (QSTATS, q.len()),
+            None => {
+                let stats = flowlane_io::netdev::driver_stats(dev).unwrap_or_default();
+                match queue_counts(&stats).len() {
+                    0 => ("none", 0),
+                    n => ("driver statistics", n),
+                }
+            }
+        };
+        ifindexes.push(ifindex);
         devs.push(TopDev {
             dev: dev.clone(),
-            queues: queue_counts(&stats).len(),
+            queues,
+            source: source.into(),
             irqs: nic.host.irqs.iter().map(|i| i.irq).collect(),
             reta: nic
                 .rss
@@ -248,7 +303,7 @@ pub fn run(
         });
     }
     let cpu0 = thread_cpu();
-    let first = snap(&devs);
+    let first = snap(&devs, &ifindexes);
     let (start, mut last) = (first.at, first.clone());
     let (mut ticks, mut read_sum, mut read_max) = (0u64, 0.0f64, 0.0f64);
     while !stop.load(Ordering::Relaxed) {
@@ -259,7 +314,7 @@ pub fn run(
             std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(50)));
         }
         let t0 = Instant::now();
-        let now = snap(&devs);
+        let now = snap(&devs, &ifindexes);
         let read_us = t0.elapsed().as_secs_f64() * 1e6;
         read_sum += read_us;
         read_max = read_max.max(read_us);

@@ -14,6 +14,7 @@ mod mmsg;
 pub mod netdev;
 pub mod netlink;
 pub mod packet;
+pub mod qstats;
 pub mod stream;
 pub mod xsk;
 pub mod xsk_group;
