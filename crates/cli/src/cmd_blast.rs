@@ -145,6 +145,13 @@ pub struct BlastArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     per_queue: Option<u64>,
 
+    /// Verify, frame by frame, that the receiving NIC hashed and queued each flow as its own
+    /// RSS says (`rss verify` around the run): IF here, or IF@NETNS in a namespace of this
+    /// host (a lab's DUT: `fldut@NAME-dut`). The result is printed after the run (JSON: the
+    /// last step's `rss_verify`); a disagreement makes the exit code 1.
+    #[arg(long, value_name = "IF[@NETNS]")]
+    verify_rss: Option<String>,
+
     /// With --per-queue: place flows by the RSS of this interface (read here as `rss show
     /// --dev` reads it: key, function, input transform, table, and — where it hashes UDP on
     /// the addresses only — by source address). For a receiver in this namespace; for one
@@ -254,6 +261,8 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let (mut log, stream) = (a.live.log(), a.live.stream());
+    // The verifying program is attached before the first frame leaves.
+    let watch = a.verify_rss.as_deref().map(start_verify).transpose()?;
     let report = blast::run(&cfg, &stop, &mut |event| match event {
         BlastEvent::StepStarted(s) => log.line(&banner(&s)),
         BlastEvent::Tick(t) => {
@@ -276,6 +285,19 @@ pub fn run(a: BlastArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
+    let mut report = report;
+    if let Some(w) = watch {
+        w.settle().map_err(Failure::from_tool)?;
+        let v = w.finish().map_err(Failure::from_tool)?;
+        if !(a.live.json || stream.on()) {
+            print_verify(&v);
+        }
+        if let Some(last) = report.steps.last_mut() {
+            last.problems
+                .extend(v.problems.iter().map(|p| format!("rss verify: {p}")));
+            last.rss_verify = Some(Box::new(v));
+        }
+    }
     if a.live.json || stream.on() {
         let out = serde_json::to_value(report.json())
             .map_err(|e| Failure::runtime(anyhow::anyhow!("the report as JSON: {e}")))?;
@@ -316,6 +338,67 @@ pub fn run(a: BlastArgs) -> CmdResult {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Attaches `rss verify` to IF, or IF@NETNS inside that namespace.
+fn start_verify(spec: &str) -> Result<flowlane_tools::verify::Watch, Failure> {
+    let (dev, ns) = match spec.split_once('@') {
+        Some((d, n)) => (d, Some(n)),
+        None => (spec, None),
+    };
+    let start = || flowlane_tools::verify::start(dev, 65_536);
+    match ns {
+        None => start().map_err(Failure::from_tool),
+        Some(n) => {
+            if n.contains('/') || !std::path::Path::new(&format!("/run/netns/{n}")).exists() {
+                return Err(Failure::usage(anyhow::anyhow!(
+                    "--verify-rss {spec}: no namespace `{n}` (see `ip netns list`)"
+                )));
+            }
+            flowlane_lab::Netns::existing(n)
+                .run(start)
+                .map_err(|e| Failure::runtime(anyhow::anyhow!("{e}")))?
+                .map_err(Failure::from_tool)
+        }
+    }
+}
+
+/// The verification's lines after a run.
+fn print_verify(v: &flowlane_tools::verify::VerifyReport) {
+    let s = &v.summary;
+    outln!(
+        "rss verify on {}: {} flows, {} frames; {}",
+        v.dev,
+        s.flows,
+        v.frames,
+        if s.compared {
+            format!(
+                "hash agrees for {} of {}, queue for {} of {}",
+                s.hash_agrees, s.flows, s.queue_agrees, s.flows
+            )
+        } else {
+            v.model.clone()
+        }
+    );
+    if let Some(why) = &v.no_nic_hash {
+        outln!("  NIC hash not read: {why}");
+    }
+    for f in &v.flows {
+        outln!(
+            "  {} -> {}: {} frames on queue {}{}",
+            f.src,
+            f.dst,
+            f.frames,
+            f.queue,
+            f.expected_queue.map_or(String::new(), |q| format!(
+                " (the table's: {q}; {})",
+                f.verdict
+            ))
+        );
+    }
+    for p in &v.problems {
+        outln!("!! rss verify: {p}");
+    }
 }
 
 /// The mode with its own flags; another mode's flag is refused, saying whose it is.

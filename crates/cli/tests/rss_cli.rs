@@ -905,3 +905,64 @@ fn rss_verify_on_veth_shows_each_flow_on_its_senders_queue() {
     }
     assert_eq!(r["uncounted_frames"], 0);
 }
+
+/// `blast --verify-rss IF@NETNS`: the verification around a run, at the receiving end of a
+/// pair of namespaces — every frame the run sent is in it, flow by flow, and the report
+/// rides on the run's JSON.
+#[test]
+fn blast_verify_rss_accounts_every_frame_at_the_receiver() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root for network namespaces");
+        return;
+    }
+    let p = flowlane_lab::Pair::create("flbverify", 2).expect("namespaces");
+    let to = format!("{}:9000", flowlane_lab::DUT_ADDR);
+    let at = format!("{}@{}", p.dut_if, p.dut.name());
+    let out = p
+        .gen
+        .command(env!("CARGO_BIN_EXE_flowlane"))
+        .args(["blast", "--to", &to, "--flows", "3", "--count", "3000"])
+        .args(["--rate", "30k", "--verify-rss", &at, "--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = &j["rss_verify"];
+    assert_eq!(
+        v["summary"]["compared"], false,
+        "veth: nothing to compare: {v}"
+    );
+    let flows: Vec<&Value> = v["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .filter(|f| f["dst"] == to.as_str())
+        .collect();
+    assert_eq!(flows.len(), 3, "{v}");
+    let frames: u64 = flows.iter().map(|f| f["frames"].as_u64().expect("n")).sum();
+    assert_eq!(
+        frames, 3000,
+        "every frame sent, recorded at the receiver: {v}"
+    );
+    let sent: Vec<String> = j["flows"]
+        .as_array()
+        .expect("blast's flows")
+        .iter()
+        .map(|f| f["src"].as_str().expect("src").to_string())
+        .collect();
+    for f in &flows {
+        assert!(
+            sent.contains(&f["src"].as_str().expect("src").to_string()),
+            "{f}"
+        );
+    }
+    // A namespace that is not there is a usage error, before anything is sent.
+    let bad = p
+        .gen
+        .command(env!("CARGO_BIN_EXE_flowlane"))
+        .args(["blast", "--to", &to, "--count", "1"])
+        .args(["--verify-rss", "fld@no-such-namespace"])
+        .output()
+        .expect("runs");
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}

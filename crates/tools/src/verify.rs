@@ -138,25 +138,26 @@ fn nic_model(nic: &crate::nic::NicReport) -> Result<NicModel, String> {
     })
 }
 
-/// Watches until the duration ends or `stop` is raised; `on_tick` gets the flows and frames
-/// counted so far each interval.
-pub fn run(
-    cfg: &VerifyConfig,
-    stop: &Arc<AtomicBool>,
-    on_tick: &mut dyn FnMut(usize, u64),
-) -> Result<VerifyReport, ToolError> {
-    let nic = crate::nic::read(&cfg.dev)?;
-    let ifindex = flowlane_io::netdev::ifindex(&cfg.dev)
-        .map_err(|e| ToolError::usage(format!("{}: {e}", cfg.dev)))?;
-    let interval = crate::seconds("interval", cfg.interval_s)?;
-    let duration = cfg
-        .duration_s
-        .map(|d| crate::seconds("duration", d))
-        .transpose()?;
-    if cfg.max_flows == 0 {
+/// A verifying program attached to an interface, recording until [`Watch::finish`].
+#[derive(Debug)]
+pub struct Watch {
+    dev: String,
+    nic: crate::nic::NicReport,
+    verifier: RssVerifier,
+    max_flows: u32,
+    t0: Instant,
+}
+
+/// Reads `dev`'s RSS and attaches the verifying program to it (in the calling thread's
+/// namespace), recording up to `max_flows` distinct entries.
+pub fn start(dev: &str, max_flows: u32) -> Result<Watch, ToolError> {
+    let nic = crate::nic::read(dev)?;
+    let ifindex =
+        flowlane_io::netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
+    if max_flows == 0 {
         return Err(ToolError::usage("--max-flows must be at least 1"));
     }
-    let mut v = RssVerifier::attach(ifindex, cfg.max_flows).map_err(|e| {
+    let verifier = RssVerifier::attach(ifindex, max_flows).map_err(|e| {
         let log = if e.log.is_empty() {
             String::new()
         } else {
@@ -165,41 +166,96 @@ pub fn run(
         crate::error::denied_open(
             &e.error,
             format!(
-                "cannot attach the verifying XDP program to {}: {}{log}",
-                cfg.dev, e.error
+                "cannot attach the verifying XDP program to {dev}: {}{log}",
+                e.error
             ),
             "rss verify needs root (CAP_BPF and CAP_NET_ADMIN) to attach an XDP program",
         )
     })?;
-    let t0 = Instant::now();
+    Ok(Watch {
+        dev: dev.into(),
+        nic,
+        verifier,
+        max_flows,
+        t0: Instant::now(),
+    })
+}
+
+impl Watch {
+    /// Flows and frames recorded so far (approximate while frames still come).
+    pub fn counts(&self) -> Result<(usize, u64), ToolError> {
+        let e = self
+            .verifier
+            .entries()
+            .map_err(|e| ToolError::runtime(e.to_string()))?;
+        Ok((e.len(), e.iter().map(|x| x.frames).sum()))
+    }
+
+    /// Waits (at most a second) until no more frames are being recorded: after a sender
+    /// stops, its last frames may still wait in the receiver's ring.
+    pub fn settle(&self) -> Result<(), ToolError> {
+        let until = Instant::now() + Duration::from_secs(1);
+        let mut last = self.counts()?;
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = self.counts()?;
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        Ok(())
+    }
+
+    /// Detaches the program (the counts are then whole and still) and judges them.
+    pub fn finish(mut self) -> Result<VerifyReport, ToolError> {
+        self.verifier.detach();
+        let entries = self
+            .verifier
+            .entries()
+            .map_err(|e| ToolError::runtime(e.to_string()))?;
+        let mut r = judge(&self.dev, &self.nic, &entries);
+        r.no_nic_hash = self.verifier.no_hash.clone();
+        r.uncounted_frames = self.verifier.uncounted();
+        r.duration_s = self.t0.elapsed().as_secs_f64();
+        if r.uncounted_frames > 0 {
+            r.problems.push(format!(
+                "{} frames were not recorded: the flow table ({} entries) was full (--max-flows)",
+                r.uncounted_frames, self.max_flows
+            ));
+        }
+        Ok(r)
+    }
+}
+
+/// Watches until the duration ends or `stop` is raised; `on_tick` gets the flows and frames
+/// counted so far each interval.
+pub fn run(
+    cfg: &VerifyConfig,
+    stop: &Arc<AtomicBool>,
+    on_tick: &mut dyn FnMut(usize, u64),
+) -> Result<VerifyReport, ToolError> {
+    let interval = crate::seconds("interval", cfg.interval_s)?;
+    let duration = cfg
+        .duration_s
+        .map(|d| crate::seconds("duration", d))
+        .transpose()?;
+    let w = start(&cfg.dev, cfg.max_flows)?;
     loop {
         let next = Instant::now() + interval;
         while Instant::now() < next && !stop.load(Ordering::Relaxed) {
-            if duration.is_some_and(|d| t0.elapsed() >= d) {
+            if duration.is_some_and(|d| w.t0.elapsed() >= d) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let e = v.entries().map_err(|e| ToolError::runtime(e.to_string()))?;
-        on_tick(e.len(), e.iter().map(|x| x.frames).sum());
-        if stop.load(Ordering::Relaxed) || duration.is_some_and(|d| t0.elapsed() >= d) {
+        let (flows, frames) = w.counts()?;
+        on_tick(flows, frames);
+        if stop.load(Ordering::Relaxed) || duration.is_some_and(|d| w.t0.elapsed() >= d) {
             break;
         }
     }
-    // Detached first: the counts read are then whole and still.
-    v.detach();
-    let entries = v.entries().map_err(|e| ToolError::runtime(e.to_string()))?;
-    let mut r = judge(&cfg.dev, &nic, &entries);
-    r.no_nic_hash = v.no_hash.clone();
-    r.uncounted_frames = v.uncounted();
-    r.duration_s = t0.elapsed().as_secs_f64();
-    if r.uncounted_frames > 0 {
-        r.problems.push(format!(
-            "{} frames were not recorded: the flow table ({} entries) was full (--max-flows)",
-            r.uncounted_frames, cfg.max_flows
-        ));
-    }
-    Ok(r)
+    w.finish()
 }
 
 /// The report for what the program recorded on `dev`, against the NIC's model (pure).

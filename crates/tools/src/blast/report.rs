@@ -81,6 +81,10 @@ pub struct StepReport {
     pub limited_by: Option<String>,
     /// What failed in this step, in words; empty: it did what was asked.
     pub problems: Vec<String>,
+    /// With `--verify-rss` (on the run's last step): what the receiving interface's NIC did
+    /// with each flow, against its own RSS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_verify: Option<Box<crate::verify::VerifyReport>>,
     /// The frame size (one size).
     pub frame_bytes: Option<usize>,
     /// The frame sizes of one cycle (a mix).

@@ -481,6 +481,7 @@ fn summarize(
         replay: None,
         flows: flow_reports,
         errors,
+        rss_verify: None,
     };
     r.problems = judge(a, &r, tx_pps);
     r.pktgen = pktgen_line(&r, secs, mean(frames), mbps);
