@@ -230,6 +230,23 @@ pub struct RxQueue {
     pub xdp_drops: u64,
 }
 
+/// The row of queue `queue` in `rows`, made by `make` if there is none yet.
+pub fn row_of<T>(
+    rows: &mut Vec<T>,
+    queue: u32,
+    key: impl Fn(&T) -> u32,
+    make: impl FnOnce(u32) -> T,
+) -> &mut T {
+    let i = match rows.iter().position(|r| key(r) == queue) {
+        Some(i) => i,
+        None => {
+            rows.push(make(queue));
+            rows.len() - 1
+        }
+    };
+    &mut rows[i]
+}
+
 /// The per-queue receive counters among a driver's statistics (`rx_queue_N_…`), by queue;
 /// names of other forms are ignored.
 pub fn rx_queues(stats: &[(String, u64)]) -> Vec<RxQueue> {
@@ -242,17 +259,15 @@ pub fn rx_queues(stats: &[(String, u64)]) -> Vec<RxQueue> {
             continue;
         };
         let Ok(q) = q.parse::<u32>() else { continue };
-        let i = match out.iter().position(|r| r.queue == q) {
-            Some(i) => i,
-            None => {
-                out.push(RxQueue {
-                    queue: q,
-                    ..RxQueue::default()
-                });
-                out.len() - 1
-            }
-        };
-        let r = &mut out[i];
+        let r = row_of(
+            &mut out,
+            q,
+            |r| r.queue,
+            |queue| RxQueue {
+                queue,
+                ..RxQueue::default()
+            },
+        );
         match field {
             "xdp_packets" | "packets" => r.xdp_packets = *v,
             "xdp_redirect" => r.xdp_redirect = *v,
@@ -557,17 +572,15 @@ pub fn queue_counts(stats: &[(String, u64)]) -> Vec<QueueCounts> {
         if !(packets || (rx && drops)) {
             continue;
         }
-        let i = match out.iter().position(|r| r.queue == q) {
-            Some(i) => i,
-            None => {
-                out.push(QueueCounts {
-                    queue: q,
-                    ..QueueCounts::default()
-                });
-                out.len() - 1
-            }
-        };
-        let r = &mut out[i];
+        let r = row_of(
+            &mut out,
+            q,
+            |r| r.queue,
+            |queue| QueueCounts {
+                queue,
+                ..QueueCounts::default()
+            },
+        );
         match (rx, packets) {
             (true, true) => r.rx_packets += *v,
             (true, false) => r.rx_drops += *v,

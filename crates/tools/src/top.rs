@@ -128,21 +128,20 @@ fn qstats_counts(ifindex: u32) -> Option<Vec<QueueCounts>> {
     let stats = flowlane_io::netdev::queue_stats(ifindex).ok()??;
     let mut out: Vec<QueueCounts> = Vec::new();
     for q in stats {
-        let i = match out.iter().position(|c| c.queue == q.queue) {
-            Some(i) => i,
-            None => {
-                out.push(QueueCounts {
-                    queue: q.queue,
-                    ..QueueCounts::default()
-                });
-                out.len() - 1
-            }
-        };
+        let row = flowlane_lab::counters::row_of(
+            &mut out,
+            q.queue,
+            |c| c.queue,
+            |queue| QueueCounts {
+                queue,
+                ..QueueCounts::default()
+            },
+        );
         if q.rx {
-            out[i].rx_packets = q.packets.unwrap_or(0);
-            out[i].rx_drops = q.hw_drops.unwrap_or(0);
+            row.rx_packets = q.packets.unwrap_or(0);
+            row.rx_drops = q.hw_drops.unwrap_or(0);
         } else {
-            out[i].tx_packets = q.packets.unwrap_or(0);
+            row.tx_packets = q.packets.unwrap_or(0);
         }
     }
     out.sort_by_key(|c| c.queue);
