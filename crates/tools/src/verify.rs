@@ -42,8 +42,11 @@ pub struct FlowCheck {
     pub queue: u32,
     /// The NIC's hash, 8 hex digits (`None`: the driver gave none).
     pub nic_hash: Option<String>,
-    /// The NIC's hash type (`XDP_RSS_TYPE_*` bits).
+    /// The NIC's hash type (the kernel's `xdp_rss_hash_type` bits).
     pub nic_hash_type: Option<u32>,
+    /// The same in words: what the NIC says it hashed (`IPv4 L4 UDP`: the 4-tuple; `IPv4`
+    /// alone: the addresses; `none`: no type given).
+    pub nic_hash_type_name: Option<String>,
     /// Our hash over the NIC's key and fields (`None`: no model to compare with).
     pub our_hash: Option<String>,
     /// The queue the NIC's table gives for our hash.
@@ -102,6 +105,32 @@ fn endpoint(addr: std::net::IpAddr, port: Option<u16>) -> String {
         (a, None) => a.to_string(),
         (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
         (a, Some(p)) => format!("{a}:{p}"),
+    }
+}
+
+/// `xdp_rss_hash_type` bits in words (`include/net/xdp.h`: L3 IPv4 1, IPv6 2, extension
+/// headers 4, L4 8, TCP 16, UDP 32, SCTP 64, IPsec 128, ICMP 256).
+pub fn hash_type_name(bits: u32) -> String {
+    const NAMES: [(u32, &str); 9] = [
+        (1, "IPv4"),
+        (2, "IPv6"),
+        (4, "ext-headers"),
+        (8, "L4"),
+        (16, "TCP"),
+        (32, "UDP"),
+        (64, "SCTP"),
+        (128, "IPsec"),
+        (256, "ICMP"),
+    ];
+    let words: Vec<&str> = NAMES
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if words.is_empty() {
+        "none".into()
+    } else {
+        words.join(" ")
     }
 }
 
@@ -291,6 +320,7 @@ pub fn judge(dev: &str, nic: &crate::nic::NicReport, entries: &[SeenEntry]) -> V
         queue: s.queue,
         nic_hash: s.nic_hash.map(|h| format!("{h:08x}")),
         nic_hash_type: e.hash.ok().map(|h| h.1),
+        nic_hash_type_name: e.hash.ok().map(|h| hash_type_name(h.1)),
         our_hash: None,
         expected_queue: None,
         verdict: "not compared".into(),
@@ -502,5 +532,8 @@ mod tests {
         let r0 = judge("veth0", &none, &entries);
         assert!(r0.ok() && !r0.summary.compared && r0.flows.len() == 3);
         assert!(r0.model.contains("nothing to compare"));
+        assert_eq!(hash_type_name(1 | 8 | 32), "IPv4 L4 UDP");
+        assert_eq!(hash_type_name(0), "none");
+        assert_eq!(r.flows[0].nic_hash_type_name.as_deref(), Some("none"));
     }
 }
