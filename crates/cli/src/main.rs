@@ -13,6 +13,7 @@ mod args;
 mod cmd_bench;
 mod cmd_blast;
 mod cmd_completions;
+mod cmd_doctor;
 mod cmd_forward;
 mod cmd_hash;
 mod cmd_http;
@@ -63,6 +64,7 @@ enum Command {
     #[command(subcommand)]
     Rss(cmd_rss::RssCommand),
     Top(cmd_top::TopArgs),
+    Doctor(cmd_doctor::DoctorArgs),
     Serve(cmd_serve::ServeArgs),
     Blast(Box<cmd_blast::BlastArgs>),
     Sink(cmd_sink::SinkArgs),
@@ -127,6 +129,7 @@ fn main() -> ExitCode {
         Command::Pick(a) => cmd_pick::run(a),
         Command::Rss(c) => cmd_rss::run(c),
         Command::Top(a) => cmd_top::run(a),
+        Command::Doctor(a) => cmd_doctor::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Blast(a) => cmd_blast::run(*a),
         Command::Sink(a) => cmd_sink::run(a),

@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod bench;
 pub mod blast;
+pub mod doctor;
 pub mod error;
 pub mod forward;
 pub mod http;

@@ -23,6 +23,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("rss-show", schema_for!(crate::rss::ShowReport)),
         ("top", schema_for!(crate::top::TopReport)),
         ("rss-verify", schema_for!(crate::verify::VerifyReport)),
+        ("doctor", schema_for!(crate::doctor::DoctorReport)),
         (
             "lab-status",
             schema_for!(flowlane_lab::setup::LabStatusReport),

@@ -1,0 +1,103 @@
+//! `flowlane doctor` on this machine: what it reports is what sysfs, procfs and the kernel
+//! command line say, its JSON fits its schema, and its exit code follows its verdicts.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
+
+fn doctor(args: &[&str]) -> (Option<i32>, Value, String) {
+    let o = Command::new(BIN)
+        .arg("doctor")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code(), v, err)
+}
+
+fn finding<'a>(r: &'a Value, id: &str) -> &'a Value {
+    r["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no {id}: {r}"))
+}
+
+#[test]
+fn the_live_host_reads_as_its_own_files_say() {
+    let (code, r, err) = doctor(&["--dev", "lo"]);
+    common::schema_valid("doctor", &r);
+    let fails = r["counts"]["fail"].as_u64().expect("fails");
+    assert_eq!(code, Some(if fails > 0 { 1 } else { 0 }), "{err}");
+    // The clock source is sysfs's.
+    let cs =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .map(|s| s.trim().to_string());
+    let f = finding(&r, "host.clocksource");
+    match cs {
+        Ok(c) => assert_eq!(f["seen"], c.as_str(), "{f}"),
+        Err(_) => assert_eq!(f["verdict"], "SKIP", "{f}"),
+    }
+    // Isolation follows the kernel command line.
+    let cmdline = std::fs::read_to_string("/proc/cmdline").expect("cmdline");
+    let iso = finding(&r, "cpu.isolation");
+    if !cmdline.contains("isolcpus=") {
+        assert_eq!(iso["verdict"], "WARN", "{iso}");
+    }
+    // The hypervisor flag is /proc/cpuinfo's.
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("cpuinfo");
+    let hyper = cpuinfo
+        .lines()
+        .any(|l| l.starts_with("flags") && l.split_whitespace().any(|w| w == "hypervisor"));
+    assert_eq!(
+        finding(&r, "host.vm")["verdict"],
+        if hyper { "WARN" } else { "PASS" }
+    );
+    // netdev_max_backlog is procfs's.
+    let backlog = std::fs::read_to_string("/proc/sys/net/core/netdev_max_backlog")
+        .expect("backlog")
+        .trim()
+        .to_string();
+    assert!(
+        finding(&r, "net.backlog")["seen"]
+            .as_str()
+            .expect("seen")
+            .contains(&format!("= {backlog} ")),
+        "{r}"
+    );
+    // With --dev, the interface's rules are there; loopback has no device of its own.
+    assert_eq!(finding(&r, "nic.numa")["verdict"], "SKIP");
+    assert_eq!(r["devs"][0], "lo");
+    // Fast: the whole doctor in well under the 0.3 s (a debug build, a busy machine).
+    assert!(r["took_ms"].as_f64().expect("ms") < 300.0, "{r}");
+}
+
+#[test]
+fn a_recorded_root_is_read_and_bad_requests_are_refused() {
+    let root = std::env::temp_dir().join(format!("fl-doctor-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let tsc = root.join("sys/devices/system/clocksource/clocksource0");
+    std::fs::create_dir_all(&tsc).expect("dirs");
+    std::fs::write(tsc.join("current_clocksource"), "hpet\n").expect("write");
+    let r_arg = root.to_string_lossy().into_owned();
+    let (code, r, err) = doctor(&["--root", &r_arg, "--cpus", "0"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(finding(&r, "host.clocksource")["seen"], "hpet");
+    assert_eq!(finding(&r, "host.clocksource")["verdict"], "WARN");
+    assert_eq!(finding(&r, "cpu.governor")["verdict"], "SKIP");
+    for args in [
+        vec!["--root", &r_arg, "--dev", "lo"],
+        vec!["--root", "/nonexistent-flowlane-root"],
+    ] {
+        let (code, _, err) = doctor(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,0 +1,220 @@
+//! `flowlane doctor`: read-only rules about the host that would distort a packet-rate or
+//! latency figure, each with a stable id, a verdict, the value seen, why it matters and the
+//! command that fixes it. The host is read through a root path (`/` live; a recorded tree of
+//! `/sys` and `/proc` in tests); interfaces through `tools::nic` (live only). Nothing is
+//! changed.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::nic::NicReport;
+
+mod cpu;
+mod net;
+mod nic;
+
+use cpu::{boost, cstates, governor, irqbalance, isolation, smt};
+use net::{busy_poll, clocksource, conntrack, sysctl, thp, vm};
+
+/// A rule's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Verdict {
+    /// Nothing to fix.
+    Pass,
+    /// It may distort a figure: read the why.
+    Warn,
+    /// It distorts figures: fix it before measuring.
+    Fail,
+    /// Could not be checked here (the value is not exposed), said why.
+    Skip,
+}
+
+/// One rule's finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Finding {
+    /// Stable id (`cpu.governor`, `nic.rings`, …).
+    pub id: String,
+    /// What it was checked for (a CPU list, an interface), if not the whole host.
+    pub subject: Option<String>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The value seen.
+    pub seen: String,
+    /// Why it matters to a measurement, in one sentence.
+    pub why: String,
+    /// The command that fixes it (for WARN and FAIL).
+    pub fix: Option<String>,
+}
+
+/// How many findings of each verdict.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct Counts {
+    pub pass: usize,
+    pub warn: usize,
+    pub fail: usize,
+    pub skip: usize,
+}
+
+/// What `doctor` found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DoctorReport {
+    /// The root the host was read through.
+    pub root: String,
+    /// The measurement CPUs the rules were checked for.
+    pub cpus: Vec<usize>,
+    /// The interfaces checked.
+    pub devs: Vec<String>,
+    /// Every rule's finding, in a stable order.
+    pub findings: Vec<Finding>,
+    /// The tally.
+    pub counts: Counts,
+    /// How long the checks took, milliseconds.
+    pub took_ms: f64,
+}
+
+impl DoctorReport {
+    /// Whether any rule failed (exit 1).
+    pub fn failed(&self) -> bool {
+        self.counts.fail > 0
+    }
+}
+
+/// The host's files under a root.
+struct Host {
+    root: PathBuf,
+}
+
+impl Host {
+    fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.root.join(rel.trim_start_matches('/')))
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+
+    fn cpu(&self, cpu: usize, rel: &str) -> Option<String> {
+        self.read(&format!("sys/devices/system/cpu/cpu{cpu}/{rel}"))
+    }
+}
+
+fn finding(
+    id: &str,
+    subject: Option<String>,
+    verdict: Verdict,
+    seen: String,
+    why: &str,
+    fix: Option<String>,
+) -> Finding {
+    Finding {
+        id: id.into(),
+        subject,
+        verdict,
+        seen,
+        why: why.into(),
+        fix: if matches!(verdict, Verdict::Warn | Verdict::Fail) {
+            fix
+        } else {
+            None
+        },
+    }
+}
+
+fn list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A CPU list as the kernel writes it (`0-3,8`).
+fn parse_list(s: &str) -> Vec<usize> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+            if a <= b && b < 8192 {
+                v.extend(a..=b);
+            }
+        }
+    }
+    v
+}
+
+/// Runs every rule for the measurement `cpus` and interfaces `nics` on the host under `root`.
+pub fn check(root: &Path, cpus: &[usize], nics: &[NicReport]) -> DoctorReport {
+    let t0 = Instant::now();
+    let h = Host {
+        root: root.to_path_buf(),
+    };
+    let mut f = vec![
+        governor(&h, cpus),
+        boost(&h),
+        cstates(&h, cpus),
+        smt(&h, cpus),
+        isolation(&h, cpus),
+        irqbalance(&h),
+        sysctl(
+            &h,
+            "net.backlog",
+            "net.core.netdev_max_backlog",
+            10_000,
+            "a backlog shorter than a burst drops packets at the CPU queue RPS and veth use, \
+             before any socket sees them",
+        ),
+        sysctl(
+            &h,
+            "net.budget",
+            "net.core.netdev_budget",
+            300,
+            "a smaller softirq budget ends receive polls early (time_squeeze), and the next \
+             poll waits for another interrupt",
+        ),
+        sysctl(
+            &h,
+            "net.rmem_max",
+            "net.core.rmem_max",
+            8 << 20,
+            "serve and blast ask 8 MiB a socket; without root they get at most this, and a \
+             short burst then overflows the socket",
+        ),
+        sysctl(
+            &h,
+            "net.wmem_max",
+            "net.core.wmem_max",
+            8 << 20,
+            "blast asks 8 MiB a socket; without root it gets at most this",
+        ),
+        busy_poll(&h),
+        thp(&h),
+        vm(&h),
+        clocksource(&h),
+        conntrack(&h),
+    ];
+    for n in nics {
+        nic::nic_rules(&h, n, cpus, &mut f);
+    }
+    let mut counts = Counts::default();
+    for x in &f {
+        match x.verdict {
+            Verdict::Pass => counts.pass += 1,
+            Verdict::Warn => counts.warn += 1,
+            Verdict::Fail => counts.fail += 1,
+            Verdict::Skip => counts.skip += 1,
+        }
+    }
+    DoctorReport {
+        root: root.display().to_string(),
+        cpus: cpus.to_vec(),
+        devs: nics.iter().map(|n| n.dev.clone()).collect(),
+        findings: f,
+        counts,
+        took_ms: t0.elapsed().as_secs_f64() * 1e3,
+    }
+}
+
+#[cfg(test)]
+mod tests;
