@@ -24,6 +24,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = drvinfo_of(data);
     let _ = channels_ioctl_of(data);
     let _ = rings_ioctl_of(data);
+    let _ = flowlane_io::ethtool::pause_of(data);
+    let _ = flowlane_io::ethtool::pause_ioctl_of(data);
     let _ = flowlane_io::bpf::func_id(data, "bpf_xdp_metadata_rx_hash");
     let _ = flowlane_io::bpf::seen_of(data, 1);
     let _ = flowlane_io::netdev::qstats_of(data);

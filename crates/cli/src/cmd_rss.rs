@@ -455,6 +455,27 @@ fn print_nic(n: &flowlane_tools::nic::NicReport) {
         ),
         None => outln!("rings      {}", how(&n.rings)),
     }
+    match &n.pause.value {
+        Some(p) => {
+            let w = |b: Option<bool>| match b {
+                Some(true) => "on",
+                Some(false) => "off",
+                None => "?",
+            };
+            outln!(
+                "pause      autoneg {} rx {} tx {}{}  {}",
+                w(p.autoneg),
+                w(p.rx),
+                w(p.tx),
+                match (p.rx_frames, p.tx_frames) {
+                    (Some(r), Some(t)) => format!("; pause frames received {r}, sent {t}"),
+                    _ => String::new(),
+                },
+                how(&n.pause)
+            )
+        }
+        None => outln!("pause      {}", how(&n.pause)),
+    }
     let h = &n.host;
     outln!(
         "device     {}; NUMA node {}  [sysfs]",

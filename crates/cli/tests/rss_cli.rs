@@ -712,7 +712,7 @@ fn rss_show_dev_reads_what_ethtool_reads_on_veth() {
         Value::Null,
         "veth has no combined channels: n/a"
     );
-    for item in ["rss", "rings", "hash_fields"] {
+    for item in ["rss", "rings", "hash_fields", "pause"] {
         assert_eq!(n[item]["value"], Value::Null, "{item}: {n}");
         let why = n[item]["missing"].as_str().expect("a reason");
         assert!(why.contains("EOPNOTSUPP"), "{item}: {why}");
@@ -810,6 +810,7 @@ fn rss_show_dev_reads_what_ethtool_reads_on_veth() {
     for args in [
         &["-x", "fla"][..],
         &["-g", "fla"],
+        &["-a", "fla"],
         &["-n", "fla", "rx-flow-hash", "udp4"],
     ] {
         let (ok, text) = et(args);

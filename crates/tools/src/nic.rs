@@ -101,6 +101,18 @@ pub struct Rings {
     pub rx_jumbo: Option<u32>,
 }
 
+/// Ethernet flow control (`ethtool -a`) and pause frames counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Pause {
+    pub autoneg: Option<bool>,
+    /// Received pause frames stop our sending.
+    pub rx: Option<bool>,
+    /// We send pause frames.
+    pub tx: Option<bool>,
+    pub rx_frames: Option<u64>,
+    pub tx_frames: Option<u64>,
+}
+
 /// The driver (`ethtool -i`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Driver {
@@ -128,10 +140,21 @@ pub struct NicReport {
     pub channels: Item<Channels>,
     /// Rings.
     pub rings: Item<Rings>,
+    /// Flow control.
+    #[serde(default = "not_read::<Pause>")]
+    pub pause: Item<Pause>,
     /// NUMA node, queues' RPS/XPS, RFS, IRQs and their affinity (sysfs, procfs).
     pub host: NicSysfs,
     /// How long the whole reading took, milliseconds.
     pub read_ms: f64,
+}
+
+fn not_read<T>() -> Item<T> {
+    Item {
+        via: None,
+        value: None,
+        missing: Some("not read".into()),
+    }
 }
 
 /// Reads `dev` in the calling thread's namespace. An interface that is not there is a usage
@@ -197,6 +220,18 @@ pub fn read(dev: &str) -> Result<NicReport, ToolError> {
             via,
         )
     }));
+    let pause = Item::read(et.pause(dev).map(|(p, via)| {
+        (
+            Pause {
+                autoneg: p.autoneg,
+                rx: p.rx,
+                tx: p.tx,
+                rx_frames: p.rx_frames,
+                tx_frames: p.tx_frames,
+            },
+            via,
+        )
+    }));
     let host = flowlane_lab::nic::read_nic(std::path::Path::new("/"), dev);
     Ok(NicReport {
         dev: dev.into(),
@@ -206,6 +241,7 @@ pub fn read(dev: &str) -> Result<NicReport, ToolError> {
         hash_fields,
         channels,
         rings,
+        pause,
         host,
         read_ms: t0.elapsed().as_secs_f64() * 1e3,
     })
@@ -335,6 +371,11 @@ mod tests {
                 via: None,
                 value: None,
                 missing: None,
+            },
+            pause: Item {
+                via: None,
+                value: None,
+                missing: Some("EOPNOTSUPP".into()),
             },
             host: flowlane_lab::nic::read_nic(std::path::Path::new("/nonexistent"), "eth0"),
             read_ms: 0.0,

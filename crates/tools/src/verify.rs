@@ -475,6 +475,11 @@ mod tests {
             }]),
             channels: missing(),
             rings: missing(),
+            pause: Item {
+                via: None,
+                value: None,
+                missing: Some("EOPNOTSUPP".into()),
+            },
             host: flowlane_lab::nic::read_nic(std::path::Path::new("/nonexistent"), "eth0"),
             read_ms: 0.0,
         }

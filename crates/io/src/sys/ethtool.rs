@@ -78,6 +78,20 @@ pub struct Rings {
     pub tx: Option<u32>,
 }
 
+/// Ethernet flow control (`ethtool -a`) and the pause frames counted (`ethtool -I -a`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pause {
+    /// Pause settings follow autonegotiation.
+    pub autoneg: Option<bool>,
+    /// Honour received pause frames (the link partner can stop our sending).
+    pub rx: Option<bool>,
+    /// Send pause frames (we can stop the partner's).
+    pub tx: Option<bool>,
+    /// Pause frames received and sent, where the driver counts them.
+    pub rx_frames: Option<u64>,
+    pub tx_frames: Option<u64>,
+}
+
 /// The driver and where the device sits (`ethtool -i`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DriverInfo {
@@ -152,6 +166,16 @@ pub fn hash_field_names(mask: u64) -> Vec<&'static str> {
 const ETHTOOL_MSG_RINGS_GET: u8 = 15;
 const ETHTOOL_MSG_CHANNELS_GET: u8 = 17;
 const ETHTOOL_MSG_RSS_GET: u8 = 38;
+const ETHTOOL_MSG_PAUSE_GET: u8 = 21;
+const ETHTOOL_A_HEADER_FLAGS: u16 = 3;
+/// `ETHTOOL_FLAG_STATS`: ask for the statistics too.
+const ETHTOOL_FLAG_STATS: u32 = 4;
+const ETHTOOL_A_PAUSE_AUTONEG: u16 = 2;
+const ETHTOOL_A_PAUSE_RX: u16 = 3;
+const ETHTOOL_A_PAUSE_TX: u16 = 4;
+const ETHTOOL_A_PAUSE_STATS: u16 = 5;
+const ETHTOOL_A_PAUSE_STAT_TX_FRAMES: u16 = 2;
+const ETHTOOL_A_PAUSE_STAT_RX_FRAMES: u16 = 3;
 const ETHTOOL_A_HEADER_DEV_NAME: u16 = 2;
 /// Every request's first attribute is the header nest (`*_HEADER` = 1).
 const A_HEADER: u16 = 1;
@@ -177,6 +201,31 @@ pub fn rss_of(payload: &[u8]) -> Option<Rss> {
         }
     }
     Some(r)
+}
+
+/// The `PAUSE_GET` reply's settings and, where asked and counted, its statistics.
+pub fn pause_of(payload: &[u8]) -> Option<Pause> {
+    let mut p = Pause::default();
+    let flag = |a: &[u8]| a.first().map(|&b| b != 0);
+    let u64_of = |a: &[u8]| Some(u64::from_ne_bytes(a.get(..8)?.try_into().ok()?));
+    for (kind, a) in attributes(payload.get(GENL_HDRLEN..)?) {
+        match kind {
+            ETHTOOL_A_PAUSE_AUTONEG => p.autoneg = flag(a),
+            ETHTOOL_A_PAUSE_RX => p.rx = flag(a),
+            ETHTOOL_A_PAUSE_TX => p.tx = flag(a),
+            ETHTOOL_A_PAUSE_STATS => {
+                for (k, v) in attributes(a) {
+                    match k {
+                        ETHTOOL_A_PAUSE_STAT_TX_FRAMES => p.tx_frames = u64_of(v),
+                        ETHTOOL_A_PAUSE_STAT_RX_FRAMES => p.rx_frames = u64_of(v),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(p)
 }
 
 /// The eight u32 attributes (2..=9) that `CHANNELS_GET` and `RINGS_GET` replies both carry,
@@ -228,6 +277,13 @@ fn request(family: u16, cmd: u8, seq: u32, ifname: &str, dump: bool) -> Vec<u8> 
     name.push(0);
     let mut header = Vec::new();
     push_attr(&mut header, ETHTOOL_A_HEADER_DEV_NAME, &name);
+    if cmd == ETHTOOL_MSG_PAUSE_GET {
+        push_attr(
+            &mut header,
+            ETHTOOL_A_HEADER_FLAGS,
+            &ETHTOOL_FLAG_STATS.to_ne_bytes(),
+        );
+    }
     let mut req = genl_request(family, cmd, seq, &[(A_HEADER | NLA_F_NESTED, &header)]);
     if dump {
         let flags = u16::from_ne_bytes([req[6], req[7]]) | NLM_F_DUMP;
@@ -317,6 +373,18 @@ impl Ethtool {
             )),
             Some(Err(e)) if !unsupported(&e) => Err(e),
             _ => channels_ioctl(ifname).map(|c| (c, Via::Ioctl)),
+        }
+    }
+
+    /// Flow control and its pause-frame counts.
+    pub fn pause(&self, ifname: &str) -> Result<(Pause, Via), SysError> {
+        match self.ask(ETHTOOL_MSG_PAUSE_GET, ifname, false) {
+            Some(Ok(r)) => Ok((
+                r.first().and_then(|p| pause_of(p)).unwrap_or_default(),
+                Via::Netlink,
+            )),
+            Some(Err(e)) if !unsupported(&e) => Err(e),
+            _ => pause_ioctl(ifname).map(|p| (p, Via::Ioctl)),
         }
     }
 
@@ -457,6 +525,29 @@ pub fn rings_ioctl(ifname: &str) -> Result<Rings, SysError> {
     let mut b = command(ETHTOOL_GRINGPARAM, 36);
     ioctl_bytes(ifname, &mut b, "ioctl(SIOCETHTOOL, ETHTOOL_GRINGPARAM)")?;
     Ok(rings_ioctl_of(&b).unwrap_or_default())
+}
+
+/// `ETHTOOL_GPAUSEPARAM`.
+const ETHTOOL_GPAUSEPARAM: u32 = 0x12;
+
+/// An `ethtool_pauseparam` answer (no counts: the ioctl has none).
+pub fn pause_ioctl_of(b: &[u8]) -> Option<Pause> {
+    let f = |i: usize| u32_at(b, 4 + 4 * i).map(|v| v != 0);
+    Some(Pause {
+        autoneg: f(0),
+        rx: f(1),
+        tx: f(2),
+        rx_frames: None,
+        tx_frames: None,
+    })
+    .filter(|_| b.len() >= 16)
+}
+
+/// Flow control through `ETHTOOL_GPAUSEPARAM`.
+pub fn pause_ioctl(ifname: &str) -> Result<Pause, SysError> {
+    let mut b = command(ETHTOOL_GPAUSEPARAM, 16);
+    ioctl_bytes(ifname, &mut b, "ioctl(SIOCETHTOOL, ETHTOOL_GPAUSEPARAM)")?;
+    Ok(pause_ioctl_of(&b).unwrap_or_default())
 }
 
 fn c_string(b: &[u8]) -> String {
@@ -636,6 +727,51 @@ mod tests {
             (Some(63), Some(8), None)
         );
         assert_eq!(channels_ioctl_of(&c[..20]), None);
+    }
+
+    #[test]
+    fn a_pause_reply_reads_settings_and_counts() {
+        let mut stats = Vec::new();
+        push_attr(&mut stats, 1, &[0; 4]); // PAD
+        push_attr(
+            &mut stats,
+            ETHTOOL_A_PAUSE_STAT_TX_FRAMES,
+            &5u64.to_ne_bytes(),
+        );
+        push_attr(
+            &mut stats,
+            ETHTOOL_A_PAUSE_STAT_RX_FRAMES,
+            &1234u64.to_ne_bytes(),
+        );
+        let p = reply(
+            22,
+            &[
+                (ETHTOOL_A_PAUSE_AUTONEG, vec![1]),
+                (ETHTOOL_A_PAUSE_RX, vec![1]),
+                (ETHTOOL_A_PAUSE_TX, vec![0]),
+                (ETHTOOL_A_PAUSE_STATS | NLA_F_NESTED, stats),
+            ],
+        );
+        let r = pause_of(&p).expect("reads");
+        assert_eq!(
+            r,
+            Pause {
+                autoneg: Some(true),
+                rx: Some(true),
+                tx: Some(false),
+                rx_frames: Some(1234),
+                tx_frames: Some(5),
+            }
+        );
+        // The ioctl's structure: rx on, no counts.
+        let mut b = command(ETHTOOL_GPAUSEPARAM, 16);
+        b[8..12].copy_from_slice(&1u32.to_ne_bytes());
+        let i = pause_ioctl_of(&b).expect("reads");
+        assert_eq!(
+            (i.autoneg, i.rx, i.tx, i.rx_frames),
+            (Some(false), Some(true), Some(false), None)
+        );
+        assert_eq!(pause_ioctl_of(&b[..8]), None);
     }
 
     #[test]

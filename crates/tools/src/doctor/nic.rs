@@ -125,6 +125,50 @@ pub(super) fn nic_rules(h: &Host, n: &NicReport, cpus: &[usize], out: &mut Vec<F
             ),
         ));
     }
+    // Flow control: a receiver that sends pause frames sets the sender's rate.
+    const PAUSE: &str = "with Ethernet flow control on, a slow receiver pauses its sender, so \
+                         the rate measured is the pauses', not the device's (the seed found it \
+                         made \"a world of difference\")";
+    let fix = Some(format!("ethtool -A {} autoneg off rx off tx off", n.dev));
+    match &n.pause.value {
+        None => out.push(finding(
+            "nic.flow_control",
+            dev.clone(),
+            Verdict::Skip,
+            n.pause.missing.clone().unwrap_or_default(),
+            PAUSE,
+            None,
+        )),
+        Some(p) => {
+            let on = p.rx == Some(true) || p.tx == Some(true);
+            let word = |b: Option<bool>| match b {
+                Some(true) => "on",
+                Some(false) => "off",
+                None => "?",
+            };
+            let frames = match (p.rx_frames, p.tx_frames) {
+                (None, None) => String::new(),
+                (r, t) => format!(
+                    "; pause frames received {}, sent {}",
+                    r.map_or("?".into(), |v| v.to_string()),
+                    t.map_or("?".into(), |v| v.to_string())
+                ),
+            };
+            out.push(finding(
+                "nic.flow_control",
+                dev.clone(),
+                if on { Verdict::Fail } else { Verdict::Pass },
+                format!(
+                    "autoneg {}, rx {}, tx {}{frames}",
+                    word(p.autoneg),
+                    word(p.rx),
+                    word(p.tx)
+                ),
+                PAUSE,
+                fix,
+            ));
+        }
+    }
     // RPS on top of RSS.
     const RPS: &str = "RPS steers packets again in software after the NIC's RSS, so the CPU that \
                        reads a packet is not the one its queue's interrupt ran on";

@@ -221,14 +221,49 @@ fn an_interfaces_rules_follow_what_was_read() {
             }),
             missing: None,
         },
+        // Flow control on: received pause frames stop the sender.
+        pause: Item {
+            via: Some("netlink".into()),
+            value: Some(crate::nic::Pause {
+                autoneg: Some(true),
+                rx: Some(true),
+                tx: Some(false),
+                rx_frames: Some(1234),
+                tx_frames: Some(0),
+            }),
+            missing: None,
+        },
         host,
         read_ms: 0.0,
     };
-    let r = check(&t.0, &[2], &[n]);
+    let r = check(&t.0, &[2], std::slice::from_ref(&n));
     let v = verdicts(&r);
     for id in ["nic.rings", "nic.numa", "nic.irq_affinity", "nic.rps"] {
         assert!(v.contains(&(id.to_string(), Verdict::Warn)), "{id}: {v:?}");
     }
+    // Flow control is the one FAIL: the run's exit code says so.
+    let fc = r
+        .findings
+        .iter()
+        .find(|f| f.id == "nic.flow_control")
+        .expect("flow control");
+    assert_eq!(fc.verdict, Verdict::Fail, "{fc:?}");
+    assert!(
+        fc.seen.contains("rx on") && fc.seen.contains("1234"),
+        "{}",
+        fc.seen
+    );
+    assert!(r.failed());
+    let mut off = n;
+    off.pause.value = Some(crate::nic::Pause {
+        autoneg: Some(false),
+        rx: Some(false),
+        tx: Some(false),
+        rx_frames: None,
+        tx_frames: None,
+    });
+    let r = check(&t.0, &[2], &[off]);
+    assert!(verdicts(&r).contains(&("nic.flow_control".to_string(), Verdict::Pass)));
     let irq = r
         .findings
         .iter()
