@@ -13,8 +13,7 @@ use std::io;
 
 use super::netdev::ethtool_buf;
 use super::netlink::{
-    attributes, family_id_of, genl_request, push_attr, u32_at, Rtnl, CTRL_ATTR_FAMILY_NAME,
-    CTRL_CMD_GETFAMILY, GENL_HDRLEN, GENL_ID_CTRL, NLA_F_NESTED, NLM_F_DUMP,
+    attributes, genl_request, push_attr, u32_at, Rtnl, GENL_HDRLEN, NLA_F_NESTED, NLM_F_DUMP,
 };
 use super::SysError;
 
@@ -311,17 +310,7 @@ impl Ethtool {
     /// Opens the socket and resolves the family.
     pub fn open() -> Result<Ethtool, SysError> {
         let nl = Rtnl::open_protocol(libc::NETLINK_GENERIC, "netlink genl ethtool")?;
-        let req = genl_request(
-            GENL_ID_CTRL,
-            CTRL_CMD_GETFAMILY,
-            1,
-            &[(CTRL_ATTR_FAMILY_NAME, b"ethtool\0")],
-        );
-        let family = match nl.collect(&req, 1, GENL_ID_CTRL, false, 1) {
-            Ok(r) => r.first().and_then(|p| family_id_of(p)),
-            Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => None,
-            Err(e) => return Err(e),
-        };
+        let family = super::netlink::genl_family(&nl, b"ethtool\0")?;
         Ok(Ethtool {
             nl: family.map(|f| (nl, f)),
             seq: std::cell::Cell::new(1),

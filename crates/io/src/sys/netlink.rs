@@ -709,6 +709,22 @@ pub(super) fn family_id_of(payload: &[u8]) -> Option<u16> {
     genl_attr(payload, CTRL_ATTR_FAMILY_ID).and_then(|a| u16_at(a, 0))
 }
 
+/// The id of generic netlink family `name` (NUL-terminated), asked on `nl` with sequence 1;
+/// `None` where the kernel has no such family (`ENOENT`).
+pub(super) fn genl_family(nl: &Rtnl, name: &[u8]) -> Result<Option<u16>, SysError> {
+    let req = genl_request(
+        GENL_ID_CTRL,
+        CTRL_CMD_GETFAMILY,
+        1,
+        &[(CTRL_ATTR_FAMILY_NAME, name)],
+    );
+    match nl.collect(&req, 1, GENL_ID_CTRL, false, 1) {
+        Ok(r) => Ok(r.first().and_then(|p| family_id_of(p))),
+        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The XDP feature bits (`NETDEV_XDP_ACT_*`) in a netdev dev-get reply.
 pub fn xdp_features_of(payload: &[u8]) -> Option<u64> {
     genl_attr(payload, NETDEV_A_DEV_XDP_FEATURES)
@@ -719,19 +735,7 @@ pub fn xdp_features_of(payload: &[u8]) -> Option<u64> {
 /// `netdev` family; `None` where the kernel has no such family (before Linux 6.3).
 pub fn xdp_features(ifindex: u32) -> Result<Option<u64>, SysError> {
     let nl = Rtnl::open_protocol(libc::NETLINK_GENERIC, "netlink genl netdev dev-get")?;
-    let name = b"netdev\0";
-    let req = genl_request(
-        GENL_ID_CTRL,
-        CTRL_CMD_GETFAMILY,
-        1,
-        &[(CTRL_ATTR_FAMILY_NAME, name)],
-    );
-    let family = match nl.collect(&req, 1, GENL_ID_CTRL, false, 1) {
-        Ok(r) => r.first().and_then(|p| family_id_of(p)),
-        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => None,
-        Err(e) => return Err(e),
-    };
-    let Some(family) = family else {
+    let Some(family) = genl_family(&nl, b"netdev\0")? else {
         return Ok(None);
     };
     let idx = ifindex.to_ne_bytes();

@@ -3,10 +3,7 @@
 //! beside the driver's own statistic names (`ethtool -S`). A driver that does not offer them
 //! answers `EOPNOTSUPP` or nothing, which readers report as such.
 
-use super::netlink::{
-    attributes, family_id_of, genl_request, u32_at, Rtnl, CTRL_ATTR_FAMILY_NAME,
-    CTRL_CMD_GETFAMILY, GENL_HDRLEN, GENL_ID_CTRL, NLM_F_DUMP,
-};
+use super::netlink::{attributes, genl_request, u32_at, Rtnl, GENL_HDRLEN, NLM_F_DUMP};
 use super::SysError;
 
 const NETDEV_CMD_QSTATS_GET: u8 = 12;
@@ -72,17 +69,7 @@ pub fn qstats_of(payload: &[u8]) -> Option<QueueStats> {
 /// or the driver offers none (`EOPNOTSUPP`, or an empty answer).
 pub fn queue_stats(ifindex: u32) -> Result<Option<Vec<QueueStats>>, SysError> {
     let nl = Rtnl::open_protocol(libc::NETLINK_GENERIC, "netlink genl netdev qstats-get")?;
-    let req = genl_request(
-        GENL_ID_CTRL,
-        CTRL_CMD_GETFAMILY,
-        1,
-        &[(CTRL_ATTR_FAMILY_NAME, b"netdev\0")],
-    );
-    let family = match nl.collect(&req, 1, GENL_ID_CTRL, false, 1) {
-        Ok(r) => r.first().and_then(|p| family_id_of(p)),
-        Err(e) if e.source.raw_os_error() == Some(libc::ENOENT) => None,
-        Err(e) => return Err(e),
-    };
+    let family = super::netlink::genl_family(&nl, b"netdev\0")?;
     let Some(family) = family else {
         return Ok(None);
     };
