@@ -259,6 +259,33 @@ pub fn read_nic(dev: Option<&str>) -> Result<Option<flowlane_tools::nic::NicRepo
         .map_err(Failure::from_tool)
 }
 
+/// RSS placement from the command line (`blast --per-queue`, `http load --per-queue`): the
+/// model from `--dev`'s interface or the model flags; hashed on the addresses only where
+/// `--two-tuple` says so or the interface says it hashes `flow_type` (ethtool's `udp4`,
+/// `tcp4`, …) that way.
+pub fn placement(
+    per_queue: u64,
+    dev: Option<&str>,
+    two_tuple: bool,
+    pick_queues: Option<&CpuList>,
+    model: &ModelArgs,
+    flow_type: &str,
+) -> Result<flowlane_tools::blast::Placement, Failure> {
+    let nic = read_nic(dev)?;
+    let m = model.build_for(nic.as_ref())?;
+    let nic_two_tuple = nic.as_ref().and_then(|n| n.two_tuple(flow_type)) == Some(true);
+    Ok(flowlane_tools::blast::Placement {
+        per_queue,
+        queues: pick_queues
+            .map(|q| q.0.iter().map(|&x| x as u32).collect())
+            .unwrap_or_default(),
+        key: m.key.to_hex(),
+        symmetric: m.symmetric,
+        model: flowlane_tools::blast::ModelSpec::of(&m.queue),
+        hash_ports: !(two_tuple || nic_two_tuple),
+    })
+}
+
 /// CPUs this process may use (online and allowed), for defaults such as the queue count.
 pub fn cpu_count() -> u32 {
     flowlane_runtime::cpus::CpuSet::current()

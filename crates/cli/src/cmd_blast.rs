@@ -9,7 +9,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use flowlane_tools::blast::{
     self, BlastConfig, BlastEvent, BlastMode, BlastTick, Echo, FrameSettings, Frames, Mode,
-    ModelSpec, PcapSource, Placement, ReplayMode, StepReport, StepStart,
+    PcapSource, ReplayMode, StepReport, StepStart,
 };
 
 use crate::args::parse_duration;
@@ -459,26 +459,19 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
     let to =
         a.to.as_ref()
             .map(|e| SocketAddr::new(e.addr, e.port.unwrap_or(0)));
-    let placement = match a.per_queue {
-        Some(k) => Some({
-            let nic = crate::args::read_nic(a.rss_dev.as_deref())?;
-            let model = a.model.build_for(nic.as_ref())?;
-            let nic_two_tuple = nic.as_ref().and_then(|n| n.udp4_two_tuple()) == Some(true);
-            Placement {
-                per_queue: k,
-                queues: a
-                    .pick_queues
-                    .as_ref()
-                    .map(|q| q.0.iter().map(|&x| x as u32).collect())
-                    .unwrap_or_default(),
-                key: model.key.to_hex(),
-                symmetric: model.symmetric,
-                model: ModelSpec::of(&model.queue),
-                hash_ports: !(a.two_tuple || nic_two_tuple),
-            }
-        }),
-        None => None,
-    };
+    let placement = a
+        .per_queue
+        .map(|k| {
+            crate::args::placement(
+                k,
+                a.rss_dev.as_deref(),
+                a.two_tuple,
+                a.pick_queues.as_ref(),
+                &a.model,
+                "udp4",
+            )
+        })
+        .transpose()?;
     Ok(BlastConfig {
         metrics: a.live.metrics,
         mode: mode(a)?,

@@ -14,7 +14,9 @@ use flowlane_tools::http::{
     HttpLoadReport, HttpServeConfig, HttpServeEvent, LatencyUs, PoolConfig, UrlConfig,
 };
 
-use crate::args::{parse_bytes, parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList};
+use crate::args::{
+    parse_bytes, parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList, ModelArgs,
+};
 use crate::live::{stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
 
@@ -124,6 +126,14 @@ pub struct ServeArgs {
 /// --source binds connections to the addresses of a prefix in turn (IP_BIND_ADDRESS_NO_PORT);
 /// make the prefix local first: `ip route add local 198.18.128.0/17 dev lo`.
 ///
+/// --per-queue K places K connections on each receive queue of the server's NIC, by its RSS
+/// (read from --rss-dev IF, or modelled with --key/--reta/--queues as `pick` does): where the
+/// NIC hashes TCP on the 4-tuple each connection binds source ports the picker chose for its
+/// queue (32 of them, used in turn, so that a reconnect never waits for its own TIME_WAIT);
+/// where it hashes the addresses only (--two-tuple, or the interface says so) each
+/// connection gets a source address of --source of its own and the ports do not matter.
+/// The report says which queues were filled and how.
+///
 /// A scenario file (--scenario, TOML) holds several pools, each with its target, addresses,
 /// connections, weighted URLs with response sizes, rate or think time, body size and
 /// keep-alive, and the phases (ramp_up_s, duration_s, ramp_down_s); see docs/http.md.
@@ -142,9 +152,31 @@ pub struct LoadArgs {
     #[arg(required_unless_present = "scenario")]
     url: Option<String>,
 
-    /// Concurrent connections.
-    #[arg(long, short = 'c', default_value_t = 10)]
-    connections: usize,
+    /// Concurrent connections (default 10; with --per-queue K: K for each queue).
+    #[arg(long, short = 'c')]
+    connections: Option<usize>,
+
+    /// RSS placement: this many connections on each receive queue of the server's NIC.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65536), conflicts_with = "scenario")]
+    per_queue: Option<u64>,
+
+    /// With --per-queue: place by the RSS of this interface (the server's; read here as `rss
+    /// show --dev` reads it). For a server on another host give its table with --reta <(ssh
+    /// HOST ethtool -x IF).
+    #[arg(long, value_name = "IF", requires = "per_queue")]
+    rss_dev: Option<String>,
+
+    /// With --per-queue: the server's NIC hashes TCP on the addresses only (the 2-tuple), so
+    /// connections are placed by source address (of --source, which must be local).
+    #[arg(long, requires = "per_queue")]
+    two_tuple: bool,
+
+    /// With --per-queue: fill only these queues (e.g. `0-1`).
+    #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
+    pick_queues: Option<CpuList>,
+
+    #[command(flatten)]
+    model: ModelArgs,
 
     /// Workers (threads), one per CPU, on the first usable CPUs. Default: every CPU. `-t` is
     /// wrk's spelling for threads here; elsewhere in flowlane `-t` is a duration.
@@ -446,6 +478,35 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
     } else {
         let url = a.url.as_deref().unwrap_or_default();
         let (target, path) = http::split_url(url).map_err(Failure::from_tool)?;
+        let placement = a
+            .per_queue
+            .map(|k| {
+                crate::args::placement(
+                    k,
+                    a.rss_dev.as_deref(),
+                    a.two_tuple,
+                    a.pick_queues.as_ref(),
+                    &a.model,
+                    if target.starts_with('[') {
+                        "tcp6"
+                    } else {
+                        "tcp4"
+                    },
+                )
+            })
+            .transpose()?;
+        let connections = match (&placement, a.connections) {
+            (_, Some(c)) => c,
+            (Some(p), None) => {
+                let queues = if p.queues.is_empty() {
+                    p.model.build().map_err(Failure::from_tool)?.queues() as usize
+                } else {
+                    p.queues.len()
+                };
+                p.per_queue as usize * queues
+            }
+            (None, None) => 10,
+        };
         HttpLoadConfig {
             metrics: a.live.metrics,
             pools: vec![PoolConfig {
@@ -456,7 +517,7 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
                     weight: 1,
                     size: a.size,
                 }],
-                connections: a.connections,
+                connections,
                 rate: a.rate,
                 think_ms: a.think_ms,
                 body_size: a.body_size,
@@ -464,6 +525,7 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
                 keep_alive: !a.no_keepalive,
                 source: a.source.clone(),
                 source_count: a.source_count,
+                placement,
             }],
             cpus: Vec::new(),
             ramp_up_s: a.ramp_up,
@@ -698,6 +760,25 @@ fn summary(r: &HttpLoadReport) -> String {
             p.body_bytes_per_s / 1e6,
             p.answers
         );
+        if let Some(pl) = &p.placement {
+            let _ = writeln!(
+                s,
+                "    placed: {} connections on each of queues {:?} by the {} ({}; {} source \
+                 address(es))",
+                pl.per_queue,
+                pl.queues,
+                pl.by,
+                if pl.by == "4-tuple" {
+                    format!(
+                        "source ports chosen, at least {} per connection",
+                        pl.least_candidates
+                    )
+                } else {
+                    "source addresses chosen, ports the kernel's".to_string()
+                },
+                pl.addresses
+            );
+        }
         if let Some(l) = &p.latency {
             let label = if p.rate.is_some() {
                 "from intended"

@@ -1891,3 +1891,147 @@ fn echoes_are_bounded_and_early_answers_are_taken() {
     let (_, s) = srv.finish();
     assert_eq!(u(&s, &["total", "status_4xx"]), refused, "{s}");
 }
+
+/// Client ends of TCP connections to `ADDR:8080` in the namespace's socket table, whoever
+/// holds them (either end may keep the TIME_WAIT), as (client address, port).
+fn client_ends(ns: &Netns) -> std::collections::HashSet<std::net::SocketAddr> {
+    let parse = |hex: &str| -> Option<std::net::SocketAddr> {
+        let (a, p) = hex.split_once(':')?;
+        // /proc/net/tcp writes the address in host byte order (little-endian here).
+        let a = u32::from_str_radix(a, 16).ok()?;
+        let ip = std::net::Ipv4Addr::from(a.swap_bytes());
+        Some(std::net::SocketAddr::new(
+            ip.into(),
+            u16::from_str_radix(p, 16).ok()?,
+        ))
+    };
+    ns.run(|| {
+        let tcp = std::fs::read_to_string("/proc/thread-self/net/tcp").unwrap_or_default();
+        let server: std::net::SocketAddr = format!("{ADDR}:8080").parse().expect("server");
+        let mut ends = std::collections::HashSet::new();
+        for l in tcp.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (Some(local), Some(remote)) = (
+                f.get(1).and_then(|x| parse(x)),
+                f.get(2).and_then(|x| parse(x)),
+            ) else {
+                continue;
+            };
+            if remote == server {
+                ends.insert(local);
+            } else if local == server && remote.port() != 0 {
+                ends.insert(remote);
+            }
+        }
+        ends
+    })
+    .expect("in namespace")
+}
+
+/// The queue a 4-queue NIC with Microsoft's key and a 128-entry round-robin table gives a
+/// request from `c` (hashed on the 4-tuple, or the addresses only).
+fn queue_of(c: std::net::SocketAddr, hash_ports: bool) -> u32 {
+    let server: std::net::SocketAddr = format!("{ADDR}:8080").parse().expect("server");
+    let tuple = flowlane_rss::Tuple::new(
+        c.ip(),
+        server.ip(),
+        hash_ports.then_some((c.port(), server.port())),
+    )
+    .expect("IPv4");
+    let h = flowlane_rss::Toeplitz::new(&flowlane_rss::Key::MICROSOFT).hash(&tuple);
+    (h & 127) % 4
+}
+
+#[test]
+fn connections_placed_by_rss_reach_only_their_queues() {
+    let Some((_g, ns)) = netns() else { return };
+    ns.ip(&["route", "add", "local", "198.18.128.0/24", "dev", "lo"])
+        .expect("local route");
+    let srv = serve(&ns, 8080, &[]);
+    let url = format!("http://{ADDR}:8080/bytes/64");
+    let model = ["--queues", "4", "--key", "microsoft"];
+    // The 4-tuple, reconnecting after every answer: every connect of every connection (the
+    // kernel keeps each 4-tuple a while in TIME_WAIT) must come from a port of queue 1 or 3.
+    let (code, j) = load(
+        &ns,
+        &[
+            &url,
+            "-t",
+            "1",
+            "-d",
+            "1",
+            "--no-keepalive",
+            "--per-queue",
+            "2",
+        ]
+        .iter()
+        .chain(&model)
+        .chain(&["--pick-queues", "1,3"])
+        .copied()
+        .collect::<Vec<_>>(),
+    );
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(u(&j, &["errors"]), 0, "{j}");
+    let pl = &j["pools"][0]["placement"];
+    assert_eq!(pl["by"], "4-tuple", "{j}");
+    assert_eq!(pl["queues"], serde_json::json!([1, 3]), "{j}");
+    assert_eq!(j["pools"][0]["connections"], 4, "{j}");
+    let seen = client_ends(&ns);
+    let connects = u(&j, &["total", "connects"]);
+    // More connects than the 4 × 32 tuples the connections hold: each was used again.
+    assert!(connects > 128, "{j}");
+    assert!(
+        seen.len() >= 64 && seen.len() <= 128,
+        "{} distinct client 4-tuples in the socket table for {connects} connects",
+        seen.len()
+    );
+    let mut per_queue = [0usize; 4];
+    for c in &seen {
+        per_queue[queue_of(*c, true) as usize] += 1;
+    }
+    assert_eq!(
+        (per_queue[0], per_queue[2]),
+        (0, 0),
+        "client tuples by queue: {per_queue:?}"
+    );
+    assert!(per_queue[1] > 0 && per_queue[3] > 0, "{per_queue:?}");
+
+    // The 2-tuple, connections kept open: two source addresses of the prefix for each of
+    // the four queues, one per connection; the ports are the kernel's.
+    let (code, j) = load(
+        &ns,
+        &[
+            &url,
+            "-t",
+            "1",
+            "-d",
+            "1",
+            "--per-queue",
+            "2",
+            "--two-tuple",
+        ]
+        .iter()
+        .chain(&model)
+        .chain(&["--source", "198.18.128.0/24"])
+        .copied()
+        .collect::<Vec<_>>(),
+    );
+    let (_, s) = srv.finish();
+    assert_eq!(code, Some(0), "{j}");
+    assert_eq!(j["pools"][0]["placement"]["by"], "2-tuple", "{j}");
+    assert_eq!(u(&j, &["total", "connects"]), 8, "{j}");
+    let mut addrs: Vec<std::net::SocketAddr> = client_ends(&ns)
+        .into_iter()
+        .filter(|c| c.ip().to_string().starts_with("198.18.128."))
+        .collect();
+    addrs.sort_unstable();
+    let mut per_queue = [0usize; 4];
+    let mut distinct = std::collections::HashSet::new();
+    for c in &addrs {
+        distinct.insert(c.ip());
+        per_queue[queue_of(*c, false) as usize] += 1;
+    }
+    assert_eq!(distinct.len(), 8, "client ends: {addrs:?}");
+    assert_eq!(per_queue, [2, 2, 2, 2], "client ends: {addrs:?}");
+    assert!(u(&s, &["total", "accepted"]) >= connects + 8, "{s}");
+}

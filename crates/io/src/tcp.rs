@@ -7,7 +7,7 @@
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{self, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -58,11 +58,15 @@ pub fn listen_one(cfg: &ListenConfig) -> Result<TcpListener, GroupError> {
     Ok(TcpListener::from(s))
 }
 
-/// Starts a non-blocking connect to `remote`, from `local` if given (its port chosen at
-/// connect time, `IP_BIND_ADDRESS_NO_PORT`, so one source address is not limited to the
-/// ephemeral range once for every destination). Nagle is off. The connect completes when the
-/// socket becomes writable; [`connect_result`] then says how it ended.
-pub fn connect(local: Option<IpAddr>, remote: SocketAddr) -> io::Result<TcpStream> {
+/// Starts a non-blocking connect to `remote`, from `local` if given. A local port of 0 is
+/// chosen at connect time (`IP_BIND_ADDRESS_NO_PORT`, so one source address is not limited
+/// to the ephemeral range once for every destination); a given port is bound as it is, with
+/// `SO_REUSEADDR` so that a port whose earlier connection to another peer lingers in
+/// TIME_WAIT can be bound again (the same 4-tuple still cannot: the connect then fails with
+/// `AddrNotAvailable`, and the bind with `AddrInUse` while the port is busy otherwise). Nagle
+/// is off. The connect completes when the socket becomes writable; [`connect_result`] then
+/// says how it ended.
+pub fn connect(local: Option<SocketAddr>, remote: SocketAddr) -> io::Result<TcpStream> {
     let s = Socket::new(
         Domain::for_address(remote),
         Type::STREAM,
@@ -70,17 +74,24 @@ pub fn connect(local: Option<IpAddr>, remote: SocketAddr) -> io::Result<TcpStrea
     )?;
     s.set_nonblocking(true)?;
     s.set_tcp_nodelay(true)?;
-    if let Some(ip) = local {
-        // An IPPROTO_IP option for IPv6 sockets too.
-        sys::set_int(
-            &s,
-            libc::SOL_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            1,
-            "setsockopt(IP_BIND_ADDRESS_NO_PORT)",
-        )
-        .map_err(|e| e.source)?;
-        s.bind(&SocketAddr::new(ip, 0).into())?;
+    match local {
+        Some(a) if a.port() == 0 => {
+            // An IPPROTO_IP option for IPv6 sockets too.
+            sys::set_int(
+                &s,
+                libc::SOL_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                1,
+                "setsockopt(IP_BIND_ADDRESS_NO_PORT)",
+            )
+            .map_err(|e| e.source)?;
+            s.bind(&a.into())?;
+        }
+        Some(a) => {
+            s.set_reuse_address(true)?;
+            s.bind(&a.into())?;
+        }
+        None => {}
     }
     match s.connect(&remote.into()) {
         Ok(()) => {}

@@ -318,12 +318,18 @@ impl NicReport {
     /// Whether UDP over IPv4 is hashed on the addresses only (the 2-tuple), as the NIC says
     /// (`None`: it did not say).
     pub fn udp4_two_tuple(&self) -> Option<bool> {
+        self.two_tuple("udp4")
+    }
+
+    /// Whether flows of this type (`udp4`, `tcp4`, `udp6`, `tcp6`: ethtool's names) are
+    /// hashed on the addresses only, as the NIC says (`None`: it did not say).
+    pub fn two_tuple(&self, flow_type: &str) -> Option<bool> {
         let f = self
             .hash_fields
             .value
             .as_ref()?
             .iter()
-            .find(|f| f.flow_type == "udp4")?;
+            .find(|f| f.flow_type == flow_type)?;
         Some(!f.fields.iter().any(|x| x.starts_with("l4-")))
     }
 }

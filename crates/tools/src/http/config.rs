@@ -65,6 +65,12 @@ pub struct PoolConfig {
     /// How many addresses of the prefix to use (default: all, up to 65 536).
     #[serde(default)]
     pub source_count: Option<usize>,
+    /// Connections placed on the receiving interface's RSS queues (`per_queue` each, so
+    /// `connections` is `per_queue` times the queues): with 4-tuple hashing each connection
+    /// binds source ports the picker chose for its queue, with 2-tuple hashing source
+    /// addresses of `source`.
+    #[serde(default)]
+    pub placement: Option<crate::blast::Placement>,
 }
 
 fn default_name() -> String {

@@ -185,6 +185,9 @@ pub struct PoolReport {
     pub mode: String,
     /// Connections asked.
     pub connections: usize,
+    /// Where its connections were placed on the receiver's RSS queues (`--per-queue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<super::place::PoolPlacement>,
     /// Requests per second asked (constant rate).
     pub rate: Option<f64>,
     /// Answers its rates count: all, or with ramps those to requests sent in the steady
@@ -486,9 +489,35 @@ fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolE
         }
         None => Vec::new(),
     };
-    if let Some((lo, hi)) = local_port_range() {
+    let port_range = local_port_range();
+    if let Some((lo, hi)) = port_range {
         ports_enough(p, sources.len(), lo, hi)?;
     }
+    let placed = match &p.placement {
+        Some(pl) => {
+            if !pl.hash_ports && sources.is_empty() {
+                return Err(ToolError::usage(format!(
+                    "pool {:?}: placed on the 2-tuple, connections differ by source address \
+                     only: give them a prefix (--source PREFIX; in a scenario: source)",
+                    p.name
+                )));
+            }
+            let from = if sources.is_empty() {
+                vec![crate::blast::route_source(target)?]
+            } else {
+                sources.clone()
+            };
+            let (lo, hi) = port_range.unwrap_or((32768, 60999));
+            let ports = (
+                u16::try_from(lo).unwrap_or(u16::MAX),
+                u16::try_from(hi).unwrap_or(u16::MAX),
+            );
+            let placed = super::place::place(pl, target, &from, ports, p.connections)
+                .map_err(|e| ToolError::usage(format!("pool {:?}: {e}", p.name)))?;
+            Some(Arc::new(placed))
+        }
+        None => None,
+    };
     let method = p.method.clone().unwrap_or_else(|| {
         if p.body_size > 0 {
             "POST".into()
@@ -538,6 +567,7 @@ fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolE
         out.push(PoolPlan {
             target,
             sources: sources.clone(),
+            placed: placed.clone(),
             conns,
             first,
             requests: requests.clone(),
@@ -1068,7 +1098,8 @@ fn report(cfg: &HttpLoadConfig, p: &Plan, w: Watched, ran: &Ran) -> HttpLoadRepo
             .pools
             .iter()
             .zip(&lat)
-            .map(|(p, l)| PoolReport {
+            .zip(&p.per_pool)
+            .map(|((p, l), plans)| PoolReport {
                 name: p.name.clone(),
                 mode: if p.rate.is_some() {
                     "constant-rate"
@@ -1077,6 +1108,10 @@ fn report(cfg: &HttpLoadConfig, p: &Plan, w: Watched, ran: &Ran) -> HttpLoadRepo
                 }
                 .into(),
                 connections: p.connections,
+                placement: plans
+                    .iter()
+                    .find_map(|w| w.placed.as_ref())
+                    .map(|x| x.summary.clone()),
                 rate: p.rate,
                 answers: l.answers,
                 requests_per_s: l.answers as f64 / span_s,

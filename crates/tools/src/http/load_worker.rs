@@ -75,6 +75,9 @@ counters! {
     }
 }
 
+/// Source tuples a placed connection tries at one connect before it counts a connect error.
+const BIND_TRIES: usize = 8;
+
 /// One client pool as one worker runs it.
 #[derive(Debug, Clone)]
 pub struct PoolPlan {
@@ -82,6 +85,8 @@ pub struct PoolPlan {
     pub target: SocketAddr,
     /// Source addresses its connections bind (round robin); empty: the kernel chooses.
     pub sources: Vec<IpAddr>,
+    /// Connections placed on RSS queues: each one's source tuples (`sources` unused).
+    pub placed: Option<Arc<super::place::Placed>>,
     /// This worker's connections.
     pub conns: usize,
     /// Index of this worker's first connection in the pool (for source round robin).
@@ -282,6 +287,8 @@ struct Conn {
     /// Connections closed after each answer (keep-alive off, or the server said close).
     close_after: bool,
     writing: bool,
+    /// Placed connections: connects made so far (which of its source tuples is next).
+    cursor: usize,
 }
 
 /// One load worker.
@@ -497,6 +504,7 @@ impl ClientWorker {
                     next_due: 0,
                     close_after: !self.pools[p].keep_alive,
                     writing: false,
+                    cursor: 0,
                 });
                 self.first_due(key, now);
                 self.connect(key, now, st);
@@ -521,8 +529,37 @@ impl ClientWorker {
     fn connect(&mut self, key: usize, now: u64, st: &HttpLoadStats) {
         let c = &self.conns[key];
         let p = &self.pools[c.pool];
-        let src = (!p.sources.is_empty()).then(|| p.sources[c.index % p.sources.len()]);
-        match tcp::connect(src, p.target) {
+        let made = match &p.placed {
+            Some(placed) => {
+                // Its source tuples in turn, the next one where a tuple is busy (bound by
+                // another socket, or this 4-tuple still in TIME_WAIT).
+                let mine = placed.per_conn.get(c.index).map_or(&[][..], Vec::as_slice);
+                let mut cursor = c.cursor;
+                let mut made = Err(std::io::Error::from(std::io::ErrorKind::AddrNotAvailable));
+                for _ in 0..mine.len().min(BIND_TRIES) {
+                    let from = mine[cursor % mine.len()];
+                    cursor = cursor.wrapping_add(1);
+                    made = tcp::connect(Some(from), p.target);
+                    match &made {
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::AddrInUse
+                                    | std::io::ErrorKind::AddrNotAvailable
+                            ) => {}
+                        _ => break,
+                    }
+                }
+                self.conns[key].cursor = cursor;
+                made
+            }
+            None => {
+                let src = (!p.sources.is_empty())
+                    .then(|| SocketAddr::new(p.sources[c.index % p.sources.len()], 0));
+                tcp::connect(src, p.target)
+            }
+        };
+        match made {
             Ok(s) => {
                 if let Err(e) = self.poller.add(&s, key as u64, Interest::BOTH) {
                     bump(&st.connect_errors, 1);

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod load;
 pub mod load_worker;
+pub mod place;
 pub mod serve;
 pub mod serve_worker;
 
