@@ -329,6 +329,32 @@ pub struct Model {
 }
 
 impl ModelArgs {
+    /// The first model flag given (for commands that use the model only with placement).
+    pub fn given(&self) -> Option<&'static str> {
+        [
+            (self.key.is_some(), "--key"),
+            (self.symmetric.is_some(), "--symmetric"),
+            (self.queues.is_some(), "--queues"),
+            (self.reta.is_some(), "--reta"),
+            (self.reta_size != 128, "--reta-size"),
+            (self.weights.is_some(), "--weights"),
+            (self.model != ModelArg::Reta, "--model"),
+            (self.bits.is_some(), "--bits"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
+    /// Refuses model flags where nothing is placed: they would be silently ignored.
+    pub fn only_with(&self, placing: bool, what: &str) -> Result<(), Failure> {
+        match self.given() {
+            Some(flag) if !placing => Err(Failure::usage(anyhow::anyhow!(
+                "{flag} describes the receiver's RSS for placement: use it with {what}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     pub fn queue_count(&self) -> u32 {
         self.queues.unwrap_or_else(cpu_count)
     }

@@ -459,6 +459,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
     let to =
         a.to.as_ref()
             .map(|e| SocketAddr::new(e.addr, e.port.unwrap_or(0)));
+    a.model.only_with(a.per_queue.is_some(), "--per-queue")?;
     let placement = a
         .per_queue
         .map(|k| {

@@ -478,6 +478,7 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
     } else {
         let url = a.url.as_deref().unwrap_or_default();
         let (target, path) = http::split_url(url).map_err(Failure::from_tool)?;
+        a.model.only_with(a.per_queue.is_some(), "--per-queue")?;
         let placement = a
             .per_queue
             .map(|k| {

@@ -121,12 +121,31 @@ pub struct Rfc2544Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     flows: u32,
 
-    /// With --lab: this many flows on each of the DUT's RSS queues, chosen by the picker with
-    /// the lab's key and table (no other tester places flows on queues). Without it, in a lab
-    /// with software RSS and one flow, that flow goes to a queue whose CPU is not --cpu (the
-    /// generator's).
-    #[arg(long, requires = "lab", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    /// This many flows on each of the DUT's RSS queues, chosen by the picker (no other
+    /// tester places flows on queues): with --lab by the lab's key and table; with
+    /// --tx-dev/--rx-dev by the DUT's RSS, read with --rss-dev or given with --reta <(ssh DUT
+    /// ethtool -x IF) or --key/--queues. Without it, in a lab with software RSS and one flow,
+    /// that flow goes to a queue whose CPU is not --cpu (the generator's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     per_queue: Option<u64>,
+
+    /// With --per-queue (not --lab): place by the RSS of this interface, the DUT's receiving
+    /// one where it is on this host (read as `rss show --dev` reads it).
+    #[arg(
+        long,
+        value_name = "IF",
+        requires = "per_queue",
+        conflicts_with = "lab"
+    )]
+    rss_dev: Option<String>,
+
+    /// With --per-queue (not --lab): the DUT hashes UDP on the addresses only (the 2-tuple), so
+    /// flows are placed by source address (the generator must own them).
+    #[arg(long, requires = "per_queue", conflicts_with = "lab")]
+    two_tuple: bool,
+
+    #[command(flatten)]
+    model: crate::args::ModelArgs,
 
     /// With --per-queue: place flows only on these of the DUT's queues (e.g. `1`): on a small
     /// machine, keep the DUT's forwarding off the generator's CPU (on veth a queue's work runs
@@ -265,6 +284,11 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
     };
     let tx_cpu = crate::args::usable_cpus(Some(&crate::args::CpuList(vec![a.cpu])))?[0];
     let mut c = if let Some(lab) = &a.lab {
+        if let Some(flag) = a.model.given() {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "{flag}: --lab places flows by the lab's own key and table"
+            )));
+        }
         Rfc2544Config::in_lab(&LabRun {
             lab: lab.clone(),
             ipv6: a.ipv6,
@@ -298,6 +322,20 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
         );
         c.flows = a.flows;
         c.tx_cpu = tx_cpu;
+        a.model.only_with(a.per_queue.is_some(), "--per-queue")?;
+        c.placement = a
+            .per_queue
+            .map(|k| {
+                crate::args::placement(
+                    k,
+                    a.rss_dev.as_deref(),
+                    a.two_tuple,
+                    a.pick_queues.as_ref(),
+                    &a.model,
+                    if c.to.is_ipv4() { "udp4" } else { "udp6" },
+                )
+            })
+            .transpose()?;
         c
     };
     c.dst_mac = a.dst_mac;

@@ -860,6 +860,78 @@ fn per_queue_flows_land_evenly_on_the_duts_queues() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("queue 7 does not exist"), "{err}");
     assert!(!err.contains("flowlane rfc2544:"), "{err}");
+
+    // The same DUT cabled by hand (--tx-dev/--rx-dev, as between hosts), its RSS given as a
+    // user gives another host's: the key, and the table as a file. Placed by it, flows reach
+    // only queue 1, as the DUT's own program counts.
+    let cfg = flowlane_lab::setup::saved(&lab.name).expect("the lab's saved configuration");
+    let table = std::env::temp_dir().join(format!("fl-reta-{}", std::process::id()));
+    let words: Vec<String> = cfg.reta.iter().map(u16::to_string).collect();
+    std::fs::write(&table, words.join(" ")).expect("table file");
+    let (gen_ns, sink_ns) = (format!("{}-gen", lab.name), format!("{}-sink", lab.name));
+    let table_arg = table.display().to_string();
+    let by_hand = |extra: &[&str]| {
+        let before = steered(&lab);
+        let out = Command::new(BIN)
+            .args([
+                "rfc2544",
+                "--json",
+                "--tx-dev",
+                "flgen",
+                "--tx-netns",
+                &gen_ns,
+            ])
+            .args(["--rx-dev", "flsink", "--rx-netns", &sink_ns, "--to"])
+            .args([flowlane_lab::setup::LAB_SINK_V4, "--sizes", "512"])
+            .args(["--pause", "0.3", "--learning-frames", "100"])
+            .args(["--tests", "throughput", "--line-rate", "100M"])
+            .args(["--trial-secs", "0.5", "--confirm-secs", "1"])
+            .args(extra)
+            .output()
+            .expect("runs");
+        let got: Vec<u64> = steered(&lab)
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect();
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (
+            out.status.code(),
+            j,
+            got,
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, j, got, err) = by_hand(&[
+        "--per-queue",
+        "2",
+        "--pick-queues",
+        "1",
+        "--key",
+        &cfg.key,
+        "--reta",
+        &table_arg,
+    ]);
+    let _ = std::fs::remove_file(&table);
+    assert_eq!(code, Some(0), "{err}");
+    valid(&j);
+    assert_eq!(placed(&j), [1, 1], "{}", j["placement"]);
+    assert!(
+        got[0] <= 20,
+        "{got:?}: queue 0's CPU got more than neighbour frames: {err}"
+    );
+    assert!(got[1] > 1000, "{got:?}: {err}");
+    // The lab's own placement refuses a model given by hand, and a model without placement
+    // is refused rather than ignored.
+    let (code, _, err) = rfc2544(&lab, &["--per-queue", "1", "--queues", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--queues: --lab places flows by the lab's own key"),
+        "{err}"
+    );
+    let (code, _, _, err) = by_hand(&["--key", "microsoft"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("use it with --per-queue"), "{err}");
 }
 
 /// Interrupted while it measures the generator's ceiling (its first step), with the two
