@@ -9,7 +9,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use flowlane_tools::blast::{
     self, BlastConfig, BlastEvent, BlastMode, BlastTick, Echo, FrameSettings, Frames, Mode,
-    PcapSource, ReplayMode, StepReport, StepStart,
+    PcapSource, ReplayMode, StepReport, StepStart, VerifyAt,
 };
 
 use crate::args::parse_duration;
@@ -261,8 +261,6 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let (mut log, stream) = (a.live.log(), a.live.stream());
-    // The verifying program is attached before the first frame leaves.
-    let watch = a.verify_rss.as_deref().map(start_verify).transpose()?;
     let report = blast::run(&cfg, &stop, &mut |event| match event {
         BlastEvent::StepStarted(s) => log.line(&banner(&s)),
         BlastEvent::Tick(t) => {
@@ -285,17 +283,9 @@ pub fn run(a: BlastArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
-    let mut report = report;
-    if let Some(w) = watch {
-        w.settle().map_err(Failure::from_tool)?;
-        let v = w.finish().map_err(Failure::from_tool)?;
-        if !(a.live.json || stream.on()) {
-            print_verify(&v);
-        }
-        if let Some(last) = report.steps.last_mut() {
-            last.problems
-                .extend(v.problems.iter().map(|p| format!("rss verify: {p}")));
-            last.rss_verify = Some(Box::new(v));
+    if !(a.live.json || stream.on()) {
+        if let Some(v) = report.steps.last().and_then(|s| s.rss_verify.as_deref()) {
+            print_verify(v);
         }
     }
     if a.live.json || stream.on() {
@@ -338,29 +328,6 @@ pub fn run(a: BlastArgs) -> CmdResult {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// Attaches `rss verify` to IF, or IF@NETNS inside that namespace.
-fn start_verify(spec: &str) -> Result<flowlane_tools::verify::Watch, Failure> {
-    let (dev, ns) = match spec.split_once('@') {
-        Some((d, n)) => (d, Some(n)),
-        None => (spec, None),
-    };
-    let start = || flowlane_tools::verify::start(dev, 65_536);
-    match ns {
-        None => start().map_err(Failure::from_tool),
-        Some(n) => {
-            if n.contains('/') || !std::path::Path::new(&format!("/run/netns/{n}")).exists() {
-                return Err(Failure::usage(anyhow::anyhow!(
-                    "--verify-rss {spec}: no namespace `{n}` (see `ip netns list`)"
-                )));
-            }
-            flowlane_lab::Netns::existing(n)
-                .run(start)
-                .map_err(|e| Failure::runtime(anyhow::anyhow!("{e}")))?
-                .map_err(Failure::from_tool)
-        }
-    }
 }
 
 /// The verification's lines after a run.
@@ -483,6 +450,16 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         random: a.random,
         seed: a.seed,
         placement,
+        verify_rss: a.verify_rss.as_deref().map(|spec| {
+            let (dev, netns) = match spec.split_once('@') {
+                Some((d, n)) => (d, Some(n.to_string())),
+                None => (spec, None),
+            };
+            VerifyAt {
+                dev: dev.into(),
+                netns,
+            }
+        }),
         frames: match (&a.imix, a.payload, &a.size) {
             (Some(m), _, _) => Frames::Imix(m.0.clone()),
             (None, Some(p), _) => Frames::Payload(p),

@@ -179,6 +179,23 @@ pub struct Watch {
 
 /// Reads `dev`'s RSS and attaches the verifying program to it (in the calling thread's
 /// namespace), recording up to `max_flows` distinct entries.
+/// [`start`] on IF inside network namespace `netns` (one `ip netns` names), or here.
+pub fn start_in(dev: &str, netns: Option<&str>, max_flows: u32) -> Result<Watch, ToolError> {
+    match netns {
+        None => start(dev, max_flows),
+        Some(n) => {
+            if n.contains('/') || !std::path::Path::new(&format!("/run/netns/{n}")).exists() {
+                return Err(ToolError::usage(format!(
+                    "{dev}@{n}: no namespace `{n}` (see `ip netns list`)"
+                )));
+            }
+            flowlane_lab::Netns::existing(n)
+                .run(|| start(dev, max_flows))
+                .map_err(|e| ToolError::runtime(format!("entering namespace {n}: {e}")))?
+        }
+    }
+}
+
 pub fn start(dev: &str, max_flows: u32) -> Result<Watch, ToolError> {
     let nic = crate::nic::read(dev)?;
     let ifindex =

@@ -254,6 +254,16 @@ fn yes() -> bool {
     true
 }
 
+/// Where `rss verify` watches the run's frames arrive (`--verify-rss IF[@NETNS]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyAt {
+    /// The receiving interface.
+    pub dev: String,
+    /// The namespace it is in (`ip netns` name); none: this one.
+    #[serde(default)]
+    pub netns: Option<String>,
+}
+
 /// The configuration of one `blast` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BlastConfig {
@@ -267,6 +277,11 @@ pub struct BlastConfig {
     pub from: Option<(IpAddr, IpAddr)>,
     /// Source port range (default: chosen by the kernel; with placement 1024-65535).
     pub sport: Option<(u16, u16)>,
+    /// Check at the receiving interface that the NIC hashed and queued the run's frames as
+    /// its RSS says (attached before the first frame, judged after the last; the last step
+    /// carries the verdict).
+    #[serde(default)]
+    pub verify_rss: Option<VerifyAt>,
     /// Flows (source address × port combinations) without placement.
     pub flows: u32,
     /// Choose sources at random (distinct) from the ranges, seeded by `seed`.
@@ -336,6 +351,7 @@ impl BlastConfig {
             random: false,
             seed: 1,
             placement: None,
+            verify_rss: None,
             frames: Frames::Auto,
             count: None,
             duration_s: None,

@@ -25,7 +25,7 @@ use flowlane_wire::HEADER_LEN;
 
 pub use config::{
     imix_sequence, BlastConfig, BlastMode, Echo, FrameSettings, Frames, Mode, ModelSpec, Placement,
-    Rate,
+    Rate, VerifyAt,
 };
 pub use flows::route_source;
 pub use link::parse_mac;
@@ -102,6 +102,30 @@ pub fn default_size(v6: bool) -> usize {
 /// (e.g. by Ctrl-C). A step with a sender error or frames the device refused ends the run;
 /// other problems (a rate not reached, loss) are in its report, and the run goes on.
 pub fn run(
+    a: &BlastConfig,
+    stop: &Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(BlastEvent),
+) -> Result<BlastReport, ToolError> {
+    // The verifying program is attached before the first frame leaves.
+    let watch = a
+        .verify_rss
+        .as_ref()
+        .map(|v| crate::verify::start_in(&v.dev, v.netns.as_deref(), 65_536))
+        .transpose()?;
+    let mut report = run_unverified(a, stop, on_event)?;
+    if let Some(w) = watch {
+        w.settle()?;
+        let v = w.finish()?;
+        if let Some(last) = report.steps.last_mut() {
+            last.problems
+                .extend(v.problems.iter().map(|p| format!("rss verify: {p}")));
+            last.rss_verify = Some(Box::new(v));
+        }
+    }
+    Ok(report)
+}
+
+fn run_unverified(
     a: &BlastConfig,
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(BlastEvent),
