@@ -347,3 +347,81 @@ pub fn run(
         cpu_share: (thread_cpu().saturating_sub(cpu0)).as_secs_f64() / watched.max(1e-9),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(queue: u32, rx_packets: u64, rx_drops: u64) -> QueueCounts {
+        QueueCounts {
+            queue,
+            rx_packets,
+            rx_drops,
+            tx_packets: 0,
+        }
+    }
+
+    fn s(cpu: usize, processed: u64, dropped: u64, time_squeeze: u64) -> Softnet {
+        Softnet {
+            cpu,
+            processed,
+            dropped,
+            time_squeeze,
+        }
+    }
+
+    #[test]
+    fn rates_are_deltas_over_the_interval_with_shares_against_the_table() {
+        let dev = TopDev {
+            dev: "eth0".into(),
+            queues: 2,
+            source: "driver statistics".into(),
+            irqs: vec![40, 41],
+            // Queue 0 holds 3 of the 4 entries.
+            reta: Some(vec![0, 0, 1, 0]),
+        };
+        let t0 = Instant::now();
+        let a = Snap {
+            at: t0,
+            queues: vec![("eth0".into(), vec![q(0, 1000, 5), q(1, 500, 0)])],
+            softnet: vec![s(0, 100, 0, 1), s(1, 200, 2, 0)],
+            irqs: vec![10, 20],
+        };
+        let b = Snap {
+            at: t0 + Duration::from_secs(2),
+            queues: vec![("eth0".into(), vec![q(0, 7000, 9), q(1, 2500, 0)])],
+            softnet: vec![s(0, 8100, 0, 5), s(1, 200, 6, 0)],
+            irqs: vec![410, 20],
+        };
+        let (rows, cpus) = rates(std::slice::from_ref(&dev), &a, &b);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].rx_packets, rows[0].drops), (6000, 4));
+        assert_eq!((rows[0].rx_pps, rows[0].drops_per_s), (3000.0, 2.0));
+        assert_eq!(rows[0].share, Some(0.75));
+        assert_eq!(rows[0].reta_share, Some(0.75));
+        assert_eq!((rows[1].rx_packets, rows[1].share), (2000, Some(0.25)));
+        assert_eq!(rows[1].reta_share, Some(0.25));
+        assert_eq!(cpus.len(), 2);
+        assert_eq!(
+            (
+                cpus[0].processed_per_s,
+                cpus[0].squeezed_per_s,
+                cpus[0].irqs_per_s
+            ),
+            (4000.0, 2.0, 200.0)
+        );
+        assert_eq!((cpus[1].dropped_per_s, cpus[1].irqs_per_s), (2.0, 0.0));
+
+        // Nothing received: no share (not 0 % or NaN); no table: no prediction; a counter
+        // that went backwards (driver reset) counts 0, not a wrapped huge rate.
+        let quiet = TopDev { reta: None, ..dev };
+        let c = Snap {
+            at: t0 + Duration::from_secs(3),
+            queues: vec![("eth0".into(), vec![q(0, 10, 0), q(1, 2500, 0)])],
+            ..b.clone()
+        };
+        let (rows, _) = rates(&[quiet], &b, &c);
+        assert_eq!(rows[0].rx_packets, 0);
+        assert_eq!((rows[0].share, rows[0].reta_share), (None, None));
+    }
+}
