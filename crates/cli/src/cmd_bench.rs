@@ -324,7 +324,11 @@ pub fn run(a: BenchArgs) -> CmdResult {
             }
             lab_line = Some(format!("lab {} (steering {})", c.name, c.steer.name()));
         }
-        BenchEvent::Started { buckets, workers } => {
+        BenchEvent::Started {
+            buckets,
+            workers,
+            checks,
+        } => {
             say(&format!(
                 "flowlane bench: {} — steps {}..{} buckets × {} flows each, {} s per step, {}-byte \
                  frames, {workers} server workers",
@@ -337,6 +341,9 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 a.step_secs,
                 frame_bytes,
             ));
+            if let Some(line) = checks.line() {
+                say(&line);
+            }
             say(&row_header());
         }
         BenchEvent::PortMoved { from, to } => {

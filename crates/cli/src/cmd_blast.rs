@@ -20,6 +20,7 @@ use crate::args::{
 };
 use crate::live::{latency_line, stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
+use flowlane_tools::doctor::RunDev;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ModeArg {
@@ -261,8 +262,26 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let (mut log, stream) = (a.live.log(), a.live.stream());
-    let report = blast::run(&cfg, &stop, &mut |event| match event {
-        BlastEvent::StepStarted(s) => log.line(&banner(&s)),
+    let mut devs: Vec<RunDev> = cfg
+        .mode
+        .frames()
+        .map(|f| RunDev::here(&f.dev))
+        .into_iter()
+        .collect();
+    devs.extend(cfg.verify_rss.as_ref().map(|v| RunDev {
+        dev: v.dev.clone(),
+        netns: v.netns.clone(),
+    }));
+    let host = crate::host::before_run(&cfg.cpus, &devs);
+    let mut said_host = false;
+    let mut report = blast::run(&cfg, &stop, &mut |event| match event {
+        BlastEvent::StepStarted(s) => {
+            log.line(&banner(&s));
+            if !said_host {
+                crate::host::say(&mut log, &host);
+                said_host = true;
+            }
+        }
         BlastEvent::Tick(t) => {
             stream.interval(&t);
             if !a.live.quiet {
@@ -283,6 +302,7 @@ pub fn run(a: BlastArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
+    report.host = Some(host);
     if !(a.live.json || stream.on()) {
         if let Some(v) = report.steps.last().and_then(|s| s.rss_verify.as_deref()) {
             print_verify(v);

@@ -13,6 +13,7 @@ use flowlane_tools::forward::{
 use crate::args::{backend_line, parse_cpu_list, parse_duration, print_json, CpuList};
 use crate::live::{stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
+use flowlane_tools::doctor::RunDev;
 
 /// Forward frames as a device under test: reflect, bridge two ports, or route IPv4/IPv6 on our FIB.
 ///
@@ -248,7 +249,14 @@ pub fn run(a: ForwardArgs) -> CmdResult {
     // The tables' upkeep as of the last status line.
     let mut seen = forward::TablesTick::default();
     let mut said_refused = false;
-    let r = forward::run(&cfg, &stop, &mut |event| match event {
+    let host = crate::host::before_run(
+        &match &cfg.cpus {
+            Some(c) => c.clone(),
+            None => crate::args::usable_cpus(None)?,
+        },
+        &cfg.devs.iter().map(|d| RunDev::here(d)).collect::<Vec<_>>(),
+    );
+    let mut r = forward::run(&cfg, &stop, &mut |event| match event {
         ForwardEvent::Started(s) => {
             let what = match cfg.mode.kind() {
                 ForwardMode::Reflect => "reflecting on",
@@ -256,6 +264,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
                 ForwardMode::Bridge => "bridging",
             };
             log.line(&format!("flowlane forward: {what} {}", cfg.devs.join(", ")));
+            crate::host::say(&mut log, &host);
             if let Some(r) = &s.routes {
                 log.line(&format!(
                     "routes from {}: {} IPv4, {} IPv6, {} next hops{}",
@@ -333,6 +342,7 @@ pub fn run(a: ForwardArgs) -> CmdResult {
         ForwardEvent::Tick(_) => {}
     })
     .map_err(Failure::from_tool)?;
+    r.host = Some(host);
     if a.live.json {
         print_json(&r)?;
     } else if stream.on() {

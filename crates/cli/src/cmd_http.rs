@@ -340,7 +340,8 @@ fn serve(a: ServeArgs) -> CmdResult {
     stop_on_signals(&stop)?;
     let (mut log, stream) = (a.live.log(), a.live.stream());
     let quiet = a.live.quiet;
-    let report = http::serve::run(&cfg, &stop, &mut |e| match e {
+    let host = crate::host::before_run(&cfg.cpus, &[]);
+    let mut report = http::serve::run(&cfg, &stop, &mut |e| match e {
         HttpServeEvent::Started(s) => {
             log.line(&format!(
                 "flowlane http serve: http://{} on {} worker(s) (CPUs {:?}{}), steering {}{}, open-file limit {} {}",
@@ -359,6 +360,7 @@ fn serve(a: ServeArgs) -> CmdResult {
                     "for all workers (file tables of their own refused: {r})"
                 ))
             ));
+            crate::host::say(&mut log, &host);
             if !quiet {
                 log.line(&serve_header());
             }
@@ -371,6 +373,7 @@ fn serve(a: ServeArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
+    report.host = Some(host);
     if a.live.json {
         print_json(&report)?;
     } else if stream.on() {
@@ -633,7 +636,8 @@ fn load(a: LoadArgs) -> CmdResult {
     let (mut log, stream) = (a.live.log(), a.live.stream());
     let quiet = a.live.quiet;
     let mut csv_err = None;
-    let report = http::load::run(&cfg, &stop, &mut |e| match e {
+    let host = crate::host::before_run(&cfg.cpus, &[]);
+    let mut report = http::load::run(&cfg, &stop, &mut |e| match e {
         HttpLoadEvent::Started(s) => {
             log.line(&format!(
                 "flowlane http load: {} connection(s) in {} pool(s) on {} worker(s) (CPUs {:?}); open-file limit {} (hard {}){}",
@@ -645,6 +649,7 @@ fn load(a: LoadArgs) -> CmdResult {
                 s.nofile_hard,
                 own_tables(s.workers, s.cpus.len(), s.files_per_worker)
             ));
+            crate::host::say(&mut log, &host);
             log.line(&format!(
                 "latency histograms: at most {:.1} MiB (allowed {:.1} MiB)",
                 s.histograms_max_bytes as f64 / f64::from(1 << 20),
@@ -680,6 +685,7 @@ fn load(a: LoadArgs) -> CmdResult {
         }
     })
     .map_err(Failure::from_tool)?;
+    report.host = Some(host);
     if a.live.json {
         print_json(&report)?;
     } else if stream.on() {

@@ -17,6 +17,7 @@ use crate::args::{
 use crate::args::{CpuList, Imix, SizeList};
 use crate::live::{stop_on_signals, Log};
 use crate::{CmdResult, Failure};
+use flowlane_tools::doctor::RunDev;
 
 mod page;
 
@@ -431,6 +432,13 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let mut log = Log::new(a.json);
+    let host = crate::host::before_run(
+        &[cfg.tx_cpu, cfg.rx_cpu],
+        &[&cfg.tx, &cfg.rx].map(|e| RunDev {
+            dev: e.dev.clone(),
+            netns: e.netns.clone(),
+        }),
+    );
     let placed = cfg.placement.as_ref().map_or(String::new(), |p| {
         let queues = if p.queues.is_empty() {
             "every queue".to_string()
@@ -457,8 +465,9 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
         cfg.rx_backend.name(),
         cfg.rx_cpu
     ));
+    crate::host::say(&mut log, &host);
     let quiet = a.quiet;
-    let r = rfc2544::run(&cfg, &stop, &mut |e| match e {
+    let mut r = rfc2544::run(&cfg, &stop, &mut |e| match e {
         Rfc2544Event::Size { frame_bytes, max } => log.line(&format!(
             "size {frame_bytes:.0} B: maximum {:.0} pps ({}; generator ceiling {:.0} pps)",
             max.pps,
@@ -469,6 +478,7 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
         Rfc2544Event::Trial(_) => {}
     })
     .map_err(Failure::from_tool)?;
+    r.host = Some(host);
     // The report first: a side file that fails to write must not cost it.
     if a.json {
         print_json(&r)?;

@@ -172,10 +172,12 @@ pub fn run(a: ServeArgs) -> CmdResult {
     let mut log = Log::new(a.json || a.json_stream);
     let stream = crate::live::JsonStream::new(a.json_stream);
     let mut detected = true;
-    let report = serve::run(&cfg, &stop, &mut |event| match event {
+    let host = crate::host::before_run(&cfg.cpus, &[]);
+    let mut report = serve::run(&cfg, &stop, &mut |event| match event {
         ServeEvent::Started(s) => {
             detected = s.detector_off.is_none();
             log.line(&banner(&cfg, &s));
+            crate::host::say(&mut log, &host);
             if let Some(why) = &s.detector_off {
                 log.line(&format!("mis-steering detector {why}"));
             }
@@ -201,6 +203,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
         ServeEvent::Tick(_) => {}
     })
     .map_err(Failure::from_tool)?;
+    report.host = Some(host);
     if a.json {
         print_json(&report)?;
     } else if stream.on() {

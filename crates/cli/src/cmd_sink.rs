@@ -13,6 +13,7 @@ use crate::args::print_json;
 use crate::args::{usable_cpus, CpuList};
 use crate::live::{latency_line, stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
+use flowlane_tools::doctor::RunDev;
 
 /// Receive an interface's frames and account flowlane traffic per flow: loss, order, latency.
 ///
@@ -168,30 +169,41 @@ pub fn run(a: SinkArgs) -> CmdResult {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
     let (mut log, stream) = (a.live.log(), a.live.stream());
-    let r = sink::run(&cfg, &stop, &mut |event| match event {
-        SinkEvent::Started(s) => log.line(&format!(
-            "flowlane sink: {} (MTU {}), {}, {}, {}{}",
-            cfg.dev,
-            s.mtu,
-            match cfg.port {
-                Some(p) => format!("UDP port {p}"),
-                None => "any UDP port".into(),
-            },
-            if cfg.cpus.is_empty() {
-                format!("CPU {}", cfg.cpu)
-            } else {
-                format!("CPUs {:?}", cfg.cpus)
-            },
-            match &s.rings {
-                Some(m) => m.line(),
-                None => format!("{} slots per queue", cfg.ring),
-            },
-            if cfg.backend == SinkBackend::AfXdp {
-                ", AF_XDP (frames taken from the kernel)"
-            } else {
-                ""
-            }
-        )),
+    let host = crate::host::before_run(
+        &if cfg.cpus.is_empty() {
+            vec![cfg.cpu]
+        } else {
+            cfg.cpus.clone()
+        },
+        &[RunDev::here(&cfg.dev)],
+    );
+    let mut r = sink::run(&cfg, &stop, &mut |event| match event {
+        SinkEvent::Started(s) => {
+            log.line(&format!(
+                "flowlane sink: {} (MTU {}), {}, {}, {}{}",
+                cfg.dev,
+                s.mtu,
+                match cfg.port {
+                    Some(p) => format!("UDP port {p}"),
+                    None => "any UDP port".into(),
+                },
+                if cfg.cpus.is_empty() {
+                    format!("CPU {}", cfg.cpu)
+                } else {
+                    format!("CPUs {:?}", cfg.cpus)
+                },
+                match &s.rings {
+                    Some(m) => m.line(),
+                    None => format!("{} slots per queue", cfg.ring),
+                },
+                if cfg.backend == SinkBackend::AfXdp {
+                    ", AF_XDP (frames taken from the kernel)"
+                } else {
+                    ""
+                }
+            ));
+            crate::host::say(&mut log, &host);
+        }
         SinkEvent::Tick(t) if !a.live.quiet || stream.on() => {
             stream.interval(&t);
             if a.live.quiet {
@@ -211,6 +223,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
         SinkEvent::Tick(_) => {}
     })
     .map_err(Failure::from_tool)?;
+    r.host = Some(host);
     if a.live.json {
         print_json(&r)?;
     } else if stream.on() {

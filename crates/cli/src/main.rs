@@ -25,6 +25,7 @@ mod cmd_rss;
 mod cmd_serve;
 mod cmd_sink;
 mod cmd_top;
+mod host;
 mod live;
 mod report;
 mod side;

@@ -169,6 +169,48 @@ fn opt(v: Option<u64>) -> String {
 ///
 /// Long: the page written top to bottom (header, each table, each chart) in the order it reads;
 /// each part is a few `write!`s with nothing to name apart.
+/// The host's conditions (`doctor`'s rules) as a table, WARN and FAIL first.
+fn host_table(checks: Option<&flowlane_tools::doctor::DoctorReport>) -> String {
+    use flowlane_tools::doctor::Verdict;
+    let Some(c) = checks else {
+        return "<p>Not read (a report from an older flowlane).</p>".into();
+    };
+    let rank = |v: Verdict| match v {
+        Verdict::Fail => 0,
+        Verdict::Warn => 1,
+        Verdict::Pass => 2,
+        Verdict::Skip => 3,
+    };
+    let mut f: Vec<_> = c.findings.iter().collect();
+    f.sort_by_key(|x| rank(x.verdict));
+    let rows: String = f
+        .iter()
+        .map(|x| {
+            let v = format!("{:?}", x.verdict).to_uppercase();
+            format!(
+                "<tr><td class=\"{}\">{v}</td><td style=\"text-align:left\">{}{}</td>\
+                 <td style=\"text-align:left\">{}</td><td style=\"text-align:left\">{}</td>\
+                 <td style=\"text-align:left\"><code>{}</code></td></tr>",
+                v.to_lowercase(),
+                esc(&x.id),
+                x.subject
+                    .as_deref()
+                    .map_or(String::new(), |s| format!(" [{}]", esc(s))),
+                esc(&x.seen),
+                esc(&x.why),
+                esc(x.fix.as_deref().unwrap_or(""))
+            )
+        })
+        .collect();
+    format!(
+        "<p>{} pass, {} warn, {} fail, {} skip: what on this host could distort the figures \
+         above (read before the first step; nothing was changed).</p>\
+         <table><tr><th>verdict</th><th>rule</th><th>seen</th><th>why it matters</th>\
+         <th>fix</th></tr>{rows}</table>",
+        c.counts.pass, c.counts.warn, c.counts.fail, c.counts.skip
+    )
+}
+
 pub fn html(r: &BenchReport) -> String {
     let steps = &r.steps;
     let labels: Vec<String> = steps
@@ -344,6 +386,8 @@ table {{ border-collapse: collapse; font-size: 13px; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 6px; text-align: right; }}
 th {{ background: #f3f3f3; }}
 .problems li {{ color: #a00; }}
+td.fail {{ color: #a00; font-weight: bold; }}
+td.warn {{ color: #a60; }}
 figure {{ margin: 1.5em 0; }}
 figcaption {{ font-size: 12px; color: #555; }}
 </style></head>
@@ -355,6 +399,8 @@ figcaption {{ font-size: 12px; color: #555; }}
 <h2>Problems</h2>
 <ul class="problems">{problems}</ul>
 {none}
+<h2>The host</h2>
+{host}
 <h2>Charts</h2>
 {pps_chart}
 {scale_chart}
@@ -368,6 +414,7 @@ figcaption {{ font-size: 12px; color: #555; }}
 "#,
         cpus = r.host.cpus,
         kernel = esc(&r.host.kernel),
+        host = host_table(r.host.checks.as_ref()),
         frame = r.frame_bytes,
         per = r.per_bucket,
         secs = r.step_secs,

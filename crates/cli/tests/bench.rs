@@ -359,7 +359,35 @@ fn software_rss_attempt(k: usize) {
         assert!(dom.contains("CPU time per packet, per core (ns)"));
         assert!(dom.contains("log scale"));
         assert!(dom.contains("None: every number adds up."));
+        // The host's conditions, as the report carries them.
+        assert!(dom.contains("<h2>The host</h2>"), "{dom}");
+        let checks = &saved["host"]["checks"];
+        for f in checks["findings"].as_array().expect("host.checks.findings") {
+            let id = f["id"].as_str().expect("id");
+            assert!(dom.contains(id), "{id} not on the page");
+        }
     }
+    // Read in the lab's namespaces: both of its interfaces were found there.
+    let checks = &saved["host"]["checks"];
+    assert_eq!(
+        checks["devs"],
+        serde_json::json!(["flgen", "fldut"]),
+        "{checks}"
+    );
+    let ids: Vec<&str> = checks["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["id"].as_str())
+        .collect();
+    assert!(
+        !ids.contains(&"nic.read"),
+        "an interface was not read: {checks}"
+    );
+    assert!(
+        ids.contains(&"nic.rings") && ids.contains(&"cpu.governor"),
+        "{ids:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

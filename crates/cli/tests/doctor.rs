@@ -101,3 +101,60 @@ fn a_recorded_root_is_read_and_bad_requests_are_refused() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Issue 52 item 3: a run carries its host's conditions. blast (in its single-step and
+/// sweep forms) puts `doctor`'s findings for its CPU in its JSON as `host`, the same verdicts
+/// `doctor` gives for that CPU, and one line after its banner names every WARN and FAIL.
+#[test]
+fn a_run_carries_its_hosts_conditions_and_names_its_warnings() {
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").expect("sink");
+    let to = sink.local_addr().expect("addr").to_string();
+    for sweep in [false, true] {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "blast", "--to", &to, "--count", "20", "--cpus", "0", "--json",
+        ]);
+        if sweep {
+            cmd.args(["--size", "64,128"]);
+        }
+        let o = cmd.output().expect("blast runs");
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let j: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        common::schema_valid("blast", &j);
+        let host = &j["host"];
+        assert_eq!(host["cpus"], serde_json::json!([0]), "{j}");
+        let findings = host["findings"].as_array().expect("host.findings");
+        // The verdicts are doctor's own for CPU 0 (host-wide rules and CPU 0's).
+        let (_, d, _) = doctor(&["--cpus", "0"]);
+        for id in ["cpu.governor", "cpu.smt", "net.backlog", "host.clocksource"] {
+            let mine = findings
+                .iter()
+                .find(|f| f["id"] == id)
+                .unwrap_or_else(|| panic!("no {id} in {host}"));
+            assert_eq!(mine["verdict"], finding(&d, id)["verdict"], "{id}");
+        }
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let line = stderr.lines().find(|l| l.starts_with("host: "));
+        let bad: Vec<&Value> = findings
+            .iter()
+            .filter(|f| f["verdict"] == "WARN" || f["verdict"] == "FAIL")
+            .collect();
+        match line {
+            None => assert!(bad.is_empty(), "no host line for {bad:?}: {stderr}"),
+            Some(l) => {
+                for f in &bad {
+                    let id = f["id"].as_str().expect("id");
+                    assert!(l.contains(id), "{id} not named in {l}");
+                }
+                // After the banner, never before it.
+                let first = stderr.lines().next().unwrap_or_default();
+                assert!(first.starts_with("flowlane blast"), "{stderr}");
+            }
+        }
+    }
+}

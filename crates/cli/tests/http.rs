@@ -63,6 +63,12 @@ fn load(ns: &Netns, args: &[&str]) -> (Option<i32>, Value) {
         )
     });
     common::schema_valid("http-load", &j);
+    assert!(
+        j["host"]["findings"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty()),
+        "the run's host conditions: {j}"
+    );
     (out.status.code(), j)
 }
 

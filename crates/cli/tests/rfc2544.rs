@@ -45,6 +45,22 @@ fn valid(j: &Value) {
         errors.is_empty(),
         "the report against the schema: {errors:?}"
     );
+    // The run carries its host's conditions: both interfaces were read where they are.
+    let devs = &j["host"]["devs"];
+    assert_eq!(
+        devs.as_array().map(Vec::len),
+        Some(2),
+        "host: {}",
+        j["host"]
+    );
+    assert!(
+        !j["host"]["findings"]
+            .as_array()
+            .expect("host findings")
+            .is_empty(),
+        "{}",
+        j["host"]
+    );
 }
 
 fn dev_counts(ns: &flowlane_lab::Netns, dev: &str) -> (u64, u64) {

@@ -20,6 +20,7 @@ pub use report::{
     BenchReport, BenchStep, BenchWorker, Five, Host, KernelCpu, LabInfo, Pps, SCHEMA,
 };
 
+use crate::doctor::RunDev;
 use crate::{Cause, ToolError};
 
 /// What a run tells while it runs.
@@ -38,6 +39,8 @@ pub enum BenchEvent {
         buckets: (u32, u32),
         /// Server workers.
         workers: usize,
+        /// The host's conditions for the run (`doctor`'s rules), as the report carries them.
+        checks: Box<crate::doctor::DoctorReport>,
     },
     /// The server's port was taken before it could bind it: the step runs on another.
     PortMoved {
@@ -164,9 +167,19 @@ pub fn run(
         BenchMode::Sink => &[false],
         BenchMode::Both => &[false, true],
     };
+    // The host's conditions, once the lab's interfaces exist; nothing is changed.
+    let devs: Vec<RunDev> = match &target.lab {
+        Some((_, _, c)) => vec![
+            RunDev::in_ns(setup::GEN_IF, &c.gen_ns()),
+            RunDev::in_ns(setup::DUT_IF, &c.dut_ns()),
+        ],
+        None => Vec::new(),
+    };
+    let checks = crate::doctor::for_run(&a.cpus, &devs);
     on_event(BenchEvent::Started {
         buckets: (lo, hi),
         workers: a.cpus.len(),
+        checks: Box::new(checks.clone()),
     });
     let mut steps: Vec<BenchStep> = Vec::new();
     'outer: for k in lo..=hi {
@@ -233,6 +246,7 @@ pub fn run(
                 .unwrap_or_default()
                 .trim()
                 .to_string(),
+            checks: Some(checks),
         },
         rss_faithful: target.lab.is_some(),
         lab: target.lab.as_ref().map(|(_, _, c)| LabInfo {

@@ -9,12 +9,16 @@ use crate::Latency;
 pub const SCHEMA: &str = "flowlane-bench-report/1";
 
 /// The machine the run was on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Host {
     /// CPUs the server's workers used.
     pub cpus: u32,
     /// `uname -r`.
     pub kernel: String,
+    /// `doctor`'s rules for the server's CPUs and the lab's interfaces, read once the lab
+    /// was up, before the first step (none in reports of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<crate::doctor::DoctorReport>,
 }
 
 /// The lab a run used.

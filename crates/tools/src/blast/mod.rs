@@ -232,6 +232,7 @@ fn run_steps(
     Ok(BlastReport {
         steps: done,
         sweep: steps.len() > 1,
+        host: None,
     })
 }
 

@@ -85,6 +85,10 @@ pub struct StepReport {
     /// with each flow, against its own RSS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_verify: Option<Box<crate::verify::VerifyReport>>,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
     /// The frame size (one size).
     pub frame_bytes: Option<usize>,
     /// The frame sizes of one cycle (a mix).
@@ -149,6 +153,10 @@ pub struct BlastReport {
     pub steps: Vec<StepReport>,
     /// The run was a size sweep (printed as `{"sweep": [...]}`).
     pub sweep: bool,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
 }
 
 /// What `blast --json` prints: a single step's report as it is, or a sweep's steps under
@@ -162,6 +170,9 @@ pub enum BlastJson {
     Sweep {
         /// The steps, in the order run.
         sweep: Vec<StepReport>,
+        /// The host's conditions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<crate::doctor::DoctorReport>,
     },
 }
 
@@ -169,9 +180,13 @@ impl BlastReport {
     /// The form `--json` prints.
     pub fn json(&self) -> BlastJson {
         match self.steps.as_slice() {
-            [one] if !self.sweep => BlastJson::Step(Box::new(one.clone())),
+            [one] if !self.sweep => BlastJson::Step(Box::new(StepReport {
+                host: self.host.clone(),
+                ..one.clone()
+            })),
             all => BlastJson::Sweep {
                 sweep: all.to_vec(),
+                host: self.host.clone(),
             },
         }
     }

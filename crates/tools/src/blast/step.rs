@@ -482,6 +482,7 @@ fn summarize(
         flows: flow_reports,
         errors,
         rss_verify: None,
+        host: None,
     };
     r.problems = judge(a, &r, tx_pps);
     r.pktgen = pktgen_line(&r, secs, mean(frames), mbps);

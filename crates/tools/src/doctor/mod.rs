@@ -144,6 +144,105 @@ fn parse_list(s: &str) -> Vec<usize> {
     v
 }
 
+/// An interface a run uses, and the network namespace it is in (`ip netns` name; none:
+/// the caller's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDev {
+    /// The interface.
+    pub dev: String,
+    /// Its namespace.
+    pub netns: Option<String>,
+}
+
+impl RunDev {
+    /// An interface in the caller's namespace.
+    pub fn here(dev: &str) -> RunDev {
+        RunDev {
+            dev: dev.into(),
+            netns: None,
+        }
+    }
+
+    /// An interface in namespace `netns`.
+    pub fn in_ns(dev: &str, netns: &str) -> RunDev {
+        RunDev {
+            dev: dev.into(),
+            netns: Some(netns.into()),
+        }
+    }
+}
+
+/// The host's conditions for a run on `cpus` over `devs`, read live: every host rule, the
+/// CPUs' and each interface's (read inside its namespace). An interface that cannot be read
+/// is one SKIP finding saying why; nothing is changed. What `bench`, `blast`, `serve`,
+/// `sink`, `forward`, `rfc2544` and `http` carry as their report's `host`.
+pub fn for_run(cpus: &[usize], devs: &[RunDev]) -> DoctorReport {
+    let t0 = Instant::now();
+    let mut nics = Vec::new();
+    let mut unread = Vec::new();
+    for d in devs {
+        let read = match &d.netns {
+            None => crate::nic::read(&d.dev),
+            Some(n) => flowlane_lab::Netns::existing(n)
+                .run(|| crate::nic::read(&d.dev))
+                .unwrap_or_else(|e| {
+                    Err(crate::ToolError::runtime(format!(
+                        "entering namespace {n}: {e}"
+                    )))
+                }),
+        };
+        match read {
+            Ok(r) => nics.push(r),
+            Err(e) => unread.push(finding(
+                "nic.read",
+                Some(d.dev.clone()),
+                Verdict::Skip,
+                e.to_string(),
+                "an interface that cannot be read cannot be checked",
+                None,
+            )),
+        }
+    }
+    let mut r = check(Path::new("/"), cpus, &nics);
+    r.counts.skip += unread.len();
+    r.findings.extend(unread);
+    r.devs = devs.iter().map(|d| d.dev.clone()).collect();
+    r.took_ms = t0.elapsed().as_secs_f64() * 1e3;
+    r
+}
+
+impl DoctorReport {
+    /// One line naming every WARN and FAIL (`None` when there is none), for before a run.
+    pub fn line(&self) -> Option<String> {
+        let bad: Vec<String> = self
+            .findings
+            .iter()
+            .filter(|f| matches!(f.verdict, Verdict::Warn | Verdict::Fail))
+            .map(|f| {
+                format!(
+                    "{} {}{}",
+                    if f.verdict == Verdict::Fail {
+                        "FAIL"
+                    } else {
+                        "WARN"
+                    },
+                    f.id,
+                    f.subject
+                        .as_deref()
+                        .map_or(String::new(), |s| format!(" [{s}]"))
+                )
+            })
+            .collect();
+        (!bad.is_empty()).then(|| {
+            format!(
+                "host: {} (the report's `host` has the values; `flowlane doctor` says why and \
+                 how to fix)",
+                bad.join(", ")
+            )
+        })
+    }
+}
+
 /// Runs every rule for the measurement `cpus` and interfaces `nics` on the host under `root`.
 pub fn check(root: &Path, cpus: &[usize], nics: &[NicReport]) -> DoctorReport {
     let t0 = Instant::now();

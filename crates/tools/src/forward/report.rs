@@ -271,6 +271,10 @@ pub struct ForwardReport {
     /// Why the forwarder stopped early, if it did.
     #[serde(default)]
     pub errors: Vec<String>,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
 }
 
 /// The names of what `swap` swaps besides the MACs.
@@ -344,6 +348,7 @@ pub(super) fn assemble(
     let queued = total.forwarded + total.flood_copies;
     let (device_refused, problems) = judge(&names.join("+"), queued, dev_tx_packets);
     ForwardReport {
+        host: None,
         pmu: crate::PmuCost::default(),
         mode: job.cfg.mode.kind(),
         backend: job.backend.clone(),

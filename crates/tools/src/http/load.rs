@@ -359,6 +359,10 @@ pub struct HttpLoadReport {
     pub pmu: crate::PmuCost,
     /// Workers that stopped on an error.
     pub worker_errors: Vec<WorkerError>,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
 }
 
 /// One status interval.
@@ -1082,6 +1086,7 @@ fn report(cfg: &HttpLoadConfig, p: &Plan, w: Watched, ran: &Ran) -> HttpLoadRepo
     }
     let passed = worker_errors.is_empty() && failures.is_empty();
     HttpLoadReport {
+        host: None,
         cpus: cfg.cpus.clone(),
         duration_s: (secs * 1000.0).round() / 1000.0,
         steady_s: span_s,

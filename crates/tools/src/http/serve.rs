@@ -226,6 +226,10 @@ pub struct HttpServeReport {
     pub pmu: crate::PmuCost,
     /// Workers that stopped on an error.
     pub errors: Vec<WorkerError>,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
 }
 
 /// Known once every listener is open.
@@ -407,6 +411,7 @@ pub fn run(
     let secs = end.elapsed.as_secs_f64();
     let total = HttpServeCounts::from(&end.total());
     Ok(HttpServeReport {
+        host: None,
         bind: cfg.bind.to_string(),
         steering: steering.name().into(),
         steering_reason,

@@ -194,6 +194,7 @@ pub fn run(
         }
     };
     let mut report = Rfc2544Report {
+        host: None,
         tx_dev: cfg.tx.dev.clone(),
         rx_dev: cfg.rx.dev.clone(),
         to: cfg.to.to_string(),

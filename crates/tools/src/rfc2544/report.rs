@@ -234,6 +234,10 @@ pub struct Rfc2544Report {
     pub duration_s: f64,
     /// Stopped before the end (Ctrl-C).
     pub interrupted: bool,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
 }
 
 /// Bits per second on the line for `pps` frames of `frame` bytes with FCS (+ 8 preamble +

@@ -153,6 +153,7 @@ pub fn run(
         })
         .collect();
     Ok(ServeReport {
+        host: None,
         pmu: crate::PmuCost::of(&total.looped, total.role.rx_packets, rt.pmu_unavailable()),
         workers,
         total: ServeCounts::from_snapshot(&total, detected),

@@ -140,4 +140,8 @@ pub struct ServeReport {
     pub pmu: crate::PmuCost,
     /// Workers that stopped with an error (the run's exit code is then 1).
     pub errors: Vec<WorkerError>,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
 }

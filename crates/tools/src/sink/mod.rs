@@ -378,6 +378,7 @@ fn report(
     let secs = last.saturating_sub(first) as f64 / 1e9;
     let latency = latency.filter(|h| !h.is_empty());
     SinkReport {
+        host: None,
         rx_packets: c.frames,
         rx_bytes: c.bytes,
         flowlane_packets: c.flowlane,

@@ -153,12 +153,17 @@ pub struct SinkReport {
     /// Why the sink stopped early, if it did (the run's exit code is then 1).
     #[serde(default)]
     pub errors: Vec<String>,
+    /// The host's conditions when it ran (`doctor`'s rules for its CPUs and interfaces),
+    /// read by the caller before the run; none when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::doctor::DoctorReport>,
 }
 
 impl SinkReport {
     /// A report of nothing received.
     pub fn empty() -> SinkReport {
         SinkReport {
+            host: None,
             rx_packets: 0,
             rx_bytes: 0,
             flowlane_packets: 0,
