@@ -13,10 +13,14 @@ use crate::{CmdResult, Failure};
 ///
 /// Each rule has a stable id and says PASS, WARN, FAIL or SKIP with the value it saw, why it
 /// matters to a packet-rate or latency figure, and the command that fixes it: the CPU clock
-/// (governor, boost), C-states, SMT siblings and isolation of the measurement CPUs,
-/// irqbalance, the receive path's sysctls, busy polling, huge pages, a hypervisor, the clock
-/// source, connection tracking; with --dev, each interface's rings, NUMA node, queue
-/// interrupts' CPUs and RPS. Nothing is changed. Exit 1 if any rule fails.
+/// (governor, boost), C-states and the /dev/cpu_dma_latency limit, SMT siblings and
+/// isolation of the measurement CPUs, irqbalance, the receive path's sysctls, busy polling,
+/// huge pages, a hypervisor, the clock source, the preemption model, connection tracking and
+/// firewall chains on the forwarding path (nftables, iptables); with --dev, each interface's
+/// rings, NUMA node, queue interrupts' CPUs, flow control (the one FAIL), offloads (GRO, LRO,
+/// checksums), interrupt coalescing, RPS and XPS. Nothing is changed. Exit 1 if any rule
+/// fails. bench, blast, serve, sink, forward, rfc2544 and http carry the same rules for their
+/// CPUs and interfaces in their JSON (`host`).
 ///
 /// Examples:
 ///   flowlane doctor

@@ -158,3 +158,128 @@ fn a_run_carries_its_hosts_conditions_and_names_its_warnings() {
         }
     }
 }
+
+/// The rules read from the kernel in a namespace of their own, against independent answers:
+/// a veth's offloads against `ethtool -k` (after turning its receive checksums off), its XPS
+/// against the sysfs files the test wrote, an nftables forward chain the test made against
+/// `nft`'s own listing, and the preemption model against /proc/version.
+#[test]
+fn a_namespaces_interface_and_firewall_read_as_ethtool_and_nft_say() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: needs root for a network namespace");
+        return;
+    }
+    let ns = flowlane_lab::Netns::create("fldoc").expect("namespace");
+    ns.ip(&[
+        "link",
+        "add",
+        "fld0",
+        "numtxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "fld1",
+    ])
+    .expect("veth");
+    let in_ns = |prog: &str, args: &[&str]| ns.command(prog).args(args).output().expect("runs");
+    let doctor_in_ns = || {
+        let o = in_ns(BIN, &["doctor", "--dev", "fld0", "--cpus", "0", "--json"]);
+        let r: Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
+        common::schema_valid("doctor", &r);
+        r
+    };
+    // Receive checksums off: a WARN, and ethtool says the same.
+    in_ns("ip", &["link", "set", "fld0", "up"]);
+    let before = doctor_in_ns();
+    if common::need_program("ethtool") {
+        let o = in_ns("ethtool", &["-K", "fld0", "rx", "off"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let k = String::from_utf8_lossy(&in_ns("ethtool", &["-k", "fld0"]).stdout).to_string();
+        let said = |name: &str| {
+            k.lines()
+                .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
+                .map(|v| if v.starts_with("on") { "on" } else { "off" })
+                .unwrap_or_else(|| panic!("{name} in {k}"))
+        };
+        let r = doctor_in_ns();
+        let o = finding(&r, "nic.offloads");
+        assert_eq!(
+            o["seen"],
+            format!(
+                "gro {}, lro {}, rx-checksum {}, tx-checksum {}",
+                said("generic-receive-offload"),
+                said("large-receive-offload"),
+                said("rx-checksumming"),
+                said("tx-checksumming")
+            ),
+            "{o}"
+        );
+        assert_eq!(o["verdict"], "WARN", "{o}");
+        assert_eq!(finding(&before, "nic.offloads")["verdict"], "PASS");
+    }
+    // veth has no coalescing to report: said, not guessed.
+    assert_eq!(finding(&before, "nic.coalesce")["verdict"], "SKIP");
+    // XPS: unset on both queues, then set through sysfs (in the namespace's own sysfs view).
+    assert_eq!(
+        finding(&before, "nic.xps")["seen"],
+        "XPS unset on 2 of 2 tx queues"
+    );
+    for (q, mask) in [(0, "1"), (1, "2")] {
+        let o = in_ns(
+            "sh",
+            &[
+                "-c",
+                &format!("echo {mask} > /sys/class/net/fld0/queues/tx-{q}/xps_cpus"),
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let r = doctor_in_ns();
+    assert_eq!(
+        finding(&r, "nic.xps")["seen"],
+        "XPS set on all 2 tx queues",
+        "{r}"
+    );
+    // The firewall: an nftables table with a forward chain, as nft lists it.
+    let firewall_seen = |r: &Value| finding(r, "net.firewall")["seen"].clone();
+    assert_eq!(
+        firewall_seen(&before),
+        "no nftables base chain on the forwarding hooks, no iptables tables"
+    );
+    if common::need_program("nft") {
+        let o = in_ns(
+            "nft",
+            &["add table inet fltest; add chain inet fltest fl_fwd { type filter hook forward priority 0; }"],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let listed = String::from_utf8_lossy(&in_ns("nft", &["list", "chains"]).stdout).to_string();
+        assert!(
+            listed.contains("chain fl_fwd") && listed.contains("hook forward"),
+            "{listed}"
+        );
+        let r = doctor_in_ns();
+        assert_eq!(firewall_seen(&r), "nft inet fltest fl_fwd (hook forward)");
+        assert_eq!(finding(&r, "net.firewall")["verdict"], "WARN");
+    }
+    // The preemption model is /proc/version's.
+    let version = std::fs::read_to_string("/proc/version").expect("version");
+    let p = finding(&before, "kernel.preempt");
+    if version.contains("PREEMPT_RT") {
+        assert_eq!(p["verdict"], "PASS", "{p}");
+    } else if version.contains("PREEMPT_DYNAMIC") {
+        assert!(
+            p["seen"].as_str().is_some_and(|s| s.contains("dynamic")) || p["verdict"] == "SKIP",
+            "{p}"
+        );
+    }
+    // The wake-up limit is what the device answers (nobody holds one during tests).
+    let d = finding(&before, "cpu.dma_latency");
+    assert!(
+        d["verdict"] == "SKIP"
+            || d["seen"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("no limit held") || s.starts_with("limit ")),
+        "{d}"
+    );
+}

@@ -264,10 +264,34 @@ fn pin_neighbours(lab: &Line) {
             .to_string()
     };
     let pairs = [
-        (&lab.gen, "flgen", [LAB_DUT_V4, LAB_DUT_V6], &lab.dut, "fldut"),
-        (&lab.dut, "fldut", [LAB_GEN_V4, LAB_GEN_V6], &lab.gen, "flgen"),
-        (&lab.dut, "fldut1", [LAB_SINK_V4, LAB_SINK_V6], &lab.sink, "flsink"),
-        (&lab.sink, "flsink", [LAB_DUT_OUT_V4, LAB_DUT_OUT_V6], &lab.dut, "fldut1"),
+        (
+            &lab.gen,
+            "flgen",
+            [LAB_DUT_V4, LAB_DUT_V6],
+            &lab.dut,
+            "fldut",
+        ),
+        (
+            &lab.dut,
+            "fldut",
+            [LAB_GEN_V4, LAB_GEN_V6],
+            &lab.gen,
+            "flgen",
+        ),
+        (
+            &lab.dut,
+            "fldut1",
+            [LAB_SINK_V4, LAB_SINK_V6],
+            &lab.sink,
+            "flsink",
+        ),
+        (
+            &lab.sink,
+            "flsink",
+            [LAB_DUT_OUT_V4, LAB_DUT_OUT_V6],
+            &lab.dut,
+            "fldut1",
+        ),
     ];
     for (ns, dev, addrs, peer_ns, peer_dev) in pairs {
         let lladdr = mac(peer_ns, peer_dev);

@@ -85,6 +85,11 @@ pub mod netdev {
     pub use crate::sys::qstats::{qstats_of, queue_stats, QueueStats};
 }
 
+/// nftables' base chains, as `nft list chains` reads them.
+pub mod nft {
+    pub use crate::sys::nft::*;
+}
+
 /// An interface's RSS and queues as `ethtool` reads them (generic netlink where the kernel has
 /// the message, `SIOCETHTOOL` otherwise; each reading says which).
 pub mod ethtool {

@@ -113,6 +113,29 @@ pub struct Pause {
     pub tx_frames: Option<u64>,
 }
 
+/// Receive and checksum offloads (`ethtool -k`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Offloads {
+    /// Generic receive offload: the stack merges segments of a flow before the socket.
+    pub gro: Option<bool>,
+    /// Large receive offload: the NIC merges them (breaks forwarding).
+    pub lro: Option<bool>,
+    pub rx_checksum: Option<bool>,
+    pub tx_checksum: Option<bool>,
+}
+
+/// Interrupt coalescing (`ethtool -c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Coalesce {
+    pub rx_usecs: u32,
+    pub rx_frames: u32,
+    pub tx_usecs: u32,
+    pub tx_frames: u32,
+    /// The driver retunes the receive interrupt rate by itself.
+    pub adaptive_rx: bool,
+    pub adaptive_tx: bool,
+}
+
 /// The driver (`ethtool -i`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Driver {
@@ -143,13 +166,19 @@ pub struct NicReport {
     /// Flow control.
     #[serde(default = "not_read::<Pause>")]
     pub pause: Item<Pause>,
+    /// Offloads (ioctl).
+    #[serde(default = "not_read::<Offloads>")]
+    pub offloads: Item<Offloads>,
+    /// Interrupt coalescing (ioctl).
+    #[serde(default = "not_read::<Coalesce>")]
+    pub coalesce: Item<Coalesce>,
     /// NUMA node, queues' RPS/XPS, RFS, IRQs and their affinity (sysfs, procfs).
     pub host: NicSysfs,
     /// How long the whole reading took, milliseconds.
     pub read_ms: f64,
 }
 
-fn not_read<T>() -> Item<T> {
+pub(crate) fn not_read<T>() -> Item<T> {
     Item {
         via: None,
         value: None,
@@ -232,6 +261,30 @@ pub fn read(dev: &str) -> Result<NicReport, ToolError> {
             via,
         )
     }));
+    let offloads = Item::read(ethtool::offloads(dev).map(|o| {
+        (
+            Offloads {
+                gro: o.gro,
+                lro: o.lro,
+                rx_checksum: o.rx_checksum,
+                tx_checksum: o.tx_checksum,
+            },
+            Via::Ioctl,
+        )
+    }));
+    let coalesce = Item::read(ethtool::coalesce(dev).map(|c| {
+        (
+            Coalesce {
+                rx_usecs: c.rx_usecs,
+                rx_frames: c.rx_frames,
+                tx_usecs: c.tx_usecs,
+                tx_frames: c.tx_frames,
+                adaptive_rx: c.adaptive_rx,
+                adaptive_tx: c.adaptive_tx,
+            },
+            Via::Ioctl,
+        )
+    }));
     let host = flowlane_lab::nic::read_nic(std::path::Path::new("/"), dev);
     Ok(NicReport {
         dev: dev.into(),
@@ -242,6 +295,8 @@ pub fn read(dev: &str) -> Result<NicReport, ToolError> {
         channels,
         rings,
         pause,
+        offloads,
+        coalesce,
         host,
         read_ms: t0.elapsed().as_secs_f64() * 1e3,
     })
@@ -378,6 +433,8 @@ mod tests {
                 value: None,
                 missing: None,
             },
+            offloads: crate::nic::not_read(),
+            coalesce: crate::nic::not_read(),
             pause: Item {
                 via: None,
                 value: None,

@@ -190,7 +190,7 @@ pub fn start_in(dev: &str, netns: Option<&str>, max_flows: u32) -> Result<Watch,
                 )));
             }
             flowlane_lab::Netns::existing(n)
-                .run(|| start(dev, max_flows))
+                .run_with_sys(|| start(dev, max_flows))
                 .map_err(|e| ToolError::runtime(format!("entering namespace {n}: {e}")))?
         }
     }
@@ -492,6 +492,8 @@ mod tests {
             }]),
             channels: missing(),
             rings: missing(),
+            offloads: crate::nic::not_read(),
+            coalesce: crate::nic::not_read(),
             pause: Item {
                 via: None,
                 value: None,

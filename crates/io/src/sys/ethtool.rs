@@ -577,9 +577,129 @@ pub fn hash_fields(ifname: &str, flow_type: u32) -> Result<u64, SysError> {
         .map_or(0, u64::from_ne_bytes))
 }
 
+const ETHTOOL_GCOALESCE: u32 = 0x0e;
+const ETHTOOL_GRXCSUM: u32 = 0x14;
+const ETHTOOL_GTXCSUM: u32 = 0x16;
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_GGRO: u32 = 0x2b;
+/// `ETH_FLAG_LRO` in `ETHTOOL_GFLAGS`.
+const ETH_FLAG_LRO: u32 = 1 << 15;
+/// `struct ethtool_coalesce`: the command and 22 words.
+const COALESCE_LEN: usize = 92;
+
+/// The receive offloads that change what a packet count means or what a packet costs, as
+/// `ethtool -k` shows them (`None`: the driver would not say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offloads {
+    pub gro: Option<bool>,
+    pub lro: Option<bool>,
+    pub rx_checksum: Option<bool>,
+    pub tx_checksum: Option<bool>,
+}
+
+/// One `struct ethtool_value` query: its `data`.
+fn value_ioctl(ifname: &str, cmd: u32, call: &'static str) -> Result<u32, SysError> {
+    let mut b = command(cmd, 8);
+    ioctl_bytes(ifname, &mut b, call)?;
+    Ok(u32_at(&b, 4).unwrap_or(0))
+}
+
+/// GRO, LRO and the checksum offloads through the legacy value calls every kernel answers
+/// from the device's feature bits (`ETHTOOL_GGRO`, `GFLAGS`, `GRXCSUM`, `GTXCSUM`). An
+/// interface that is not there is an error; a refused item is `None`.
+pub fn offloads(ifname: &str) -> Result<Offloads, SysError> {
+    let gro = value_ioctl(ifname, ETHTOOL_GGRO, "ioctl(SIOCETHTOOL, ETHTOOL_GGRO)");
+    if let Err(e) = &gro {
+        if e.source.raw_os_error() == Some(libc::ENODEV) {
+            return Err(SysError {
+                call: e.call,
+                source: io::Error::from_raw_os_error(libc::ENODEV),
+            });
+        }
+    }
+    let on = |r: Result<u32, SysError>| r.ok().map(|v| v != 0);
+    Ok(Offloads {
+        gro: on(gro),
+        lro: value_ioctl(ifname, ETHTOOL_GFLAGS, "ioctl(SIOCETHTOOL, ETHTOOL_GFLAGS)")
+            .ok()
+            .map(|f| f & ETH_FLAG_LRO != 0),
+        rx_checksum: on(value_ioctl(
+            ifname,
+            ETHTOOL_GRXCSUM,
+            "ioctl(SIOCETHTOOL, ETHTOOL_GRXCSUM)",
+        )),
+        tx_checksum: on(value_ioctl(
+            ifname,
+            ETHTOOL_GTXCSUM,
+            "ioctl(SIOCETHTOOL, ETHTOOL_GTXCSUM)",
+        )),
+    })
+}
+
+/// Interrupt coalescing as `ethtool -c` shows its main lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Coalesce {
+    pub rx_usecs: u32,
+    pub rx_frames: u32,
+    pub tx_usecs: u32,
+    pub tx_frames: u32,
+    pub adaptive_rx: bool,
+    pub adaptive_tx: bool,
+}
+
+/// A `struct ethtool_coalesce` answer (word `i` after the command at byte `4 i`).
+pub fn coalesce_of(b: &[u8]) -> Option<Coalesce> {
+    let w = |i: usize| u32_at(b, 4 * i);
+    Some(Coalesce {
+        rx_usecs: w(1)?,
+        rx_frames: w(2)?,
+        tx_usecs: w(5)?,
+        tx_frames: w(6)?,
+        adaptive_rx: w(10)? != 0,
+        adaptive_tx: w(11)? != 0,
+    })
+}
+
+/// Interrupt coalescing through `ETHTOOL_GCOALESCE` (veth and loopback refuse it).
+pub fn coalesce(ifname: &str) -> Result<Coalesce, SysError> {
+    let mut b = command(ETHTOOL_GCOALESCE, COALESCE_LEN);
+    ioctl_bytes(ifname, &mut b, "ioctl(SIOCETHTOOL, ETHTOOL_GCOALESCE)")?;
+    coalesce_of(&b).ok_or_else(|| SysError {
+        call: "ioctl(SIOCETHTOOL, ETHTOOL_GCOALESCE)",
+        source: io::Error::new(io::ErrorKind::InvalidData, "short answer"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coalesce_answer_reads_as_ethtool_c_shows_it() {
+        // An ixgbe-like answer: rx-usecs 50 (ITR), adaptive rx on, tx-usecs 0, tx-frames 256.
+        let mut b = vec![0u8; COALESCE_LEN];
+        let mut put = |i: usize, v: u32| b[4 * i..4 * i + 4].copy_from_slice(&v.to_ne_bytes());
+        put(0, ETHTOOL_GCOALESCE);
+        put(1, 50);
+        put(6, 256);
+        put(10, 1);
+        let c = coalesce_of(&b).expect("whole");
+        assert_eq!((c.rx_usecs, c.rx_frames, c.tx_frames), (50, 0, 256));
+        assert!(c.adaptive_rx && !c.adaptive_tx);
+        assert_eq!(coalesce_of(&b[..40]), None, "a short answer is no answer");
+    }
+
+    #[test]
+    fn offloads_of_veth_and_lo_read_as_the_kernel_sets_them() {
+        // Loopback: the kernel's own device, checksums "offloaded" (nothing to check), no LRO.
+        let o = offloads("lo").expect("lo answers");
+        assert_eq!(o.rx_checksum, Some(true));
+        assert_eq!(o.lro, Some(false));
+        assert!(o.gro.is_some());
+        assert!(offloads("fl-no-such-if0").is_err());
+        // lo has no coalescing to report.
+        assert!(coalesce("lo").is_err());
+    }
 
     /// A reply as the kernel writes it: `genlmsghdr` {cmd, version 1}, then `attrs`.
     fn reply(cmd: u8, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {

@@ -13,6 +13,7 @@ pub mod huge;
 mod mmsg;
 pub mod netdev;
 pub mod netlink;
+pub mod nft;
 pub mod packet;
 pub mod qstats;
 pub mod stream;

@@ -15,7 +15,7 @@ mod cpu;
 mod net;
 mod nic;
 
-use cpu::{boost, cstates, governor, irqbalance, isolation, smt};
+use cpu::{boost, cstates, dma_latency, governor, irqbalance, isolation, preemption, smt};
 use net::{busy_poll, clocksource, conntrack, sysctl, thp, vm};
 
 /// A rule's verdict.
@@ -94,6 +94,15 @@ impl Host {
         std::fs::read_to_string(self.root.join(rel.trim_start_matches('/')))
             .ok()
             .map(|s| s.trim().to_string())
+    }
+
+    fn bytes(&self, rel: &str) -> Option<Vec<u8>> {
+        use std::io::Read;
+        // A device file (cpu_dma_latency) is read once, a few bytes, never to its end.
+        let mut f = std::fs::File::open(self.root.join(rel.trim_start_matches('/'))).ok()?;
+        let mut b = [0u8; 8];
+        let n = f.read(&mut b).ok()?;
+        Some(b[..n].to_vec())
     }
 
     fn cpu(&self, cpu: usize, rel: &str) -> Option<String> {
@@ -184,7 +193,7 @@ pub fn for_run(cpus: &[usize], devs: &[RunDev]) -> DoctorReport {
         let read = match &d.netns {
             None => crate::nic::read(&d.dev),
             Some(n) => flowlane_lab::Netns::existing(n)
-                .run(|| crate::nic::read(&d.dev))
+                .run_with_sys(|| crate::nic::read(&d.dev))
                 .unwrap_or_else(|e| {
                     Err(crate::ToolError::runtime(format!(
                         "entering namespace {n}: {e}"
@@ -253,6 +262,7 @@ pub fn check(root: &Path, cpus: &[usize], nics: &[NicReport]) -> DoctorReport {
         governor(&h, cpus),
         boost(&h),
         cstates(&h, cpus),
+        dma_latency(&h, cpus),
         smt(&h, cpus),
         isolation(&h, cpus),
         irqbalance(&h),
@@ -292,6 +302,8 @@ pub fn check(root: &Path, cpus: &[usize], nics: &[NicReport]) -> DoctorReport {
         vm(&h),
         clocksource(&h),
         conntrack(&h),
+        net::firewall(&h),
+        preemption(&h),
     ];
     for n in nics {
         nic::nic_rules(&h, n, cpus, &mut f);

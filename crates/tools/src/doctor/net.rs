@@ -154,3 +154,66 @@ pub(super) fn conntrack(h: &Host) -> Finding {
         ),
     }
 }
+
+/// Firewall rules a forwarded packet passes: nftables base chains on the forwarding hooks
+/// (asked of the kernel when the root is the live `/`) and legacy iptables tables.
+pub(super) fn firewall(h: &Host) -> Finding {
+    const WHY: &str = "every rule chain on the forwarding path runs for each packet a \
+                       forwarding test sends, and its cost is in the router's figure";
+    let legacy: Vec<String> = ["proc/net/ip_tables_names", "proc/net/ip6_tables_names"]
+        .iter()
+        .filter_map(|f| h.read(f))
+        .flat_map(|t| {
+            t.lines()
+                .map(|l| format!("iptables {}", l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| l.len() > "iptables ".len())
+        .collect();
+    let live = h.root == std::path::Path::new("/");
+    let chains = if live {
+        match flowlane_io::nft::base_chains() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                return finding(
+                    "net.firewall",
+                    None,
+                    Verdict::Skip,
+                    format!("nftables not readable: {e}"),
+                    WHY,
+                    None,
+                )
+            }
+        }
+    } else {
+        None
+    };
+    let mut on_path: Vec<String> = chains
+        .iter()
+        .flatten()
+        .filter(|c| c.on_forward_path())
+        .map(|c| format!("nft {} {} {} (hook {})", c.family, c.table, c.name, c.hook))
+        .collect();
+    on_path.extend(legacy);
+    let seen = if on_path.is_empty() {
+        if live {
+            "no nftables base chain on the forwarding hooks, no iptables tables".into()
+        } else {
+            "no iptables tables (nftables is asked of a live kernel only)".into()
+        }
+    } else {
+        on_path.join(", ")
+    };
+    finding(
+        "net.firewall",
+        None,
+        if on_path.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Warn
+        },
+        seen,
+        WHY,
+        Some("nft list ruleset; iptables-save: remove them from the DUT's namespace, or say in the report that the figure includes them".into()),
+    )
+}

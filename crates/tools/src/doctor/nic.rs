@@ -169,6 +169,9 @@ pub(super) fn nic_rules(h: &Host, n: &NicReport, cpus: &[usize], out: &mut Vec<F
             ));
         }
     }
+    offloads(n, out);
+    coalescing(n, out);
+    xps(n, out);
     // RPS on top of RSS.
     const RPS: &str = "RPS steers packets again in software after the NIC's RSS, so the CPU that \
                        reads a packet is not the one its queue's interrupt ran on";
@@ -195,6 +198,138 @@ pub(super) fn nic_rules(h: &Host, n: &NicReport, cpus: &[usize], out: &mut Vec<F
         RPS,
         Some(format!(
             "echo 0 > /sys/class/net/{}/queues/rx-N/rps_cpus",
+            n.dev
+        )),
+    ));
+}
+
+fn word(b: Option<bool>) -> &'static str {
+    match b {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "?",
+    }
+}
+
+/// GRO, LRO and checksum offloads.
+fn offloads(n: &NicReport, out: &mut Vec<Finding>) {
+    const WHY: &str = "LRO merges packets before anything counts them (and breaks forwarding), \
+                       and without checksum offload every packet's checksum costs CPU time the \
+                       figures then include; GRO merges a flow's segments, which a socket counts \
+                       as one";
+    let dev = Some(n.dev.clone());
+    let Some(o) = &n.offloads.value else {
+        out.push(finding(
+            "nic.offloads",
+            dev,
+            Verdict::Skip,
+            n.offloads.missing.clone().unwrap_or_default(),
+            WHY,
+            None,
+        ));
+        return;
+    };
+    let bad = o.lro == Some(true) || o.rx_checksum == Some(false) || o.tx_checksum == Some(false);
+    out.push(finding(
+        "nic.offloads",
+        dev,
+        if bad { Verdict::Warn } else { Verdict::Pass },
+        format!(
+            "gro {}, lro {}, rx-checksum {}, tx-checksum {}",
+            word(o.gro),
+            word(o.lro),
+            word(o.rx_checksum),
+            word(o.tx_checksum)
+        ),
+        WHY,
+        Some(format!("ethtool -K {} lro off rx on tx on", n.dev)),
+    ));
+}
+
+/// Interrupt coalescing: adaptive moderation retunes itself during a run.
+fn coalescing(n: &NicReport, out: &mut Vec<Finding>) {
+    const WHY: &str = "adaptive interrupt moderation retunes the interrupt rate as the load \
+                       changes, so latency and CPU per packet move between the steps of one run";
+    let dev = Some(n.dev.clone());
+    let Some(c) = &n.coalesce.value else {
+        out.push(finding(
+            "nic.coalesce",
+            dev,
+            Verdict::Skip,
+            n.coalesce.missing.clone().unwrap_or_default(),
+            WHY,
+            None,
+        ));
+        return;
+    };
+    out.push(finding(
+        "nic.coalesce",
+        dev,
+        if c.adaptive_rx || c.adaptive_tx {
+            Verdict::Warn
+        } else {
+            Verdict::Pass
+        },
+        format!(
+            "rx-usecs {}, rx-frames {}, adaptive-rx {}, tx-usecs {}, adaptive-tx {}",
+            c.rx_usecs,
+            c.rx_frames,
+            word(Some(c.adaptive_rx)),
+            c.tx_usecs,
+            word(Some(c.adaptive_tx))
+        ),
+        WHY,
+        Some(format!(
+            "ethtool -C {} adaptive-rx off adaptive-tx off rx-usecs {}",
+            n.dev, c.rx_usecs
+        )),
+    ));
+}
+
+/// XPS: which CPUs send on which transmit queue.
+fn xps(n: &NicReport, out: &mut Vec<Finding>) {
+    const WHY: &str = "without XPS the kernel picks a transmit queue by flow hash, so senders on \
+                       different CPUs contend for one queue's lock and a flow's frames leave \
+                       on a queue whose completions interrupt another CPU";
+    let dev = Some(n.dev.clone());
+    let tx = &n.host.tx;
+    let read: Vec<_> = tx.iter().filter_map(|q| q.xps_cpus.as_ref()).collect();
+    let (verdict, seen) = if tx.len() <= 1 {
+        (
+            Verdict::Pass,
+            format!("{} transmit queue(s): nothing to choose", tx.len()),
+        )
+    } else if read.len() < tx.len() {
+        (
+            Verdict::Skip,
+            format!(
+                "xps_cpus readable on {} of {} tx queues",
+                read.len(),
+                tx.len()
+            ),
+        )
+    } else {
+        let unset = read.iter().filter(|c| c.is_empty()).count();
+        if unset == 0 {
+            (
+                Verdict::Pass,
+                format!("XPS set on all {} tx queues", tx.len()),
+            )
+        } else {
+            (
+                Verdict::Warn,
+                format!("XPS unset on {unset} of {} tx queues", tx.len()),
+            )
+        }
+    };
+    out.push(finding(
+        "nic.xps",
+        dev,
+        verdict,
+        seen,
+        WHY,
+        Some(format!(
+            "echo CPUMASK > /sys/class/net/{}/queues/tx-N/xps_cpus (one CPU per queue)",
             n.dev
         )),
     ));

@@ -19,6 +19,15 @@ impl Tree {
     }
 }
 
+impl Tree {
+    fn wb(&self, rel: &str, bytes: &[u8]) -> &Tree {
+        let p = self.0.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        std::fs::write(p, bytes).expect("write");
+        self
+    }
+}
+
 impl Drop for Tree {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -81,7 +90,26 @@ fn host(t: &Tree, tuned: bool) {
     if !tuned {
         t.w("proc/4242/comm", "irqbalance\n");
         t.w("proc/sys/net/netfilter/nf_conntrack_count", "17\n");
+        // Legacy iptables with two tables loaded.
+        t.w("proc/net/ip_tables_names", "filter\nnat\n");
+        // A dynamic kernel running voluntary preemption.
+        t.w(
+            "sys/kernel/debug/sched/preempt",
+            "none (voluntary) full lazy\n",
+        );
     }
+    // /dev/cpu_dma_latency as the kernel answers a read: the target, 4 native-endian bytes.
+    // Tuned: a process holds 0 µs; untuned: nobody holds a limit (2 000 s).
+    let target: i32 = if tuned { 0 } else { 2_000_000_000 };
+    t.wb("dev/cpu_dma_latency", &target.to_ne_bytes());
+    t.w(
+        "proc/version",
+        if tuned {
+            "Linux version 6.18.0-rt (gcc) #1 SMP PREEMPT_RT\n"
+        } else {
+            "Linux version 6.18.0 (gcc) #1 SMP PREEMPT_DYNAMIC\n"
+        },
+    );
     t.w("proc/1/comm", "systemd\n");
     let sys = |k: &str, v: &str| {
         t.w(&format!("proc/sys/net/core/{k}"), v);
@@ -147,6 +175,9 @@ fn a_tuned_host_passes_and_an_untuned_one_warns_rule_by_rule() {
         "host.vm",
         "host.clocksource",
         "net.conntrack",
+        "cpu.dma_latency",
+        "kernel.preempt",
+        "net.firewall",
     ] {
         assert!(v.contains(&(id.to_string(), Verdict::Warn)), "{id}: {v:?}");
     }
@@ -158,7 +189,23 @@ fn a_tuned_host_passes_and_an_untuned_one_warns_rule_by_rule() {
         .all(|f| f.fix.is_some()));
     let smt = r.findings.iter().find(|f| f.id == "cpu.smt").expect("smt");
     assert_eq!(smt.seen, "siblings: cpu2+cpu3");
-    assert_eq!(r.counts.warn, 15);
+    assert_eq!(r.counts.warn, 18);
+    let seen = |id: &str| {
+        r.findings
+            .iter()
+            .find(|f| f.id == id)
+            .map(|f| f.seen.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        seen("cpu.dma_latency"),
+        "no limit held; deep states it allows: cpu2 C6 (133 µs), cpu3 C6 (133 µs)"
+    );
+    assert_eq!(
+        seen("kernel.preempt"),
+        "voluntary (dynamic, /sys/kernel/debug/sched/preempt)"
+    );
+    assert_eq!(seen("net.firewall"), "iptables filter, iptables nat");
     // A tree with nothing in it: every rule that needs a value says SKIP, none guesses.
     let empty = Tree::new("empty");
     empty.w("proc/1/comm", "init\n");
@@ -222,6 +269,8 @@ fn an_interfaces_rules_follow_what_was_read() {
             missing: None,
         },
         // Flow control on: received pause frames stop the sender.
+        offloads: crate::nic::not_read(),
+        coalesce: crate::nic::not_read(),
         pause: Item {
             via: Some("netlink".into()),
             value: Some(crate::nic::Pause {
@@ -282,4 +331,198 @@ fn an_interfaces_rules_follow_what_was_read() {
             .seen,
         "rx ring 512 of 4096"
     );
+}
+
+/// A NIC as recorded: its sysfs/procfs tree under a root, and what ethtool said.
+fn recorded_nic(
+    t: &Tree,
+    dev: &str,
+    node: Option<u32>,
+    irqs: &[(u32, &str, &str)],
+    offloads: crate::nic::Offloads,
+    coalesce: Option<crate::nic::Coalesce>,
+    xps: &[&str],
+) -> NicReport {
+    use crate::nic::Item;
+    let net = format!("sys/class/net/{dev}");
+    match node {
+        Some(n) => t.w(&format!("{net}/device/numa_node"), &format!("{n}\n")),
+        None => t.w(&format!("{net}/device/numa_node"), "-1\n"),
+    };
+    let mut interrupts = String::from("    CPU0  CPU1  CPU2  CPU3\n");
+    for (irq, name, mask) in irqs {
+        t.w(&format!("{net}/device/msi_irqs/{irq}"), "msix\n");
+        t.w(
+            &format!("proc/irq/{irq}/effective_affinity"),
+            &format!("{mask}\n"),
+        );
+        interrupts.push_str(&format!(" {irq}: 1 0 0 0 PCI-MSIX-0000:03:00.0 {name}\n"));
+    }
+    t.w("proc/interrupts", &interrupts);
+    for (q, mask) in xps.iter().enumerate() {
+        t.w(
+            &format!("{net}/queues/tx-{q}/xps_cpus"),
+            &format!("{mask}\n"),
+        );
+        t.w(&format!("{net}/queues/rx-{q}/rps_cpus"), "0\n");
+    }
+    let item = |via: &str| Some(via.to_string());
+    NicReport {
+        dev: dev.into(),
+        ethtool_netlink: true,
+        driver: crate::nic::not_read(),
+        rss: crate::nic::not_read(),
+        hash_fields: crate::nic::not_read(),
+        channels: crate::nic::not_read(),
+        rings: crate::nic::not_read(),
+        pause: crate::nic::not_read(),
+        offloads: Item {
+            via: item("ioctl"),
+            value: Some(offloads),
+            missing: None,
+        },
+        coalesce: match coalesce {
+            Some(c) => Item {
+                via: item("ioctl"),
+                value: Some(c),
+                missing: None,
+            },
+            None => Item {
+                via: None,
+                value: None,
+                missing: Some("the driver does not support it (EOPNOTSUPP)".into()),
+            },
+        },
+        host: flowlane_lab::nic::read_nic(&t.0, dev),
+        read_ms: 0.0,
+    }
+}
+
+/// mlx5, i40e and virtio as their drivers name and set things (from the kernel's
+/// documentation of each): queue interrupts found by their names, offloads, adaptive
+/// coalescing (mlx5's and i40e's default), XPS (set by mlx5 and virtio, not by i40e), and a
+/// virtio device with one NUMA node and no coalescing to report.
+#[test]
+fn mlx5_i40e_and_virtio_trees_read_rule_by_rule() {
+    use crate::nic::{Coalesce, Offloads};
+    let on = Offloads {
+        gro: Some(true),
+        lro: Some(false),
+        rx_checksum: Some(true),
+        tx_checksum: Some(true),
+    };
+    let adaptive = Coalesce {
+        rx_usecs: 8,
+        rx_frames: 128,
+        tx_usecs: 8,
+        tx_frames: 128,
+        adaptive_rx: true,
+        adaptive_tx: true,
+    };
+    let find = |r: &DoctorReport, id: &str| {
+        r.findings
+            .iter()
+            .find(|f| f.id == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {id}"))
+    };
+    // mlx5: completion vectors `mlx5_comp<N>@pci:…`, one per CPU (2 and 3 here), XPS one CPU
+    // per queue, adaptive moderation on, LRO off.
+    let t = Tree::new("mlx5");
+    t.w("sys/devices/system/cpu/cpu2/node0/cpulist", "0-3\n");
+    let n = recorded_nic(
+        &t,
+        "ens1f0np0",
+        Some(0),
+        &[
+            (80, "mlx5_async0@pci:0000:03:00.0", "1"),
+            (81, "mlx5_comp0@pci:0000:03:00.0", "4"),
+            (82, "mlx5_comp1@pci:0000:03:00.0", "8"),
+        ],
+        on,
+        Some(adaptive),
+        &["4", "8"],
+    );
+    let r = check(&t.0, &[2, 3], std::slice::from_ref(&n));
+    let irq = find(&r, "nic.irq_affinity");
+    assert_eq!(irq.verdict, Verdict::Pass, "{irq:?}");
+    assert_eq!(irq.seen, "2 queue interrupts, all on the measurement CPUs");
+    assert_eq!(find(&r, "nic.numa").verdict, Verdict::Pass);
+    assert_eq!(find(&r, "nic.xps").verdict, Verdict::Pass);
+    assert_eq!(find(&r, "nic.offloads").verdict, Verdict::Pass);
+    let c = find(&r, "nic.coalesce");
+    assert_eq!(c.verdict, Verdict::Warn, "{c:?}");
+    assert!(c.seen.contains("adaptive-rx on"), "{}", c.seen);
+    assert!(c
+        .fix
+        .as_deref()
+        .is_some_and(|f| f.contains("ethtool -C ens1f0np0 adaptive-rx off")));
+
+    // i40e: `i40e-<dev>-TxRx-<N>`, one interrupt on CPU 0 (off the measurement CPUs), no XPS,
+    // LRO on, receive checksums off.
+    let t = Tree::new("i40e");
+    t.w("sys/devices/system/cpu/cpu2/node0/cpulist", "0-3\n");
+    let n = recorded_nic(
+        &t,
+        "enp1s0f0",
+        Some(0),
+        &[
+            (90, "i40e-0000:01:00.0:misc", "1"),
+            (91, "i40e-enp1s0f0-TxRx-0", "1"),
+            (92, "i40e-enp1s0f0-TxRx-1", "8"),
+        ],
+        Offloads {
+            lro: Some(true),
+            rx_checksum: Some(false),
+            ..on
+        },
+        Some(Coalesce {
+            adaptive_rx: false,
+            adaptive_tx: false,
+            ..adaptive
+        }),
+        &["0", "0"],
+    );
+    let r = check(&t.0, &[2, 3], std::slice::from_ref(&n));
+    let irq = find(&r, "nic.irq_affinity");
+    assert_eq!(irq.verdict, Verdict::Warn);
+    assert_eq!(
+        irq.seen,
+        "outside the measurement CPUs: irq 91 (i40e-enp1s0f0-TxRx-0)"
+    );
+    let o = find(&r, "nic.offloads");
+    assert_eq!(o.verdict, Verdict::Warn);
+    assert_eq!(o.seen, "gro on, lro on, rx-checksum off, tx-checksum on");
+    assert_eq!(find(&r, "nic.coalesce").verdict, Verdict::Pass);
+    let x = find(&r, "nic.xps");
+    assert_eq!(
+        (x.verdict, x.seen.as_str()),
+        (Verdict::Warn, "XPS unset on 2 of 2 tx queues")
+    );
+
+    // virtio-net: `virtio0-input.<N>` / `virtio0-output.<N>`, one NUMA node (-1), no
+    // coalescing reported, XPS set by the driver.
+    let t = Tree::new("virtio");
+    let n = recorded_nic(
+        &t,
+        "eth0",
+        None,
+        &[
+            (24, "virtio0-config", "1"),
+            (25, "virtio0-input.0", "4"),
+            (26, "virtio0-output.0", "4"),
+            (27, "virtio0-input.1", "8"),
+            (28, "virtio0-output.1", "8"),
+        ],
+        on,
+        None,
+        &["4", "8"],
+    );
+    let r = check(&t.0, &[2, 3], std::slice::from_ref(&n));
+    assert_eq!(find(&r, "nic.irq_affinity").verdict, Verdict::Pass);
+    assert_eq!(find(&r, "nic.numa").verdict, Verdict::Skip);
+    let c = find(&r, "nic.coalesce");
+    assert_eq!(c.verdict, Verdict::Skip);
+    assert!(c.seen.contains("EOPNOTSUPP"), "{}", c.seen);
+    assert_eq!(find(&r, "nic.xps").verdict, Verdict::Pass);
 }
