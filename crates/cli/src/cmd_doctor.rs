@@ -63,11 +63,14 @@ pub fn run(a: DoctorArgs) -> CmdResult {
         Some(c) if !live => c.0.clone(),
         c => usable_cpus(c.as_ref())?,
     };
+    // took_ms covers the interfaces' reading too, as a run's `host` does.
+    let t0 = std::time::Instant::now();
     let mut nics = Vec::new();
     for d in &a.dev {
         nics.push(flowlane_tools::nic::read(d).map_err(Failure::from_tool)?);
     }
-    let r = doctor::check(&a.root, &cpus, &nics);
+    let mut r = doctor::check(&a.root, &cpus, &nics);
+    r.took_ms = t0.elapsed().as_secs_f64() * 1e3;
     let code = if r.failed() {
         ExitCode::from(1)
     } else {
