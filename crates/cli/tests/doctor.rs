@@ -226,14 +226,11 @@ fn a_namespaces_interface_and_firewall_read_as_ethtool_and_nft_say() {
         "XPS unset on 2 of 2 tx queues"
     );
     for (q, mask) in [(0, "1"), (1, "2")] {
-        let o = in_ns(
-            "sh",
-            &[
-                "-c",
-                &format!("echo {mask} > /sys/class/net/fld0/queues/tx-{q}/xps_cpus"),
-            ],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        ns.run_with_sys(|| {
+            std::fs::write(format!("/sys/class/net/fld0/queues/tx-{q}/xps_cpus"), mask)
+        })
+        .expect("in the namespace")
+        .expect("xps_cpus written");
     }
     let r = doctor_in_ns();
     assert_eq!(
