@@ -259,11 +259,71 @@ pub fn read_nic(dev: Option<&str>) -> Result<Option<flowlane_tools::nic::NicRepo
         .map_err(Failure::from_tool)
 }
 
-/// RSS placement from the command line (`blast --per-queue`, `http load --per-queue`): the
-/// model from `--dev`'s interface or the model flags; hashed on the addresses only where
-/// `--two-tuple` says so or the interface says it hashes `flow_type` (ethtool's `udp4`,
-/// `tcp4`, …) that way.
-pub fn placement(
+/// Where a command's `--per-queue` places flows: the receiver's RSS read from an interface or
+/// described by the model flags (shared by `blast`, `http load` and `rfc2544`; each command
+/// keeps its own `--per-queue`, which these flags require).
+#[derive(Debug, Clone, Args)]
+pub struct PlaceArgs {
+    /// With --per-queue: place by the RSS of this interface, the receiver's (read here as
+    /// `rss show --dev` reads it: key, function, input transform, table, and — where it hashes
+    /// the flows on the addresses only — by source address). For a receiver on another host,
+    /// give its table with --reta <(ssh HOST ethtool -x IF).
+    #[arg(long, value_name = "IF", requires = "per_queue")]
+    pub rss_dev: Option<String>,
+
+    /// With --per-queue: the receiver hashes addresses only (the 2-tuple, as FreeBSD hashes
+    /// UDP and NICs hash fragments), so each flow gets a source address of its own, which the
+    /// sender must own (blast: from --from; http load: from --source); the ports do not matter.
+    #[arg(long, requires = "per_queue")]
+    pub two_tuple: bool,
+
+    /// With --per-queue: place only on these queues (e.g. `0-1`), not on all of them.
+    #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
+    pub pick_queues: Option<CpuList>,
+
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+impl PlaceArgs {
+    /// The placement `--per-queue K` asks for (`None` without it, where model flags are
+    /// refused rather than ignored), for flows of `flow_type`.
+    pub fn placement(
+        &self,
+        per_queue: Option<u64>,
+        flow_type: &str,
+    ) -> Result<Option<flowlane_tools::blast::Placement>, Failure> {
+        self.model.only_with(per_queue.is_some(), "--per-queue")?;
+        per_queue
+            .map(|k| {
+                placement(
+                    k,
+                    self.rss_dev.as_deref(),
+                    self.two_tuple,
+                    self.pick_queues.as_ref(),
+                    &self.model,
+                    flow_type,
+                )
+            })
+            .transpose()
+    }
+
+    /// The first of these flags given (for a command path that places by its own model).
+    pub fn given(&self) -> Option<&'static str> {
+        if self.rss_dev.is_some() {
+            Some("--rss-dev")
+        } else if self.two_tuple {
+            Some("--two-tuple")
+        } else {
+            self.model.given()
+        }
+    }
+}
+
+/// RSS placement from the command line: the model from `--dev`'s interface or the model
+/// flags; hashed on the addresses only where `--two-tuple` says so or the interface says it
+/// hashes `flow_type` (ethtool's `udp4`, `tcp4`, …) that way.
+fn placement(
     per_queue: u64,
     dev: Option<&str>,
     two_tuple: bool,

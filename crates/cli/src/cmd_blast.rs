@@ -16,7 +16,7 @@ use crate::args::parse_duration;
 use crate::args::usable_cpus;
 use crate::args::{
     parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix, parse_port_range,
-    parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, ModelArgs, Rate, SizeList,
+    parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, PlaceArgs, Rate, SizeList,
 };
 use crate::live::{latency_line, stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
@@ -153,25 +153,8 @@ pub struct BlastArgs {
     #[arg(long, value_name = "IF[@NETNS]")]
     verify_rss: Option<String>,
 
-    /// With --per-queue: place flows by the RSS of this interface (read here as `rss show
-    /// --dev` reads it: key, function, input transform, table, and — where it hashes UDP on
-    /// the addresses only — by source address). For a receiver in this namespace; for one
-    /// on another host, give its table with --reta <(ssh HOST ethtool -x IF).
-    #[arg(long, value_name = "IF", requires = "per_queue")]
-    rss_dev: Option<String>,
-
-    /// With --per-queue: the receiver hashes addresses only (the 2-tuple, as FreeBSD hashes
-    /// UDP and NICs hash fragments), so each flow gets a source address of its own from
-    /// --from, which the sender must own; the ports do not matter.
-    #[arg(long, requires = "per_queue")]
-    two_tuple: bool,
-
-    /// With --per-queue: place flows only on these queues (e.g. `0-1`), not on all of them.
-    #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
-    pick_queues: Option<CpuList>,
-
     #[command(flatten)]
-    model: ModelArgs,
+    place: PlaceArgs,
 
     /// Frame size in bytes, Ethernet FCS excluded (60 = the 64-byte minimum frame): UDP payload
     /// = size − 42 (IPv4) or − 62 (IPv6). Larger than the path MTU means IP fragments (udp
@@ -446,20 +429,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
     let to =
         a.to.as_ref()
             .map(|e| SocketAddr::new(e.addr, e.port.unwrap_or(0)));
-    a.model.only_with(a.per_queue.is_some(), "--per-queue")?;
-    let placement = a
-        .per_queue
-        .map(|k| {
-            crate::args::placement(
-                k,
-                a.rss_dev.as_deref(),
-                a.two_tuple,
-                a.pick_queues.as_ref(),
-                &a.model,
-                "udp4",
-            )
-        })
-        .transpose()?;
+    let placement = a.place.placement(a.per_queue, "udp4")?;
     Ok(BlastConfig {
         metrics: a.live.metrics,
         mode: mode(a)?,

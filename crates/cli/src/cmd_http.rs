@@ -15,7 +15,7 @@ use flowlane_tools::http::{
 };
 
 use crate::args::{
-    parse_bytes, parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList, ModelArgs,
+    parse_bytes, parse_cpu_list, parse_duration, print_json, usable_cpus, CpuList, PlaceArgs,
 };
 use crate::live::{stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
@@ -160,23 +160,8 @@ pub struct LoadArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65536), conflicts_with = "scenario")]
     per_queue: Option<u64>,
 
-    /// With --per-queue: place by the RSS of this interface (the server's; read here as `rss
-    /// show --dev` reads it). For a server on another host give its table with --reta <(ssh
-    /// HOST ethtool -x IF).
-    #[arg(long, value_name = "IF", requires = "per_queue")]
-    rss_dev: Option<String>,
-
-    /// With --per-queue: the server's NIC hashes TCP on the addresses only (the 2-tuple), so
-    /// connections are placed by source address (of --source, which must be local).
-    #[arg(long, requires = "per_queue")]
-    two_tuple: bool,
-
-    /// With --per-queue: fill only these queues (e.g. `0-1`).
-    #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
-    pick_queues: Option<CpuList>,
-
     #[command(flatten)]
-    model: ModelArgs,
+    place: PlaceArgs,
 
     /// Workers (threads), one per CPU, on the first usable CPUs. Default: every CPU. `-t` is
     /// wrk's spelling for threads here; elsewhere in flowlane `-t` is a duration.
@@ -481,24 +466,12 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
     } else {
         let url = a.url.as_deref().unwrap_or_default();
         let (target, path) = http::split_url(url).map_err(Failure::from_tool)?;
-        a.model.only_with(a.per_queue.is_some(), "--per-queue")?;
-        let placement = a
-            .per_queue
-            .map(|k| {
-                crate::args::placement(
-                    k,
-                    a.rss_dev.as_deref(),
-                    a.two_tuple,
-                    a.pick_queues.as_ref(),
-                    &a.model,
-                    if target.starts_with('[') {
-                        "tcp6"
-                    } else {
-                        "tcp4"
-                    },
-                )
-            })
-            .transpose()?;
+        let flow = if target.starts_with('[') {
+            "tcp6"
+        } else {
+            "tcp4"
+        };
+        let placement = a.place.placement(a.per_queue, flow)?;
         let connections = match (&placement, a.connections) {
             (_, Some(c)) => c,
             (Some(p), None) => {

@@ -11,10 +11,8 @@ use flowlane_tools::rfc2544::{
     TrialRecord,
 };
 
-use crate::args::{
-    parse_cpu_list, parse_duration, parse_imix, parse_rate, parse_size_list, print_json,
-};
-use crate::args::{CpuList, Imix, SizeList};
+use crate::args::{parse_duration, parse_imix, parse_rate, parse_size_list, print_json};
+use crate::args::{Imix, SizeList};
 use crate::live::{stop_on_signals, Log};
 use crate::{CmdResult, Failure};
 use flowlane_tools::doctor::RunDev;
@@ -126,33 +124,14 @@ pub struct Rfc2544Args {
     /// tester places flows on queues): with --lab by the lab's key and table; with
     /// --tx-dev/--rx-dev by the DUT's RSS, read with --rss-dev or given with --reta <(ssh DUT
     /// ethtool -x IF) or --key/--queues. Without it, in a lab with software RSS and one flow,
-    /// that flow goes to a queue whose CPU is not --cpu (the generator's).
+    /// that flow goes to a queue whose CPU is not --cpu (the generator's). On a small machine,
+    /// --pick-queues keeps the DUT's forwarding off the generator's CPU (on veth a queue's work
+    /// runs on its CPU).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     per_queue: Option<u64>,
 
-    /// With --per-queue (not --lab): place by the RSS of this interface, the DUT's receiving
-    /// one where it is on this host (read as `rss show --dev` reads it).
-    #[arg(
-        long,
-        value_name = "IF",
-        requires = "per_queue",
-        conflicts_with = "lab"
-    )]
-    rss_dev: Option<String>,
-
-    /// With --per-queue (not --lab): the DUT hashes UDP on the addresses only (the 2-tuple), so
-    /// flows are placed by source address (the generator must own them).
-    #[arg(long, requires = "per_queue", conflicts_with = "lab")]
-    two_tuple: bool,
-
     #[command(flatten)]
-    model: crate::args::ModelArgs,
-
-    /// With --per-queue: place flows only on these of the DUT's queues (e.g. `1`): on a small
-    /// machine, keep the DUT's forwarding off the generator's CPU (on veth a queue's work runs
-    /// on its CPU; the generator's own CPU is --cpu).
-    #[arg(long, value_parser = parse_cpu_list, requires = "per_queue")]
-    pick_queues: Option<CpuList>,
+    place: crate::args::PlaceArgs,
 
     /// The link's line rate (10G, 25Gbit, …): the maximum rate per size. Default: the
     /// generator's measured maximum (veth has no line rate).
@@ -285,7 +264,7 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
     };
     let tx_cpu = crate::args::usable_cpus(Some(&crate::args::CpuList(vec![a.cpu])))?[0];
     let mut c = if let Some(lab) = &a.lab {
-        if let Some(flag) = a.model.given() {
+        if let Some(flag) = a.place.given() {
             return Err(Failure::usage(anyhow::anyhow!(
                 "{flag}: --lab places flows by the lab's own key and table"
             )));
@@ -297,6 +276,7 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
             flows: a.flows,
             per_queue: a.per_queue,
             queues: a
+                .place
                 .pick_queues
                 .as_ref()
                 .map(|q| q.0.iter().map(|&x| x as u32).collect())
@@ -323,20 +303,8 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
         );
         c.flows = a.flows;
         c.tx_cpu = tx_cpu;
-        a.model.only_with(a.per_queue.is_some(), "--per-queue")?;
-        c.placement = a
-            .per_queue
-            .map(|k| {
-                crate::args::placement(
-                    k,
-                    a.rss_dev.as_deref(),
-                    a.two_tuple,
-                    a.pick_queues.as_ref(),
-                    &a.model,
-                    if c.to.is_ipv4() { "udp4" } else { "udp6" },
-                )
-            })
-            .transpose()?;
+        let flow = if c.to.is_ipv4() { "udp4" } else { "udp6" };
+        c.placement = a.place.placement(a.per_queue, flow)?;
         c
     };
     c.dst_mac = a.dst_mac;
