@@ -280,3 +280,116 @@ fn a_namespaces_interface_and_firewall_read_as_ethtool_and_nft_say() {
         "{d}"
     );
 }
+
+/// This machine recorded: the files the host rules read, copied under a root (as a user
+/// records a host to send along with a report), read back with `--root`, give the live
+/// verdicts and values rule by rule — except the firewall, whose nftables chains are asked
+/// of a live kernel only (the recorded root says so).
+#[test]
+fn this_machine_recorded_reads_as_it_does_live() {
+    let root = std::env::temp_dir().join(format!("fl-doctor-rec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let copy = |rel: &str| {
+        let from = std::path::Path::new("/").join(rel);
+        // Device files and procfs are read for what they hold now, a few KiB at most.
+        let Ok(bytes) = std::fs::read(&from).or_else(|e| {
+            // /dev/cpu_dma_latency answers one 4-byte read and no more.
+            use std::io::Read;
+            let mut b = [0u8; 4];
+            std::fs::File::open(&from)
+                .and_then(|mut f| f.read_exact(&mut b))
+                .map(|()| b.to_vec())
+                .map_err(|_| e)
+        }) else {
+            return;
+        };
+        let to = root.join(rel);
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("dirs");
+        std::fs::write(to, bytes).expect("copy");
+    };
+    for f in [
+        "proc/cmdline",
+        "proc/cpuinfo",
+        "proc/version",
+        "proc/sys/net/netfilter/nf_conntrack_count",
+        "proc/net/ip_tables_names",
+        "proc/net/ip6_tables_names",
+        "sys/devices/system/cpu/cpufreq/boost",
+        "sys/devices/system/cpu/intel_pstate/no_turbo",
+        "sys/kernel/mm/transparent_hugepage/enabled",
+        "sys/kernel/realtime",
+        "sys/kernel/debug/sched/preempt",
+        "sys/devices/system/clocksource/clocksource0/current_clocksource",
+        "dev/cpu_dma_latency",
+    ] {
+        copy(f);
+    }
+    for k in [
+        "netdev_max_backlog",
+        "netdev_budget",
+        "rmem_max",
+        "wmem_max",
+        "busy_poll",
+        "busy_read",
+    ] {
+        copy(&format!("proc/sys/net/core/{k}"));
+    }
+    for c in 0..2 {
+        let cpu = format!("sys/devices/system/cpu/cpu{c}");
+        copy(&format!("{cpu}/cpufreq/scaling_governor"));
+        copy(&format!("{cpu}/topology/thread_siblings_list"));
+        for s in 0..16 {
+            for f in ["name", "latency", "disable"] {
+                copy(&format!("{cpu}/cpuidle/state{s}/{f}"));
+            }
+        }
+        for e in std::fs::read_dir(format!("/{cpu}"))
+            .expect("cpu dir")
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("node") {
+                std::fs::create_dir_all(root.join(&cpu).join(&name)).expect("node");
+            }
+        }
+    }
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if pid.bytes().all(|b| b.is_ascii_digit()) {
+            copy(&format!("proc/{pid}/comm"));
+        }
+    }
+    let r_arg = root.to_string_lossy().into_owned();
+    let (_, live, err) = doctor(&["--cpus", "0,1"]);
+    let (_, rec, err2) = doctor(&["--root", &r_arg, "--cpus", "0,1"]);
+    let _ = std::fs::remove_dir_all(&root);
+    let rows = |r: &Value| -> Vec<(String, String, String)> {
+        r["findings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("findings: {r}"))
+            .iter()
+            .map(|f| {
+                let id = f["id"].as_str().unwrap_or_default().to_string();
+                // The conntrack count moves between the two reads; its verdict does not.
+                let seen = if id == "net.conntrack" {
+                    String::new()
+                } else {
+                    f["seen"].as_str().unwrap_or_default().to_string()
+                };
+                (
+                    id,
+                    f["verdict"].as_str().unwrap_or_default().to_string(),
+                    seen,
+                )
+            })
+            .filter(|(id, _, _)| id != "net.firewall")
+            .collect()
+    };
+    assert_eq!(rows(&rec), rows(&live), "{err}{err2}");
+    assert!(
+        finding(&rec, "net.firewall")["seen"]
+            .as_str()
+            .is_some_and(|s| s.contains("asked of a live kernel only")),
+        "{rec}"
+    );
+}
