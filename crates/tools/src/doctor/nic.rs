@@ -169,6 +169,7 @@ pub(super) fn nic_rules(h: &Host, n: &NicReport, cpus: &[usize], out: &mut Vec<F
             ));
         }
     }
+    rss_by_cpu(n, cpus, out);
     offloads(n, out);
     coalescing(n, out);
     xps(n, out);
@@ -330,6 +331,89 @@ fn xps(n: &NicReport, out: &mut Vec<Finding>) {
         WHY,
         Some(format!(
             "echo CPUMASK > /sys/class/net/{}/queues/tx-N/xps_cpus (one CPU per queue)",
+            n.dev
+        )),
+    ));
+}
+
+/// The RSS buckets each measurement CPU takes: a queue's share of the indirection table (or
+/// an equal share where the table was not read) goes to the CPU its receive interrupt runs
+/// on. The rates of a run follow these shares, whatever the workers do.
+fn rss_by_cpu(n: &NicReport, cpus: &[usize], out: &mut Vec<Finding>) {
+    const WHY: &str = "a CPU's share of the traffic is the share of RSS buckets whose queue \
+                       interrupts it takes: uneven shares make one worker the bottleneck of a \
+                       run that looks like it scales";
+    let dev = Some(n.dev.clone());
+    // One receive interrupt per queue (the first named for it).
+    let mut queues: Vec<(u32, Option<usize>)> = Vec::new();
+    for i in &n.host.irqs {
+        let Some(q) = i.queue_by_name else { continue };
+        if queues.iter().any(|x| x.0 == q) {
+            continue;
+        }
+        let on = i.effective.as_ref().or(i.affinity.as_ref());
+        // Pinned to one CPU, or it moves between several (then it has no one CPU).
+        let cpu = on.filter(|c| c.len() == 1).map(|c| c[0] as usize);
+        queues.push((q, cpu));
+    }
+    if queues.is_empty() || cpus.is_empty() {
+        out.push(finding(
+            "nic.rss_cpus",
+            dev,
+            Verdict::Skip,
+            "no queue interrupts of its own to map buckets to CPUs".into(),
+            WHY,
+            None,
+        ));
+        return;
+    }
+    let table: Option<Vec<u32>> = n
+        .rss
+        .value
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.context == 0))
+        .map(|c| c.indir.clone())
+        .filter(|t| !t.is_empty());
+    let share = |q: u32| match &table {
+        Some(t) => t.iter().filter(|&&e| e == q).count() as f64 / t.len() as f64,
+        None => 1.0 / queues.len() as f64,
+    };
+    let mut per_cpu: Vec<(usize, f64)> = cpus.iter().map(|&c| (c, 0.0)).collect();
+    let mut elsewhere = 0.0;
+    for &(q, cpu) in &queues {
+        match cpu.and_then(|c| per_cpu.iter_mut().find(|x| x.0 == c)) {
+            Some(x) => x.1 += share(q),
+            None => elsewhere += share(q),
+        }
+    }
+    let fair = 1.0 / cpus.len() as f64;
+    let most = per_cpu.iter().map(|x| x.1).fold(0.0, f64::max);
+    let least = per_cpu.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+    let even = elsewhere < 1e-9 && most <= fair * 1.25 + 1e-9 && least >= fair * 0.75 - 1e-9;
+    let mut seen: Vec<String> = per_cpu
+        .iter()
+        .map(|(c, x)| format!("cpu{c} {:.0} %", x * 100.0))
+        .collect();
+    if elsewhere > 1e-9 {
+        seen.push(format!("other CPUs or unpinned {:.0} %", elsewhere * 100.0));
+    }
+    out.push(finding(
+        "nic.rss_cpus",
+        dev,
+        if even { Verdict::Pass } else { Verdict::Warn },
+        format!(
+            "buckets by CPU ({}): {}",
+            if table.is_some() {
+                "from the indirection table"
+            } else {
+                "queues counted equal: no table read"
+            },
+            seen.join(", ")
+        ),
+        WHY,
+        Some(format!(
+            "pin queue N's interrupt to a measurement CPU, one queue per CPU \
+             (/proc/irq/IRQ/smp_affinity_list), or weigh the table: ethtool -X {} weight …",
             n.dev
         )),
     ));

@@ -446,7 +446,35 @@ fn mlx5_i40e_and_virtio_trees_read_rule_by_rule() {
     let r = check(&t.0, &[2, 3], std::slice::from_ref(&n));
     let irq = find(&r, "nic.irq_affinity");
     assert_eq!(irq.verdict, Verdict::Pass, "{irq:?}");
+    let b = find(&r, "nic.rss_cpus");
+    assert_eq!(b.verdict, Verdict::Pass, "{b:?}");
+    assert_eq!(
+        b.seen,
+        "buckets by CPU (queues counted equal: no table read): cpu2 50 %, cpu3 50 %"
+    );
     assert_eq!(irq.seen, "2 queue interrupts, all on the measurement CPUs");
+    // Its table weighted 3:1 (ethtool -X weight 3 1): CPU 2 takes three buckets in four.
+    let mut weighted = n.clone();
+    weighted.rss = crate::nic::Item {
+        via: Some("netlink".into()),
+        value: Some(vec![crate::nic::RssContext {
+            context: 0,
+            hash_function: Some("toeplitz".into()),
+            input_xfrm: Some("none".into()),
+            key: String::new(),
+            indir: vec![0, 0, 0, 1, 0, 0, 0, 1],
+        }]),
+        missing: None,
+    };
+    let w = check(&t.0, &[2, 3], std::slice::from_ref(&weighted));
+    let b = find(&w, "nic.rss_cpus");
+    assert_eq!(
+        (b.verdict, b.seen.as_str()),
+        (
+            Verdict::Warn,
+            "buckets by CPU (from the indirection table): cpu2 75 %, cpu3 25 %"
+        )
+    );
     assert_eq!(find(&r, "nic.numa").verdict, Verdict::Pass);
     assert_eq!(find(&r, "nic.xps").verdict, Verdict::Pass);
     assert_eq!(find(&r, "nic.offloads").verdict, Verdict::Pass);
@@ -489,6 +517,15 @@ fn mlx5_i40e_and_virtio_trees_read_rule_by_rule() {
     assert_eq!(
         irq.seen,
         "outside the measurement CPUs: irq 91 (i40e-enp1s0f0-TxRx-0)"
+    );
+    // Queue 0's interrupt on CPU 0, queue 1's on CPU 3: CPU 2 takes no bucket.
+    let b = find(&r, "nic.rss_cpus");
+    assert_eq!(b.verdict, Verdict::Warn);
+    assert!(
+        b.seen
+            .ends_with("cpu2 0 %, cpu3 50 %, other CPUs or unpinned 50 %"),
+        "{}",
+        b.seen
     );
     let o = find(&r, "nic.offloads");
     assert_eq!(o.verdict, Verdict::Warn);
