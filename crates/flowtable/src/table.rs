@@ -1,0 +1,648 @@
+//! The table: cuckoo buckets of ten (two choices per key, 16-bit tags and record indices in one
+//! 64-byte line), a slab of records of bounded size set at creation, and a hashed timer wheel
+//! whose slots are circular lists threaded through the records.
+//!
+//! Expiry is O(1) per flow: a record is linked once, into the wheel slot of the deadline it had
+//! when linked; a lookup only writes its `last` time. When the wheel reaches that slot the
+//! record's real deadline (`last` + its class's timeout) is checked: due, it expires; not due,
+//! it moves to the slot of its real deadline. Each visit either expires a flow or follows at
+//! least one timeout of activity, so the work per expired flow does not grow with the table.
+//! `expire(now)` removes exactly the flows whose deadline, in ticks, is at most `now`.
+
+use crate::key::{FlowKey, TCP, UDP};
+
+/// Slots per bucket.
+pub const SLOTS: usize = 10;
+const NIL: u32 = u32::MAX;
+const EMPTY: u16 = 0;
+/// Most displacements one insert makes before the flow it then holds is evicted.
+pub const MAX_KICKS: usize = 256;
+const USED: u32 = 1 << 8;
+
+/// A flow's timeout class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// UDP, idle timeout.
+    Udp = 0,
+    /// TCP, established (idle) timeout.
+    Tcp = 1,
+    /// TCP after a FIN or RST: the closing handshake's timeout.
+    Closing = 2,
+    /// Any other protocol, idle timeout.
+    Other = 3,
+}
+
+/// Timeout classes.
+pub const CLASSES: usize = 4;
+
+impl Class {
+    /// The class a new flow of protocol `proto` starts in.
+    pub fn of(proto: u8) -> Class {
+        match proto {
+            UDP => Class::Udp,
+            TCP => Class::Tcp,
+            _ => Class::Other,
+        }
+    }
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        ["udp", "tcp", "closing", "other"][self as usize]
+    }
+
+    fn from_meta(m: u32) -> Class {
+        match m & 0xff {
+            0 => Class::Udp,
+            1 => Class::Tcp,
+            2 => Class::Closing,
+            _ => Class::Other,
+        }
+    }
+}
+
+/// A table's shape, fixed at creation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The most flows held at once (the records are allocated up front).
+    pub capacity: usize,
+    /// Expiry granularity, nanoseconds: deadlines are whole ticks.
+    pub tick_ns: u64,
+    /// Timeout per class (`Class as usize`), nanoseconds; each at least one tick.
+    pub timeouts_ns: [u64; CLASSES],
+    /// Keys the hash (choose it at random where flows come from the network).
+    pub seed: u64,
+}
+
+impl Config {
+    /// `capacity` flows with flowlane's defaults: 100 ms ticks; UDP 30 s idle, TCP 120 s
+    /// idle, 10 s after FIN or RST, other protocols 30 s.
+    pub fn new(capacity: usize) -> Config {
+        Config {
+            capacity,
+            tick_ns: 100_000_000,
+            timeouts_ns: [30e9 as u64, 120e9 as u64, 10e9 as u64, 30e9 as u64],
+            seed: 0x5eed_f10f_1a7e_0001,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The table's counters: `rtstat`'s columns for this table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Lookups that count (`lookup`, `upsert`).
+    pub lookups: u64,
+    /// Of them, found.
+    pub hits: u64,
+    /// Of them, not found.
+    pub misses: u64,
+    /// Flows added.
+    pub inserts: u64,
+    /// Flows expired, per class.
+    pub expired: [u64; CLASSES],
+    /// Flows removed by the caller.
+    pub removed: u64,
+    /// Flows evicted because every record was in use (the new flow took the least recently
+    /// seen of its two buckets, a closing one first).
+    pub evicted_full: u64,
+    /// Flows evicted because the cuckoo walk found no room in `MAX_KICKS` moves.
+    pub evicted_no_room: u64,
+    /// TCP flows moved to the closing timeout by a FIN or RST.
+    pub closed: u64,
+    /// Cuckoo displacements.
+    pub kicks: u64,
+    /// Wheel ticks processed.
+    pub gc_ticks: u64,
+    /// Records the wheel visited (expired or moved on).
+    pub gc_visited: u64,
+    /// Of them, moved on to their real deadline (seen since they were linked).
+    pub gc_relinked: u64,
+    /// Flows held now.
+    pub live: u64,
+}
+
+impl Stats {
+    /// Every flow expired, whatever its class.
+    pub fn expired_total(&self) -> u64 {
+        self.expired.iter().sum()
+    }
+}
+
+/// A bucket: ten 16-bit tags (0: empty) and the records they point at, one cache line.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tags: [u16; SLOTS],
+    _pad: u32,
+    idx: [u32; SLOTS],
+}
+
+const EMPTY_BUCKET: Bucket = Bucket {
+    tags: [EMPTY; SLOTS],
+    _pad: 0,
+    idx: [NIL; SLOTS],
+};
+
+#[derive(Debug, Clone)]
+struct Record<V> {
+    key: FlowKey,
+    /// Last seen, ticks since the table's first.
+    last: u32,
+    /// Wheel list links (record indices; the wheel's sentinels follow the flows).
+    prev: u32,
+    next: u32,
+    /// Class in the low byte, `USED` when it holds a flow.
+    meta: u32,
+    value: V,
+}
+
+/// What `upsert` did.
+#[derive(Debug)]
+pub struct Upsert<'a, V> {
+    /// The flow's value (a new flow's is `V::default()`).
+    pub value: &'a mut V,
+    /// The flow was not there before.
+    pub new: bool,
+    /// The flow evicted to make room for it, with its value.
+    pub evicted: Option<(FlowKey, V)>,
+}
+
+/// A per-core flow table (no locks: one owner).
+#[derive(Debug)]
+pub struct FlowTable<V> {
+    buckets: Vec<Bucket>,
+    records: Vec<Record<V>>,
+    cap: u32,
+    wheel: u32,
+    free: u32,
+    seed: u64,
+    tick_ns: u64,
+    timeouts: [u32; CLASSES],
+    /// The first tick seen (`None` before any call with a time).
+    base: Option<u64>,
+    /// Ticks since `base`, never going back.
+    now: u32,
+    /// The last tick the wheel processed.
+    cursor: u32,
+    stats: Stats,
+}
+
+/// Where a key lives: bucket, slot, record.
+type At = (usize, usize, u32);
+
+impl<V: Default> FlowTable<V> {
+    /// An empty table of `cfg.capacity` records, all memory allocated now.
+    pub fn new(cfg: &Config) -> Result<FlowTable<V>, ConfigError> {
+        if cfg.capacity == 0 || cfg.capacity >= (u32::MAX / 2) as usize {
+            return Err(ConfigError(format!(
+                "capacity {} flows: give 1 to {}",
+                cfg.capacity,
+                u32::MAX / 2 - 1
+            )));
+        }
+        if cfg.tick_ns == 0 {
+            return Err(ConfigError("the tick must be at least 1 ns".into()));
+        }
+        let mut timeouts = [0u32; CLASSES];
+        for (t, &ns) in timeouts.iter_mut().zip(&cfg.timeouts_ns) {
+            let ticks = ns / cfg.tick_ns;
+            if ticks == 0 || ticks > 1 << 24 {
+                return Err(ConfigError(format!(
+                    "a timeout of {ns} ns is {ticks} ticks of {} ns: give 1 to 2^24 ticks",
+                    cfg.tick_ns
+                )));
+            }
+            *t = ticks as u32;
+        }
+        // Ten slots a bucket at most 92 % full at capacity (cuckoo with two choices of ten
+        // fills past 95 %).
+        let nb = (cfg.capacity.div_ceil(SLOTS) * 100).div_ceil(92).max(2);
+        let wheel = timeouts.iter().max().copied().unwrap_or(1) + 2;
+        let cap = cfg.capacity as u32;
+        let mut records = Vec::with_capacity(cfg.capacity + wheel as usize);
+        for i in 0..cap {
+            records.push(Record {
+                key: FlowKey::default(),
+                last: 0,
+                prev: NIL,
+                next: if i + 1 < cap { i + 1 } else { NIL },
+                meta: 0,
+                value: V::default(),
+            });
+        }
+        // The wheel's sentinels: empty circular lists.
+        for s in 0..wheel {
+            records.push(Record {
+                key: FlowKey::default(),
+                last: 0,
+                prev: cap + s,
+                next: cap + s,
+                meta: 0,
+                value: V::default(),
+            });
+        }
+        Ok(FlowTable {
+            buckets: vec![EMPTY_BUCKET; nb],
+            records,
+            cap,
+            wheel,
+            free: 0,
+            seed: cfg.seed,
+            tick_ns: cfg.tick_ns,
+            timeouts,
+            base: None,
+            now: 0,
+            cursor: 0,
+            stats: Stats::default(),
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Flows held.
+    pub fn len(&self) -> usize {
+        self.stats.live as usize
+    }
+
+    /// Whether no flow is held.
+    pub fn is_empty(&self) -> bool {
+        self.stats.live == 0
+    }
+
+    /// The most flows it holds.
+    pub fn capacity(&self) -> usize {
+        self.cap as usize
+    }
+
+    /// Bytes of table: buckets, records (with their values) and the wheel.
+    pub fn memory_bytes(&self) -> usize {
+        self.buckets.len() * std::mem::size_of::<Bucket>()
+            + self.records.len() * std::mem::size_of::<Record<V>>()
+    }
+
+    /// Converts a time to ticks since the first, never going back (a clock that steps back
+    /// is held at its last value).
+    fn tick(&mut self, now_ns: u64) -> u32 {
+        let t = now_ns / self.tick_ns;
+        let base = *self.base.get_or_insert(t);
+        let rel = u32::try_from(t.saturating_sub(base)).unwrap_or(u32::MAX - (1 << 25));
+        self.now = self.now.max(rel.min(u32::MAX - (1 << 25)));
+        self.now
+    }
+
+    #[inline]
+    fn place(&self, h: u64) -> (u16, usize, usize) {
+        let nb = self.buckets.len() as u64;
+        let tag = ((h >> 48) as u16).max(1);
+        let b1 = ((h & 0xffff_ffff) * nb) >> 32;
+        let mut b2 = (((h >> 16) & 0xffff_ffff) * nb) >> 32;
+        if b2 == b1 {
+            b2 = (b1 + 1) % nb;
+        }
+        (tag, b1 as usize, b2 as usize)
+    }
+
+    #[inline]
+    fn find(&self, key: &FlowKey, h: u64) -> Option<At> {
+        let (tag, b1, b2) = self.place(h);
+        for b in [b1, b2] {
+            let bk = &self.buckets[b];
+            for s in 0..SLOTS {
+                if bk.tags[s] == tag {
+                    let r = bk.idx[s];
+                    if self.records[r as usize].key == *key {
+                        return Some((b, s, r));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The flow's value, without counting or touching it.
+    pub fn get(&self, key: &FlowKey) -> Option<&V> {
+        self.find(key, key.hash(self.seed))
+            .map(|(_, _, r)| &self.records[r as usize].value)
+    }
+
+    /// Whether each of `keys` is held: `out[i]` is set to the record index or `None`.
+    /// The buckets of the whole batch are touched first, so their cache misses overlap (as
+    /// DPDK's bulk lookup does).
+    pub fn get_batch(&self, keys: &[FlowKey], out: &mut [Option<u32>]) {
+        let mut places = [(0u16, 0usize, 0usize); 32];
+        for (chunk, outs) in keys.chunks(32).zip(out.chunks_mut(32)) {
+            let mut warm = 0u16;
+            for (p, k) in places.iter_mut().zip(chunk) {
+                *p = self.place(k.hash(self.seed));
+                // A load of each first bucket's first tag starts its line's fetch.
+                warm = warm.wrapping_add(self.buckets[p.1].tags[0]);
+            }
+            std::hint::black_box(warm);
+            for ((p, k), o) in places.iter().zip(chunk).zip(outs.iter_mut()) {
+                *o = None;
+                'buckets: for b in [p.1, p.2] {
+                    let bk = &self.buckets[b];
+                    for s in 0..SLOTS {
+                        if bk.tags[s] == p.0 {
+                            let r = bk.idx[s];
+                            if self.records[r as usize].key == *k {
+                                *o = Some(r);
+                                break 'buckets;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Looks the flow up at `now_ns` (counted); a hit marks it seen.
+    pub fn lookup(&mut self, key: &FlowKey, now_ns: u64) -> Option<&mut V> {
+        let now = self.tick(now_ns);
+        self.stats.lookups += 1;
+        match self.find(key, key.hash(self.seed)) {
+            Some((_, _, r)) => {
+                self.stats.hits += 1;
+                let rec = &mut self.records[r as usize];
+                rec.last = rec.last.max(now);
+                Some(&mut rec.value)
+            }
+            None => {
+                self.stats.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// The flow's value, added (as `V::default()`) if it is not held, at `now_ns`. When
+    /// every record is in use, the least recently seen flow of the new one's two buckets (a
+    /// closing one first) is evicted and handed back.
+    pub fn upsert(&mut self, key: &FlowKey, now_ns: u64) -> Upsert<'_, V> {
+        let now = self.tick(now_ns);
+        self.stats.lookups += 1;
+        let h = key.hash(self.seed);
+        if let Some((_, _, r)) = self.find(key, h) {
+            self.stats.hits += 1;
+            let rec = &mut self.records[r as usize];
+            rec.last = rec.last.max(now);
+            return Upsert {
+                value: &mut rec.value,
+                new: false,
+                evicted: None,
+            };
+        }
+        self.stats.misses += 1;
+        let (tag, b1, b2) = self.place(h);
+        let mut evicted = None;
+        if self.free == NIL {
+            let victim = self.victim(b1, b2);
+            evicted = Some(self.take(victim));
+            self.stats.evicted_full += 1;
+        }
+        let r = self.free;
+        self.free = self.records[r as usize].next;
+        let class = Class::of(key.proto());
+        {
+            let rec = &mut self.records[r as usize];
+            rec.key = *key;
+            rec.last = now;
+            rec.meta = USED | class as u32;
+            rec.value = V::default();
+        }
+        let deadline = self.deadline_slot(now.saturating_add(self.timeouts[class as usize]));
+        self.link(r, deadline);
+        self.stats.inserts += 1;
+        self.stats.live += 1;
+        if let Some(lost) = self.seat(tag, r, b1, b2) {
+            // The walk ended holding a flow with no room. (Never after an eviction for want of
+            // a record: that eviction emptied a slot of this flow's own buckets.)
+            debug_assert!(evicted.is_none());
+            self.stats.evicted_no_room += 1;
+            if lost == r {
+                // It came back to the new flow: the least recently seen of its buckets goes.
+                let v = self.victim(b1, b2);
+                evicted = Some(self.take(v));
+                let again = self.seat(tag, r, b1, b2);
+                debug_assert!(again.is_none());
+            } else {
+                evicted = Some(self.release(lost));
+            }
+        }
+        Upsert {
+            value: &mut self.records[r as usize].value,
+            new: true,
+            evicted,
+        }
+    }
+
+    /// A TCP FIN or RST of the flow at `now_ns`: it moves to the closing timeout (counted
+    /// once). `false`: no such flow.
+    pub fn close(&mut self, key: &FlowKey, now_ns: u64) -> bool {
+        let now = self.tick(now_ns);
+        let Some((_, _, r)) = self.find(key, key.hash(self.seed)) else {
+            return false;
+        };
+        let rec = &mut self.records[r as usize];
+        rec.last = rec.last.max(now);
+        if Class::from_meta(rec.meta) == Class::Closing {
+            return true;
+        }
+        rec.meta = USED | Class::Closing as u32;
+        let d = rec
+            .last
+            .saturating_add(self.timeouts[Class::Closing as usize]);
+        self.unlink(r);
+        let slot = self.deadline_slot(d);
+        self.link(r, slot);
+        self.stats.closed += 1;
+        true
+    }
+
+    /// Removes the flow, handing back its value.
+    pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
+        let (b, s, r) = self.find(key, key.hash(self.seed))?;
+        self.buckets[b].tags[s] = EMPTY;
+        self.buckets[b].idx[s] = NIL;
+        self.unlink(r);
+        self.stats.removed += 1;
+        Some(self.free_record(r).1)
+    }
+
+    /// Advances the wheel to `now_ns`: every flow whose deadline (last seen plus its class's
+    /// timeout, in ticks) is at most now is removed and handed to `on_expired` with its class.
+    /// Work: the ticks passed (at most the wheel's size) plus the records due or moved on.
+    pub fn expire(&mut self, now_ns: u64, mut on_expired: impl FnMut(&FlowKey, V, Class)) {
+        let now = self.tick(now_ns);
+        if now <= self.cursor {
+            return;
+        }
+        let steps = (now - self.cursor).min(self.wheel);
+        for i in 1..=steps {
+            let slot = (self.cursor + i) % self.wheel;
+            self.stats.gc_ticks += 1;
+            // Detach the slot's list first: what moves on lands in other lists.
+            let sentinel = self.cap + slot;
+            let mut r = self.records[sentinel as usize].next;
+            self.records[sentinel as usize].next = sentinel;
+            self.records[sentinel as usize].prev = sentinel;
+            while r != sentinel {
+                let next = self.records[r as usize].next;
+                self.stats.gc_visited += 1;
+                let rec = &self.records[r as usize];
+                let class = Class::from_meta(rec.meta);
+                let due = u64::from(rec.last) + u64::from(self.timeouts[class as usize]);
+                if due <= u64::from(now) {
+                    self.unseat(r);
+                    let (key, value) = self.free_record(r);
+                    self.stats.expired[class as usize] += 1;
+                    on_expired(&key, value, class);
+                } else {
+                    self.stats.gc_relinked += 1;
+                    self.link(r, (due % u64::from(self.wheel)) as u32);
+                }
+                r = next;
+            }
+        }
+        self.cursor = now;
+    }
+
+    /// Every flow held, in no order: (key, value).
+    pub fn iter(&self) -> impl Iterator<Item = (&FlowKey, &V)> {
+        self.records[..self.cap as usize]
+            .iter()
+            .filter(|r| r.meta & USED != 0)
+            .map(|r| (&r.key, &r.value))
+    }
+
+    /// The wheel slot for a deadline (never one already passed).
+    fn deadline_slot(&self, deadline: u32) -> u32 {
+        deadline.max(self.cursor.saturating_add(1)) % self.wheel
+    }
+
+    fn link(&mut self, r: u32, slot: u32) {
+        let s = self.cap + slot;
+        let tail = self.records[s as usize].prev;
+        self.records[r as usize].prev = tail;
+        self.records[r as usize].next = s;
+        self.records[tail as usize].next = r;
+        self.records[s as usize].prev = r;
+    }
+
+    fn unlink(&mut self, r: u32) {
+        let (p, n) = (self.records[r as usize].prev, self.records[r as usize].next);
+        self.records[p as usize].next = n;
+        self.records[n as usize].prev = p;
+    }
+
+    /// Returns a record to the free list; its key and value.
+    fn free_record(&mut self, r: u32) -> (FlowKey, V) {
+        let rec = &mut self.records[r as usize];
+        rec.meta = 0;
+        rec.prev = NIL;
+        rec.next = self.free;
+        let out = (rec.key, std::mem::take(&mut rec.value));
+        self.free = r;
+        self.stats.live -= 1;
+        out
+    }
+
+    /// Clears the bucket slot that points at record `r`.
+    fn unseat(&mut self, r: u32) {
+        let key = self.records[r as usize].key;
+        let (_, b1, b2) = self.place(key.hash(self.seed));
+        for b in [b1, b2] {
+            if let Some(s) = self.buckets[b].idx.iter().position(|&x| x == r) {
+                self.buckets[b].tags[s] = EMPTY;
+                self.buckets[b].idx[s] = NIL;
+                return;
+            }
+        }
+    }
+
+    /// Takes a held flow out entirely (bucket, wheel, record).
+    fn take(&mut self, r: u32) -> (FlowKey, V) {
+        self.unseat(r);
+        self.release(r)
+    }
+
+    /// A flow no longer in any bucket: off the wheel and back to the free list.
+    fn release(&mut self, r: u32) -> (FlowKey, V) {
+        self.unlink(r);
+        self.free_record(r)
+    }
+
+    /// The flow to evict for a new one whose buckets are `b1` and `b2`: a closing flow
+    /// there first, else the least recently seen there; with both buckets empty, the first
+    /// flow on the wheel from now on (among the soonest due).
+    fn victim(&self, b1: usize, b2: usize) -> u32 {
+        let mut best: Option<(bool, u32, u32)> = None;
+        for b in [b1, b2] {
+            for s in 0..SLOTS {
+                if self.buckets[b].tags[s] == EMPTY {
+                    continue;
+                }
+                let r = self.buckets[b].idx[s];
+                let rec = &self.records[r as usize];
+                let rank = (Class::from_meta(rec.meta) != Class::Closing, rec.last, r);
+                if best.is_none_or(|x| rank < x) {
+                    best = Some(rank);
+                }
+            }
+        }
+        if let Some((_, _, r)) = best {
+            return r;
+        }
+        for i in 1..=self.wheel {
+            let s = self.cap + (self.cursor + i) % self.wheel;
+            let first = self.records[s as usize].next;
+            if first != s {
+                return first;
+            }
+        }
+        // Unreachable while a flow is held: every held flow is on the wheel.
+        0
+    }
+
+    /// Seats record `r` (tag `tag`) in `b1` or `b2`, displacing others cuckoo-wise. `Some`:
+    /// the record left holding no seat after `MAX_KICKS` moves.
+    fn seat(&mut self, tag: u16, r: u32, b1: usize, b2: usize) -> Option<u32> {
+        for b in [b1, b2] {
+            if let Some(s) = self.buckets[b].tags.iter().position(|&t| t == EMPTY) {
+                self.buckets[b].tags[s] = tag;
+                self.buckets[b].idx[s] = r;
+                return None;
+            }
+        }
+        let (mut b, mut tag, mut r) = (b1, tag, r);
+        for k in 0..MAX_KICKS {
+            let s = (k * 7 + (r as usize)) % SLOTS;
+            let bk = &mut self.buckets[b];
+            std::mem::swap(&mut bk.tags[s], &mut tag);
+            std::mem::swap(&mut bk.idx[s], &mut r);
+            self.stats.kicks += 1;
+            let (_, x1, x2) = self.place(self.records[r as usize].key.hash(self.seed));
+            let alt = if x1 == b { x2 } else { x1 };
+            if let Some(s) = self.buckets[alt].tags.iter().position(|&t| t == EMPTY) {
+                self.buckets[alt].tags[s] = tag;
+                self.buckets[alt].idx[s] = r;
+                return None;
+            }
+            b = alt;
+        }
+        Some(r)
+    }
+}

@@ -1,0 +1,253 @@
+//! The table against a reference model (a map with explicit times): random operations,
+//! clock jumps both ways, and a full table whose evictions the model follows.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+use proptest::prelude::*;
+
+use crate::{Class, Config, FlowKey, FlowTable, TCP, UDP};
+
+/// Timeouts in ticks of 1 ns: UDP 10, TCP 30, closing 5, other 7.
+fn config(capacity: usize) -> Config {
+    Config {
+        capacity,
+        tick_ns: 1,
+        timeouts_ns: [10, 30, 5, 7],
+        seed: 42,
+    }
+}
+
+fn timeout(c: Class) -> u64 {
+    [10, 30, 5, 7][c as usize]
+}
+
+/// Key `i` of a pool: UDP, TCP and ICMP, IPv4 and IPv6.
+fn key(i: u16) -> FlowKey {
+    let proto = [UDP, TCP, 1][usize::from(i % 3)];
+    if i % 4 == 3 {
+        FlowKey::v6(
+            format!("2001:2::{i:x}").parse().expect("v6"),
+            "2001:2:0:1::2".parse().expect("v6"),
+            1000 + i,
+            9,
+            proto,
+        )
+    } else {
+        FlowKey::v4(
+            Ipv4Addr::new(198, 18, (i >> 8) as u8, i as u8),
+            Ipv4Addr::new(198, 19, 0, 1),
+            1000 + i,
+            9,
+            proto,
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Upsert(u16),
+    Lookup(u16),
+    Close(u16),
+    Remove(u16),
+    Expire,
+    /// The clock moves by this much (negative: it steps back).
+    Clock(i64),
+}
+
+fn op(keys: u16) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..keys).prop_map(Op::Upsert),
+        2 => (0..keys).prop_map(Op::Lookup),
+        1 => (0..keys).prop_map(Op::Close),
+        1 => (0..keys).prop_map(Op::Remove),
+        2 => Just(Op::Expire),
+        3 => (-20i64..40).prop_map(Op::Clock),
+        1 => (100i64..2000).prop_map(Op::Clock),
+    ]
+}
+
+/// The model: value, last seen (ticks), class; time held at its largest.
+#[derive(Default)]
+struct Model {
+    flows: HashMap<FlowKey, (u64, u64, Class)>,
+    now: u64,
+}
+
+/// Runs `ops` on a table of `capacity` and the model side by side.
+fn run(capacity: usize, keys: u16, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut t: FlowTable<u64> = FlowTable::new(&config(capacity)).expect("table");
+    let mut m = Model::default();
+    // Wall-clock time in ns (ticks of 1 ns), starting well above 0 so it can step back.
+    let mut clock: i64 = 1_000_000;
+    let base = clock as u64;
+    // The table's first time is its base: the same as the model's.
+    t.expire(base, |_, _, _| {});
+    for op in ops {
+        let at = |clock: i64| clock as u64;
+        // The table knows the times it is given: every operation but Remove gives one.
+        if !matches!(op, Op::Clock(_) | Op::Remove(_)) {
+            m.now = m.now.max((clock as u64).saturating_sub(base));
+        }
+        match *op {
+            Op::Clock(d) => {
+                clock = (clock + d).max(0);
+            }
+            Op::Upsert(i) => {
+                let k = key(i);
+                let u = t.upsert(&k, at(clock));
+                *u.value += 1;
+                let (new, got, evicted) = (u.new, *u.value, u.evicted);
+                if let Some((ek, ev)) = evicted {
+                    let was = m.flows.remove(&ek);
+                    prop_assert_eq!(was.map(|x| x.0), Some(ev), "evicted {:?}", ek);
+                    prop_assert!(m.flows.len() < capacity);
+                }
+                let now = m.now;
+                let e = m.flows.entry(k).or_insert((0, now, Class::of(k.proto())));
+                prop_assert_eq!(new, e.0 == 0);
+                e.0 += 1;
+                e.1 = e.1.max(now);
+                prop_assert_eq!(got, e.0);
+            }
+            Op::Lookup(i) => {
+                let k = key(i);
+                let got = t.lookup(&k, at(clock)).map(|v| *v);
+                let now = m.now;
+                let want = m.flows.get_mut(&k).map(|e| {
+                    e.1 = e.1.max(now);
+                    e.0
+                });
+                prop_assert_eq!(got, want);
+            }
+            Op::Close(i) => {
+                let k = key(i);
+                let found = t.close(&k, at(clock));
+                let now = m.now;
+                let want = m.flows.get_mut(&k).map(|e| {
+                    e.1 = e.1.max(now);
+                    e.2 = Class::Closing;
+                });
+                prop_assert_eq!(found, want.is_some());
+            }
+            Op::Remove(i) => {
+                let k = key(i);
+                prop_assert_eq!(t.remove(&k), m.flows.remove(&k).map(|e| e.0));
+            }
+            Op::Expire => {
+                let mut got = Vec::new();
+                t.expire(at(clock), |k, v, c| got.push((*k, v, c)));
+                let now = m.now;
+                let mut want: Vec<(FlowKey, u64, Class)> = m
+                    .flows
+                    .iter()
+                    .filter(|(_, e)| e.1 + timeout(e.2) <= now)
+                    .map(|(k, e)| (*k, e.0, e.2))
+                    .collect();
+                m.flows.retain(|_, e| e.1 + timeout(e.2) > now);
+                got.sort_by_key(|x| x.0);
+                want.sort_by_key(|x| x.0);
+                prop_assert_eq!(got, want);
+            }
+        }
+        prop_assert_eq!(t.len(), m.flows.len());
+        prop_assert!(t.len() <= capacity);
+    }
+    // Every key, after all: the same values.
+    for i in 0..keys {
+        let k = key(i);
+        prop_assert_eq!(t.get(&k).copied(), m.flows.get(&k).map(|e| e.0));
+    }
+    let s = t.stats();
+    prop_assert_eq!(
+        s.inserts,
+        s.live + s.expired_total() + s.removed + s.evicted_full + s.evicted_no_room
+    );
+    prop_assert_eq!(s.lookups, s.hits + s.misses);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Room for every key: nothing is evicted, and the table is the model.
+    #[test]
+    fn the_table_is_the_model(ops in proptest::collection::vec(op(48), 1..400)) {
+        run(1000, 48, &ops)?;
+    }
+
+    /// A full table: 200 keys through 16 records; every eviction is handed back with its
+    /// value, and apart from those the table is still the model.
+    #[test]
+    fn a_full_table_evicts_and_says_what(ops in proptest::collection::vec(op(200), 1..600)) {
+        run(16, 200, &ops)?;
+    }
+}
+
+#[test]
+fn expiry_is_exact_to_the_tick_and_touches_move_deadlines() {
+    let mut t: FlowTable<u32> = FlowTable::new(&config(100)).expect("table");
+    let (u, tc) = (key(0), key(1)); // UDP 10 ticks, TCP 30
+    t.upsert(&u, 100);
+    t.upsert(&tc, 100);
+    let mut gone = Vec::new();
+    t.expire(109, |k, _, c| gone.push((*k, c)));
+    assert!(gone.is_empty());
+    // Seen at 112: now due at 122, not 110. (A time before the last one given is held at
+    // it: the table's clock never goes back.)
+    t.lookup(&u, 112);
+    t.expire(121, |k, _, c| gone.push((*k, c)));
+    assert!(gone.is_empty());
+    t.expire(122, |k, _, c| gone.push((*k, c)));
+    assert_eq!(gone, vec![(u, Class::Udp)]);
+    // A FIN: TCP's 30 becomes closing's 5 from then.
+    assert!(t.close(&tc, 126));
+    t.expire(130, |k, _, c| gone.push((*k, c)));
+    assert_eq!(gone.len(), 1);
+    t.expire(131, |k, _, c| gone.push((*k, c)));
+    assert_eq!(gone[1], (tc, Class::Closing));
+    let s = t.stats();
+    assert_eq!((s.expired[0], s.expired[2], s.closed, s.live), (1, 1, 1, 0));
+    // A jump far ahead visits the wheel once, not once per tick.
+    t.upsert(&u, 200);
+    let ticks = t.stats().gc_ticks;
+    t.expire(1_000_000_000, |_, _, _| {});
+    assert!(t.stats().gc_ticks - ticks <= 32, "{:?}", t.stats());
+    assert!(t.is_empty());
+}
+
+#[test]
+fn when_full_the_least_recently_seen_of_the_buckets_goes_a_closing_one_first() {
+    // One record: each new flow evicts the one there, and hands it back.
+    let mut t: FlowTable<u32> = FlowTable::new(&config(1)).expect("table");
+    *t.upsert(&key(0), 10).value = 7;
+    let u = t.upsert(&key(3), 11);
+    assert!(u.new);
+    assert_eq!(u.evicted, Some((key(0), 7)));
+    assert_eq!(t.stats().evicted_full, 1);
+    // Two records in one pair of buckets: the older goes, unless the newer is closing.
+    let mut t: FlowTable<u32> = FlowTable::new(&config(2)).expect("table");
+    t.upsert(&key(1), 10);
+    t.upsert(&key(4), 20);
+    assert_eq!(t.upsert(&key(7), 30).evicted.map(|e| e.0), Some(key(1)));
+    let mut t: FlowTable<u32> = FlowTable::new(&config(2)).expect("table");
+    t.upsert(&key(1), 10);
+    t.upsert(&key(4), 20);
+    t.close(&key(4), 21);
+    assert_eq!(t.upsert(&key(7), 30).evicted.map(|e| e.0), Some(key(4)));
+}
+
+#[test]
+fn bad_shapes_are_refused_and_memory_is_bounded() {
+    assert!(FlowTable::<u8>::new(&config(0)).is_err());
+    let mut c = config(10);
+    c.tick_ns = 0;
+    assert!(FlowTable::<u8>::new(&c).is_err());
+    let mut c = config(10);
+    c.timeouts_ns[0] = 0;
+    assert!(FlowTable::<u8>::new(&c).is_err());
+    // A million flows: the table's own bytes per flow (no value), wheel included.
+    let t: FlowTable<()> = FlowTable::new(&Config::new(1_000_000)).expect("table");
+    let per_flow = t.memory_bytes() as f64 / 1e6;
+    assert!(per_flow <= 64.0, "{per_flow} B a flow");
+}
