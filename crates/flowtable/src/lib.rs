@@ -16,9 +16,10 @@
 //! assert_eq!(gone, vec![(k, 2)]);
 //! ```
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod key;
+mod prefetch;
 mod table;
 
 pub use key::{FlowKey, TCP, UDP};

@@ -10,6 +10,7 @@
 //! `expire(now)` removes exactly the flows whose deadline, in ticks, is at most `now`.
 
 use crate::key::{FlowKey, TCP, UDP};
+use crate::prefetch::prefetch;
 
 /// Slots per bucket.
 pub const SLOTS: usize = 10;
@@ -139,22 +140,95 @@ impl Stats {
     }
 }
 
-/// A bucket: ten 16-bit tags (0: empty) and the records they point at, one cache line.
+/// A bucket: ten 16-bit tags (0: empty) packed four to a word, so one compare tests four
+/// (SWAR), and the records they point at — one cache line. Lanes 10 and 11 are this
+/// bucket's spill filter and count (Cuckoo++'s idea): the flows whose first bucket this is but
+/// which sit in their second, as a 16-bit filter of their tags and a count (the filter is
+/// cleared when the count reaches 0). A key not here whose tag is not in the filter is in
+/// neither bucket: a miss reads one line, not two.
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
-    tags: [u16; SLOTS],
-    _pad: u32,
+    tags: [u64; 3],
     idx: [u32; SLOTS],
 }
 
 const EMPTY_BUCKET: Bucket = Bucket {
-    tags: [EMPTY; SLOTS],
-    _pad: 0,
+    tags: [0; 3],
     idx: [NIL; SLOTS],
 };
 
+const LANES: u64 = 0x0001_0001_0001_0001;
+const HIGH: u64 = 0x8000_8000_8000_8000;
+
+impl Bucket {
+    #[inline(always)]
+    fn tag(&self, s: usize) -> u16 {
+        (self.tags[s / 4] >> (16 * (s % 4))) as u16
+    }
+
+    #[inline(always)]
+    fn set_tag(&mut self, s: usize, tag: u16) {
+        let w = &mut self.tags[s / 4];
+        let shift = 16 * (s % 4);
+        *w = (*w & !(0xffff << shift)) | (u64::from(tag) << shift);
+    }
+
+    /// Word `i`'s lanes equal to `tag`: bit 15 of each such lane set (the lowest exactly;
+    /// above a true match a lane may be flagged falsely, so every candidate's tag is
+    /// checked). Word 2's lanes 2 and 3 (the spill filter and count) are never flagged.
+    #[inline(always)]
+    fn hits(&self, i: usize, tag: u16) -> u64 {
+        let x = self.tags[i] ^ (u64::from(tag) * LANES);
+        let z = x.wrapping_sub(LANES) & !x & HIGH;
+        if i == 2 {
+            z & 0x8000_8000
+        } else {
+            z
+        }
+    }
+
+    /// The first slot whose tag is `tag`.
+    #[inline(always)]
+    fn first(&self, tag: u16) -> Option<usize> {
+        for i in 0..3 {
+            let z = self.hits(i, tag);
+            if z != 0 {
+                return Some(4 * i + (z.trailing_zeros() / 16) as usize);
+            }
+        }
+        None
+    }
+
+    /// Whether a flow with `tag` whose first bucket this is may sit in its second.
+    #[inline(always)]
+    fn may_spill(&self, tag: u16) -> bool {
+        (self.tags[2] >> 32) as u16 & (1 << (tag & 15)) != 0
+    }
+
+    /// One more (`up`) or one fewer flow of this first bucket in its second.
+    fn spill(&mut self, tag: u16, up: bool) {
+        let w = self.tags[2];
+        let (mut filter, mut count) = ((w >> 32) as u16, (w >> 48) as u16);
+        if up {
+            filter |= 1 << (tag & 15);
+            count = count.saturating_add(1);
+        } else {
+            count = count.saturating_sub(1);
+            if count == 0 {
+                filter = 0;
+            }
+        }
+        self.tags[2] = (w & 0xffff_ffff) | u64::from(filter) << 32 | u64::from(count) << 48;
+    }
+
+    fn empty_slot(&self) -> Option<usize> {
+        self.first(EMPTY)
+    }
+}
+
 #[derive(Debug, Clone)]
+#[repr(C)]
 struct Record<V> {
     key: FlowKey,
     /// Last seen, ticks since the table's first.
@@ -307,9 +381,11 @@ impl<V: Default> FlowTable<V> {
     #[inline]
     fn place(&self, h: u64) -> (u16, usize, usize) {
         let nb = self.buckets.len() as u64;
-        let tag = ((h >> 48) as u16).max(1);
+        // Independent bits: the first bucket from the low word (its high bits, by the
+        // multiply), the second from the high word, the tag from the low word's low bits.
+        let tag = ((h & 0x7fff) as u16).max(1);
         let b1 = ((h & 0xffff_ffff) * nb) >> 32;
-        let mut b2 = (((h >> 16) & 0xffff_ffff) * nb) >> 32;
+        let mut b2 = ((h >> 32) * nb) >> 32;
         if b2 == b1 {
             b2 = (b1 + 1) % nb;
         }
@@ -317,20 +393,32 @@ impl<V: Default> FlowTable<V> {
     }
 
     #[inline]
-    fn find(&self, key: &FlowKey, h: u64) -> Option<At> {
-        let (tag, b1, b2) = self.place(h);
-        for b in [b1, b2] {
-            let bk = &self.buckets[b];
-            for s in 0..SLOTS {
-                if bk.tags[s] == tag {
-                    let r = bk.idx[s];
-                    if self.records[r as usize].key == *key {
-                        return Some((b, s, r));
-                    }
+    fn scan(&self, b: usize, tag: u16, key: &FlowKey) -> Option<At> {
+        let bk = &self.buckets[b];
+        for i in 0..3 {
+            let mut z = bk.hits(i, tag);
+            while z != 0 {
+                let s = 4 * i + (z.trailing_zeros() / 16) as usize;
+                z &= z - 1;
+                let r = bk.idx[s];
+                if bk.tag(s) == tag && self.records[r as usize].key == *key {
+                    return Some((b, s, r));
                 }
             }
         }
         None
+    }
+
+    #[inline]
+    fn find(&self, key: &FlowKey, h: u64) -> Option<At> {
+        let (tag, b1, b2) = self.place(h);
+        self.scan(b1, tag, key).or_else(|| {
+            if self.buckets[b1].may_spill(tag) {
+                self.scan(b2, tag, key)
+            } else {
+                None
+            }
+        })
     }
 
     /// The flow's value, without counting or touching it.
@@ -343,31 +431,58 @@ impl<V: Default> FlowTable<V> {
     /// The buckets of the whole batch are touched first, so their cache misses overlap (as
     /// DPDK's bulk lookup does).
     pub fn get_batch(&self, keys: &[FlowKey], out: &mut [Option<u32>]) {
-        let mut places = [(0u16, 0usize, 0usize); 32];
-        for (chunk, outs) in keys.chunks(32).zip(out.chunks_mut(32)) {
-            let mut warm = 0u16;
+        const B: usize = 32;
+        let mut places = [(0u16, 0usize, 0usize); B];
+        let mut cand = [NIL; B];
+        let mut second = [false; B];
+        for (chunk, outs) in keys.chunks(B).zip(out.chunks_mut(B)) {
+            // Stage 1: hashes, and a prefetch of each first bucket's line (the misses overlap).
             for (p, k) in places.iter_mut().zip(chunk) {
                 *p = self.place(k.hash(self.seed));
-                // A load of each first bucket's first tag starts its line's fetch.
-                warm = warm.wrapping_add(self.buckets[p.1].tags[0]);
+                prefetch(&self.buckets[p.1]);
             }
-            std::hint::black_box(warm);
-            for ((p, k), o) in places.iter().zip(chunk).zip(outs.iter_mut()) {
-                *o = None;
-                'buckets: for b in [p.1, p.2] {
-                    let bk = &self.buckets[b];
-                    for s in 0..SLOTS {
-                        if bk.tags[s] == p.0 {
-                            let r = bk.idx[s];
-                            if self.records[r as usize].key == *k {
-                                *o = Some(r);
-                                break 'buckets;
-                            }
-                        }
+            // Stage 2: a candidate from the first bucket, or a prefetch of the second where
+            // its spill filter says the key may be there.
+            for ((c, sec), p) in cand.iter_mut().zip(second.iter_mut()).zip(&places) {
+                let b = &self.buckets[p.1];
+                let first = b.first(p.0);
+                *c = first.map_or(NIL, |s| b.idx[s]);
+                *sec = first.is_none() && b.may_spill(p.0);
+                if *sec {
+                    prefetch(&self.buckets[p.2]);
+                } else if *c != NIL {
+                    self.prefetch_key(*c);
+                }
+            }
+            // Stage 3: candidates from second buckets, and their records' prefetch.
+            for ((c, &sec), p) in cand.iter_mut().zip(&second).zip(&places) {
+                if sec {
+                    let b = &self.buckets[p.2];
+                    if let Some(s) = b.first(p.0) {
+                        *c = b.idx[s];
+                        self.prefetch_key(*c);
                     }
                 }
             }
+            // Stage 4: compare (a candidate that is not the key falls back to a full find).
+            for ((k, o), &c) in chunk.iter().zip(outs.iter_mut()).zip(&cand) {
+                *o = if c == NIL {
+                    None
+                } else if self.records[c as usize].key == *k {
+                    Some(c)
+                } else {
+                    self.find(k, k.hash(self.seed)).map(|x| x.2)
+                };
+            }
         }
+    }
+
+    /// Prefetches record `r`'s key: its first and last words, which may lie in two lines.
+    #[inline(always)]
+    fn prefetch_key(&self, r: u32) {
+        let rec = &self.records[r as usize];
+        prefetch(&rec.key);
+        prefetch(&rec.last);
     }
 
     /// Looks the flow up at `now_ns` (counted); a hit marks it seen.
@@ -474,9 +589,8 @@ impl<V: Default> FlowTable<V> {
 
     /// Removes the flow, handing back its value.
     pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
-        let (b, s, r) = self.find(key, key.hash(self.seed))?;
-        self.buckets[b].tags[s] = EMPTY;
-        self.buckets[b].idx[s] = NIL;
+        let (_, _, r) = self.find(key, key.hash(self.seed))?;
+        self.unseat(r);
         self.unlink(r);
         self.stats.removed += 1;
         Some(self.free_record(r).1)
@@ -563,11 +677,14 @@ impl<V: Default> FlowTable<V> {
     /// Clears the bucket slot that points at record `r`.
     fn unseat(&mut self, r: u32) {
         let key = self.records[r as usize].key;
-        let (_, b1, b2) = self.place(key.hash(self.seed));
+        let (tag, b1, b2) = self.place(key.hash(self.seed));
         for b in [b1, b2] {
             if let Some(s) = self.buckets[b].idx.iter().position(|&x| x == r) {
-                self.buckets[b].tags[s] = EMPTY;
+                self.buckets[b].set_tag(s, EMPTY);
                 self.buckets[b].idx[s] = NIL;
+                if b != b1 {
+                    self.buckets[b1].spill(tag, false);
+                }
                 return;
             }
         }
@@ -592,7 +709,7 @@ impl<V: Default> FlowTable<V> {
         let mut best: Option<(bool, u32, u32)> = None;
         for b in [b1, b2] {
             for s in 0..SLOTS {
-                if self.buckets[b].tags[s] == EMPTY {
+                if self.buckets[b].tag(s) == EMPTY {
                     continue;
                 }
                 let r = self.buckets[b].idx[s];
@@ -620,29 +737,92 @@ impl<V: Default> FlowTable<V> {
     /// Seats record `r` (tag `tag`) in `b1` or `b2`, displacing others cuckoo-wise. `Some`:
     /// the record left holding no seat after `MAX_KICKS` moves.
     fn seat(&mut self, tag: u16, r: u32, b1: usize, b2: usize) -> Option<u32> {
-        for b in [b1, b2] {
-            if let Some(s) = self.buckets[b].tags.iter().position(|&t| t == EMPTY) {
-                self.buckets[b].tags[s] = tag;
-                self.buckets[b].idx[s] = r;
-                return None;
-            }
+        if let Some(s) = self.buckets[b1].empty_slot() {
+            self.put(b1, s, tag, r);
+            return None;
         }
-        let (mut b, mut tag, mut r) = (b1, tag, r);
+        if let Some(s) = self.buckets[b2].empty_slot() {
+            self.put(b2, s, tag, r);
+            self.buckets[b1].spill(tag, true);
+            return None;
+        }
+        // The flow held (`tag`, `r`, first bucket `first`) goes into bucket `b` in place of
+        // one there, which then goes to its other bucket.
+        let (mut b, mut tag, mut r, mut first) = (b1, tag, r, b1);
         for k in 0..MAX_KICKS {
             let s = (k * 7 + (r as usize)) % SLOTS;
-            let bk = &mut self.buckets[b];
-            std::mem::swap(&mut bk.tags[s], &mut tag);
-            std::mem::swap(&mut bk.idx[s], &mut r);
+            let (vt, vr) = (self.buckets[b].tag(s), self.buckets[b].idx[s]);
+            self.put(b, s, tag, r);
+            if b != first {
+                self.buckets[first].spill(tag, true);
+            }
             self.stats.kicks += 1;
-            let (_, x1, x2) = self.place(self.records[r as usize].key.hash(self.seed));
+            let (_, x1, x2) = self.place(self.records[vr as usize].key.hash(self.seed));
+            if b != x1 {
+                self.buckets[x1].spill(vt, false);
+            }
             let alt = if x1 == b { x2 } else { x1 };
-            if let Some(s) = self.buckets[alt].tags.iter().position(|&t| t == EMPTY) {
-                self.buckets[alt].tags[s] = tag;
-                self.buckets[alt].idx[s] = r;
+            if let Some(s) = self.buckets[alt].empty_slot() {
+                self.put(alt, s, vt, vr);
+                if alt != x1 {
+                    self.buckets[x1].spill(vt, true);
+                }
                 return None;
             }
-            b = alt;
+            (b, tag, r, first) = (alt, vt, vr, x1);
         }
         Some(r)
+    }
+
+    /// Panics unless every held flow sits in one of its two buckets under its tag, every
+    /// bucket's spill count is the number of its flows sitting in their second bucket and its
+    /// filter holds their tags, and the wheel lists hold exactly the held flows.
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        let mut spills = vec![(0u16, 0u16); self.buckets.len()];
+        let mut seated = 0u64;
+        for (b, bk) in self.buckets.iter().enumerate() {
+            for s in 0..SLOTS {
+                if bk.tag(s) == EMPTY {
+                    continue;
+                }
+                seated += 1;
+                let r = bk.idx[s];
+                let rec = &self.records[r as usize];
+                assert!(
+                    rec.meta & USED != 0,
+                    "bucket {b} slot {s} points at a free record"
+                );
+                let (tag, b1, b2) = self.place(rec.key.hash(self.seed));
+                assert_eq!(bk.tag(s), tag);
+                assert!(b == b1 || b == b2, "flow in bucket {b}, not {b1} or {b2}");
+                if b == b2 {
+                    spills[b1].0 |= 1 << (tag & 15);
+                    spills[b1].1 += 1;
+                }
+            }
+        }
+        assert_eq!(seated, self.stats.live);
+        for (b, bk) in self.buckets.iter().enumerate() {
+            let (filter, count) = ((bk.tags[2] >> 32) as u16, (bk.tags[2] >> 48) as u16);
+            assert_eq!(count, spills[b].1, "bucket {b}'s spill count");
+            assert_eq!(filter & spills[b].0, spills[b].0, "bucket {b}'s filter");
+        }
+        let mut on_wheel = 0u64;
+        for slot in 0..self.wheel {
+            let sentinel = self.cap + slot;
+            let mut r = self.records[sentinel as usize].next;
+            while r != sentinel {
+                assert!(self.records[r as usize].meta & USED != 0);
+                on_wheel += 1;
+                r = self.records[r as usize].next;
+            }
+        }
+        assert_eq!(on_wheel, self.stats.live);
+    }
+
+    fn put(&mut self, b: usize, s: usize, tag: u16, r: u32) {
+        self.buckets[b].set_tag(s, tag);
+        self.buckets[b].idx[s] = r;
     }
 }

@@ -1,0 +1,126 @@
+/*
+ * DPDK's rte_hash (cuckoo, 8 slots a bucket, 16-bit signatures) on the flow table's workload:
+ * 1 M IPv4/IPv6-sized flow keys (40 bytes, the flowlane key's size), 90 % full, lookups half
+ * hits and half misses, shuffled; inserts of 1 M keys into an empty table. Prints lookups per
+ * second for rte_hash_lookup (one at a time) and rte_hash_lookup_bulk (32 at a time), and
+ * inserts per second, median of rounds. The peer measurement for
+ * `cargo bench -p flowlane-flowtable`. Build and run: bench/dpdk_hash.sh.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_eal.h>
+#include <rte_hash.h>
+#include <rte_jhash.h>
+#include <rte_hash_crc.h>
+#include <rte_version.h>
+
+#define FLOWS 1000000u
+#define QUERIES (1u << 20)
+#define ROUNDS 9
+#define KEY_LEN 40
+
+struct key {
+	uint32_t w[10];
+};
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The same random-looking flows as the Rust benchmark's key(i). */
+static void make_key(uint64_t i, struct key *k)
+{
+	uint64_t x = i * 0x9E3779B97F4A7C15ull ^ 0xD1B54A32D192ED03ull;
+	x ^= x >> 29;
+	x *= 0xBF58476D1CE4E5B9ull;
+	x ^= x >> 32;
+	memset(k, 0, sizeof *k);
+	k->w[3] = (uint32_t)(x >> 32);
+	k->w[7] = (uint32_t)x;
+	k->w[8] = ((uint32_t)(uint16_t)(x >> 16) << 16) | (uint16_t)(x | 1);
+	k->w[9] = 17u << 24;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+	char *eal[] = { argv[0], "--no-huge", "-m", "2048", "--no-pci", "-l", "0", "--log-level", "0", NULL };
+	(void)argc;
+	if (rte_eal_init(9, eal) < 0) {
+		fprintf(stderr, "rte_eal_init failed\n");
+		return 1;
+	}
+	struct rte_hash_parameters p = {
+		.name = "flows",
+		.entries = FLOWS * 10 / 9,
+		.key_len = KEY_LEN,
+		.hash_func = rte_hash_crc,
+		.hash_func_init_val = 0,
+		.socket_id = 0,
+	};
+	struct key *keys = malloc(sizeof(struct key) * FLOWS);
+	struct key *queries = malloc(sizeof(struct key) * QUERIES);
+	const void **qptr = malloc(sizeof(void *) * QUERIES);
+	int32_t *pos = malloc(sizeof(int32_t) * 32);
+	double bulk[ROUNDS], single[ROUNDS], ins[ROUNDS];
+	for (uint32_t i = 0; i < FLOWS; i++)
+		make_key(i, &keys[i]);
+	for (uint64_t q = 0; q < QUERIES; q++) {
+		uint64_t r = (q * 0x2545F4914F6CDD1Dull) >> 11;
+		make_key(q % 2 == 0 ? r % FLOWS : FLOWS + r, &queries[q]);
+		qptr[q] = &queries[q];
+	}
+	struct rte_hash *h = NULL;
+	for (int round = 0; round < ROUNDS; round++) {
+		if (h)
+			rte_hash_free(h);
+		h = rte_hash_create(&p);
+		if (!h) {
+			fprintf(stderr, "rte_hash_create failed\n");
+			return 1;
+		}
+		double t0 = now();
+		for (uint32_t i = 0; i < FLOWS; i++)
+			if (rte_hash_add_key(h, &keys[i]) < 0) {
+				fprintf(stderr, "add failed at %u\n", i);
+				return 1;
+			}
+		ins[round] = FLOWS / (now() - t0) / 1e6;
+	}
+	uint64_t found = 0;
+	for (int round = 0; round < ROUNDS; round++) {
+		double t0 = now();
+		for (uint32_t q = 0; q + 32 <= QUERIES; q += 32) {
+			rte_hash_lookup_bulk(h, &qptr[q], 32, pos);
+			for (int j = 0; j < 32; j++)
+				found += pos[j] >= 0;
+		}
+		bulk[round] = QUERIES / (now() - t0) / 1e6;
+		t0 = now();
+		for (uint32_t q = 0; q < QUERIES; q++)
+			found += rte_hash_lookup(h, &queries[q]) >= 0;
+		single[round] = QUERIES / (now() - t0) / 1e6;
+	}
+	qsort(bulk, ROUNDS, sizeof(double), cmp_double);
+	qsort(single, ROUNDS, sizeof(double), cmp_double);
+	qsort(ins, ROUNDS, sizeof(double), cmp_double);
+	printf("%s rte_hash (crc32, 8-slot buckets), 1 M flows, 90 %% full, 50 %% misses:\n",
+	       rte_version());
+	printf("  lookup_bulk(32) %.1f M/s, lookup %.1f M/s (medians of %d); inserts %.1f M/s; "
+	       "hits %.3f of queries\n",
+	       bulk[ROUNDS / 2], single[ROUNDS / 2], ROUNDS, ins[ROUNDS / 2],
+	       (double)found / (2.0 * ROUNDS * QUERIES));
+	return 0;
+}
