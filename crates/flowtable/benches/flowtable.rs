@@ -7,6 +7,7 @@
 //! - expiry work per expired flow with n = 10 k … 10 M resident flows while 1 000 short flows a
 //!   tick come and go, against a scanning reference (a map swept each tick, as a GC that
 //!   walks the table does), whose work per expired flow grows with n.
+//!
 //! After criterion's report, the ratios as medians of alternated rounds. DPDK's `rte_hash` on
 //! the same workload: `bench/dpdk_hash.sh`.
 //!
