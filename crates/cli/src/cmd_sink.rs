@@ -114,6 +114,17 @@ pub struct SinkArgs {
     #[command(flatten)]
     rings: crate::args::RingMemoryArg,
 
+    /// 5-tuples counted at once per worker (a flow table of this many records, allocated at
+    /// the start: ~80 bytes each); a new tuple beyond it evicts the least recently seen of
+    /// its buckets, counted with its frames.
+    #[arg(long, default_value_t = 65_536, value_parser = parse_tuple_capacity)]
+    tuple_capacity: usize,
+
+    /// Seconds a 5-tuple may go without a frame before it expires (a tuple that comes back
+    /// later is counted as a new one, as a router's flow table would).
+    #[arg(long, value_parser = parse_duration, default_value_t = 30.0)]
+    tuple_idle: f64,
+
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -158,6 +169,10 @@ pub fn run(a: SinkArgs) -> CmdResult {
         },
         ring: a.ring as usize,
         ring_memory: a.rings.bytes(),
+        tuples: flowlane_tools::sink::TupleSpec {
+            capacity: a.tuple_capacity,
+            idle_s: a.tuple_idle,
+        },
         interval_s: a.live.interval,
         write: a.write.as_ref().map(|path| CaptureSpec {
             path: path.clone(),
@@ -311,6 +326,20 @@ fn print_summary(r: &SinkReport) {
     if let Some(k) = r.to_kernel {
         outln!("left to the kernel (not unicast IP: ARP, neighbour discovery, multicast): {k}");
     }
+    if let Some(t) = &r.tuples {
+        outln!(
+            "5-tuples: {} seen, {} held at the end, {} expired, {} evicted (tables of {} per              worker, {:.1} MiB); their frames: {} held, {} expired, {} evicted",
+            t.seen,
+            t.live,
+            t.expired,
+            t.evicted,
+            t.capacity,
+            t.memory_bytes as f64 / f64::from(1 << 20),
+            t.frames_live,
+            t.frames_expired,
+            t.frames_evicted
+        );
+    }
     if r.split_flows > 0 {
         outln!(
             "{} flows came in on more than one receive queue: their loss and order are counted \
@@ -343,5 +372,16 @@ fn print_summary(r: &SinkReport) {
                 f.duplicates
             );
         }
+    }
+}
+
+fn parse_tuple_capacity(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of tuples"))?;
+    if (1..=(1 << 28)).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("{n} tuples: give 1 to 268435456"))
     }
 }

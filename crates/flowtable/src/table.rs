@@ -253,7 +253,7 @@ pub struct Upsert<'a, V> {
 }
 
 /// A per-core flow table (no locks: one owner).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FlowTable<V> {
     buckets: Vec<Bucket>,
     records: Vec<Record<V>>,

@@ -140,6 +140,11 @@ impl Rig<'_> {
             backend: c.rx_backend,
             cpus: Vec::new(),
             ring_memory: c.ring_memory,
+            // A trial sends at most 4096 flows.
+            tuples: crate::sink::TupleSpec {
+                capacity: 4096,
+                idle_s: 30.0,
+            },
         };
         let bcfg = self.blast_config(shot, &c.tx.dev, c.dst_mac);
         let sink_stop = Arc::new(AtomicBool::new(false));

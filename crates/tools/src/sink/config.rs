@@ -36,6 +36,9 @@ pub struct SinkConfig {
     /// AF_XDP: the CPUs of the queue workers, in turn (empty: `cpu`).
     #[serde(default)]
     pub cpus: Vec<usize>,
+    /// The 5-tuples counted, in a bounded flow table per worker.
+    #[serde(default)]
+    pub tuples: TupleSpec,
     /// AF_PACKET: bytes the receive ring may map (`--ring-memory`); `ring` is its most slots.
     #[serde(default = "default_ring_memory")]
     pub ring_memory: u64,
@@ -74,6 +77,26 @@ impl SinkBackend {
         match self {
             SinkBackend::AfPacket => "AF_PACKET",
             SinkBackend::AfXdp => "AF_XDP",
+        }
+    }
+}
+
+/// The flow table a sink counts 5-tuples in: its records (per worker) and how long a tuple
+/// may be idle before it expires.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TupleSpec {
+    /// Tuples held at once per worker; a new one beyond evicts the least recently seen of
+    /// its buckets.
+    pub capacity: usize,
+    /// Seconds without a frame after which a tuple expires.
+    pub idle_s: f64,
+}
+
+impl Default for TupleSpec {
+    fn default() -> TupleSpec {
+        TupleSpec {
+            capacity: 65_536,
+            idle_s: 30.0,
         }
     }
 }

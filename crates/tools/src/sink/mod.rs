@@ -14,8 +14,8 @@ mod config;
 mod report;
 pub mod worker;
 
-pub use config::{SinkBackend, SinkConfig};
-pub use report::{by_size, SinkFlowReport, SinkReport, SinkSizeReport};
+pub use config::{SinkBackend, SinkConfig, TupleSpec};
+pub use report::{by_size, SinkFlowReport, SinkReport, SinkSizeReport, TupleReport};
 
 use capture::Capture;
 pub use capture::CaptureSpec;
@@ -132,6 +132,8 @@ pub fn run(
             a.dev
         )));
     }
+    // Made (and its spec checked) before any worker: each worker gets a copy.
+    let tuples = worker::Tuples::new(&a.tuples).map_err(ToolError::usage)?;
     let start_ns = os::monotonic_ns();
     let rules = SinkStop {
         count: a.count,
@@ -161,6 +163,7 @@ pub fn run(
         timed,
         port,
         rules,
+        tuples,
     };
     let mut rings = None;
     let (mut rt, _redirect) = if xdp {
@@ -280,13 +283,14 @@ struct Maker {
     timed: bool,
     port: Option<u16>,
     rules: SinkStop,
+    tuples: worker::Tuples,
 }
 
 impl Maker {
     /// Worker `idx` on `ring`: its book, its latency share, and the capture (the first
     /// worker to ask takes it).
     fn worker<R: flowlane_io::frame::FrameRx>(&self, idx: usize, ring: R) -> SinkWorker<R> {
-        let mut w = SinkWorker::new(ring, self.port, self.rules);
+        let mut w = SinkWorker::new(ring, self.port, self.rules, self.tuples.clone());
         if self.timed {
             if let Some(s) = self.shares.get(idx) {
                 w = w.with_latency_share(s.clone());
@@ -327,7 +331,9 @@ fn report(
     let mut window: Option<(u64, u64)> = None;
     let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
     let mut flows = Vec::new();
+    let mut tuples = report::TupleReport::default();
     for (q, r) in books.iter().enumerate() {
+        tuples.add(&r.book.tuples);
         let k = &r.book.counts;
         c.frames += k.frames;
         c.bytes += k.bytes;
@@ -410,6 +416,7 @@ fn report(
         to_kernel: None,
         split_flows,
         rings: None,
+        tuples: Some(tuples),
         errors,
     }
 }
@@ -482,6 +489,7 @@ mod tests {
             backend: SinkBackend::AfPacket,
             cpus: Vec::new(),
             ring_memory: crate::rings::DEFAULT_BUDGET,
+            tuples: TupleSpec::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let e = run(&cfg, &stop, &mut |_| {}).expect_err("no interface");

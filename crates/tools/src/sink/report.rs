@@ -157,6 +157,9 @@ pub struct SinkReport {
     /// read by the caller before the run; none when not read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<crate::doctor::DoctorReport>,
+    /// The 5-tuples of the flowlane frames, counted in a bounded flow table per worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuples: Option<TupleReport>,
 }
 
 impl SinkReport {
@@ -191,7 +194,57 @@ impl SinkReport {
             to_kernel: None,
             split_flows: 0,
             rings: None,
+            tuples: None,
             errors: Vec::new(),
         }
+    }
+}
+
+/// The 5-tuples a sink counted (`flowlane-flowtable`, one table per worker): how many, what
+/// became of them, and the table's work. Every flowlane frame is in one of the three frame
+/// counts: `frames_live + frames_expired + frames_evicted = flowlane_packets`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TupleReport {
+    /// Tables (one per worker) and the records of each.
+    pub tables: usize,
+    pub capacity: usize,
+    /// Their memory, bytes, allocated at the start.
+    pub memory_bytes: u64,
+    /// Tuples added: each new one, and again one that came back after it expired or was
+    /// evicted (a new flow then, as a router's table would see it).
+    pub seen: u64,
+    /// Held at the end.
+    pub live: u64,
+    /// Left after their idle time.
+    pub expired: u64,
+    /// Pushed out by a new tuple when the table was full.
+    pub evicted: u64,
+    /// Frames of the tuples held at the end, of those expired, of those evicted.
+    pub frames_live: u64,
+    pub frames_expired: u64,
+    pub frames_evicted: u64,
+    /// The tables' lookups, hits, and records their expiry visited.
+    pub lookups: u64,
+    pub hits: u64,
+    pub gc_visited: u64,
+}
+
+impl TupleReport {
+    /// Adds one worker's table.
+    pub fn add(&mut self, t: &super::worker::Tuples) {
+        let s = t.table.stats();
+        self.tables += 1;
+        self.capacity = t.table.capacity();
+        self.memory_bytes += t.table.memory_bytes() as u64;
+        self.seen += s.inserts;
+        self.live += s.live;
+        self.expired += t.expired.0;
+        self.evicted += t.evicted.0;
+        self.frames_live += t.live_frames();
+        self.frames_expired += t.expired.1;
+        self.frames_evicted += t.evicted.1;
+        self.lookups += s.lookups;
+        self.hits += s.hits;
+        self.gc_visited += s.gc_visited;
     }
 }

@@ -15,7 +15,9 @@ use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
 
 use super::capture::{Capture, CaptureReport};
+use flowlane_flowtable::{Config as TableConfig, FlowKey, FlowTable, UDP};
 use flowlane_runtime::{bump, counters, FlowBook, Poll, Recorded};
+use std::hash::BuildHasher;
 
 counters! {
     /// What a sink worker counts as it goes (the per-flow book is handed over at the end).
@@ -92,6 +94,81 @@ pub struct SinkFlow<'a> {
 /// A flow whose frames had more than one length.
 const MIXED: u32 = u32::MAX;
 
+/// One 5-tuple's frames and bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TupleCount {
+    pub frames: u64,
+    pub bytes: u64,
+}
+
+/// The 5-tuples a sink saw, in a bounded flow table (`flowlane-flowtable`): memory fixed at
+/// the start, tuples idle longer than the spec's time expire, a new one beyond the capacity
+/// evicts the least recently seen of its buckets. Every frame stays accounted: in a tuple
+/// still held, or in the frames of those that expired or were evicted.
+#[derive(Debug, Clone)]
+pub struct Tuples {
+    /// The table.
+    pub table: FlowTable<TupleCount>,
+    /// Tuples gone by expiry, and their frames.
+    pub expired: (u64, u64),
+    /// Tuples gone by eviction, and their frames.
+    pub evicted: (u64, u64),
+}
+
+impl Tuples {
+    /// A table as `spec` asks (a capacity of 0 or an idle time below 1 ms is refused).
+    pub fn new(spec: &super::config::TupleSpec) -> Result<Tuples, String> {
+        if !(spec.idle_s.is_finite() && spec.idle_s >= 0.001 && spec.idle_s <= 86_400.0) {
+            return Err(format!(
+                "a tuple's idle time of {} s: give 0.001 to 86400",
+                spec.idle_s
+            ));
+        }
+        let idle = (spec.idle_s * 1e9) as u64;
+        let mut cfg = TableConfig::new(spec.capacity);
+        // Ticks of a tenth of the idle time (at most 100 ms): a tuple expires within 10 %
+        // of its idle time.
+        cfg.tick_ns = (idle / 10).clamp(1, 100_000_000);
+        cfg.timeouts_ns = [idle; flowlane_flowtable::CLASSES];
+        // A seed of this process's own: tuples from the network cannot be aimed at buckets.
+        cfg.seed = std::collections::hash_map::RandomState::new().hash_one(spec.capacity)
+            ^ os::monotonic_ns();
+        let table = FlowTable::new(&cfg).map_err(|e| format!("the tuple table: {e}"))?;
+        Ok(Tuples {
+            table,
+            expired: (0, 0),
+            evicted: (0, 0),
+        })
+    }
+
+    /// Counts a frame of `bytes` from `src` to `dst` (UDP) at `now_ns`, expiring what is due.
+    fn count(&mut self, src: SocketAddr, dst: SocketAddr, bytes: u64, now_ns: u64) {
+        let Tuples {
+            table,
+            expired,
+            evicted,
+        } = self;
+        table.expire(now_ns, |_, v, _| {
+            expired.0 += 1;
+            expired.1 += v.frames;
+        });
+        if let Some(key) = FlowKey::new(src.ip(), dst.ip(), src.port(), dst.port(), UDP) {
+            let u = table.upsert(&key, now_ns);
+            u.value.frames += 1;
+            u.value.bytes += bytes;
+            if let Some((_, gone)) = u.evicted {
+                evicted.0 += 1;
+                evicted.1 += gone.frames;
+            }
+        }
+    }
+
+    /// Frames in the tuples still held.
+    pub fn live_frames(&self) -> u64 {
+        self.table.iter().map(|(_, c)| c.frames).sum()
+    }
+}
+
 /// The accounting of a sink: feed it frames, read the counts.
 #[derive(Debug, Clone)]
 pub struct SinkBook {
@@ -105,6 +182,8 @@ pub struct SinkBook {
     addrs: Vec<Option<(SocketAddr, SocketAddr)>>,
     /// Per flow id: the length of its frames ([`MIXED`] once two differed).
     lens: Vec<u32>,
+    /// The 5-tuples of the flowlane frames.
+    pub tuples: Tuples,
 }
 
 /// What one frame was, for the caller's live counters.
@@ -121,14 +200,23 @@ pub enum Verdict {
 }
 
 impl SinkBook {
-    /// A book watching UDP to destination port `port` (`None`: any port).
+    /// A book watching UDP to destination port `port` (`None`: any port), with the default
+    /// tuple table.
     pub fn new(port: Option<u16>) -> SinkBook {
+        let tuples = Tuples::new(&super::config::TupleSpec::default())
+            .unwrap_or_else(|e| unreachable!("the default tuple table: {e}"));
+        SinkBook::with_tuples(port, tuples)
+    }
+
+    /// A book counting 5-tuples in `tuples`.
+    pub fn with_tuples(port: Option<u16>, tuples: Tuples) -> SinkBook {
         SinkBook {
             port,
             counts: SinkCounts::default(),
             book: FlowBook::open(),
             addrs: Vec::new(),
             lens: Vec::new(),
+            tuples,
         }
     }
 
@@ -180,6 +268,7 @@ impl SinkBook {
         } else if self.lens[i] != len {
             self.lens[i] = MIXED;
         }
+        self.tuples.count(f.src, f.dst, data.len() as u64, now_ns);
         if self.book.record(h.flow, h.seq, h.tx_ns, now_ns) == Recorded::Skewed {
             self.counts.clock_skew += 1;
         }
@@ -280,11 +369,11 @@ impl<R: FrameRx> SinkWorker<R> {
         self
     }
 
-    /// A worker reading `ring`, watching UDP port `port`.
-    pub fn new(ring: R, port: Option<u16>, stop: SinkStop) -> SinkWorker<R> {
+    /// A worker reading `ring`, watching UDP port `port`, counting tuples in `tuples`.
+    pub fn new(ring: R, port: Option<u16>, stop: SinkStop, tuples: Tuples) -> SinkWorker<R> {
         SinkWorker {
             ring,
-            book: SinkBook::new(port),
+            book: SinkBook::with_tuples(port, tuples),
             stop,
             ring_drops: 0,
             window: (0, 0),
