@@ -123,6 +123,13 @@ pub struct ForwardArgs {
     #[arg(long, value_name = "FILE")]
     next_hops: Option<std::path::PathBuf>,
 
+    /// Route: a flow cache in front of the routing table (TRASH's idea), this many flows per
+    /// worker (~80 bytes each, allocated at the start): a flow's later frames skip the route
+    /// and neighbour lookups. Any route or neighbour change makes every cached decision stale
+    /// (decided again, counted). The user-space backends only (af-packet, af-xdp).
+    #[arg(long, value_name = "FLOWS", value_parser = clap::value_parser!(u64).range(1..=(1 << 26)))]
+    flow_cache: Option<u64>,
+
     /// How frames reach the forwarder.
     #[arg(long, value_enum, default_value_t = BackendArg::Xdp)]
     backend: BackendArg,
@@ -198,8 +205,10 @@ fn mode(a: &ForwardArgs) -> Result<Mode, Failure> {
     if a.mode != ModeArg::Bridge && a.ageing.is_some() {
         return refuse("--ageing is", "bridge");
     }
-    if a.mode != ModeArg::Route && (a.routes.is_some() || a.next_hops.is_some()) {
-        return refuse("--routes and --next-hops are", "route");
+    if a.mode != ModeArg::Route
+        && (a.routes.is_some() || a.next_hops.is_some() || a.flow_cache.is_some())
+    {
+        return refuse("--routes, --next-hops and --flow-cache are", "route");
     }
     if a.mode != ModeArg::Reflect && (!a.swap.is_empty() || a.not_ip.is_some()) {
         return refuse("--swap and --not-ip are", "reflect");
@@ -219,6 +228,7 @@ fn mode(a: &ForwardArgs) -> Result<Mode, Failure> {
                 Some(f) => RouteSource::File(f.into()),
             },
             next_hops: a.next_hops.clone(),
+            flow_cache: a.flow_cache.map(|n| n as usize),
         },
         ModeArg::Bridge => Mode::Bridge {
             ageing_s: a.ageing.unwrap_or(300),
@@ -425,6 +435,23 @@ fn print_summary(r: &ForwardReport) {
             "  checksum completed: {} frames a local sender had left to offload (only the \
              pseudo header's sum) left with their UDP/TCP checksum computed",
             t.checksum_completed
+        );
+    }
+    if let Some(c) = &t.flow_cache {
+        outln!(
+            "  flow cache: {} lookups, {} hits ({:.1} %; {} stale, decided again after a route \
+             or neighbour change), {} flows added, {} expired, {} evicted",
+            c.lookups,
+            c.hits,
+            if c.lookups > 0 {
+                100.0 * c.hits as f64 / c.lookups as f64
+            } else {
+                0.0
+            },
+            c.stale,
+            c.inserts,
+            c.expired,
+            c.evicted
         );
     }
     for p in &r.ports {

@@ -913,3 +913,85 @@ fn a_generated_table_with_a_next_hops_file_routes_as_written() {
         "{r}"
     );
 }
+
+/// `--flow-cache` (issue 53 item 2): 100 flows through the router, ten frames each, are
+/// decided 100 times and found the other 900; a blackhole route added in the DUT's kernel
+/// makes every cached decision stale, so the same flows' next frames are dropped as having
+/// no route — none follows the old decision. On both user-space backends.
+#[test]
+fn a_flow_cache_skips_lookups_and_never_outlives_a_route_change() {
+    let Some(lab) = Line::up("c", &[]) else {
+        return;
+    };
+    pin_neighbours(&lab);
+    quiet(&lab);
+    let blast = || {
+        let out = lab
+            .gen
+            .command(BIN)
+            .args(["blast", "--mode", "raw", "--dev", "flgen"])
+            .args([
+                "--to",
+                "198.18.1.2:9000",
+                "--flows",
+                "100",
+                "--sport",
+                "1024-1123",
+            ])
+            .args(["--count", "1000", "--rate", "20k", "--json", "--quiet"])
+            .output()
+            .expect("blast runs");
+        common::blast_judged_ok(
+            out.status.code(),
+            serde_json::from_slice(&out.stdout).expect("JSON"),
+        );
+    };
+    for backend in ["af-packet", "af-xdp"] {
+        let mut cmd = lab.dut.command(BIN);
+        cmd.args([
+            "forward", "--mode", "route", "--dev", "fldut", "--dev", "fldut1",
+        ])
+        .args(["--backend", backend, "--flow-cache", "4096"]);
+        let mut fwd = Forwarder::start_stream(cmd);
+        let sink = sink_start(&lab, 1000);
+        blast();
+        sink_check(sink, 1000);
+        // The route changes under the cached flows.
+        ok(&lab
+            .dut
+            .command("ip")
+            .args(["route", "add", "blackhole", "198.18.1.2/32"])
+            .output()
+            .expect("ip"));
+        // Applied once a status record counts the change (the workers' tables replaced).
+        fwd.until_record(60, |i| {
+            i["tables"]["changes_applied"].as_u64().unwrap_or(0) >= 1
+        });
+        blast();
+        let (code, r) = fwd.finish_stream();
+        ok(&lab
+            .dut
+            .command("ip")
+            .args(["route", "del", "blackhole", "198.18.1.2/32"])
+            .output()
+            .expect("ip"));
+        assert_eq!(code, Some(0), "{r}");
+        let t = &r["total"];
+        let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("a count: {v}"));
+        assert_eq!(n(&t["dropped"]["no_route"]), 1000, "{backend}: {r}");
+        assert!(n(&t["forwarded"]) >= 1000, "{backend}: {r}");
+        let c = &t["flow_cache"];
+        // Every lookup either found its flow or added it.
+        assert_eq!(
+            n(&c["lookups"]),
+            n(&c["hits"]) + n(&c["inserts"]),
+            "{backend}: {c}"
+        );
+        // 100 flows (and the sink's few ICMP errors back) added once each.
+        assert!((100..=104).contains(&n(&c["inserts"])), "{backend}: {c}");
+        assert!(n(&c["hits"]) >= 1890, "{backend}: {c}");
+        // Each of the 100 flows met its decision stale once, after the change.
+        assert!((100..=104).contains(&n(&c["stale"])), "{backend}: {c}");
+        assert_eq!(n(&c["evicted"]), 0, "{backend}: {c}");
+    }
+}

@@ -50,6 +50,10 @@ pub enum Mode {
         routes: RouteSource,
         /// Next hops of a table file with numbered next hops.
         next_hops: Option<std::path::PathBuf>,
+        /// A flow cache in front of the FIB (TRASH's idea: a hit skips the route lookup), of
+        /// this many flows per worker; a route or neighbour change makes every entry stale.
+        #[serde(default)]
+        flow_cache: Option<usize>,
     },
     /// A learning bridge between the interfaces.
     Bridge {

@@ -79,6 +79,19 @@ pub fn run(
             cfg.devs.len()
         )));
     }
+    if let (
+        Mode::Route {
+            flow_cache: Some(_),
+            ..
+        },
+        Backend::XdpNative,
+    ) = (&cfg.mode, cfg.backend)
+    {
+        return Err(ToolError::usage(
+            "the flow cache is the user-space router's: use --backend af-packet or af-xdp (the \
+             native XDP router looks every frame up in its own table)",
+        ));
+    }
     if kind == ForwardMode::Route && cfg.backend == Backend::XdpNative && cfg.cpus.is_some() {
         return Err(ToolError::usage(
             "the native XDP router runs on the CPU that received each frame: CPUs are chosen \

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::worker::bridge::{BridgeWorker, MacTable, PortCounters, XskBridgeWorker};
+use super::worker::cache::RouteCache;
 use super::worker::reflect::{ForwardSnapshot, ForwardStats, ReflectWorker, XskReflectWorker};
 use super::worker::route::{PortInfo, RouteWorker, XskRouteWorker};
 use crate::route::decide::FastSet;
@@ -19,8 +20,16 @@ use crate::rings::RingMemory;
 use crate::route::tables::{self as routes, LiveTables, NextHopFile, RouteSource};
 use crate::ToolError;
 
-fn counts(s: &ForwardSnapshot) -> ForwardCounts {
+fn counts(s: &ForwardSnapshot, cache: bool) -> ForwardCounts {
     ForwardCounts {
+        flow_cache: cache.then_some(super::report::CacheCounts {
+            lookups: s.cache_lookups,
+            hits: s.cache_hits,
+            stale: s.cache_stale,
+            inserts: s.cache_inserts,
+            expired: s.cache_expired,
+            evicted: s.cache_evicted,
+        }),
         rx_packets: s.rx_packets,
         forwarded: s.forwarded,
         to_host: s.to_host,
@@ -157,7 +166,9 @@ pub(super) fn load_tables(
     stop: &AtomicBool,
 ) -> Result<(routes::Loaded, Option<netdev::RouteMonitor>), ToolError> {
     let (source, next_hops) = match &job.cfg.mode {
-        super::Mode::Route { routes, next_hops } => (routes.clone(), next_hops.clone()),
+        super::Mode::Route {
+            routes, next_hops, ..
+        } => (routes.clone(), next_hops.clone()),
         _ => (RouteSource::Kernel, None),
     };
     let file = match &next_hops {
@@ -198,15 +209,24 @@ pub(super) fn run_route(
     let tables = live.tables();
     let before: Vec<_> = job.ports.iter().map(|p| dev_counters(&p.0)).collect();
     let own = live.next_hops().local.clone();
+    let cache_flows = match &job.cfg.mode {
+        super::Mode::Route { flow_cache, .. } => *flow_cache,
+        _ => None,
+    };
+    // Checked here (a usage error); each worker then makes its own.
+    if let Some(n) = cache_flows {
+        RouteCache::new(n).map_err(ToolError::usage)?;
+    }
+    let cache = move || cache_flows.and_then(|n| RouteCache::new(n).ok());
     let (rt, mut attached, cpus, rings) = if job.cfg.backend == Backend::AfXdp {
         let (rt, attached, cpus) = start_xsk_groups(&job, stop, Some(&own), move |group, info| {
-            XskRouteWorker::new(group, info, tables.clone())
+            XskRouteWorker::new(group, info, tables.clone(), cache())
         })?;
         (rt, attached, cpus, None)
     } else {
         let cpus = worker_cpus(&job)?;
         let (rt, rings) = start_ports(&job, &cpus, stop, false, move |rings| {
-            RouteWorker::new(rings, tables.clone())
+            RouteWorker::new(rings, tables.clone(), cache())
         })?;
         (rt, Attached::default(), cpus, Some(rings))
     };
@@ -587,11 +607,18 @@ fn session(
         .metrics
         .map(|a| crate::metrics::Exporter::start(a, "forward", cpus, rt.stats()))
         .transpose()?;
+    let cached = matches!(
+        job.cfg.mode,
+        super::Mode::Route {
+            flow_cache: Some(_),
+            ..
+        }
+    );
     let end = rt.session(Some(job.interval), &rule, &mut |t| {
         let mut tick = ForwardTick {
             elapsed_s: t.elapsed.as_secs_f64(),
             interval_s: t.interval.as_secs_f64(),
-            delta: counts(&t.delta().role),
+            delta: counts(&t.delta().role, cached),
             tables: None,
             device_refused: None,
         };
@@ -602,7 +629,7 @@ fn session(
         .iter()
         .zip(&end.finals)
         .map(|(&cpu, s)| {
-            let counts = counts(&s.role);
+            let counts = counts(&s.role, cached);
             CpuCounts {
                 cpu,
                 cpu_ns_per_packet: crate::ns_per(s.looped.cpu_ns, counts.rx_packets),

@@ -118,6 +118,41 @@ pub struct ForwardCounts {
     /// sent on as they came, the peer would drop them as corrupt (user-space backends).
     #[serde(default)]
     pub checksum_completed: u64,
+    /// Route with `--flow-cache`: what the cache did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_cache: Option<CacheCounts>,
+}
+
+/// The route workers' flow caches (`--flow-cache`), summed.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct CacheCounts {
+    /// Frames looked up.
+    pub lookups: u64,
+    /// Of them, found (stale ones included).
+    pub hits: u64,
+    /// Of the hits, decided before the routes or neighbours last changed: decided again.
+    pub stale: u64,
+    /// Flows added.
+    pub inserts: u64,
+    /// Flows idle too long.
+    pub expired: u64,
+    /// Flows pushed out by new ones when full.
+    pub evicted: u64,
+}
+
+impl CacheCounts {
+    fn plus(&self, o: &CacheCounts) -> CacheCounts {
+        CacheCounts {
+            lookups: self.lookups + o.lookups,
+            hits: self.hits + o.hits,
+            stale: self.stale + o.stale,
+            inserts: self.inserts + o.inserts,
+            expired: self.expired + o.expired,
+            evicted: self.evicted + o.evicted,
+        }
+    }
 }
 
 impl ForwardCounts {
@@ -132,6 +167,10 @@ impl ForwardCounts {
             dropped: self.dropped.plus(&o.dropped),
             ring_drops: self.ring_drops + o.ring_drops,
             checksum_completed: self.checksum_completed + o.checksum_completed,
+            flow_cache: match (&self.flow_cache, &o.flow_cache) {
+                (Some(a), Some(b)) => Some(a.plus(b)),
+                (a, b) => a.or(*b),
+            },
         }
     }
 
@@ -147,6 +186,17 @@ impl ForwardCounts {
             dropped: self.dropped.since(&e.dropped),
             ring_drops: d(self.ring_drops, e.ring_drops),
             checksum_completed: d(self.checksum_completed, e.checksum_completed),
+            flow_cache: match (&self.flow_cache, &e.flow_cache) {
+                (Some(a), Some(b)) => Some(CacheCounts {
+                    lookups: d(a.lookups, b.lookups),
+                    hits: d(a.hits, b.hits),
+                    stale: d(a.stale, b.stale),
+                    inserts: d(a.inserts, b.inserts),
+                    expired: d(a.expired, b.expired),
+                    evicted: d(a.evicted, b.evicted),
+                }),
+                (a, _) => *a,
+            },
         }
     }
 }

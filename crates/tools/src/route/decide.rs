@@ -108,7 +108,29 @@ impl Tables {
     }
 }
 
+/// Which snapshots a [`View`] saw, held so that none of them can be freed (and its address
+/// reused) while compared: a route cache's generation changes when they do.
+#[allow(missing_debug_implementations)]
+#[derive(Clone)]
+pub struct Snapshots(Arc<Fib<u32>>, Arc<Fib<u128>>, Arc<NextHops>);
+
+impl Snapshots {
+    /// Whether `v` sees the same snapshots.
+    pub fn same(&self, v: &View) -> bool {
+        Arc::ptr_eq(&self.0, &v.v4) && Arc::ptr_eq(&self.1, &v.v6) && Arc::ptr_eq(&self.2, &v.hops)
+    }
+}
+
 impl View {
+    /// The snapshots this view holds.
+    pub fn snapshots(&self) -> Snapshots {
+        Snapshots(
+            Arc::clone(&self.v4),
+            Arc::clone(&self.v6),
+            Arc::clone(&self.hops),
+        )
+    }
+
     /// The decision for `frame` (whose IP header `l3` describes). The TTL and the outgoing
     /// MTU are the caller's to check.
     pub fn decide(&self, frame: &[u8], l3: &L3) -> Decision {

@@ -3,6 +3,7 @@
 //! or an AF_XDP socket group, with what the multi-port ones share ([`ports`]).
 
 pub mod bridge;
+pub mod cache;
 pub mod ports;
 pub mod reflect;
 pub mod route;

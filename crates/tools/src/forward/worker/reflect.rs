@@ -54,6 +54,18 @@ counters! {
         /// Of the forwarded frames, those whose UDP or TCP checksum a local sender had left to
         /// offload (only the pseudo header's sum) and the forwarder completed.
         checksum_completed,
+        /// Route with a flow cache: frames looked up in it.
+        cache_lookups,
+        /// Of them, found (decided before; stale ones count too).
+        cache_hits,
+        /// Of the hits, decided before the routes or neighbours last changed: decided again.
+        cache_stale,
+        /// Flows added.
+        cache_inserts,
+        /// Flows idle too long.
+        cache_expired,
+        /// Flows pushed out by new ones when full.
+        cache_evicted,
     }
 }
 

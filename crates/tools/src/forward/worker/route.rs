@@ -6,6 +6,7 @@ use flowlane_io::frame::{FrameRx, FrameTx, XskAction, XskGroup, TP_STATUS_CSUMNO
 use flowlane_runtime::{bump, Poll};
 use flowlane_wire::forward::{decrement_ttl, Reason, L3};
 
+use super::cache::RouteCache;
 pub use super::ports::PortInfo;
 use super::ports::{Ports, SendError};
 use super::reflect::{finish_parsed, ForwardStats};
@@ -19,18 +20,25 @@ fn ttl_ok(frame: &[u8], l3: &L3) -> bool {
 
 /// One worker: a receive and a transmit ring on every port, pinned to one CPU (each receive
 /// ring in its port's fanout group, so the kernel hands it the frames received on its CPU).
-#[derive(Debug)]
+#[allow(missing_debug_implementations)]
 pub struct RouteWorker<R, T> {
     ports: Ports<R, T>,
     tables: Tables,
+    cache: Option<RouteCache>,
 }
 
 impl<R: FrameRx, T: FrameTx> RouteWorker<R, T> {
-    /// A worker over its rings (`ports[i]` = port i's receive and transmit rings and facts).
-    pub fn new(ports: Vec<(R, T, PortInfo)>, tables: Tables) -> RouteWorker<R, T> {
+    /// A worker over its rings (`ports[i]` = port i's receive and transmit rings and facts),
+    /// with a flow cache where given.
+    pub fn new(
+        ports: Vec<(R, T, PortInfo)>,
+        tables: Tables,
+        cache: Option<RouteCache>,
+    ) -> RouteWorker<R, T> {
         RouteWorker {
             ports: Ports::new(ports),
             tables,
+            cache,
         }
     }
 }
@@ -50,6 +58,7 @@ struct Tally {
     ttl: u64,
     too_big: u64,
     completed: u64,
+    cache: super::cache::CacheDelta,
 }
 
 impl Tally {
@@ -77,6 +86,13 @@ impl Tally {
         bump(&st.ttl_exceeded, self.ttl);
         bump(&st.too_big, self.too_big);
         bump(&st.checksum_completed, self.completed);
+        let c = &self.cache;
+        bump(&st.cache_lookups, c.lookups);
+        bump(&st.cache_hits, c.hits);
+        bump(&st.cache_stale, c.stale);
+        bump(&st.cache_inserts, c.inserts);
+        bump(&st.cache_expired, c.expired);
+        bump(&st.cache_evicted, c.evicted);
     }
 }
 
@@ -85,9 +101,10 @@ impl Tally {
 fn route_one(
     view: &View,
     data: &[u8],
-    port_mac: [u8; 6],
+    (port, port_mac): (u16, [u8; 6]),
     info: &[PortInfo],
     t: &mut Tally,
+    cache: Option<(&mut RouteCache, u64)>,
 ) -> Option<(u16, [u8; 6])> {
     // A unicast frame to another MAC is not the router's (a promiscuous port): the kernel's.
     if data.len() >= 6 && data[0] & 1 == 0 && data[..6] != port_mac {
@@ -101,7 +118,11 @@ fn route_one(
             return None;
         }
     };
-    match view.decide(data, &l3) {
+    let decision = match cache {
+        Some((c, now)) => c.decide(view, data, &l3, port, now),
+        None => view.decide(data, &l3),
+    };
+    match decision {
         Decision::ToHost => {
             t.to_host += 1;
             None
@@ -162,22 +183,29 @@ fn rewrite(frame: &mut [u8], partial: Option<bool>, dst: [u8; 6], src: [u8; 6]) 
 
 /// One AF_XDP worker: a socket on every port over one UMEM (its queue's), frames routed where
 /// they lie and sent out of their port with no copy.
-#[derive(Debug)]
+#[allow(missing_debug_implementations)]
 pub struct XskRouteWorker {
     group: XskGroup,
     info: Vec<PortInfo>,
     tables: Tables,
     next: usize,
+    cache: Option<RouteCache>,
 }
 
 impl XskRouteWorker {
-    /// A worker over its group (`info[i]` = port i's facts).
-    pub fn new(group: XskGroup, info: Vec<PortInfo>, tables: Tables) -> XskRouteWorker {
+    /// A worker over its group (`info[i]` = port i's facts), with a flow cache where given.
+    pub fn new(
+        group: XskGroup,
+        info: Vec<PortInfo>,
+        tables: Tables,
+        cache: Option<RouteCache>,
+    ) -> XskRouteWorker {
         XskRouteWorker {
             group,
             info,
             tables,
             next: 0,
+            cache,
         }
     }
 }
@@ -197,14 +225,20 @@ impl Poll for XskRouteWorker {
     ) -> Result<usize, flowlane_runtime::WorkerError> {
         let view = self.tables.view();
         let mut t = Tally::default();
+        let now = flowlane_io::os::monotonic_ns();
+        if let Some(c) = self.cache.as_mut() {
+            c.round(&view, now);
+        }
         let ports = self.group.ports();
         let share = (budget / ports.max(1)).max(1);
         let mut n = 0;
         for k in 0..ports {
             let p = (self.next + k) % ports;
             let info = &self.info;
+            let cache = &mut self.cache;
             let done = self.group.poll(p, share, |frame| {
-                match route_one(&view, frame, info[p].mac, info, &mut t) {
+                let c = cache.as_mut().map(|c| (c, now));
+                match route_one(&view, frame, (p as u16, info[p].mac), info, &mut t, c) {
                     Some((out, mac)) => {
                         // AF_XDP does not say which frames were left to checksum offload.
                         let done = rewrite(frame, None, mac, info[out as usize].mac);
@@ -222,6 +256,9 @@ impl Poll for XskRouteWorker {
             self.group.kick().map_err(|e| e.to_string())?;
         }
         t.rx = n as u64;
+        if let Some(c) = self.cache.as_mut() {
+            t.cache = c.published();
+        }
         t.add_to(st);
         Ok(n)
     }
@@ -255,13 +292,21 @@ impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
     ) -> Result<usize, flowlane_runtime::WorkerError> {
         let view = self.tables.view();
         let mut t = Tally::default();
+        let now = flowlane_io::os::monotonic_ns();
+        if let Some(c) = self.cache.as_mut() {
+            c.round(&view, now);
+        }
+        let cache = &mut self.cache;
         let n = self.ports.poll(budget, |p, f, tx| {
             if f.truncated() {
                 t.truncated += 1;
                 return;
             }
             let info = tx.info;
-            let Some((out, mac)) = route_one(&view, f.data, info[p].mac, info, &mut t) else {
+            let c = cache.as_mut().map(|c| (c, now));
+            let Some((out, mac)) =
+                route_one(&view, f.data, (p as u16, info[p].mac), info, &mut t, c)
+            else {
                 return;
             };
             let (data, src) = (f.data, info[out as usize].mac);
@@ -283,6 +328,9 @@ impl<R: FrameRx, T: FrameTx> Poll for RouteWorker<R, T> {
             }
         })?;
         t.rx = n as u64;
+        if let Some(c) = self.cache.as_mut() {
+            t.cache = c.published();
+        }
         t.add_to(st);
         Ok(n)
     }
@@ -370,7 +418,7 @@ mod tests {
                 mtu: 1500,
             }; 2];
             (
-                route_one(&v, &f, MAC, &info, &mut tally),
+                route_one(&v, &f, (0, MAC), &info, &mut tally, None),
                 v.decide(&f, &L3::parse(&f).expect("ip")),
             )
         };
@@ -395,6 +443,45 @@ mod tests {
         assert_eq!(d([198, 18, 9, 9], 1, MAC).0, None);
         // Unicast to another MAC is not routed.
         assert_eq!(d([198, 18, 9, 9], 64, GW).0, None);
+    }
+
+    #[test]
+    fn the_flow_cache_keeps_every_decision_and_drops_them_all_when_the_hops_change() {
+        let hops = |mac| NextHops {
+            hops: vec![Hop::Via { port: 1, mac }, Hop::Nowhere],
+            ..NextHops::default()
+        };
+        let (t, ..) = tables(
+            &[("198.18.0.0/15", 0), ("198.18.2.0/24", 1)],
+            hops(Some(GW)),
+        );
+        let mut c = RouteCache::new(64).expect("cache");
+        let info = [PortInfo {
+            mac: MAC,
+            mtu: 1500,
+        }; 2];
+        let go = |dst: [u8; 4], now: u64, c: &mut RouteCache| {
+            let v = t.view();
+            c.round(&v, now);
+            let f = frame_v4(dst, 64, MAC);
+            let mut tally = Tally::default();
+            let out = route_one(&v, &f, (0, MAC), &info, &mut tally, Some((c, now)));
+            (out, tally.no_route, tally.no_neighbour)
+        };
+        // Decided once per flow (a forward and a drop alike), then found.
+        for now in [1, 2, 3] {
+            assert_eq!(go([198, 18, 9, 9], now, &mut c).0, Some((1, GW)));
+            assert_eq!(go([198, 18, 2, 1], now, &mut c).1, 1);
+        }
+        let d = c.published();
+        assert_eq!((d.lookups, d.hits, d.inserts, d.stale), (6, 4, 2, 0));
+        // The gateway's MAC is lost: every kept decision is stale, the forward becomes a
+        // drop at once, and the drop is decided again (the same).
+        t.hops.store(Arc::new(hops(None)));
+        assert_eq!(go([198, 18, 9, 9], 4, &mut c), (None, 0, 1));
+        assert_eq!(go([198, 18, 2, 1], 4, &mut c).1, 1);
+        let d = c.published();
+        assert_eq!((d.lookups, d.hits, d.stale, d.inserts), (2, 2, 2, 0));
     }
 
     #[test]
