@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::process::Stdio;
-
 use common::{quiet, Line};
 use serde_json::Value;
 
@@ -14,23 +12,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_flowlane");
 
 /// A sink in the lab's sink namespace stopping after `count` frames, with `extra` options.
 fn sink(lab: &Line, count: u64, extra: &[&str]) -> std::process::Child {
-    use std::io::{BufRead, BufReader};
-    let c = count.to_string();
-    let mut child = lab
-        .sink
-        .command(BIN)
-        .args(["sink", "--dev", "flsink", "--port", "9000", "--count", &c])
-        .args(["--duration", "60", "--json"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sink starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let banner = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert!(banner.starts_with("flowlane sink"), "{banner}");
-    std::thread::spawn(move || lines.map_while(Result::ok).count());
-    child
+    common::sink_start_with(lab, count, extra)
 }
 
 /// 4 096 flows (one source address, ports 1024-5119), `per_flow` frames each, from the

@@ -334,6 +334,11 @@ pub fn with_stdin(mut cmd: Command, input: &str) -> Output {
 
 /// A sink on the sink's end that stops after `count` flowlane frames (or 60 s).
 pub fn sink_start(lab: &Line, count: u64) -> std::process::Child {
+    sink_start_with(lab, count, &[])
+}
+
+/// [`sink_start`] with `extra` options.
+pub fn sink_start_with(lab: &Line, count: u64, extra: &[&str]) -> std::process::Child {
     use std::io::{BufRead, BufReader};
     let c = count.to_string();
     let mut child = lab
@@ -341,6 +346,7 @@ pub fn sink_start(lab: &Line, count: u64) -> std::process::Child {
         .command(BIN)
         .args(["sink", "--dev", "flsink", "--port", "9000", "--count", &c])
         .args(["--duration", "60", "--json"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
