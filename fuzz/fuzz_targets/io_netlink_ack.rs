@@ -1,8 +1,9 @@
 //! The netlink reply parsers (the kernel's answer to an XDP attach; a netdev dev-get reply
 //! with an interface's XDP features; route and neighbour dump entries; the ethtool family's
 //! RSS, channel and ring replies), the ethtool ioctl structures' decoders, the BTF walk that
-//! finds a kernel function's id, `rss verify`'s map keys and the netdev family's per-queue
-//! statistics replies never panic on any bytes, however
+//! finds a kernel function's id, `rss verify`'s map keys, the netdev family's per-queue
+//! statistics replies, the coalescing ioctl's answer and nftables' chain dump entries never
+//! panic on any bytes, however
 //! their lengths lie.
 #![no_main]
 use flowlane_io::ethtool::{
@@ -29,4 +30,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = flowlane_io::bpf::func_id(data, "bpf_xdp_metadata_rx_hash");
     let _ = flowlane_io::bpf::seen_of(data, 1);
     let _ = flowlane_io::netdev::qstats_of(data);
+    let _ = flowlane_io::ethtool::coalesce_of(data);
+    let _ = flowlane_io::nft::base_chain_of(data);
 });
