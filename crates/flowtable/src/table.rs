@@ -362,6 +362,11 @@ impl<V: Default> FlowTable<V> {
         self.cap as usize
     }
 
+    /// Bucket slots (more than the capacity: buckets are at most 92 % full).
+    pub fn slots(&self) -> usize {
+        self.buckets.len() * SLOTS
+    }
+
     /// Bytes of table: buckets, records (with their values) and the wheel.
     pub fn memory_bytes(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<Bucket>()
