@@ -11,6 +11,10 @@
 //!
 //! On veth the receive work runs on the sender's CPU in every case.
 //!
+//! A last pass, into XDP_DROP, prices pktgen's ranges (issue 53 item 3): raw and xdp with a new
+//! random destination every frame (a /18 × 16 ports, written into the frame with incremental
+//! checksums) against the same mode to one destination, same run.
+//!
 //! Run (root): `cargo bench -p flowlane --bench blast_veth` (FLOWLANE_BENCH_SECS, default 3).
 
 use flowlane_lab::{Pair, DUT_ADDR};
@@ -33,11 +37,32 @@ fn main() {
         .expect("nft drop chain (apt-get install nftables)");
     let to = format!("{DUT_ADDR}:9000");
     let d = secs.to_string();
+    // The DUT's MAC, as the lab gives it: a destination range has no neighbour entry.
+    let dut_mac = p
+        .dut
+        .run_with_sys(|| flowlane_io::netdev::mac(&p.dut_if))
+        .expect("in the DUT namespace")
+        .expect("a MAC")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
     let run = |mode: &str| {
         let before = p.dut.dev().expect("counters").ifaces[&p.dut_if].rx_packets;
         let mut cmd = p.gen.command(env!("CARGO_BIN_EXE_flowlane"));
-        cmd.args(["blast", "--mode", mode, "--to", &to, "--cpus", "0"])
-            .args(["--duration", &d, "--json", "--quiet"]);
+        // `raw+ranges`: the mode with a random destination per frame.
+        let (mode, ranges) = match mode.strip_suffix("+ranges") {
+            Some(m) => (m, true),
+            None => (mode, false),
+        };
+        if ranges {
+            cmd.args(["blast", "--mode", mode, "--to", "198.18.64.0/18:9000-9015"])
+                .args(["--dst-random", "--dst-mac", &dut_mac, "--cpus", "0"])
+                .args(["--from", flowlane_lab::GEN_ADDR]);
+        } else {
+            cmd.args(["blast", "--mode", mode, "--to", &to, "--cpus", "0"]);
+        }
+        cmd.args(["--duration", &d, "--json", "--quiet"]);
         // Frames leave by the interface named; UDP sockets by the route (--dev is refused).
         if mode != "udp" {
             cmd.args(["--dev", &p.gen_if]);
@@ -101,5 +126,16 @@ fn main() {
             .expect("attach")
     };
     pass("XDP_DROP on the receiving veth", &modes);
+    // Ratios here are against the first row: the same mode to one destination.
+    for mode in ["raw", "xdp"] {
+        let ranged = format!("{mode}+ranges");
+        pass(
+            &format!("XDP_DROP, {mode} mode: one destination vs a random one per frame"),
+            &[
+                (mode, "one destination (reference)"),
+                (&ranged, "random /18 x 16 ports per frame"),
+            ],
+        );
+    }
     drop(drop_all);
 }

@@ -104,6 +104,50 @@ pub fn parse_addr_range(s: &str) -> Result<(IpAddr, IpAddr), String> {
     Ok((a, a))
 }
 
+/// Destinations as `blast --to` takes them: `IP:PORT`, an address range or prefix in place of
+/// the IP (`198.18.0.0/16:9000`, `198.18.0.1-198.18.0.9:9000`, `[2001:2::/64]:9000`) and a
+/// port range in place of the port (`198.18.0.2:9000-9099`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestRanges {
+    pub addrs: (IpAddr, IpAddr),
+    pub ports: (u16, u16),
+}
+
+impl DestRanges {
+    /// The first destination.
+    pub fn first(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::new(self.addrs.0, self.ports.0)
+    }
+
+    /// More than one destination.
+    pub fn is_range(&self) -> bool {
+        self.addrs.0 != self.addrs.1 || self.ports.0 != self.ports.1
+    }
+}
+
+pub fn parse_dest_ranges(s: &str) -> Result<DestRanges, String> {
+    let (addrs, ports) = match s.strip_prefix('[') {
+        Some(rest) => rest
+            .split_once("]:")
+            .ok_or_else(|| format!("`{s}` needs a port: [V6]:PORT"))?,
+        None => match s.rsplit_once(':') {
+            Some((a, _)) if a.contains(':') => {
+                return Err(format!(
+                    "`{s}`: write IPv6 with a port in brackets, [2001:2::1]:9000"
+                ))
+            }
+            Some(split) => split,
+            None => return Err(format!("`{s}` needs a port: IP:PORT")),
+        },
+    };
+    let addrs = parse_addr_range(addrs)?;
+    let ports = parse_port_range(ports)?;
+    if ports.0 == 0 {
+        return Err(format!("`{s}`: destination port 0 is not sent to"));
+    }
+    Ok(DestRanges { addrs, ports })
+}
+
 /// A source range for placement: its bounds, and the addresses inside it never to offer (an
 /// IPv4 prefix's network and broadcast addresses; RFC 3021's /31 and a /32 have none).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -617,6 +661,27 @@ mod tests {
         assert_eq!(parse_port_range("80"), Ok((80, 80)));
         assert!(parse_port_range("2-1").is_err());
         assert!(parse_port_range("1-70000").is_err());
+        let d = parse_dest_ranges("198.18.0.77/24:9000-9003").expect("ranges");
+        assert_eq!(d.first().to_string(), "198.18.0.0:9000");
+        assert_eq!(d.addrs.1.to_string(), "198.18.0.255");
+        assert_eq!(d.ports, (9000, 9003));
+        let d = parse_dest_ranges("[2001:2::1-2001:2::9]:53").expect("v6");
+        assert_eq!(
+            (d.addrs.1.to_string(), d.ports),
+            ("2001:2::9".into(), (53, 53))
+        );
+        assert!(!parse_dest_ranges("198.18.0.2:9000")
+            .expect("one")
+            .is_range());
+        for bad in [
+            "198.18.0.2",
+            "2001:2::1:9000",
+            "[2001:2::1]",
+            "198.18.0.2:0",
+            "a:1",
+        ] {
+            assert!(parse_dest_ranges(bad).is_err(), "{bad}");
+        }
         let (a, b) = parse_addr_range("198.18.0.77/24").expect("prefix");
         assert_eq!(
             (a.to_string(), b.to_string()),

@@ -1,7 +1,7 @@
 //! `flowlane blast`: the traffic generator (UDP mode), with loss, reorder and latency accounting
 //! of echoes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -9,14 +9,14 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use flowlane_tools::blast::{
     self, BlastConfig, BlastEvent, BlastMode, BlastTick, Echo, FrameSettings, Frames, Mode,
-    PcapSource, ReplayMode, StepReport, StepStart, VerifyAt,
+    PcapSource, ReplayMode, Spray, StepReport, StepStart, VerifyAt,
 };
 
 use crate::args::parse_duration;
 use crate::args::usable_cpus;
 use crate::args::{
-    parse_addr_range, parse_cpu_list, parse_endpoint_with_port, parse_imix, parse_port_range,
-    parse_rate, parse_size_list, print_json, CpuList, Endpoint, Imix, PlaceArgs, Rate, SizeList,
+    parse_addr_range, parse_cpu_list, parse_dest_ranges, parse_imix, parse_port_range, parse_rate,
+    parse_size_list, print_json, CpuList, DestRanges, Imix, PlaceArgs, Rate, SizeList,
 };
 use crate::live::{latency_line, stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
@@ -88,9 +88,12 @@ pub struct BlastArgs {
     #[arg(long, value_enum, default_value_t = ModeArg::Udp)]
     mode: ModeArg,
 
-    /// Interface to send on (raw, xdp and xdp-live modes).
-    #[arg(long)]
-    dev: Option<String>,
+    /// Interface to send on (raw, xdp and xdp-live modes). Several (a comma list, or --dev
+    /// again) send in one run, pktgen's threads per device: sender thread i sends on the
+    /// (i mod n)-th, so --cpus must give a multiple of n threads (and --flows at least as
+    /// many); each interface then carries the same share of --rate and --count.
+    #[arg(long, value_delimiter = ',')]
+    dev: Vec<String>,
 
     /// Destination MAC (raw, xdp and xdp-live modes). Default: the neighbour table's entry for --to on --dev.
     #[arg(long, value_parser = blast::parse_mac)]
@@ -106,9 +109,36 @@ pub struct BlastArgs {
     ttl: Option<u8>,
 
     /// Destination IP:PORT ([V6]:PORT). Traffic goes only here. With --pcap: optional, only
-    /// to find the destination's MAC.
-    #[arg(long, value_parser = parse_endpoint_with_port, required_unless_present = "pcap")]
-    to: Option<Endpoint>,
+    /// to find the destination's MAC. Frame modes (raw, xdp) also take ranges, pktgen's
+    /// dst_min/dst_max and udp_dst_min/udp_dst_max: a prefix or range in place of the IP and
+    /// a range in place of the port (198.18.16.0/20:9000-9009, [2001:2::/64]:9000) — each
+    /// flow draws its destination from them (counting up, ports first, or --dst-random) and
+    /// keeps it for --flowlen frames. Frames to the range go to the MAC of --to's first
+    /// address (or its gateway): a router's, for a flood through it.
+    #[arg(long, value_parser = parse_dest_ranges, required_unless_present = "pcap")]
+    to: Option<DestRanges>,
+
+    /// With a destination range: draw each destination at random (seeded by --seed) instead
+    /// of counting up through the range.
+    #[arg(long)]
+    dst_random: bool,
+
+    /// Frames a flow sends to one destination before it draws the next (pktgen's flowlen;
+    /// default 1: a new destination every frame). Every frame keeps its flow's id and
+    /// sequence numbers, so `flowlane sink` accounts loss per flow across destinations, and
+    /// counts each destination as a tuple of its own.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    flowlen: Option<u64>,
+
+    /// Source MACs to cycle through per frame: the interface's and the next ones up
+    /// (pktgen's src_mac_count; frame modes raw and xdp).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    src_mac_count: Option<u32>,
+
+    /// Destination MACs to cycle through per frame, from the destination's up (pktgen's
+    /// dst_mac_count).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    dst_mac_count: Option<u32>,
 
     /// Send the frames of this capture (pcap or pcapng, Ethernet) instead of built ones
     /// (raw and xdp modes).
@@ -248,8 +278,9 @@ pub fn run(a: BlastArgs) -> CmdResult {
     let mut devs: Vec<RunDev> = cfg
         .mode
         .frames()
-        .map(|f| RunDev::here(&f.dev))
         .into_iter()
+        .flat_map(FrameSettings::devs)
+        .map(RunDev::here)
         .collect();
     devs.extend(cfg.verify_rss.as_ref().map(|v| RunDev {
         dev: v.dev.clone(),
@@ -375,17 +406,18 @@ fn print_verify(v: &flowlane_tools::verify::VerifyReport) {
 fn mode(a: &BlastArgs) -> Result<Mode, Failure> {
     let usage = |m: String| Failure::usage(anyhow::anyhow!(m));
     let frame_flags = [
-        (a.dev.is_some(), "--dev"),
+        (!a.dev.is_empty(), "--dev"),
         (a.dst_mac.is_some(), "--dst-mac"),
         (a.vlan.is_some(), "--vlan"),
         (a.ttl.is_some(), "--ttl"),
     ];
-    let frames = || match &a.dev {
-        Some(dev) => Ok(FrameSettings {
+    let frames = || match a.dev.split_first() {
+        Some((dev, also)) => Ok(FrameSettings {
             dev: dev.clone(),
             dst_mac: a.dst_mac,
             vlan: a.vlan,
             ttl: a.ttl,
+            also: also.to_vec(),
         }),
         None => Err(usage(
             "the raw, xdp and xdp-live modes send frames on an interface: give it with --dev"
@@ -426,9 +458,25 @@ fn mode(a: &BlastArgs) -> Result<Mode, Failure> {
 /// The command line as blast's configuration.
 fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
     // None only with --pcap (clap asks for --to otherwise).
-    let to =
-        a.to.as_ref()
-            .map(|e| SocketAddr::new(e.addr, e.port.unwrap_or(0)));
+    let to = a.to.as_ref().map(DestRanges::first);
+    let per_frame = a.flowlen.is_some() || a.src_mac_count.is_some() || a.dst_mac_count.is_some();
+    let spray = match &a.to {
+        Some(d) if d.is_range() || per_frame => Some(Spray {
+            dst: d.addrs,
+            dport: d.ports,
+            random: a.dst_random,
+            flowlen: a.flowlen.unwrap_or(1),
+            src_macs: a.src_mac_count.unwrap_or(1),
+            dst_macs: a.dst_mac_count.unwrap_or(1),
+        }),
+        _ if a.dst_random => {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--dst-random draws from a destination range: give --to one (e.g. \
+                 198.18.16.0/20:9000)"
+            )))
+        }
+        _ => None,
+    };
     let placement = a.place.placement(a.per_queue, "udp4")?;
     Ok(BlastConfig {
         metrics: a.live.metrics,
@@ -468,6 +516,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
             None => usable_cpus(None)?.into_iter().take(1).collect(),
         },
         interval_s: a.live.interval,
+        spray,
         pcap: a.pcap.as_ref().map(|path| PcapSource {
             path: path.clone(),
             mode: match a.pcap_mode {
@@ -509,16 +558,37 @@ fn banner(s: &StepStart) -> String {
             cycle.iter().sum::<usize>() as f64 / cycle.len().max(1) as f64
         ),
     };
+    let to =
+        match (&s.spray, s.to) {
+            (Some(sp), _) => {
+                format!(
+            "{}-{} ports {}-{} ({} destinations, {}, {} frame(s) each; MACs: {} source, {} \
+             destination)",
+            sp.dst.0,
+            sp.dst.1,
+            sp.dport.0,
+            sp.dport.1,
+            sp.space(),
+            if sp.random { "at random" } else { "counting up" },
+            sp.flowlen,
+            sp.src_macs,
+            sp.dst_macs
+        )
+            }
+            (None, Some(t)) => t.to_string(),
+            (None, None) => "the captured destinations".to_string(),
+        };
     format!(
-        "flowlane blast ({}): {} flow(s) to {} on {} thread(s) (CPUs {:?}), {sizes}, {}{}",
+        "flowlane blast ({}): {} flow(s) to {to} on {} thread(s) (CPUs {:?}{}), {sizes}, {}{}",
         mode_name(s.mode),
         s.flows,
-        s.to.map_or_else(
-            || "the captured destinations".to_string(),
-            |t| t.to_string()
-        ),
         s.cpus.len(),
         s.cpus,
+        if s.devs.len() > 1 {
+            format!("; interfaces {} in turn", s.devs.join(","))
+        } else {
+            String::new()
+        },
         pace(s, "datagrams"),
         if s.echo { ", echoes accounted" } else { "" }
     )
@@ -587,7 +657,7 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
             "!! only {d} of {} frames left {}: the device refused {n} (on veth the peer must \
              run NAPI — an XDP program, or GRO on, as `flowlane lab up` sets — and keep up)",
             r.tx_packets,
-            a.dev.as_deref().unwrap_or("the device")
+            a.dev.join(",")
         );
     }
     if r.icmp_errors > 0 {

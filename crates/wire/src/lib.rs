@@ -26,6 +26,6 @@ pub mod mac;
 pub mod pcap;
 pub mod seq;
 
-pub use frame::{FrameError, Template, TemplateSpec, UdpFrame};
+pub use frame::{FrameError, Readdress, Template, TemplateSpec, UdpFrame};
 pub use header::{FlowHeader, HeaderError, HEADER_LEN};
 pub use mac::Mac;

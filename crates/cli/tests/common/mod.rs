@@ -339,14 +339,21 @@ pub fn sink_start(lab: &Line, count: u64) -> std::process::Child {
 
 /// [`sink_start`] with `extra` options.
 pub fn sink_start_with(lab: &Line, count: u64, extra: &[&str]) -> std::process::Child {
-    use std::io::{BufRead, BufReader};
     let c = count.to_string();
+    let mut args = vec!["--port", "9000", "--count", &c];
+    args.extend_from_slice(extra);
+    sink_spawn(lab, &args)
+}
+
+/// A sink on the sink's end with `args` (any port unless they say `--port`), JSON, at most
+/// 60 s, started once its banner says the ring is open.
+pub fn sink_spawn(lab: &Line, args: &[&str]) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
     let mut child = lab
         .sink
         .command(BIN)
-        .args(["sink", "--dev", "flsink", "--port", "9000", "--count", &c])
-        .args(["--duration", "60", "--json"])
-        .args(extra)
+        .args(["sink", "--dev", "flsink", "--duration", "60", "--json"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -114,6 +114,11 @@ pub struct FrameSettings {
     /// The IPv4 TTL / IPv6 hop limit (default 64).
     #[serde(default)]
     pub ttl: Option<u8>,
+    /// More interfaces to send on in the same run (pktgen's one thread per device): sender
+    /// thread i sends on the (i mod n)-th of `dev` and these, so the thread count must be a
+    /// multiple of the interfaces and each carries the same share of the rate.
+    #[serde(default)]
+    pub also: Vec<String>,
 }
 
 impl FrameSettings {
@@ -124,7 +129,44 @@ impl FrameSettings {
             dst_mac: None,
             vlan: None,
             ttl: None,
+            also: Vec::new(),
         }
+    }
+
+    /// Every interface sent on: `dev`, then `also`.
+    pub fn devs(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.dev.as_str()).chain(self.also.iter().map(String::as_str))
+    }
+}
+
+/// pktgen's per-packet ranges: destinations drawn from an address range and a port range,
+/// kept by a flow for `flowlen` frames; source and destination MACs counting up per frame.
+/// Frame modes that write each frame (raw, xdp).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spray {
+    /// Destination addresses, inclusive, the family of `to` (whose address is the first).
+    pub dst: (IpAddr, IpAddr),
+    /// Destination ports, inclusive.
+    pub dport: (u16, u16),
+    /// Draw each destination at random (seeded by the run's `seed`); else count up through
+    /// the ranges, ports first.
+    pub random: bool,
+    /// Frames a flow sends to one destination before it draws the next (pktgen's
+    /// `flowlen`); 1: a new destination every frame.
+    pub flowlen: u64,
+    /// Source MACs: the interface's and the next ones up, one per frame in turn.
+    pub src_macs: u32,
+    /// Destination MACs likewise from the destination's.
+    pub dst_macs: u32,
+}
+
+impl Spray {
+    /// Destinations in the ranges (address × port), capped at u64::MAX.
+    pub fn space(&self) -> u64 {
+        let d = flowlane_rss::pick::addr_to_u128(self.dst.1)
+            .saturating_sub(flowlane_rss::pick::addr_to_u128(self.dst.0));
+        let addrs = u64::try_from(d).map_or(u64::MAX, |d| d.saturating_add(1));
+        addrs.saturating_mul(u64::from(self.dport.1.saturating_sub(self.dport.0)) + 1)
     }
 }
 
@@ -317,6 +359,9 @@ pub struct BlastConfig {
     /// Send a capture's frames instead of building them (frame modes). `to` is then optional.
     #[serde(default)]
     pub pcap: Option<super::PcapSource>,
+    /// Per-packet destination ranges, MAC counts and flowlen (frame modes raw and xdp).
+    #[serde(default)]
+    pub spray: Option<Spray>,
 }
 
 /// The catch-up a paced sender has by default: 10 ms, three times the few ms a competing
@@ -362,6 +407,7 @@ impl BlastConfig {
             cpus: vec![cpu],
             interval_s: 1.0,
             pcap: None,
+            spray: None,
         }
     }
 }

@@ -25,7 +25,7 @@ use flowlane_wire::HEADER_LEN;
 
 pub use config::{
     imix_sequence, BlastConfig, BlastMode, Echo, FrameSettings, Frames, Mode, ModelSpec, Placement,
-    Rate, VerifyAt,
+    Rate, Spray, VerifyAt,
 };
 pub use flows::route_source;
 pub use link::parse_mac;
@@ -58,6 +58,10 @@ pub struct StepStart {
     pub echo: bool,
     /// The capture sent (`--pcap`).
     pub replay: Option<ReplayReport>,
+    /// Per-packet destination ranges.
+    pub spray: Option<Spray>,
+    /// The interfaces sent on (frame modes), in the order threads take them.
+    pub devs: Vec<String>,
 }
 
 /// Counters over one status interval of a step.
@@ -81,7 +85,7 @@ pub struct BlastTick {
 #[derive(Debug, Clone, PartialEq)]
 pub enum BlastEvent {
     /// A step's senders are ready and start now.
-    StepStarted(StepStart),
+    StepStarted(Box<StepStart>),
     /// One interval's counters.
     Tick(BlastTick),
     /// A step is over.
@@ -170,33 +174,62 @@ fn run_unverified(
             link::check_line_rate(a, step::mean(frames), r.pps(step::mean(frames)))?;
         }
     }
+    if let Some(sp) = &a.spray {
+        check_spray(a, sp, dst)?;
+    }
     let mut flows = flows::make_flows(a)?;
-    let link = match framed {
+    let links = match framed {
         Some(fs) => {
             // Frames need real source ports: the kernel does not choose them here.
             for (f, _) in flows.iter_mut().filter(|(f, _)| f.src.port() == 0) {
                 f.src.set_port(10_000 + f.id % 50_000);
             }
             let largest = steps.iter().flatten().copied().max().unwrap_or(hdrs);
-            Some(link::raw_link(fs, a.to, largest)?)
+            fs.devs()
+                .map(|dev| {
+                    let one = FrameSettings {
+                        dev: dev.to_string(),
+                        also: Vec::new(),
+                        ..fs.clone()
+                    };
+                    link::raw_link(&one, a.to, largest)
+                })
+                .collect::<Result<Vec<_>, _>>()?
         }
-        None => None,
+        None => Vec::new(),
     };
-    let backend = match &a.mode {
+    let kind = match &a.mode {
         Mode::Udp { .. } => None,
-        Mode::Raw(f) => Some(backend::choose(&f.dev, Backend::AfPacket)?),
-        Mode::Xdp(f) => Some(backend::choose(&f.dev, Backend::AfXdp)?),
-        Mode::XdpLive(f) => Some(backend::choose(&f.dev, Backend::LiveFrames)?),
+        Mode::Raw(_) => Some(Backend::AfPacket),
+        Mode::Xdp(_) => Some(Backend::AfXdp),
+        Mode::XdpLive(_) => Some(Backend::LiveFrames),
     };
+    // Every interface must take the backend; the report names the first's.
+    let mut backend = None;
+    for (dev, kind) in framed
+        .into_iter()
+        .flat_map(FrameSettings::devs)
+        .zip(std::iter::repeat(kind).flatten())
+    {
+        let b = backend::choose(dev, kind)?;
+        backend.get_or_insert(b);
+    }
     // Every step's flows under ids of their own, said before anything is sent.
     step::step_id_offset(steps.len().saturating_sub(1), flows.len())?;
     // Never more threads than flows: a thread needs a flow to send on.
     let nthreads = a.cpus.len().min(flows.len()).max(1);
+    if links.len() > 1 && nthreads % links.len() != 0 {
+        return Err(ToolError::usage(format!(
+            "{} interfaces need a multiple of {} sender threads (--cpus), each with a flow              (--flows), so every interface carries the same share: {nthreads} thread(s) here",
+            links.len(),
+            links.len()
+        )));
+    }
     let plan = step::Plan {
         settings: step::Settings::of(a),
         hdrs,
         flows,
-        link,
+        links,
         backend,
         cpus: a.cpus.iter().copied().take(nthreads).collect(),
         duration,
@@ -234,6 +267,47 @@ fn run_steps(
         sweep: steps.len() > 1,
         host: None,
     })
+}
+
+/// Refuses ranges that a run cannot send: they are written into built frames (raw, xdp),
+/// start at `to`, and do not go with a placement (which chooses every flow's tuple).
+fn check_spray(a: &BlastConfig, sp: &Spray, dst: SocketAddr) -> Result<(), ToolError> {
+    use flowlane_rss::pick::addr_to_u128;
+    if !matches!(a.mode, Mode::Raw(_) | Mode::Xdp(_)) {
+        return Err(ToolError::usage(
+            "destination ranges, MAC counts and --flowlen are written into each frame: \
+             --mode raw or xdp (UDP sockets are connected to one destination; xdp-live's \
+             program stamps fixed frames)",
+        ));
+    }
+    if a.placement.is_some() {
+        return Err(ToolError::usage(
+            "destination ranges do not go with RSS placement, which chooses each flow's whole \
+             tuple",
+        ));
+    }
+    let (lo, hi) = sp.dst;
+    if lo.is_ipv4() != dst.is_ipv4() || hi.is_ipv4() != dst.is_ipv4() {
+        return Err(ToolError::usage(
+            "the destination range and --to are different address families",
+        ));
+    }
+    if lo != dst.ip() || sp.dport.0 != dst.port() {
+        return Err(ToolError::usage(format!(
+            "the destination range must start at --to ({dst})"
+        )));
+    }
+    if addr_to_u128(lo) > addr_to_u128(hi) || sp.dport.0 > sp.dport.1 || sp.dport.0 == 0 {
+        return Err(ToolError::usage(
+            "the destination range runs backwards (or starts at port 0)",
+        ));
+    }
+    if sp.flowlen == 0 || sp.src_macs == 0 || sp.dst_macs == 0 {
+        return Err(ToolError::usage(
+            "--flowlen and the MAC counts are at least 1",
+        ));
+    }
+    Ok(())
 }
 
 /// The distinct source addresses a run's flows send from (as `run` will place them): what a
@@ -279,6 +353,11 @@ fn replay(
         (a.from.is_some() || a.sport.is_some(), "--from/--sport"),
         (a.flows != 1, "--flows"),
         (a.frames != Frames::Auto, "a frame size"),
+        (
+            a.spray.is_some(),
+            "a destination range, --flowlen or a MAC count",
+        ),
+        (!fs.also.is_empty(), "more than one --dev"),
     ];
     if let Some((_, what)) = refused.iter().find(|r| r.0) {
         return Err(ToolError::usage(format!(
@@ -319,7 +398,7 @@ fn replay(
         settings: step::Settings::of(a),
         hdrs: 0,
         flows: r.flows.iter().map(|f| (*f, None)).collect(),
-        link: Some(link),
+        links: vec![link],
         backend,
         cpus: a.cpus.iter().copied().take(nthreads).collect(),
         duration: a

@@ -11,7 +11,8 @@ pub struct FlowReport {
     pub id: u16,
     /// Source `IP:PORT` as the kernel bound it (the port it chose, where none was given).
     pub src: String,
-    /// Destination `IP:PORT`.
+    /// Destination `IP:PORT` (with destination ranges: the first; the flow moves through
+    /// them).
     pub dst: String,
     /// The RSS queue the flow was placed on (with placement).
     pub queue: Option<u32>,
@@ -102,8 +103,19 @@ pub struct StepReport {
     #[serde(skip)]
     pub histogram: Option<hdrhistogram::Histogram<u64>>,
     /// pktgen's result line: `OK: … usec, N (SIZEbyte,0frags) PPSpps MBMb/sec (BPSbps)
-    /// errors: E` (`FAIL:` for a step with problems).
+    /// errors: E flows: F` (`FAIL:` for a step with problems; F: the flows sent, or with
+    /// destination ranges the flows started).
     pub pktgen: String,
+    /// With destination ranges (`spray`): destinations drawn over all senders — each a new
+    /// 5-tuple for as long as its flow keeps it (`flowlen` frames) — and how many the ranges
+    /// hold (address × port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows_started: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destinations: Option<u64>,
+    /// The interfaces sent on (frame modes), in the order sender threads take them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devs: Vec<String>,
     /// xdp-live: frames the device's transmit counter grew by.
     pub device_tx_packets: Option<u64>,
     /// xdp-live: frames released that the device did not transmit.

@@ -34,8 +34,11 @@ pub(super) struct Settings {
     pub rcvbuf: Option<usize>,
     pub metrics: Option<SocketAddr>,
     pub to: Option<SocketAddr>,
-    /// The interface (frame modes).
-    pub dev: Option<String>,
+    /// The interfaces (frame modes; none for UDP).
+    pub devs: Vec<String>,
+    /// Per-packet destination ranges (frame modes raw and xdp).
+    pub spray: Option<super::Spray>,
+    pub seed: u64,
     pub max_loss_pct: Option<f64>,
 }
 
@@ -53,7 +56,13 @@ impl Settings {
             rcvbuf: a.mode.echo().and_then(|e| e.rcvbuf),
             metrics: a.metrics,
             to: a.to,
-            dev: a.mode.frames().map(|f| f.dev.clone()),
+            devs: a
+                .mode
+                .frames()
+                .map(|f| f.devs().map(str::to_string).collect())
+                .unwrap_or_default(),
+            spray: a.spray.clone(),
+            seed: a.seed,
             max_loss_pct: a.mode.echo().and_then(|e| e.max_loss_pct),
         }
     }
@@ -66,7 +75,8 @@ pub(super) struct Plan {
     /// Frame bytes around the UDP payload.
     pub hdrs: usize,
     pub flows: Vec<(Flow, Option<u32>)>,
-    pub link: Option<RawLink>,
+    /// The interfaces' links (frame modes): thread i sends on `links[i % len]`.
+    pub links: Vec<RawLink>,
     /// The frame backend, chosen once (frame modes).
     pub backend: Option<crate::backend::BackendReport>,
     pub cpus: Vec<usize>,
@@ -165,6 +175,10 @@ pub(super) fn run_step(
                 rcvbuf: a.rcvbuf,
                 deadline_ns,
                 replay,
+                spray: match (&a.spray, plan.links.get(w % plan.links.len().max(1))) {
+                    (Some(sp), Some(l)) => Some(spray_job(sp, l, a.seed, w, nthreads)),
+                    _ => None,
+                },
             })
         })
         .collect::<Result<_, ToolError>>()?;
@@ -178,7 +192,7 @@ pub(super) fn run_step(
         budget: a.batch,
         ..Config::frames(plan.cpus.clone())
     };
-    let (mode, link) = (a.mode, plan.link.clone());
+    let (mode, links) = (a.mode, plan.links.clone());
     // The step's own stop flag (the runtime raises it when the step ends); a stop request
     // (`stop`) is passed on to it below.
     let step_stop = Arc::new(AtomicBool::new(false));
@@ -189,12 +203,15 @@ pub(super) fn run_step(
             src: src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
             error,
         };
-        match (&link, mode) {
+        // Thread i sends on interface i mod n, and is the (i / n)-th thread there.
+        let n = links.len().max(1);
+        let (link, queue) = (links.get(idx % n), (idx / n) as u32);
+        match (link, mode) {
             (Some(l), BlastMode::XdpLive) => {
                 LiveSender::new(job, l).map(|r| Sender::Live(Box::new(r)))
             }
             (Some(l), BlastMode::Xdp) => {
-                let x = xdp_socket(l, idx as u32).map_err(sock_err)?;
+                let x = xdp_socket(l, queue).map_err(sock_err)?;
                 RingSender::new(job, l, x).map(|r| Sender::Xdp(Box::new(r)))
             }
             (Some(l), _) => {
@@ -211,7 +228,7 @@ pub(super) fn run_step(
         }
     })
     .map_err(|e| crate::error::start_error(e, open_error))?;
-    on_event(BlastEvent::StepStarted(StepStart {
+    on_event(BlastEvent::StepStarted(Box::new(StepStart {
         mode: a.mode,
         flows: flows.len(),
         to: a.to,
@@ -222,12 +239,19 @@ pub(super) fn run_step(
         count: a.count,
         echo: a.echo,
         replay: plan.replay.as_ref().map(|r| r.report.clone()),
-    }));
+        spray: a.spray.clone(),
+        devs: a.devs.clone(),
+    })));
     // xdp-live frames are handed to the driver with nothing to say whether it took them (veth
     // without NAPI on the peer drops them uncounted); the device's own transmit counter says.
     let dev_tx = || -> Option<u64> {
-        let dev = a.dev.as_deref().filter(|_| a.mode == BlastMode::XdpLive)?;
-        flowlane_io::netdev::counter(dev, "tx_packets")
+        if a.mode != BlastMode::XdpLive {
+            return None;
+        }
+        a.devs
+            .iter()
+            .map(|d| flowlane_io::netdev::counter(d, "tx_packets"))
+            .sum()
     };
     let dev_tx_before = dev_tx();
     // The senders end by their quota or deadline; the session ends with them (or a stop).
@@ -295,6 +319,36 @@ pub(super) fn run_step(
     r.cpu_ns_per_packet = crate::ns_per(total.looped.cpu_ns, t.tx_packets);
     r.pmu = crate::PmuCost::of(&total.looped, t.tx_packets, rt.pmu_unavailable());
     Ok(r)
+}
+
+/// Worker `w`'s share of the ranges: its link's MACs, a seed of its own, and (counting up)
+/// every `nthreads`-th destination from its `w`-th.
+fn spray_job(
+    sp: &super::Spray,
+    l: &RawLink,
+    seed: u64,
+    w: usize,
+    nthreads: usize,
+) -> super::sender::spray::SprayJob {
+    use flowlane_rss::pick::addr_to_u128;
+    let d = addr_to_u128(sp.dst.1).saturating_sub(addr_to_u128(sp.dst.0));
+    super::sender::spray::SprayJob {
+        dst_base: addr_to_u128(sp.dst.0),
+        dst_count: u64::try_from(d).map_or(u64::MAX, |d| d.saturating_add(1)),
+        v6: sp.dst.0.is_ipv6(),
+        dport_base: sp.dport.0,
+        dport_count: u32::from(sp.dport.1 - sp.dport.0.min(sp.dport.1)) + 1,
+        random: sp.random,
+        flowlen: sp.flowlen,
+        src_mac: l.src_mac,
+        src_macs: sp.src_macs,
+        dst_mac: l.dst_mac,
+        dst_macs: sp.dst_macs,
+        // Distinct streams per worker (the golden ratio's odd multiplier spreads them).
+        seed: seed ^ (w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        start: w as u64,
+        stride: nthreads.max(1) as u64,
+    }
 }
 
 /// Who can fix a sender that could not open its socket or ring, and how.
@@ -474,6 +528,12 @@ fn summarize(
         latency_ns: Latency::of(rtt.as_ref(), "round-trip"),
         histogram: rtt.clone(),
         pktgen: String::new(),
+        flows_started: a
+            .spray
+            .as_ref()
+            .map(|_| reports.iter().map(|r| r.flows_started).sum()),
+        destinations: a.spray.as_ref().map(super::Spray::space),
+        devs: a.devs.clone(),
         device_tx_packets: device_tx,
         device_refused,
         ring_refused: t.ring_refused,
@@ -544,13 +604,14 @@ fn pktgen_line(r: &StepReport, secs: f64, mean_frame: f64, mbps: f64) -> String 
     let usec = (secs * 1e6).round() as u64;
     let bps = (mbps * 1e6).round() as u64;
     format!(
-        "{}: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {}",
+        "{}: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {} flows: {}",
         if r.ok() { "OK" } else { "FAIL" },
         r.tx_packets,
         // A mix reports its mean frame, as a line rate computation would use it.
         mean_frame.round(),
         r.tx_pps,
         bps / 1_000_000,
-        r.errors.len() as u64 + r.device_refused.unwrap_or(0)
+        r.errors.len() as u64 + r.device_refused.unwrap_or(0),
+        r.flows_started.unwrap_or(r.flows.len() as u64)
     )
 }

@@ -14,6 +14,7 @@
 
 mod live;
 mod ring;
+pub mod spray;
 mod udp;
 
 use std::net::SocketAddr;
@@ -101,6 +102,9 @@ pub struct BlastJob {
     /// Frame modes: send these frames of a capture, in this order, round and round, instead
     /// of building one per (flow, size) (`payloads` is then unused).
     pub replay: Vec<ReplayFrame>,
+    /// Frame modes: per-packet destinations from ranges, MAC counts and `flowlen`
+    /// (pktgen's), written into each frame (`None`: every flow keeps its destination).
+    pub spray: Option<spray::SprayJob>,
 }
 
 /// A captured frame to send (`blast --pcap`).
@@ -142,6 +146,8 @@ pub struct BlastReport {
     /// due datagram waited for the sender (ns). Zero unpaced.
     pub forfeited: u64,
     pub late_max_ns: u64,
+    /// With ranges: destinations drawn (each a new 5-tuple); else 0.
+    pub flows_started: u64,
 }
 
 /// Why a worker could not be made.
@@ -271,6 +277,7 @@ impl TxBook {
             tx_window_ns: (self.first_tx, self.last_tx),
             forfeited: self.pacer.as_ref().map_or(0, Pacer::forfeited),
             late_max_ns: self.pacer.as_ref().map_or(0, Pacer::late_max_ns),
+            flows_started: 0,
         }
     }
 }

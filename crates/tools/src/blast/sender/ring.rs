@@ -52,6 +52,8 @@ pub struct RingSender<T: FrameTx> {
     queued: u64,
     book: TxBook,
     finished: bool,
+    /// Per-packet destinations (pktgen's ranges), written after the copy.
+    spray: Option<super::spray::Sprayer>,
 }
 
 /// Opens an AF_PACKET TX ring for `link`.
@@ -88,6 +90,10 @@ impl<T: FrameTx> RingSender<T> {
             templates,
             schedule,
             finished: false,
+            spray: job
+                .spray
+                .clone()
+                .map(|s| super::spray::Sprayer::new(s, job.flows.len())),
             job,
         })
     }
@@ -186,6 +192,7 @@ impl<T: FrameTx> Poll for RingSender<T> {
         let nsizes = self.job.payloads.len() as u64;
         let (templates, seq, flows) = (&self.templates, &mut self.seq, &self.job.flows);
         let (holds, queued, schedule) = (&mut self.slot_holds, &mut self.queued, &self.schedule);
+        let spray = &mut self.spray;
         let mut bytes = 0usize;
         let queued_now = self.ring.queue(n, &mut |slot, buf| {
             let (ti, f) = if schedule.is_empty() {
@@ -210,6 +217,11 @@ impl<T: FrameTx> Poll for RingSender<T> {
             if f == NO_FLOW as usize {
                 bytes += len;
                 return len;
+            }
+            if let Some(to) = spray.as_mut().and_then(|s| s.next(f)) {
+                // The slot may hold another destination's frame: the checksums follow what
+                // it holds (incremental), so no copy is needed.
+                t.readdress(frame, to);
             }
             let h = FlowHeader {
                 flow: flows[f].id,
@@ -240,6 +252,8 @@ impl<T: FrameTx> Poll for RingSender<T> {
         if refused > 0 {
             flowlane_runtime::set(&st.ring_refused, refused);
         }
-        Some(self.book.report(&self.job.flows, &self.seq, None, None))
+        let mut r = self.book.report(&self.job.flows, &self.seq, None, None);
+        r.flows_started = self.spray.as_ref().map_or(0, |s| s.flows_started());
+        Some(r)
     }
 }
