@@ -163,6 +163,11 @@ pub struct BlastArgs {
     #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
     flows: u32,
 
+    /// The first flow id carried in the headers (ids count up from it): two generators
+    /// feeding one sink keep their flows apart, e.g. a probe beside a flood.
+    #[arg(long, default_value_t = 0)]
+    first_id: u16,
+
     /// Choose the flows' sources at random (distinct) from the --from × --sport ranges instead
     /// of counting up through them; the same --seed gives the same flows.
     #[arg(long)]
@@ -517,6 +522,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         },
         interval_s: a.live.interval,
         spray,
+        first_id: a.first_id,
         pcap: a.pcap.as_ref().map(|path| PcapSource {
             path: path.clone(),
             mode: match a.pcap_mode {

@@ -101,9 +101,31 @@ pub struct Rfc2544Args {
     #[arg(long, value_parser = blast::parse_mac)]
     dst_mac: Option<[u8; 6]>,
 
-    /// Tests to run, comma-separated: throughput, latency, loss, b2b (default: all four).
+    /// Tests to run, comma-separated: throughput, latency, loss, b2b (default: all four),
+    /// and probe-under-flood (not RFC 2544's; asked by name, with --flood-to).
     #[arg(long, value_delimiter = ',', value_enum)]
     tests: Vec<TestArg>,
+
+    /// probe-under-flood: the flood's destinations, PREFIX:PORTS as `blast --to` takes them
+    /// (198.18.128.0/17:9000-9015) — addresses the DUT routes out towards --rx-dev, e.g. a
+    /// large table via the sink. Each flood frame goes to a random one (AF_XDP, one thread on
+    /// --cpu) while a probe flow sends to --to at --probe-rate (AF_PACKET, the same CPU); the
+    /// sink times the probe alone. One trial of --confirm-secs per flood rate and size.
+    #[arg(long, value_parser = crate::args::parse_dest_ranges)]
+    flood_to: Option<crate::args::DestRanges>,
+
+    /// probe-under-flood: flood rates, comma-separated: 0 (the probe alone: the baseline),
+    /// a rate (500k), or max (as fast as the flood's generator goes). Default: 0,max.
+    #[arg(long, value_delimiter = ',', value_parser = parse_flood_rate)]
+    flood_rates: Vec<FloodRate>,
+
+    /// probe-under-flood: flows of the flood (each moves through the destinations).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65534))]
+    flood_flows: u32,
+
+    /// probe-under-flood: the probe's rate, frames per second.
+    #[arg(long, default_value = "1000", value_parser = crate::args::parse_rate)]
+    probe_rate: crate::args::Rate,
 
     /// Frame sizes with FCS. Default: 64,128,256,512,1024,1280,1518 (IPv6: 82 for 64, the
     /// smallest frame that carries IPv6, UDP and flowlane's header). Up to 9018 where the
@@ -255,6 +277,26 @@ enum TestArg {
     Latency,
     Loss,
     B2b,
+    ProbeUnderFlood,
+}
+
+/// A flood rate: `None` unpaced (`max`), else frames per second (0: no flood).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FloodRate(Option<f64>);
+
+fn parse_flood_rate(s: &str) -> Result<FloodRate, String> {
+    if s.trim() == "max" {
+        return Ok(FloodRate(None));
+    }
+    if s.trim() == "0" {
+        return Ok(FloodRate(Some(0.0)));
+    }
+    match crate::args::parse_rate(s)? {
+        crate::args::Rate::Pps(p) => Ok(FloodRate(Some(p))),
+        _ => Err(format!(
+            "`{s}`: a flood rate is frames per second (500k), 0 or max"
+        )),
+    }
 }
 
 fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
@@ -314,7 +356,28 @@ fn config(a: &Rfc2544Args) -> Result<Rfc2544Config, Failure> {
             latency: a.tests.contains(&TestArg::Latency),
             frame_loss: a.tests.contains(&TestArg::Loss),
             back_to_back: a.tests.contains(&TestArg::B2b),
+            probe_under_flood: a.tests.contains(&TestArg::ProbeUnderFlood),
         };
+    }
+    if let Some(d) = &a.flood_to {
+        let mut f = rfc2544::FloodSpec::new(d.addrs, d.ports);
+        f.flows = a.flood_flows;
+        if !a.flood_rates.is_empty() {
+            f.rates = a.flood_rates.iter().map(|r| r.0).collect();
+        }
+        f.probe_pps = match a.probe_rate {
+            crate::args::Rate::Pps(p) => p,
+            _ => {
+                return Err(Failure::usage(anyhow::anyhow!(
+                    "--probe-rate is frames per second (1000, 10k)"
+                )))
+            }
+        };
+        c.flood = Some(f);
+    } else if !a.flood_rates.is_empty() {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--flood-rates is for the probe-under-flood test: give --flood-to too"
+        )));
     }
     if let Some(s) = &a.sizes {
         c.sizes = SizeSpec::List(s.0.clone());
@@ -444,6 +507,8 @@ pub fn run(a: Rfc2544Args) -> CmdResult {
         )),
         Rfc2544Event::Trial(t) if !quiet => log.line(&trial_line(&t)),
         Rfc2544Event::Trial(_) => {}
+        Rfc2544Event::Flood(p) if !quiet => log.line(&flood_line(&p)),
+        Rfc2544Event::Flood(_) => {}
     })
     .map_err(Failure::from_tool)?;
     r.host = Some(host);
@@ -541,12 +606,54 @@ fn summary(r: &Rfc2544Report) {
             notes.join("; ")
         );
     }
+    for s in &r.sizes {
+        for p in s.probe_under_flood.iter().flatten() {
+            outln!("{:>7.0}  {}", s.frame_bytes, flood_line(p));
+        }
+    }
     outln!(
         "{} trials in {:.0} s{}",
         r.trials.len(),
         r.duration_s,
         if r.interrupted { " (interrupted)" } else { "" }
     );
+}
+
+/// A probe-under-flood point in one line.
+fn flood_line(p: &rfc2544::FloodPoint) -> String {
+    let flood = match p.flood_rate_pps {
+        Some(0.0) => "no flood (the probe alone)".to_string(),
+        r => format!(
+            "flood {} → {:.0} pps sent, {:.0} pps forwarded ({} destinations)",
+            r.map_or("unpaced".into(), |r| format!("{r:.0} pps asked")),
+            p.flood_offered_pps,
+            p.flood_forwarded_pps,
+            p.flood_destinations
+        ),
+    };
+    let lat = p
+        .probe_latency_ns
+        .as_ref()
+        .map_or("no latency".into(), |l| {
+            format!(
+                "p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+                l.p50 as f64 / 1e3,
+                l.p99 as f64 / 1e3,
+                l.max as f64 / 1e3
+            )
+        });
+    format!(
+        "probe-under-flood: {flood}; probe {} of {} back, {} lost ({:.3} %), {lat}{}",
+        p.probe_received,
+        p.probe_sent,
+        p.probe_lost,
+        100.0 * p.probe_lost as f64 / p.probe_sent.max(1) as f64,
+        if p.tester_limited.is_empty() {
+            String::new()
+        } else {
+            format!(" [tester-limited: {}]", p.tester_limited)
+        }
+    )
 }
 
 /// Every trial, one CSV row each.

@@ -151,6 +151,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
         crate::side::check("--histogram", p)?;
     }
     let cfg = SinkConfig {
+        timed_flows: None,
         backend: a.backend.into(),
         cpus: match &a.cpus {
             Some(c) => usable_cpus(Some(c))?,

@@ -19,6 +19,9 @@ pub struct FlowBook {
     latency: Histogram<u64>,
     /// Packets stamped later than they arrived: the sender's clock is not this host's.
     clock_skew: u64,
+    /// Only these flow ids (inclusive) are timed; the others are accounted without latency
+    /// (a probe's latency through a flood of other flows).
+    timed: (u16, u16),
 }
 
 /// What [`FlowBook::record`] made of a packet.
@@ -30,6 +33,8 @@ pub enum Recorded {
     Skewed,
     /// Not a flow of this book.
     Foreign,
+    /// Accounted, not timed (outside [`FlowBook::time_only`]'s flows).
+    Untimed,
 }
 
 impl FlowBook {
@@ -41,7 +46,13 @@ impl FlowBook {
             latency: Histogram::new_with_bounds(1, 100_000_000_000, 3)
                 .expect("constant histogram bounds are valid"),
             clock_skew: 0,
+            timed: (0, u16::MAX),
         }
+    }
+
+    /// Times only flows `lo..=hi` from now on.
+    pub fn time_only(&mut self, lo: u16, hi: u16) {
+        self.timed = (lo, hi);
     }
 
     /// A book for the `count` flows from id `first` on (a sender's own flows).
@@ -68,6 +79,9 @@ impl FlowBook {
             self.flows.resize(i + 1, SeqTracker::default());
         }
         self.flows[i].record(seq);
+        if flow < self.timed.0 || flow > self.timed.1 {
+            return Recorded::Untimed;
+        }
         if now_ns >= tx_ns {
             self.latency.saturating_record(now_ns - tx_ns);
             Recorded::Timed
@@ -125,5 +139,15 @@ mod tests {
         assert_eq!(b.flows().len(), 6);
         assert_eq!(b.flow(5).map(|f| f.unique), Some(1));
         assert_eq!(b.flow(3).map(|f| f.unique), Some(0));
+    }
+
+    #[test]
+    fn only_the_timed_flows_enter_the_latency() {
+        let mut b = FlowBook::open();
+        b.time_only(7, 7);
+        assert_eq!(b.record(3, 0, 1, 1_000_000), Recorded::Untimed);
+        assert_eq!(b.record(7, 0, 1, 11), Recorded::Timed);
+        assert_eq!(b.flow(3).map(|f| f.unique), Some(1), "still accounted");
+        assert_eq!((b.latency().len(), b.latency().max()), (1, 10));
     }
 }

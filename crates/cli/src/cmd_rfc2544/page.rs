@@ -166,6 +166,40 @@ pub fn html(r: &Rfc2544Report) -> String {
             }),
         );
     }
+    let mut flood = String::new();
+    for s in &r.sizes {
+        for p in s.probe_under_flood.iter().flatten() {
+            let l = p.probe_latency_ns.as_ref();
+            let us = |f: fn(&flowlane_tools::Latency) -> u64| {
+                l.map_or("-".into(), |l| format!("{:.1}", f(l) as f64 / 1e3))
+            };
+            let _ = write!(
+                flood,
+                "<tr><td>{:.0}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                s.frame_bytes,
+                p.flood_rate_pps
+                    .map_or("unpaced".into(), |r| format!("{r:.0}")),
+                p.flood_offered_pps,
+                p.flood_forwarded_pps,
+                p.probe_sent,
+                p.probe_lost,
+                us(|l| l.p50),
+                us(|l| l.p99),
+                us(|l| l.max),
+                p.flood_destinations,
+                esc(&p.tester_limited)
+            );
+        }
+    }
+    if !flood.is_empty() {
+        flood = format!(
+            "<h2>Probe under a random-destination flood</h2><table><tr><th>size</th>\
+             <th>flood asked pps</th><th>flood sent pps</th><th>flood forwarded pps</th>\
+             <th>probe sent</th><th>probe lost</th><th>p50 µs</th><th>p99 µs</th>\
+             <th>max µs</th><th>destinations</th><th>tester-limited</th></tr>{flood}</table>"
+        );
+    }
     let mut trials = String::new();
     for t in &r.trials {
         let _ = write!(
@@ -193,7 +227,7 @@ pub fn html(r: &Rfc2544Report) -> String {
          <p>Destination {}; generator: {}; receiver: sink over {}; {} trials in {:.0} s{}.</p>\
          <table><tr><th>size B</th><th>max pps</th><th>NDR pps</th><th>PDR pps</th>\
          <th>latency p50 / p99 µs</th><th>back-to-back</th></tr>{table}</table>\
-         {}{}{}{}{}{}{}\
+         {}{}{}{}{}{}{}{flood}\
          <h2>Trials</h2><table><tr><th>test</th><th>kind</th><th>size</th><th>rate</th>\
          <th>offered</th><th>sent</th><th>received</th><th>loss %</th><th>verdict</th>\
          <th>tester-limited</th></tr>{trials}</table></body></html>\n",

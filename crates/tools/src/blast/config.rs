@@ -362,6 +362,10 @@ pub struct BlastConfig {
     /// Per-packet destination ranges, MAC counts and flowlen (frame modes raw and xdp).
     #[serde(default)]
     pub spray: Option<Spray>,
+    /// The first flow id (the flows' ids count up from it): two generators feeding one
+    /// receiver keep their flows apart (rfc2544's probe beside a flood).
+    #[serde(default)]
+    pub first_id: u16,
 }
 
 /// The catch-up a paced sender has by default: 10 ms, three times the few ms a competing
@@ -408,6 +412,7 @@ impl BlastConfig {
             interval_s: 1.0,
             pcap: None,
             spray: None,
+            first_id: 0,
         }
     }
 }

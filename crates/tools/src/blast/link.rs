@@ -61,7 +61,7 @@ pub fn raw_link(
 /// The neighbour table's MAC for `dst` on `dev` (rtnetlink, as `ip neigh show` reads it) or,
 /// for a destination behind a router, the MAC of the gateway the kernel's route to it names
 /// (as `ip route get` answers): frames then go to the router, as the kernel would send them.
-fn neighbour_mac(dst: SocketAddr, dev: &str) -> Result<[u8; 6], ToolError> {
+pub fn neighbour_mac(dst: SocketAddr, dev: &str) -> Result<[u8; 6], ToolError> {
     let ifindex = netdev::ifindex(dev).map_err(|e| ToolError::usage(format!("{dev}: {e}")))?;
     let lookup =
         |ip| netdev::neighbour_mac(ifindex, ip).map_err(|e| ToolError::runtime(e.to_string()));

@@ -28,7 +28,7 @@ pub use config::{
     Rate, Spray, VerifyAt,
 };
 pub use flows::route_source;
-pub use link::parse_mac;
+pub use link::{neighbour_mac, parse_mac};
 pub use replay::{PcapSource, ReplayMode, ReplayReport, MAX_BYTES, MAX_FRAMES};
 pub use report::{BlastJson, BlastReport, FlowReport, StepReport};
 
@@ -178,6 +178,16 @@ fn run_unverified(
         check_spray(a, sp, dst)?;
     }
     let mut flows = flows::make_flows(a)?;
+    if usize::from(a.first_id) + flows.len() > 1 << 16 {
+        return Err(ToolError::usage(format!(
+            "{} flows from id {} run past the header's 65 535",
+            flows.len(),
+            a.first_id
+        )));
+    }
+    for (f, _) in &mut flows {
+        f.id = f.id.wrapping_add(a.first_id);
+    }
     let links = match framed {
         Some(fs) => {
             // Frames need real source ports: the kernel does not choose them here.

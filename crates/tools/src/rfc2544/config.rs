@@ -27,6 +27,10 @@ pub struct Tests {
     pub frame_loss: bool,
     /// §26.4 back-to-back frames (RFC 9004).
     pub back_to_back: bool,
+    /// Not RFC 2544's: a probe flow's loss and latency through the DUT while a flood of
+    /// random destinations (`Rfc2544Config::flood`) runs beside it, at each flood rate.
+    #[serde(default)]
+    pub probe_under_flood: bool,
 }
 
 impl Tests {
@@ -37,6 +41,42 @@ impl Tests {
             latency: true,
             frame_loss: true,
             back_to_back: true,
+            probe_under_flood: false,
+        }
+    }
+}
+
+/// The flood of the probe-under-flood test: random destinations (a new one every frame)
+/// from ranges the DUT routes, at each of `rates`, with a probe flow to `to` beside it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloodSpec {
+    /// Destination addresses and ports, inclusive (the DUT must route them out of its rx
+    /// side, e.g. a large table via the sink).
+    pub dst: (std::net::IpAddr, std::net::IpAddr),
+    pub dport: (u16, u16),
+    /// Flows of the flood (source ports; each moves through the destinations).
+    pub flows: u32,
+    /// Flood rates, frames per second: `None` as fast as its generator goes (AF_XDP, one
+    /// thread), `Some(0.0)` the probe alone (the baseline).
+    pub rates: Vec<Option<f64>>,
+    /// The probe's rate, frames per second.
+    pub probe_pps: f64,
+    /// The probe's sending CPU (default: the generator's).
+    #[serde(default)]
+    pub probe_cpu: Option<usize>,
+}
+
+impl FloodSpec {
+    /// A flood over `dst` × `dport`: the probe alone, then the flood unpaced; 64 flows; a
+    /// probe of 1 000 frames a second.
+    pub fn new(dst: (std::net::IpAddr, std::net::IpAddr), dport: (u16, u16)) -> FloodSpec {
+        FloodSpec {
+            dst,
+            dport,
+            flows: 64,
+            rates: vec![Some(0.0), None],
+            probe_pps: 1000.0,
+            probe_cpu: None,
         }
     }
 }
@@ -130,6 +170,9 @@ pub struct Rfc2544Config {
     /// 262 144 default slots at a 1 500-byte MTU (410 MiB) and ~115 000 at 9 000.
     #[serde(default = "default_ring_memory")]
     pub ring_memory: u64,
+    /// The flood of the probe-under-flood test (required by it).
+    #[serde(default)]
+    pub flood: Option<FloodSpec>,
 }
 
 fn default_ring_memory() -> u64 {
@@ -173,6 +216,7 @@ impl Rfc2544Config {
             ring: 262_144,
             rx_backend: crate::sink::SinkBackend::AfXdp,
             ring_memory: default_ring_memory(),
+            flood: None,
         }
     }
 }

@@ -12,6 +12,7 @@
 //! The search is [`search`], pure code.
 
 pub mod config;
+mod flood;
 pub mod report;
 pub mod search;
 mod trial;
@@ -21,11 +22,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{
-    Endpoint, LabRun, Rfc2544Config, SizeSpec, Tests, DEFAULT_SIZES, DEFAULT_SIZES_V6,
+    Endpoint, FloodSpec, LabRun, Rfc2544Config, SizeSpec, Tests, DEFAULT_SIZES, DEFAULT_SIZES_V6,
 };
 pub use report::{
-    line_bps, BackToBack, LatencyResult, LossPoint, MaxRate, Placed, PlacedFlow, Rfc2544Report,
-    SizeReport, TestName, Throughput, TrialRecord,
+    line_bps, BackToBack, FloodPoint, LatencyResult, LossPoint, MaxRate, Placed, PlacedFlow,
+    Rfc2544Report, SizeReport, TestName, Throughput, TrialRecord,
 };
 use search::{Search, SearchConfig, Step, Trial, TrialKind};
 use trial::{Rig, Shot};
@@ -45,6 +46,8 @@ pub enum Rfc2544Event {
     },
     /// A trial was counted.
     Trial(TrialRecord),
+    /// A flood rate of the probe-under-flood test was measured.
+    Flood(FloodPoint),
 }
 
 /// An IMIX: (size with FCS, weight).
@@ -91,6 +94,27 @@ pub fn check(cfg: &Rfc2544Config) -> Result<(), ToolError> {
         }
         if v.is_empty() {
             return Err(ToolError::usage("no frame sizes"));
+        }
+    }
+    if cfg.tests.probe_under_flood {
+        let f = cfg.flood.as_ref().ok_or_else(|| {
+            ToolError::usage(
+                "the probe-under-flood test needs a flood: --flood-to PREFIX:PORTS, destinations \
+                 the DUT routes out towards the receiving interface",
+            )
+        })?;
+        if f.dst.0.is_ipv4() != cfg.to.is_ipv4() || f.dst.1.is_ipv4() != cfg.to.is_ipv4() {
+            return Err(ToolError::usage(
+                "the flood's destinations and the probe's are different address families",
+            ));
+        }
+        if f.rates.is_empty() || !(f.probe_pps > 0.0 && f.probe_pps.is_finite()) {
+            return Err(ToolError::usage(
+                "the flood needs at least one rate, and the probe a positive rate",
+            ));
+        }
+        if f.flows == 0 || f.flows >= 65_535 {
+            return Err(ToolError::usage("1 to 65 534 flood flows"));
         }
     }
     if let Some(p) = &cfg.placement {
@@ -335,6 +359,7 @@ impl SizeRun<'_, '_> {
             latency: None,
             frame_loss: None,
             back_to_back: None,
+            probe_under_flood: None,
         };
         let tol = cfg.loss_tolerance_pct / 100.0;
         if cfg.tests.throughput && !self.stopped() {
@@ -356,6 +381,19 @@ impl SizeRun<'_, '_> {
         if cfg.tests.back_to_back && !self.stopped() {
             let thr = out.throughput.as_ref().map(|t| t.ndr.pps);
             out.back_to_back = Some(self.back_to_back(&max, thr)?);
+        }
+        if let Some(f) = cfg.flood.as_ref().filter(|_| cfg.tests.probe_under_flood) {
+            let mut points = Vec::new();
+            for &rate in &f.rates {
+                if self.stopped() {
+                    break;
+                }
+                let p = self.rig.flood_trial(&self.frames, f, rate, cfg.confirm_s)?;
+                (self.on_event)(Rfc2544Event::Flood(p.clone()));
+                points.push(p);
+                self.pause();
+            }
+            out.probe_under_flood = Some(points);
         }
         Ok(out)
     }

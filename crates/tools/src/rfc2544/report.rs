@@ -184,6 +184,43 @@ pub struct SizeReport {
     pub frame_loss: Option<Vec<LossPoint>>,
     /// §26.4.
     pub back_to_back: Option<BackToBack>,
+    /// A probe's loss and latency through the DUT at each flood rate (not RFC 2544's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_under_flood: Option<Vec<FloodPoint>>,
+}
+
+/// One flood rate of the probe-under-flood test: what the flood did, and what the probe
+/// beside it saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FloodPoint {
+    /// The flood's rate asked for, frames per second (`None`: unpaced; 0: no flood).
+    pub flood_rate_pps: Option<f64>,
+    /// Flood frames released, and over the flood's send window per second.
+    pub flood_sent: u64,
+    pub flood_offered_pps: f64,
+    /// Destinations the flood drew (a new one every frame).
+    pub flood_destinations: u64,
+    /// Flood frames the sink received (forwarded by the DUT), and per second over the
+    /// trial's time.
+    pub flood_forwarded: u64,
+    pub flood_forwarded_pps: f64,
+    /// Flood frames sent and not received (the DUT's loss, with `sink_ring_drops` the
+    /// receiver's).
+    pub flood_lost: u64,
+    /// The probe: frames sent, received once, lost (sent − received), its rate.
+    pub probe_pps: f64,
+    pub probe_sent: u64,
+    pub probe_received: u64,
+    pub probe_lost: u64,
+    /// The probe's one-way latency (only the probe's frames are timed).
+    pub probe_latency_ns: Option<Latency>,
+    /// Frames the sink's ring had no room for (the receiver, not the DUT, dropped them).
+    pub sink_ring_drops: u64,
+    /// Seconds of sending.
+    pub secs: f64,
+    /// Non-empty when the tester, not the DUT, set a figure (a paced flood not delivered, a
+    /// probe short of its rate, the sink's ring full).
+    pub tester_limited: String,
 }
 
 /// Flows placed on the DUT's RSS queues by the picker.

@@ -53,7 +53,10 @@ pub(super) struct Shot {
     pub near_ceiling_pps: Option<f64>,
 }
 
-fn inside<T: Send>(ns: Option<&Netns>, f: impl FnOnce() -> T + Send) -> Result<T, ToolError> {
+pub(super) fn inside<T: Send>(
+    ns: Option<&Netns>,
+    f: impl FnOnce() -> T + Send,
+) -> Result<T, ToolError> {
     match ns {
         Some(ns) => ns
             .run_with_sys(f)
@@ -119,10 +122,11 @@ impl Rig<'_> {
         b
     }
 
-    /// Runs one trial and counts it.
-    pub fn trial(&self, shot: &Shot) -> Result<TrialRecord, ToolError> {
+    /// The sink every trial runs (one port, all flows timed).
+    pub(super) fn sink_config(&self) -> SinkConfig {
         let c = self.cfg;
-        let scfg = SinkConfig {
+        SinkConfig {
+            timed_flows: None,
             metrics: None,
             dev: c.rx.dev.clone(),
             port: Some(c.to.port()),
@@ -145,7 +149,13 @@ impl Rig<'_> {
                 capacity: 4096,
                 idle_s: 30.0,
             },
-        };
+        }
+    }
+
+    /// Runs one trial and counts it.
+    pub fn trial(&self, shot: &Shot) -> Result<TrialRecord, ToolError> {
+        let c = self.cfg;
+        let scfg = self.sink_config();
         let bcfg = self.blast_config(shot, &c.tx.dev, c.dst_mac);
         let sink_stop = Arc::new(AtomicBool::new(false));
         let (started_tx, started_rx) = mpsc::channel();
@@ -334,7 +344,7 @@ impl Rig<'_> {
 /// Waits after the generator stopped until nothing has reached the sink for [`QUIET`] (the
 /// frames the DUT still held have come out), at most `max` (RFC 2544 §23: 2 s); how long.
 /// `last_rx`: when the sink last said frames had come, nanoseconds after `t0`.
-fn wait_quiet(last_rx: &AtomicU64, t0: Instant, max: Duration) -> Duration {
+pub(super) fn wait_quiet(last_rx: &AtomicU64, t0: Instant, max: Duration) -> Duration {
     let start = t0.elapsed();
     loop {
         let now = t0.elapsed();

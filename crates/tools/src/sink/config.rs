@@ -42,6 +42,10 @@ pub struct SinkConfig {
     /// AF_PACKET: bytes the receive ring may map (`--ring-memory`); `ring` is its most slots.
     #[serde(default = "default_ring_memory")]
     pub ring_memory: u64,
+    /// Time only these flow ids (inclusive): the latency is theirs alone, every flow is still
+    /// accounted (`None`: all). rfc2544's probe under a flood.
+    #[serde(default)]
+    pub timed_flows: Option<(u16, u16)>,
 }
 
 fn default_ring_memory() -> u64 {

@@ -158,6 +158,7 @@ pub fn run(
     let rt_cfg = Config::frames(worker_cpus.clone());
     // Every worker is made the same way around its ring.
     let make = Maker {
+        timed_flows: a.timed_flows,
         shares: shares.clone(),
         capture,
         timed,
@@ -278,6 +279,7 @@ pub fn run(
 
 /// What every sink worker is made with, whatever its ring.
 struct Maker {
+    timed_flows: Option<(u16, u16)>,
     shares: Vec<flowlane_runtime::latency::LatencyShare>,
     capture: Mutex<Option<Capture>>,
     timed: bool,
@@ -291,6 +293,9 @@ impl Maker {
     /// worker to ask takes it).
     fn worker<R: flowlane_io::frame::FrameRx>(&self, idx: usize, ring: R) -> SinkWorker<R> {
         let mut w = SinkWorker::new(ring, self.port, self.rules, self.tuples.clone());
+        if let Some((lo, hi)) = self.timed_flows {
+            w.time_only(lo, hi);
+        }
         if self.timed {
             if let Some(s) = self.shares.get(idx) {
                 w = w.with_latency_share(s.clone());
@@ -476,6 +481,7 @@ mod tests {
     #[test]
     fn an_interface_that_is_not_here_is_a_usage_error() {
         let cfg = SinkConfig {
+            timed_flows: None,
             metrics: None,
             dev: "fl-no-such-if".into(),
             port: None,

@@ -383,6 +383,11 @@ impl<R: FrameRx> SinkWorker<R> {
         }
     }
 
+    /// Times only flows `lo..=hi` (every flow is still accounted).
+    pub fn time_only(&mut self, lo: u16, hi: u16) {
+        self.book.book.time_only(lo, hi);
+    }
+
     fn check_done(&mut self, now: u64) {
         let s = &self.stop;
         if s.count.is_some_and(|c| self.book.counts.flowlane >= c)
