@@ -440,7 +440,8 @@ fn print_summary(r: &ForwardReport) {
     if let Some(c) = &t.flow_cache {
         outln!(
             "  flow cache: {} lookups, {} hits ({:.1} %; {} stale, decided again after a route \
-             or neighbour change), {} flows added, {} expired, {} evicted",
+             or neighbour change), {} flows added, {} expired, {} evicted; GC visited {} \
+             records",
             c.lookups,
             c.hits,
             if c.lookups > 0 {
@@ -451,7 +452,8 @@ fn print_summary(r: &ForwardReport) {
             c.stale,
             c.inserts,
             c.expired,
-            c.evicted
+            c.evicted,
+            c.gc_visited
         );
     }
     for p in &r.ports {

@@ -29,6 +29,7 @@ fn counts(s: &ForwardSnapshot, cache: bool) -> ForwardCounts {
             inserts: s.cache_inserts,
             expired: s.cache_expired,
             evicted: s.cache_evicted,
+            gc_visited: s.cache_gc_visited,
         }),
         rx_packets: s.rx_packets,
         forwarded: s.forwarded,

@@ -140,6 +140,9 @@ pub struct CacheCounts {
     pub expired: u64,
     /// Flows pushed out by new ones when full.
     pub evicted: u64,
+    /// Records the expiry visited: its GC work (a timer wheel's, O(1) per expired flow).
+    #[serde(default)]
+    pub gc_visited: u64,
 }
 
 impl CacheCounts {
@@ -151,6 +154,7 @@ impl CacheCounts {
             inserts: self.inserts + o.inserts,
             expired: self.expired + o.expired,
             evicted: self.evicted + o.evicted,
+            gc_visited: self.gc_visited + o.gc_visited,
         }
     }
 }
@@ -194,6 +198,7 @@ impl ForwardCounts {
                     inserts: d(a.inserts, b.inserts),
                     expired: d(a.expired, b.expired),
                     evicted: d(a.evicted, b.evicted),
+                    gc_visited: d(a.gc_visited, b.gc_visited),
                 }),
                 (a, _) => *a,
             },

@@ -81,6 +81,7 @@ pub struct CacheDelta {
     pub inserts: u64,
     pub expired: u64,
     pub evicted: u64,
+    pub gc_visited: u64,
 }
 
 impl RouteCache {
@@ -152,6 +153,7 @@ impl RouteCache {
             inserts: s.inserts - p.inserts,
             expired: s.expired_total() - p.expired_total(),
             evicted: (s.evicted_full + s.evicted_no_room) - (p.evicted_full + p.evicted_no_room),
+            gc_visited: s.gc_visited - p.gc_visited,
         }
     }
 }

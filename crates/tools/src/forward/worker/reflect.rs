@@ -66,6 +66,8 @@ counters! {
         cache_expired,
         /// Flows pushed out by new ones when full.
         cache_evicted,
+        /// Records the cache's expiry visited (its GC work: O(1) per expired flow).
+        cache_gc_visited,
     }
 }
 

@@ -93,6 +93,7 @@ impl Tally {
         bump(&st.cache_inserts, c.inserts);
         bump(&st.cache_expired, c.expired);
         bump(&st.cache_evicted, c.evicted);
+        bump(&st.cache_gc_visited, c.gc_visited);
     }
 }
 
