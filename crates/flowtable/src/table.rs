@@ -18,7 +18,12 @@ const NIL: u32 = u32::MAX;
 const EMPTY: u16 = 0;
 /// Most displacements one insert makes before the flow it then holds is evicted.
 pub const MAX_KICKS: usize = 256;
-const USED: u32 = 1 << 8;
+/// A record's `seen` word: the tick it was last seen in the low bits, its class above them and
+/// the in-use bit on top — one word, so a record is 52 bytes (a 40-byte key and three words
+/// of links and time) and the table stays within 64 bytes a flow with its buckets and wheel.
+const LAST_BITS: u32 = 29;
+const LAST_MASK: u32 = (1 << LAST_BITS) - 1;
+const USED: u32 = 1 << 31;
 
 /// A flow's timeout class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +56,8 @@ impl Class {
         ["udp", "tcp", "closing", "other"][self as usize]
     }
 
-    fn from_meta(m: u32) -> Class {
-        match m & 0xff {
+    fn from_bits(m: u32) -> Class {
+        match m & 3 {
             0 => Class::Udp,
             1 => Class::Tcp,
             2 => Class::Closing,
@@ -66,7 +71,9 @@ impl Class {
 pub struct Config {
     /// The most flows held at once (the records are allocated up front).
     pub capacity: usize,
-    /// Expiry granularity, nanoseconds: deadlines are whole ticks.
+    /// Expiry granularity, nanoseconds: deadlines are whole ticks. A table's clock runs
+    /// 2^29 ticks from the first time it is given (621 days of 100 ms ticks, 6 days of 1 ms);
+    /// past that it stands still, and flows leave by eviction only.
     pub tick_ns: u64,
     /// Timeout per class (`Class as usize`), nanoseconds; each at least one tick.
     pub timeouts_ns: [u64; CLASSES],
@@ -231,14 +238,42 @@ impl Bucket {
 #[repr(C)]
 struct Record<V> {
     key: FlowKey,
-    /// Last seen, ticks since the table's first.
-    last: u32,
+    /// Last seen (ticks since the table's first, low [`LAST_BITS`]), the class above, and
+    /// [`USED`] when it holds a flow.
+    seen: u32,
     /// Wheel list links (record indices; the wheel's sentinels follow the flows).
     prev: u32,
     next: u32,
-    /// Class in the low byte, `USED` when it holds a flow.
-    meta: u32,
     value: V,
+}
+
+impl<V> Record<V> {
+    /// Last seen, ticks.
+    #[inline(always)]
+    fn last(&self) -> u32 {
+        self.seen & LAST_MASK
+    }
+
+    /// Seen at `now` (never going back).
+    #[inline(always)]
+    fn touch(&mut self, now: u32) {
+        if now > self.last() {
+            self.seen = (self.seen & !LAST_MASK) | now;
+        }
+    }
+
+    fn class(&self) -> Class {
+        Class::from_bits(self.seen >> LAST_BITS)
+    }
+
+    fn used(&self) -> bool {
+        self.seen & USED != 0
+    }
+
+    /// In use, of `class`, last seen at `now`.
+    fn hold(&mut self, class: Class, now: u32) {
+        self.seen = USED | ((class as u32) << LAST_BITS) | (now & LAST_MASK);
+    }
 }
 
 /// What `upsert` did.
@@ -308,10 +343,9 @@ impl<V: Default> FlowTable<V> {
         for i in 0..cap {
             records.push(Record {
                 key: FlowKey::default(),
-                last: 0,
+                seen: 0,
                 prev: NIL,
                 next: if i + 1 < cap { i + 1 } else { NIL },
-                meta: 0,
                 value: V::default(),
             });
         }
@@ -319,10 +353,9 @@ impl<V: Default> FlowTable<V> {
         for s in 0..wheel {
             records.push(Record {
                 key: FlowKey::default(),
-                last: 0,
+                seen: 0,
                 prev: cap + s,
                 next: cap + s,
-                meta: 0,
                 value: V::default(),
             });
         }
@@ -378,8 +411,8 @@ impl<V: Default> FlowTable<V> {
     fn tick(&mut self, now_ns: u64) -> u32 {
         let t = now_ns / self.tick_ns;
         let base = *self.base.get_or_insert(t);
-        let rel = u32::try_from(t.saturating_sub(base)).unwrap_or(u32::MAX - (1 << 25));
-        self.now = self.now.max(rel.min(u32::MAX - (1 << 25)));
+        let rel = u32::try_from(t.saturating_sub(base)).unwrap_or(LAST_MASK);
+        self.now = self.now.max(rel.min(LAST_MASK));
         self.now
     }
 
@@ -487,7 +520,7 @@ impl<V: Default> FlowTable<V> {
     fn prefetch_key(&self, r: u32) {
         let rec = &self.records[r as usize];
         prefetch(&rec.key);
-        prefetch(&rec.last);
+        prefetch(&rec.seen);
     }
 
     /// Looks the flow up at `now_ns` (counted); a hit marks it seen.
@@ -498,7 +531,7 @@ impl<V: Default> FlowTable<V> {
             Some((_, _, r)) => {
                 self.stats.hits += 1;
                 let rec = &mut self.records[r as usize];
-                rec.last = rec.last.max(now);
+                rec.touch(now);
                 Some(&mut rec.value)
             }
             None => {
@@ -518,7 +551,7 @@ impl<V: Default> FlowTable<V> {
         if let Some((_, _, r)) = self.find(key, h) {
             self.stats.hits += 1;
             let rec = &mut self.records[r as usize];
-            rec.last = rec.last.max(now);
+            rec.touch(now);
             return Upsert {
                 value: &mut rec.value,
                 new: false,
@@ -539,8 +572,7 @@ impl<V: Default> FlowTable<V> {
         {
             let rec = &mut self.records[r as usize];
             rec.key = *key;
-            rec.last = now;
-            rec.meta = USED | class as u32;
+            rec.hold(class, now);
             rec.value = V::default();
         }
         let deadline = self.deadline_slot(now.saturating_add(self.timeouts[class as usize]));
@@ -577,14 +609,13 @@ impl<V: Default> FlowTable<V> {
             return false;
         };
         let rec = &mut self.records[r as usize];
-        rec.last = rec.last.max(now);
-        if Class::from_meta(rec.meta) == Class::Closing {
+        rec.touch(now);
+        if rec.class() == Class::Closing {
             return true;
         }
-        rec.meta = USED | Class::Closing as u32;
-        let d = rec
-            .last
-            .saturating_add(self.timeouts[Class::Closing as usize]);
+        let last = rec.last();
+        rec.hold(Class::Closing, last);
+        let d = last.saturating_add(self.timeouts[Class::Closing as usize]);
         self.unlink(r);
         let slot = self.deadline_slot(d);
         self.link(r, slot);
@@ -622,8 +653,8 @@ impl<V: Default> FlowTable<V> {
                 let next = self.records[r as usize].next;
                 self.stats.gc_visited += 1;
                 let rec = &self.records[r as usize];
-                let class = Class::from_meta(rec.meta);
-                let due = u64::from(rec.last) + u64::from(self.timeouts[class as usize]);
+                let class = rec.class();
+                let due = u64::from(rec.last()) + u64::from(self.timeouts[class as usize]);
                 if due <= u64::from(now) {
                     self.unseat(r);
                     let (key, value) = self.free_record(r);
@@ -643,7 +674,7 @@ impl<V: Default> FlowTable<V> {
     pub fn iter(&self) -> impl Iterator<Item = (&FlowKey, &V)> {
         self.records[..self.cap as usize]
             .iter()
-            .filter(|r| r.meta & USED != 0)
+            .filter(|r| r.used())
             .map(|r| (&r.key, &r.value))
     }
 
@@ -670,7 +701,7 @@ impl<V: Default> FlowTable<V> {
     /// Returns a record to the free list; its key and value.
     fn free_record(&mut self, r: u32) -> (FlowKey, V) {
         let rec = &mut self.records[r as usize];
-        rec.meta = 0;
+        rec.seen = 0;
         rec.prev = NIL;
         rec.next = self.free;
         let out = (rec.key, std::mem::take(&mut rec.value));
@@ -719,7 +750,7 @@ impl<V: Default> FlowTable<V> {
                 }
                 let r = self.buckets[b].idx[s];
                 let rec = &self.records[r as usize];
-                let rank = (Class::from_meta(rec.meta) != Class::Closing, rec.last, r);
+                let rank = (rec.class() != Class::Closing, rec.last(), r);
                 if best.is_none_or(|x| rank < x) {
                     best = Some(rank);
                 }
@@ -794,10 +825,7 @@ impl<V: Default> FlowTable<V> {
                 seated += 1;
                 let r = bk.idx[s];
                 let rec = &self.records[r as usize];
-                assert!(
-                    rec.meta & USED != 0,
-                    "bucket {b} slot {s} points at a free record"
-                );
+                assert!(rec.used(), "bucket {b} slot {s} points at a free record");
                 let (tag, b1, b2) = self.place(rec.key.hash(self.seed));
                 assert_eq!(bk.tag(s), tag);
                 assert!(b == b1 || b == b2, "flow in bucket {b}, not {b1} or {b2}");
@@ -818,7 +846,7 @@ impl<V: Default> FlowTable<V> {
             let sentinel = self.cap + slot;
             let mut r = self.records[sentinel as usize].next;
             while r != sentinel {
-                assert!(self.records[r as usize].meta & USED != 0);
+                assert!(self.records[r as usize].used());
                 on_wheel += 1;
                 r = self.records[r as usize].next;
             }

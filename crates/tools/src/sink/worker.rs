@@ -126,9 +126,9 @@ impl Tuples {
         }
         let idle = (spec.idle_s * 1e9) as u64;
         let mut cfg = TableConfig::new(spec.capacity);
-        // Ticks of a tenth of the idle time (at most 100 ms): a tuple expires within 10 %
-        // of its idle time.
-        cfg.tick_ns = (idle / 10).clamp(1, 100_000_000);
+        // Ticks of a tenth of the idle time (1 to 100 ms): a tuple expires within 10 % of its
+        // idle time (of 1 ms below 10 ms), and the table's clock runs 6 days at the least.
+        cfg.tick_ns = (idle / 10).clamp(1_000_000, 100_000_000);
         cfg.timeouts_ns = [idle; flowlane_flowtable::CLASSES];
         // A seed of this process's own: tuples from the network cannot be aimed at buckets.
         cfg.seed = std::collections::hash_map::RandomState::new().hash_one(spec.capacity)
