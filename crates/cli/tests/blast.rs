@@ -1478,7 +1478,7 @@ fn xdp_live_frames_the_device_refused_are_reported_not_hidden() {
         j["pktgen"]
             .as_str()
             .expect("line")
-            .ends_with("errors: 5000"),
+            .ends_with("errors: 5000 flows: 1"),
         "{j}"
     );
     // What the mode cannot do is refused up front.

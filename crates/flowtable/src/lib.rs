@@ -20,6 +20,7 @@
 
 mod key;
 mod prefetch;
+pub mod reasm;
 mod table;
 
 pub use key::{FlowKey, TCP, UDP};

@@ -465,6 +465,13 @@ impl<V: Default> FlowTable<V> {
             .map(|(_, _, r)| &self.records[r as usize].value)
     }
 
+    /// The flow's value to change, without counting or touching it (its deadline stays: a
+    /// reassembly context's timeout runs from its first fragment, as Linux's does).
+    pub fn get_mut(&mut self, key: &FlowKey) -> Option<&mut V> {
+        let (_, _, r) = self.find(key, key.hash(self.seed))?;
+        Some(&mut self.records[r as usize].value)
+    }
+
     /// Whether each of `keys` is held: `out[i]` is set to the record index or `None`.
     /// The buckets of the whole batch are touched first, so their cache misses overlap (as
     /// DPDK's bulk lookup does).
@@ -625,8 +632,11 @@ impl<V: Default> FlowTable<V> {
 
     /// Removes the flow, handing back its value.
     pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
-        let (_, _, r) = self.find(key, key.hash(self.seed))?;
-        self.unseat(r);
+        let h = key.hash(self.seed);
+        let (b, s, r) = self.find(key, h)?;
+        // Where it sits is known: no second hash or scan.
+        let (tag, b1, _) = self.place(h);
+        self.clear_slot(b, s, tag, b1);
         self.unlink(r);
         self.stats.removed += 1;
         Some(self.free_record(r).1)
@@ -716,13 +726,19 @@ impl<V: Default> FlowTable<V> {
         let (tag, b1, b2) = self.place(key.hash(self.seed));
         for b in [b1, b2] {
             if let Some(s) = self.buckets[b].idx.iter().position(|&x| x == r) {
-                self.buckets[b].set_tag(s, EMPTY);
-                self.buckets[b].idx[s] = NIL;
-                if b != b1 {
-                    self.buckets[b1].spill(tag, false);
-                }
+                self.clear_slot(b, s, tag, b1);
                 return;
             }
+        }
+    }
+
+    /// Empties slot `s` of bucket `b`, whose flow's first bucket is `b1` (its spill filter
+    /// forgets the flow when it sat in its second).
+    fn clear_slot(&mut self, b: usize, s: usize, tag: u16, b1: usize) {
+        self.buckets[b].set_tag(s, EMPTY);
+        self.buckets[b].idx[s] = NIL;
+        if b != b1 {
+            self.buckets[b1].spill(tag, false);
         }
     }
 
