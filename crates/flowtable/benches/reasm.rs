@@ -21,10 +21,15 @@ const PAYLOAD: usize = 1472;
 const CUT: usize = 552;
 const IN_FLIGHT: u32 = 1024;
 
+/// A datagram's key: source, destination, protocol, id.
+type Key = (IpAddr, IpAddr, u8, u32);
+/// Its fragments' copies (offset, bytes), its length once known, when it began.
+type Pieces = (Vec<(u32, Vec<u8>)>, Option<u32>, u64);
+
 /// The usual reassembler: fragments copied into a map's vector, joined when complete.
 #[derive(Default)]
 struct Plain {
-    map: HashMap<(IpAddr, IpAddr, u8, u32), (Vec<(u32, Vec<u8>)>, Option<u32>, u64)>,
+    map: HashMap<Key, Pieces>,
 }
 
 impl Plain {
