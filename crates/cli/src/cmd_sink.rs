@@ -125,6 +125,25 @@ pub struct SinkArgs {
     #[arg(long, value_parser = parse_duration, default_value_t = 30.0)]
     tuple_idle: f64,
 
+    /// IP fragments are reassembled per worker (its receive queue) and the datagrams made
+    /// whole accounted as whole ones: at most this many datagrams in reassembly at once (the
+    /// least recently started is evicted beyond, counted).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    reasm_contexts: u64,
+
+    /// Bytes the datagrams in reassembly may hold per worker (beyond: the datagram is
+    /// dropped, counted as `memory`). Linux's default: 4 MiB.
+    #[arg(long, default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(1500..=1 << 32))]
+    reasm_bytes: u64,
+
+    /// Fragments a datagram may have (45 carry a 64 KiB datagram at MTU 1500).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(2..))]
+    reasm_fragments: u16,
+
+    /// Seconds a datagram may take from its first fragment (Linux: 30 s).
+    #[arg(long, value_parser = parse_duration, default_value_t = 30.0)]
+    reasm_timeout: f64,
+
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -173,6 +192,12 @@ pub fn run(a: SinkArgs) -> CmdResult {
         tuples: flowlane_tools::sink::TupleSpec {
             capacity: a.tuple_capacity,
             idle_s: a.tuple_idle,
+        },
+        reasm: flowlane_tools::sink::ReasmSpec {
+            contexts: a.reasm_contexts as usize,
+            bytes: a.reasm_bytes as usize,
+            max_fragments: a.reasm_fragments,
+            timeout_s: a.reasm_timeout,
         },
         interval_s: a.live.interval,
         write: a.write.as_ref().map(|path| CaptureSpec {
@@ -329,7 +354,8 @@ fn print_summary(r: &SinkReport) {
     }
     if let Some(t) = &r.tuples {
         outln!(
-            "5-tuples: {} seen, {} held at the end, {} expired, {} evicted (tables of {} per              worker, {:.1} MiB); their frames: {} held, {} expired, {} evicted",
+            "5-tuples: {} seen, {} held at the end, {} expired, {} evicted (tables of {} per \
+             worker, {:.1} MiB); their frames: {} held, {} expired, {} evicted",
             t.seen,
             t.live,
             t.expired,
@@ -339,6 +365,27 @@ fn print_summary(r: &SinkReport) {
             t.frames_live,
             t.frames_expired,
             t.frames_evicted
+        );
+    }
+    if let Some(f) = &r.fragments {
+        outln!(
+            "IP fragments: {} in, {} datagrams made whole of {}; dropped: {} overlapping, {} \
+             duplicates, {} past the fragment limit, {} too big, {} over the byte budget, {} \
+             malformed, {} timed out, {} evicted; {} still waiting ({} datagrams, {} bytes)",
+            f.fragments,
+            f.datagrams,
+            f.datagram_fragments,
+            f.overlap,
+            f.duplicate,
+            f.too_many,
+            f.too_big,
+            f.memory,
+            f.malformed,
+            f.timed_out,
+            f.evicted,
+            f.held_fragments,
+            f.held_contexts,
+            f.held_bytes
         );
     }
     if r.split_flows > 0 {

@@ -19,6 +19,7 @@
 
 pub mod checksum;
 pub mod forward;
+pub mod fragment;
 pub mod frame;
 pub mod header;
 pub mod http;
@@ -26,6 +27,7 @@ pub mod mac;
 pub mod pcap;
 pub mod seq;
 
+pub use fragment::FragmentView;
 pub use frame::{FrameError, Readdress, Template, TemplateSpec, UdpFrame};
 pub use header::{FlowHeader, HeaderError, HEADER_LEN};
 pub use mac::Mac;

@@ -127,6 +127,7 @@ impl Rig<'_> {
         let c = self.cfg;
         SinkConfig {
             timed_flows: None,
+            reasm: Default::default(),
             metrics: None,
             dev: c.rx.dev.clone(),
             port: Some(c.to.port()),

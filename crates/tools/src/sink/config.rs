@@ -42,6 +42,9 @@ pub struct SinkConfig {
     /// AF_PACKET: bytes the receive ring may map (`--ring-memory`); `ring` is its most slots.
     #[serde(default = "default_ring_memory")]
     pub ring_memory: u64,
+    /// The limits of IP reassembly (per worker).
+    #[serde(default)]
+    pub reasm: ReasmSpec,
     /// Time only these flow ids (inclusive): the latency is theirs alone, every flow is still
     /// accounted (`None`: all). rfc2544's probe under a flood.
     #[serde(default)]
@@ -81,6 +84,31 @@ impl SinkBackend {
         match self {
             SinkBackend::AfPacket => "AF_PACKET",
             SinkBackend::AfXdp => "AF_XDP",
+        }
+    }
+}
+
+/// The limits of a sink worker's IP reassembly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReasmSpec {
+    /// Datagrams being reassembled at once (the least recently started is evicted beyond).
+    pub contexts: usize,
+    /// Bytes all of them may hold.
+    pub bytes: usize,
+    /// Fragments a datagram may have (≥ 45 takes a 64 KiB datagram at MTU 1 500).
+    pub max_fragments: u16,
+    /// Seconds a datagram may take from its first fragment.
+    pub timeout_s: f64,
+}
+
+impl Default for ReasmSpec {
+    /// Linux's 4 MiB and 30 s; VPP's 1 024 contexts; 64 fragments.
+    fn default() -> ReasmSpec {
+        ReasmSpec {
+            contexts: 1024,
+            bytes: 4 << 20,
+            max_fragments: 64,
+            timeout_s: 30.0,
         }
     }
 }

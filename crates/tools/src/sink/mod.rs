@@ -14,8 +14,10 @@ mod config;
 mod report;
 pub mod worker;
 
-pub use config::{SinkBackend, SinkConfig, TupleSpec};
-pub use report::{by_size, SinkFlowReport, SinkReport, SinkSizeReport, TupleReport};
+pub use config::{ReasmSpec, SinkBackend, SinkConfig, TupleSpec};
+pub use report::{
+    by_size, FragmentReport, SinkFlowReport, SinkReport, SinkSizeReport, TupleReport,
+};
 
 use capture::Capture;
 pub use capture::CaptureSpec;
@@ -134,6 +136,7 @@ pub fn run(
     }
     // Made (and its spec checked) before any worker: each worker gets a copy.
     let tuples = worker::Tuples::new(&a.tuples).map_err(ToolError::usage)?;
+    let reasm = worker::reassembler(&a.reasm).map_err(ToolError::usage)?;
     let start_ns = os::monotonic_ns();
     let rules = SinkStop {
         count: a.count,
@@ -165,6 +168,7 @@ pub fn run(
         port,
         rules,
         tuples,
+        reasm,
     };
     let mut rings = None;
     let (mut rt, _redirect) = if xdp {
@@ -286,13 +290,15 @@ struct Maker {
     port: Option<u16>,
     rules: SinkStop,
     tuples: worker::Tuples,
+    reasm: flowlane_flowtable::reasm::Reassembler,
 }
 
 impl Maker {
     /// Worker `idx` on `ring`: its book, its latency share, and the capture (the first
     /// worker to ask takes it).
     fn worker<R: flowlane_io::frame::FrameRx>(&self, idx: usize, ring: R) -> SinkWorker<R> {
-        let mut w = SinkWorker::new(ring, self.port, self.rules, self.tuples.clone());
+        let mut w = SinkWorker::new(ring, self.port, self.rules, self.tuples.clone())
+            .with_reasm(self.reasm.clone());
         if let Some((lo, hi)) = self.timed_flows {
             w.time_only(lo, hi);
         }
@@ -337,8 +343,10 @@ fn report(
     let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
     let mut flows = Vec::new();
     let mut tuples = report::TupleReport::default();
+    let mut frags = report::FragmentReport::default();
     for (q, r) in books.iter().enumerate() {
         tuples.add(&r.book.tuples);
+        frags.add(&r.book.reasm.counts());
         let k = &r.book.counts;
         c.frames += k.frames;
         c.bytes += k.bytes;
@@ -376,6 +384,8 @@ fn report(
             highest_seq: f.seq.expected().checked_sub(1),
             queue: per_queue.then_some(q as u32),
             frame_bytes: f.frame_bytes,
+            fragmented: r.book.frag_flow(id).map(|x| x.fragmented),
+            reordered_across: r.book.frag_flow(id).map(|x| x.reordered_across),
         }));
     }
     flows.sort_by_key(|f| (f.id, f.queue));
@@ -422,6 +432,7 @@ fn report(
         split_flows,
         rings: None,
         tuples: Some(tuples),
+        fragments: (frags.fragments > 0).then_some(frags),
         errors,
     }
 }
@@ -442,6 +453,8 @@ mod tests {
             highest_seq: None,
             queue,
             frame_bytes: Some(frame_bytes),
+            fragmented: None,
+            reordered_across: None,
         }
     }
 
@@ -482,6 +495,7 @@ mod tests {
     fn an_interface_that_is_not_here_is_a_usage_error() {
         let cfg = SinkConfig {
             timed_flows: None,
+            reasm: Default::default(),
             metrics: None,
             dev: "fl-no-such-if".into(),
             port: None,

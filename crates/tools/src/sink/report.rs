@@ -32,6 +32,83 @@ pub struct SinkFlowReport {
     /// The length of its frames (bytes, FCS excluded) when all had one; absent for a mix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frame_bytes: Option<usize>,
+    /// Datagrams of it that came as IP fragments (made whole by the sink); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragmented: Option<u64>,
+    /// Of its datagrams, those overtaken by one of the other kind — a whole datagram after a
+    /// fragmented one of a higher sequence number, or the reverse (a flow split by RSS
+    /// between the 2-tuple and the 4-tuple hash is reordered so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reordered_across: Option<u64>,
+}
+
+/// IP reassembly over the sink's workers (each reassembles its own receive queue's
+/// fragments): every fragment counted once, where it ended —
+/// `fragments = datagram_fragments + overlap + duplicate + too_many + too_big + memory +
+/// malformed + timed_out + evicted + held_fragments`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct FragmentReport {
+    /// Fragments given to the reassemblers.
+    pub fragments: u64,
+    /// Datagrams made whole, and the fragments they were made of.
+    pub datagrams: u64,
+    pub datagram_fragments: u64,
+    /// Fragments dropped, by reason (with those their datagram held): overlapping another
+    /// (the datagram is dropped, RFC 5722), an exact repeat (ignored), past the fragment
+    /// limit, past 65 535 bytes or the end the last fragment set, past the byte budget, not
+    /// a multiple of 8 (not last) or empty, timed out, evicted for a newer datagram.
+    pub overlap: u64,
+    pub duplicate: u64,
+    pub too_many: u64,
+    pub too_big: u64,
+    pub memory: u64,
+    pub malformed: u64,
+    pub timed_out: u64,
+    pub evicted: u64,
+    /// Datagrams given up for any of those reasons.
+    pub datagrams_dropped: u64,
+    /// Still waiting for the rest when the run ended: fragments, datagrams, bytes.
+    pub held_fragments: u64,
+    pub held_contexts: u64,
+    pub held_bytes: u64,
+}
+
+impl FragmentReport {
+    /// Adds a reassembler's counts.
+    pub fn add(&mut self, c: &flowlane_flowtable::reasm::ReasmCounts) {
+        self.fragments += c.fragments;
+        self.datagrams += c.datagrams;
+        self.datagram_fragments += c.datagram_fragments;
+        self.overlap += c.overlap;
+        self.duplicate += c.duplicate;
+        self.too_many += c.too_many;
+        self.too_big += c.too_big;
+        self.memory += c.memory;
+        self.malformed += c.malformed;
+        self.timed_out += c.timed_out;
+        self.evicted += c.evicted;
+        self.datagrams_dropped += c.datagrams_dropped;
+        self.held_fragments += c.held_fragments;
+        self.held_contexts += c.held_contexts;
+        self.held_bytes += c.held_bytes;
+    }
+
+    /// Every fragment accounted once.
+    pub fn balanced(&self) -> bool {
+        self.fragments
+            == self.datagram_fragments
+                + self.overlap
+                + self.duplicate
+                + self.too_many
+                + self.too_big
+                + self.memory
+                + self.malformed
+                + self.timed_out
+                + self.evicted
+                + self.held_fragments
+    }
 }
 
 /// The flows of one frame length together: one step of a size sweep (`blast --size
@@ -160,6 +237,9 @@ pub struct SinkReport {
     /// The 5-tuples of the flowlane frames, counted in a bounded flow table per worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuples: Option<TupleReport>,
+    /// IP fragments and their reassembly (absent when none came).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<FragmentReport>,
 }
 
 impl SinkReport {
@@ -195,6 +275,7 @@ impl SinkReport {
             split_flows: 0,
             rings: None,
             tuples: None,
+            fragments: None,
             errors: Vec::new(),
         }
     }

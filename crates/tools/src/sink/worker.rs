@@ -8,10 +8,11 @@
 
 use std::net::SocketAddr;
 
+use flowlane_flowtable::reasm::{Fragment, Outcome, ReasmConfig, Reassembler};
 use flowlane_io::frame::{self, FrameRx};
 use flowlane_io::os;
 use flowlane_wire::seq::SeqTracker;
-use flowlane_wire::{FlowHeader, FrameError, HeaderError, UdpFrame};
+use flowlane_wire::{FlowHeader, FragmentView, FrameError, HeaderError, UdpFrame};
 use hdrhistogram::Histogram;
 
 use super::capture::{Capture, CaptureReport};
@@ -75,6 +76,10 @@ pub struct SinkCounts {
     pub truncated: u64,
     /// Flowlane frames stamped later than they were read (clocks differ: not one host).
     pub clock_skew: u64,
+    /// Frames that were IP fragments of UDP datagrams, given to the reassembler (its counts
+    /// say where each ended); a datagram made whole is then counted as a frame would be
+    /// (flowlane, foreign, other, malformed).
+    pub fragments: u64,
 }
 
 /// One flow as the sink saw it.
@@ -184,6 +189,55 @@ pub struct SinkBook {
     lens: Vec<u32>,
     /// The 5-tuples of the flowlane frames.
     pub tuples: Tuples,
+    /// IP reassembly of this worker's (its receive queue's) fragments.
+    pub reasm: Reassembler,
+    /// Per flow id: datagrams that came fragmented, and datagrams that arrived below the
+    /// highest sequence number of the other kind (whole after fragmented or the reverse).
+    frag_flows: Vec<FragFlow>,
+}
+
+/// A flow's fragmented datagrams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FragFlow {
+    /// Datagrams that came as fragments (and were made whole).
+    pub fragmented: u64,
+    /// Datagrams overtaken by one of the other kind: a whole one arriving below the highest
+    /// sequence number a fragmented one had brought, or the reverse.
+    pub reordered_across: u64,
+    /// Highest sequence number + 1 seen whole, and fragmented (0: none).
+    high: [u64; 2],
+}
+
+/// A reassembler with `spec`'s limits (a seed of its own: fragments come from the network).
+pub fn reassembler(spec: &super::config::ReasmSpec) -> Result<Reassembler, String> {
+    if !(spec.timeout_s.is_finite() && spec.timeout_s >= 0.001 && spec.timeout_s <= 3600.0) {
+        return Err(format!(
+            "a reassembly timeout of {} s: give 0.001 to 3600",
+            spec.timeout_s
+        ));
+    }
+    if spec.max_fragments < 2 || spec.contexts == 0 || spec.bytes < 1500 {
+        return Err(
+            "reassembly needs at least 1 context, 1500 bytes and 2 fragments a datagram".into(),
+        );
+    }
+    Reassembler::new(&ReasmConfig {
+        contexts: spec.contexts,
+        bytes: spec.bytes,
+        max_fragments: spec.max_fragments,
+        timeout_ns: (spec.timeout_s * 1e9) as u64,
+        seed: std::collections::hash_map::RandomState::new().hash_one(spec.contexts)
+            ^ os::monotonic_ns(),
+    })
+    .map_err(|e| format!("the reassembler: {e}"))
+}
+
+/// An address's bytes (4 or 16), as the checksum's pseudo-header takes them.
+fn octets(a: std::net::IpAddr) -> Vec<u8> {
+    match a {
+        std::net::IpAddr::V4(v) => v.octets().to_vec(),
+        std::net::IpAddr::V6(v) => v.octets().to_vec(),
+    }
 }
 
 /// What one frame was, for the caller's live counters.
@@ -197,6 +251,8 @@ pub enum Verdict {
     Other,
     /// Cut short, inconsistent or a bad checksum.
     Malformed,
+    /// An IP fragment held for reassembly (or dropped by it: its counts say why).
+    Fragment,
 }
 
 impl SinkBook {
@@ -217,7 +273,81 @@ impl SinkBook {
             addrs: Vec::new(),
             lens: Vec::new(),
             tuples,
+            reasm: Reassembler::new(&ReasmConfig::default())
+                .unwrap_or_else(|e| unreachable!("the default reassembler: {e}")),
+            frag_flows: Vec::new(),
         }
+    }
+
+    /// Reassembles with `reasm` (its limits) instead of the default.
+    pub fn with_reasm(mut self, reasm: Reassembler) -> SinkBook {
+        self.reasm = reasm;
+        self
+    }
+
+    /// Per flow id: its fragmented datagrams (`None`: none came fragmented).
+    pub fn frag_flow(&self, id: u16) -> Option<FragFlow> {
+        self.frag_flows
+            .get(usize::from(id))
+            .copied()
+            .filter(|f| f.fragmented > 0 || f.reordered_across > 0)
+    }
+
+    /// A fragment: into the reassembler; a datagram made whole is accounted as one frame
+    /// would be (its UDP checksum verified over the whole).
+    fn fragment(&mut self, data: &[u8], now_ns: u64) -> Verdict {
+        let v = match FragmentView::parse(data) {
+            Ok(v) => v,
+            Err(_) => {
+                self.counts.malformed += 1;
+                return Verdict::Malformed;
+            }
+        };
+        if v.proto != UDP {
+            self.counts.other += 1;
+            return Verdict::Other;
+        }
+        self.counts.fragments += 1;
+        self.reasm.expire(now_ns);
+        let f = Fragment {
+            src: v.src,
+            dst: v.dst,
+            proto: v.proto,
+            id: v.id,
+            offset: v.offset,
+            more: v.more,
+            data: v.data,
+        };
+        let d = match self.reasm.fragment(&f, now_ns) {
+            Outcome::Complete(d) => d,
+            Outcome::Held | Outcome::Dropped(_) => return Verdict::Fragment,
+        };
+        // The whole datagram: UDP header, then the payload, its checksum over all of it.
+        let udp = d.data;
+        let ulen = udp
+            .get(4..6)
+            .map_or(0, |l| usize::from(u16::from_be_bytes([l[0], l[1]])));
+        if ulen < 8 || ulen > udp.len() {
+            self.counts.malformed += 1;
+            return Verdict::Malformed;
+        }
+        let port = |at: usize| u16::from_be_bytes([udp[at], udp[at + 1]]);
+        let (src, dst) = (
+            SocketAddr::new(d.src, port(0)),
+            SocketAddr::new(d.dst, port(2)),
+        );
+        let ok = udp[6..8] == [0, 0] || {
+            let (s, t) = (octets(d.src), octets(d.dst));
+            let acc = flowlane_wire::checksum::pseudo_header(&s, &t, ulen as u32);
+            flowlane_wire::checksum::fold(flowlane_wire::checksum::sum(&udp[..ulen], acc)) == 0xffff
+        };
+        // Counted as the frame it would have been whole (Ethernet and IP headers, no
+        // options), so a fragmented flow's length reads as its sender's `--size`.
+        let bytes = (ulen + if d.src.is_ipv4() { 34 } else { 54 }) as u64;
+        // A copy: the datagram is a view of the reassembler's buffer, and the accounting
+        // below borrows the whole book.
+        let payload = udp[8..ulen].to_vec();
+        self.datagram(src, dst, &payload, ok, bytes, true, now_ns)
     }
 
     /// Accounts one frame read at `now_ns` (CLOCK_MONOTONIC).
@@ -226,7 +356,8 @@ impl SinkBook {
         self.counts.bytes += data.len() as u64;
         let f = match UdpFrame::parse(data) {
             Ok(f) => f,
-            Err(FrameError::NotIp(_) | FrameError::NotUdp(_) | FrameError::Fragment) => {
+            Err(FrameError::Fragment) => return self.fragment(data, now_ns),
+            Err(FrameError::NotIp(_) | FrameError::NotUdp(_)) => {
                 self.counts.other += 1;
                 return Verdict::Other;
             }
@@ -235,20 +366,49 @@ impl SinkBook {
                 return Verdict::Malformed;
             }
         };
-        if self.port.is_some_and(|p| p != f.dst.port()) {
+        let ok = match csum {
+            Checksum::Skip => true,
+            Checksum::Verify if f.checksum_ok(data) => true,
+            // Sent from this host with checksum offload: not filled in, not corrupt.
+            Checksum::Verify if f.checksum_partial(data) => {
+                self.counts.checksum_not_filled += 1;
+                true
+            }
+            Checksum::Verify => false,
+        };
+        self.datagram(
+            f.src,
+            f.dst,
+            f.payload,
+            ok,
+            data.len() as u64,
+            false,
+            now_ns,
+        )
+    }
+
+    /// A whole UDP datagram (`bytes` long as counted), from one frame or made whole from
+    /// fragments.
+    #[allow(clippy::too_many_arguments)]
+    fn datagram(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+        checksum_ok: bool,
+        bytes: u64,
+        fragmented: bool,
+        now_ns: u64,
+    ) -> Verdict {
+        if self.port.is_some_and(|p| p != dst.port()) {
             self.counts.other += 1;
             return Verdict::Other;
         }
-        if csum == Checksum::Verify && !f.checksum_ok(data) {
-            if f.checksum_partial(data) {
-                // Sent from this host with checksum offload: not filled in, not corrupt.
-                self.counts.checksum_not_filled += 1;
-            } else {
-                self.counts.bad_checksum += 1;
-                return Verdict::Malformed;
-            }
+        if !checksum_ok {
+            self.counts.bad_checksum += 1;
+            return Verdict::Malformed;
         }
-        let h = match FlowHeader::read(f.payload) {
+        let h = match FlowHeader::read(payload) {
             Ok(h) => h,
             Err(HeaderError::Short(_) | HeaderError::Foreign) => {
                 self.counts.foreign += 1;
@@ -261,14 +421,27 @@ impl SinkBook {
             self.addrs.resize(i + 1, None);
             self.lens.resize(i + 1, 0);
         }
-        self.addrs[i].get_or_insert((f.src, f.dst));
-        let len = u32::try_from(data.len()).unwrap_or(MIXED);
+        self.addrs[i].get_or_insert((src, dst));
+        let len = u32::try_from(bytes).unwrap_or(MIXED);
         if self.lens[i] == 0 {
             self.lens[i] = len;
         } else if self.lens[i] != len {
             self.lens[i] = MIXED;
         }
-        self.tuples.count(f.src, f.dst, data.len() as u64, now_ns);
+        if fragmented || self.frag_flows.len() > i {
+            if self.frag_flows.len() <= i {
+                self.frag_flows.resize(i + 1, FragFlow::default());
+            }
+            let ff = &mut self.frag_flows[i];
+            let (mine, other) = (usize::from(fragmented), usize::from(!fragmented));
+            let seq = u64::from(h.seq) + 1;
+            if ff.high[other] > seq {
+                ff.reordered_across += 1;
+            }
+            ff.high[mine] = ff.high[mine].max(seq);
+            ff.fragmented += u64::from(fragmented);
+        }
+        self.tuples.count(src, dst, bytes, now_ns);
         if self.book.record(h.flow, h.seq, h.tx_ns, now_ns) == Recorded::Skewed {
             self.counts.clock_skew += 1;
         }
@@ -363,6 +536,12 @@ impl<R: FrameRx> SinkWorker<R> {
         self
     }
 
+    /// Reassembles with `reasm` (its limits).
+    pub fn with_reasm(mut self, reasm: Reassembler) -> SinkWorker<R> {
+        self.book = self.book.with_reasm(reasm);
+        self
+    }
+
     /// Writes the frames read (as `capture` chooses them) to its file too.
     pub fn with_capture(mut self, capture: Capture) -> SinkWorker<R> {
         self.capture = Some(capture);
@@ -450,7 +629,7 @@ impl<R: FrameRx> Poll for SinkWorker<R> {
                 match self.book.frame(fr.data, csum, os::monotonic_ns()) {
                     Verdict::Foreign => foreign += 1,
                     Verdict::Malformed => malformed += 1,
-                    Verdict::Flowlane | Verdict::Other => {}
+                    Verdict::Flowlane | Verdict::Other | Verdict::Fragment => {}
                 }
             }
             self.ring.release();
@@ -528,6 +707,57 @@ mod tests {
         let mut b = t.bytes.clone();
         assert!(t.patch(&mut b, &FlowHeader { flow, seq, tx_ns }));
         b
+    }
+
+    /// A 400-byte datagram cut in pieces of 64, given in reverse: made whole, checked and
+    /// accounted as the frame it was; a whole datagram of the same flow with a lower
+    /// sequence number after it is reordered across; a piece with a flipped byte makes a
+    /// whole datagram with a bad checksum.
+    #[test]
+    fn fragments_are_made_whole_and_accounted_like_frames() {
+        let big = |seq: u32| {
+            let t = Template::build(&TemplateSpec {
+                src_mac: [2, 0, 0, 0, 0, 1],
+                dst_mac: [2, 0, 0, 0, 0, 2],
+                vlan: None,
+                src: SocketAddr::from(([198, 18, 0, 1], 1000)),
+                dst: SocketAddr::from(([198, 18, 0, 2], 9000)),
+                frame_len: 400,
+            })
+            .expect("template");
+            let mut b = t.bytes.clone();
+            assert!(t.patch(
+                &mut b,
+                &FlowHeader {
+                    flow: 0,
+                    seq,
+                    tx_ns: 1
+                }
+            ));
+            b
+        };
+        let mut book = SinkBook::new(Some(9000));
+        let pieces = flowlane_wire::fragment::split(&big(5), 64, 77).expect("cut");
+        assert_eq!(pieces.len(), 6);
+        for p in pieces.iter().rev() {
+            book.frame(p, Checksum::Verify, 10);
+        }
+        assert_eq!((book.counts.flowlane, book.counts.fragments), (1, 6));
+        book.frame(&big(4), Checksum::Verify, 20);
+        let ff = book.frag_flow(0).expect("fragmented");
+        assert_eq!((ff.fragmented, ff.reordered_across), (1, 1));
+        assert_eq!(book.lens[0], 400, "as long as the whole frame");
+        let mut bad = flowlane_wire::fragment::split(&big(6), 64, 78).expect("cut");
+        let last = bad.len() - 1;
+        let at = bad[last].len() - 1;
+        bad[last][at] ^= 0xff;
+        for p in &bad {
+            book.frame(p, Checksum::Verify, 30);
+        }
+        assert_eq!(book.counts.bad_checksum, 1);
+        let r = book.reasm.counts();
+        assert!(r.balanced(), "{r:?}");
+        assert_eq!((r.datagrams, r.datagram_fragments), (2, 12));
     }
 
     #[test]
