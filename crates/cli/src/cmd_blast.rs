@@ -45,6 +45,18 @@ enum ModeArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FragOrderArg {
+    /// By offset.
+    InOrder,
+    /// The last fragment first.
+    Reverse,
+    /// Odd-numbered fragments first, then the even (the kernel selftest ip_defrag's order).
+    OddEven,
+    /// Shuffled per datagram.
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum PcapModeArg {
     /// UDP frames with room for it carry the flowlane header of their flow (the capture's
     /// address and port pairs), checksums made valid; other frames are left out and counted.
@@ -162,6 +174,23 @@ pub struct BlastArgs {
     /// Number of flows (source address × port combinations), spread over the threads.
     #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
     flows: u32,
+
+    /// Frame modes (raw, xdp): cut each datagram into IP fragments carrying at most this many
+    /// bytes of IP payload (a multiple of 8; IPv4 with DF cleared, IPv6 with a fragment
+    /// header), sent back to back. The report and the pktgen line count them
+    /// (`(1514byte,3frags)`); `flowlane sink` makes them whole and accounts the datagrams.
+    /// UDP mode fragments through the kernel instead: a --size above the path MTU.
+    #[arg(long, value_name = "BYTES")]
+    fragment_size: Option<usize>,
+
+    /// With --fragment-size: the share of each flow's datagrams cut, 0-100 % (spread evenly
+    /// over its sequence), so one flow mixes fragmented and whole datagrams.
+    #[arg(long, value_name = "PCT", requires = "fragment_size", value_parser = parse_pct)]
+    fragment_share: Option<f64>,
+
+    /// With --fragment-size: the order a datagram's fragments leave in.
+    #[arg(long, value_enum, default_value_t = FragOrderArg::InOrder, requires = "fragment_size")]
+    fragment_order: FragOrderArg,
 
     /// The first flow id carried in the headers (ids count up from it): two generators
     /// feeding one sink keep their flows apart, e.g. a probe beside a flood.
@@ -522,6 +551,16 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         },
         interval_s: a.live.interval,
         spray,
+        fragments: a.fragment_size.map(|piece| blast::Fragmenting {
+            piece,
+            share: a.fragment_share.unwrap_or(100.0) / 100.0,
+            order: match a.fragment_order {
+                FragOrderArg::InOrder => blast::FragOrder::InOrder,
+                FragOrderArg::Reverse => blast::FragOrder::Reverse,
+                FragOrderArg::OddEven => blast::FragOrder::OddEven,
+                FragOrderArg::Random => blast::FragOrder::Random,
+            },
+        }),
         first_id: a.first_id,
         pcap: a.pcap.as_ref().map(|path| PcapSource {
             path: path.clone(),

@@ -341,6 +341,18 @@ fn ranges_outside_the_frame_modes_are_usage_errors() {
             "127.0.0.1:9000-9001",
         ],
         &["--to", "2001:2::1:9000"],
+        // Fragments are cut from built frames; UDP sockets leave that to the kernel.
+        &["--to", "127.0.0.1:9000", "--fragment-size", "256"],
+        &[
+            "--mode",
+            "raw",
+            "--dev",
+            "lo",
+            "--to",
+            "127.0.0.1:9000",
+            "--fragment-size",
+            "100",
+        ],
     ] {
         let out = std::process::Command::new(BIN)
             .arg("blast")

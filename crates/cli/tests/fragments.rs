@@ -1,8 +1,10 @@
 //! IP fragments end to end (issue 54): `blast` in UDP mode with datagrams larger than the
-//! path MTU (the kernel fragments them), through a lab's kernel router, into `sink`, which
-//! reassembles them per receive queue and accounts the datagrams as whole ones. Counts are
-//! checked against the generator kernel's own (/proc/net/snmp `Ip: FragCreates`, snmp6
-//! `Ip6FragCreates`), for IPv4 and IPv6.
+//! path MTU (the kernel fragments them) and in the frame modes cutting them itself
+//! (`--fragment-size`, every order, a share of each flow), through a lab's kernel router,
+//! into `sink`, which reassembles them per receive queue and accounts the datagrams as whole
+//! ones. Counts are checked against the generator kernel's own (/proc/net/snmp `Ip:
+//! FragCreates`, snmp6 `Ip6FragCreates`) and blast's, and tshark — an independent
+//! dissector — reads every fragment blast built and reassembles the datagrams it meant.
 
 mod common;
 
@@ -87,12 +89,96 @@ fn run(lab: &Line, to: &str, v6: bool) {
     }
 }
 
+/// 400 datagrams of 1 000-byte frames over two flows, half of each flow's cut in pieces of
+/// 256 bytes (four fragments) sent in `order`, from a frame mode; the sink writes what it
+/// reads to a capture for tshark.
+fn cut(lab: &Line, mode: &str, to: &str, order: &str) {
+    let cap = std::env::temp_dir().join(format!("fl-frag-{}-{order}.pcap", std::process::id()));
+    let cap_s = cap.to_string_lossy().into_owned();
+    let sink = common::sink_start_with(lab, 400, &["--write", &cap_s]);
+    let out = lab
+        .gen
+        .command(BIN)
+        .args(["blast", "--mode", mode, "--dev", "flgen", "--to", to])
+        .args([
+            "--size",
+            "1000",
+            "--fragment-size",
+            "256",
+            "--fragment-share",
+            "50",
+        ])
+        .args(["--fragment-order", order, "--count", "400", "--rate", "5k"])
+        .args(["--flows", "2", "--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    let b = common::blast_judged_ok(
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).expect("blast JSON"),
+    );
+    assert_eq!(
+        (n(&b["fragmented_datagrams"]), n(&b["fragments"])),
+        (200, 800),
+        "half cut, four pieces each: {b}"
+    );
+    let line = b["pktgen"].as_str().expect("line");
+    assert!(line.contains("(1000byte,4frags)"), "{line}");
+    let out = sink.wait_with_output().expect("sink ends");
+    let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
+    common::schema_valid("sink", &s);
+    // On the wire: 200 whole frames and 800 fragments; every one read.
+    assert_eq!(n(&s["rx_packets"]), 1000, "{s}");
+    assert_eq!(n(&s["flowlane_packets"]), 400, "{s}");
+    let f = &s["fragments"];
+    assert_eq!(
+        (
+            n(&f["fragments"]),
+            n(&f["datagrams"]),
+            n(&f["held_fragments"])
+        ),
+        (800, 200, 0),
+        "{order}: {f}"
+    );
+    for fl in s["flows"].as_array().expect("flows") {
+        assert_eq!(n(&fl["rx_packets"]), 200, "{fl}");
+        assert_eq!(n(&fl["fragmented"]), 100, "{fl}");
+        // Each datagram's fragments leave back to back: none overtakes another.
+        assert_eq!((n(&fl["lost"]), n(&fl["reordered"])), (0, 0), "{fl}");
+        assert_eq!(n(&fl["reordered_across"]), 0, "{fl}");
+    }
+    // tshark: every fragment valid, and its reassembly gives the 400 datagrams, their UDP
+    // checksums good.
+    let out = std::process::Command::new("tshark")
+        .args(["-r", &cap_s, "-o", "udp.check_checksum:TRUE"])
+        .args(["-o", "ip.check_checksum:TRUE", "-Y", "udp", "-T", "fields"])
+        .args(["-e", "udp.checksum.status", "-e", "udp.length"])
+        .output()
+        .expect("tshark runs");
+    let _ = std::fs::remove_file(&cap);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v6 = to.starts_with('[');
+    let ulen = if v6 { "946" } else { "966" };
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 400, "{order}: datagrams tshark reassembled");
+    for r in rows {
+        assert_eq!(r, format!("1\t{ulen}"), "{order}");
+    }
+}
+
 #[test]
-fn fragments_the_kernel_made_are_made_whole_and_accounted() {
+fn fragments_the_kernel_and_blast_made_are_made_whole_and_accounted() {
     let Some(lab) = Line::up("g", &["--kernel", "route"]) else {
         return;
     };
     quiet(&lab);
     common::up_to(2, |_| run(&lab, "198.18.1.2:9000", false));
     common::up_to(2, |_| run(&lab, "[2001:2:0:1::2]:9000", true));
+    if !common::need_program("tshark") {
+        return;
+    }
+    for order in ["in-order", "reverse", "odd-even", "random"] {
+        common::up_to(2, |_| cut(&lab, "raw", "198.18.1.2:9000", order));
+    }
+    common::up_to(2, |_| cut(&lab, "xdp", "198.18.1.2:9000", "random"));
+    common::up_to(2, |_| cut(&lab, "raw", "[2001:2:0:1::2]:9000", "odd-even"));
 }

@@ -139,6 +139,32 @@ impl FrameSettings {
     }
 }
 
+/// How a frame sender cuts datagrams into IP fragments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fragmenting {
+    /// IP payload bytes a fragment carries at most (a multiple of 8, at least 8).
+    pub piece: usize,
+    /// The share of each flow's datagrams cut, 0 to 1 (evenly: datagram s is cut when
+    /// ⌊(s+1)·share⌋ > ⌊s·share⌋), so mixed flows can be tested.
+    pub share: f64,
+    /// The order a datagram's fragments leave in.
+    pub order: FragOrder,
+}
+
+/// The order of a datagram's fragments on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FragOrder {
+    /// By offset.
+    InOrder,
+    /// Last first.
+    Reverse,
+    /// The odd-numbered first, then the even (the kernel selftest `ip_defrag.c`'s order).
+    OddEven,
+    /// Shuffled per datagram.
+    Random,
+}
+
 /// pktgen's per-packet ranges: destinations drawn from an address range and a port range,
 /// kept by a flow for `flowlen` frames; source and destination MACs counting up per frame.
 /// Frame modes that write each frame (raw, xdp).
@@ -362,6 +388,10 @@ pub struct BlastConfig {
     /// Per-packet destination ranges, MAC counts and flowlen (frame modes raw and xdp).
     #[serde(default)]
     pub spray: Option<Spray>,
+    /// Frame modes (raw, xdp): send datagrams as IP fragments of at most this many bytes of
+    /// IP payload each (IPv4 and IPv6), a share of each flow's datagrams, in an order.
+    #[serde(default)]
+    pub fragments: Option<Fragmenting>,
     /// The first flow id (the flows' ids count up from it): two generators feeding one
     /// receiver keep their flows apart (rfc2544's probe beside a flood).
     #[serde(default)]
@@ -412,6 +442,7 @@ impl BlastConfig {
             interval_s: 1.0,
             pcap: None,
             spray: None,
+            fragments: None,
             first_id: 0,
         }
     }

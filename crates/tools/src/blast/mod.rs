@@ -24,8 +24,8 @@ use flowlane_wire::frame::headers_len;
 use flowlane_wire::HEADER_LEN;
 
 pub use config::{
-    imix_sequence, BlastConfig, BlastMode, Echo, FrameSettings, Frames, Mode, ModelSpec, Placement,
-    Rate, Spray, VerifyAt,
+    imix_sequence, BlastConfig, BlastMode, Echo, FragOrder, Fragmenting, FrameSettings, Frames,
+    Mode, ModelSpec, Placement, Rate, Spray, VerifyAt,
 };
 pub use flows::route_source;
 pub use link::{neighbour_mac, parse_mac};
@@ -176,6 +176,23 @@ fn run_unverified(
     }
     if let Some(sp) = &a.spray {
         check_spray(a, sp, dst)?;
+    }
+    if let Some(f) = &a.fragments {
+        if !matches!(a.mode, Mode::Raw(_) | Mode::Xdp(_)) {
+            return Err(ToolError::usage(
+                "--fragment-size cuts built frames: --mode raw or xdp (UDP sockets: a --size \
+                 above the path MTU, and the kernel fragments)",
+            ));
+        }
+        if !(8..=65_528).contains(&f.piece) || f.piece % 8 != 0 {
+            return Err(ToolError::usage(
+                "--fragment-size is a multiple of 8 from 8 to 65528 (IP payload bytes a \
+                 fragment carries)",
+            ));
+        }
+        if !(0.0..=1.0).contains(&f.share) {
+            return Err(ToolError::usage("--fragment-share is 0 to 100 %"));
+        }
     }
     let mut flows = flows::make_flows(a)?;
     if usize::from(a.first_id) + flows.len() > 1 << 16 {
@@ -368,6 +385,7 @@ fn replay(
             "a destination range, --flowlen or a MAC count",
         ),
         (!fs.also.is_empty(), "more than one --dev"),
+        (a.fragments.is_some(), "--fragment-size"),
     ];
     if let Some((_, what)) = refused.iter().find(|r| r.0) {
         return Err(ToolError::usage(format!(

@@ -111,6 +111,13 @@ pub struct StepReport {
     /// hold (address × port).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows_started: Option<u64>,
+    /// With `--fragment-size`: datagrams cut into IP fragments, and the fragment frames
+    /// they became (`tx_packets` counts datagrams; the wire carried `tx_packets` −
+    /// `fragmented_datagrams` + `fragments` frames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragmented_datagrams: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destinations: Option<u64>,
     /// The interfaces sent on (frame modes), in the order sender threads take them.

@@ -38,6 +38,8 @@ pub(super) struct Settings {
     pub devs: Vec<String>,
     /// Per-packet destination ranges (frame modes raw and xdp).
     pub spray: Option<super::Spray>,
+    /// Datagrams cut into IP fragments (frame modes raw and xdp).
+    pub fragments: Option<super::Fragmenting>,
     pub seed: u64,
     pub max_loss_pct: Option<f64>,
 }
@@ -62,6 +64,7 @@ impl Settings {
                 .map(|f| f.devs().map(str::to_string).collect())
                 .unwrap_or_default(),
             spray: a.spray.clone(),
+            fragments: a.fragments.clone(),
             seed: a.seed,
             max_loss_pct: a.mode.echo().and_then(|e| e.max_loss_pct),
         }
@@ -179,6 +182,7 @@ pub(super) fn run_step(
                     (Some(sp), Some(l)) => Some(spray_job(sp, l, a.seed, w, nthreads)),
                     _ => None,
                 },
+                fragments: a.fragments.clone().map(|f| (f, w as u32, nthreads as u32)),
             })
         })
         .collect::<Result<_, ToolError>>()?;
@@ -533,6 +537,8 @@ fn summarize(
             .as_ref()
             .map(|_| reports.iter().map(|r| r.flows_started).sum()),
         destinations: a.spray.as_ref().map(super::Spray::space),
+        fragmented_datagrams: a.fragments.as_ref().map(|_| t.tx_fragmented),
+        fragments: a.fragments.as_ref().map(|_| t.tx_fragments),
         devs: a.devs.clone(),
         device_tx_packets: device_tx,
         device_refused,
@@ -604,11 +610,16 @@ fn pktgen_line(r: &StepReport, secs: f64, mean_frame: f64, mbps: f64) -> String 
     let usec = (secs * 1e6).round() as u64;
     let bps = (mbps * 1e6).round() as u64;
     format!(
-        "{}: {usec} usec, {} ({}byte,0frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {} flows: {}",
+        "{}: {usec} usec, {} ({}byte,{}frags) {:.0}pps {}Mb/sec ({bps}bps) errors: {} flows: {}",
         if r.ok() { "OK" } else { "FAIL" },
         r.tx_packets,
         // A mix reports its mean frame, as a line rate computation would use it.
         mean_frame.round(),
+        // Fragments per datagram cut (its IP fragments, where pktgen counts page frags).
+        match (r.fragmented_datagrams, r.fragments) {
+            (Some(d), Some(f)) if d > 0 => f.div_ceil(d),
+            _ => 0,
+        },
         r.tx_pps,
         bps / 1_000_000,
         r.errors.len() as u64 + r.device_refused.unwrap_or(0),

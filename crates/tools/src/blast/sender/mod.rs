@@ -41,6 +41,10 @@ counters! {
         tx_bytes,
         /// Sends the kernel took only partly or not at all (socket buffer or ring full).
         tx_full,
+        /// Frame modes cutting datagrams: the datagrams cut, and the fragment frames they
+        /// became (`tx_packets` counts datagrams).
+        tx_fragmented,
+        tx_fragments,
         /// Frames the ring handed back as refused by the device.
         ring_refused,
         /// ICMP errors reported on sends (e.g. port unreachable: nothing listens at the
@@ -105,6 +109,9 @@ pub struct BlastJob {
     /// Frame modes: per-packet destinations from ranges, MAC counts and `flowlen`
     /// (pktgen's), written into each frame (`None`: every flow keeps its destination).
     pub spray: Option<spray::SprayJob>,
+    /// Frame modes: datagrams cut into IP fragments, and this worker's share of the IP
+    /// identification space (ids `w`, `w + n`, … for worker `w` of `n`).
+    pub fragments: Option<(super::Fragmenting, u32, u32)>,
 }
 
 /// A captured frame to send (`blast --pcap`).

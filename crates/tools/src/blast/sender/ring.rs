@@ -54,6 +54,52 @@ pub struct RingSender<T: FrameTx> {
     finished: bool,
     /// Per-packet destinations (pktgen's ranges), written after the copy.
     spray: Option<super::spray::Sprayer>,
+    /// Datagrams cut into fragments: how, and the fragments still to send of the last one
+    /// cut (they leave before any new datagram).
+    cut: Option<Cutter>,
+    /// Per template: the fragments a datagram cut from it becomes (1: it fits one piece).
+    frags_of: Vec<u32>,
+}
+
+/// A sender's fragmenting: the spec, the next IP id, the fragments waiting for slots.
+#[derive(Debug)]
+struct Cutter {
+    spec: crate::blast::Fragmenting,
+    /// Next id: this worker's ids are `w`, `w + n`, … (distinct from other workers').
+    id: u32,
+    step: u32,
+    pending: std::collections::VecDeque<Vec<u8>>,
+    rng: rand::rngs::SmallRng,
+}
+
+impl Cutter {
+    /// Whether a flow's datagram `seq` is cut (an even share over its sequence).
+    fn cuts(&self, seq: u64) -> bool {
+        let share = self.spec.share.clamp(0.0, 1.0);
+        ((seq + 1) as f64 * share).floor() > (seq as f64 * share).floor()
+    }
+
+    /// The frame's fragments in the order they leave (`None`: it fits one piece).
+    fn cut(&mut self, frame: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let mut pieces = flowlane_wire::fragment::split(frame, self.spec.piece, self.id)?;
+        self.id = self.id.wrapping_add(self.step);
+        match self.spec.order {
+            crate::blast::FragOrder::InOrder => {}
+            crate::blast::FragOrder::Reverse => pieces.reverse(),
+            crate::blast::FragOrder::OddEven => {
+                let (odd, even): (Vec<_>, Vec<_>) = pieces
+                    .into_iter()
+                    .enumerate()
+                    .partition(|(i, _)| i % 2 == 1);
+                pieces = odd.into_iter().chain(even).map(|(_, p)| p).collect();
+            }
+            crate::blast::FragOrder::Random => {
+                use rand::seq::SliceRandom;
+                pieces.shuffle(&mut self.rng);
+            }
+        }
+        Some(pieces)
+    }
 }
 
 /// Opens an AF_PACKET TX ring for `link`.
@@ -81,6 +127,19 @@ impl<T: FrameTx> RingSender<T> {
                 "a {largest}-byte frame does not fit a ring slot"
             )));
         }
+        let frags_of: Vec<u32> = templates
+            .iter()
+            .map(|t| {
+                let ip = if t.v6 { 40 } else { 20 };
+                let payload = t.bytes.len().saturating_sub(t.l3 + ip);
+                match &job.fragments {
+                    Some((f, _, _)) if payload > f.piece.max(8) / 8 * 8 => {
+                        payload.div_ceil(f.piece.max(8) / 8 * 8) as u32
+                    }
+                    _ => 1,
+                }
+            })
+            .collect();
         Ok(RingSender {
             book: TxBook::new(&job),
             seq: vec![0; job.flows.len()],
@@ -94,6 +153,14 @@ impl<T: FrameTx> RingSender<T> {
                 .spray
                 .clone()
                 .map(|s| super::spray::Sprayer::new(s, job.flows.len())),
+            frags_of,
+            cut: job.fragments.clone().map(|(spec, w, n)| Cutter {
+                spec,
+                id: w,
+                step: n.max(1),
+                pending: Default::default(),
+                rng: rand::SeedableRng::seed_from_u64(u64::from(w) + 1),
+            }),
             job,
         })
     }
@@ -174,6 +241,31 @@ impl<T: FrameTx> Poll for RingSender<T> {
         st: &BlastStats,
     ) -> Result<usize, flowlane_runtime::WorkerError> {
         let now = os::monotonic_ns();
+        // The rest of a datagram already cut leaves first, whatever the pacing says.
+        if let Some(c) = self.cut.as_mut().filter(|c| !c.pending.is_empty()) {
+            let (pending, holds) = (&mut c.pending, &mut self.slot_holds);
+            let (mut frames, mut bytes) = (0u64, 0u64);
+            self.ring
+                .queue(pending.len().min(budget), &mut |slot, buf| {
+                    let Some(p) = pending.pop_front() else {
+                        return 0;
+                    };
+                    let len = p.len().min(buf.len());
+                    buf[..len].copy_from_slice(&p[..len]);
+                    if let Some(h) = holds.get_mut(slot) {
+                        *h = u32::MAX;
+                    }
+                    frames += 1;
+                    bytes += len as u64;
+                    len
+                });
+            self.ring.kick().map_err(|e| e.to_string())?;
+            flowlane_runtime::bump(&st.tx_fragments, frames);
+            flowlane_runtime::bump(&st.tx_bytes, bytes);
+            if !c.pending.is_empty() {
+                return Ok(0);
+            }
+        }
         if self.book.over(now) {
             // Hand every queued frame to the driver before finishing (bounded: 1 s).
             let until = now + 1_000_000_000;
@@ -190,11 +282,42 @@ impl<T: FrameTx> Poll for RingSender<T> {
         }
         let nflows = self.seq.len() as u64;
         let nsizes = self.job.payloads.len() as u64;
+        // Slots for the next n datagrams: one each, or a cut one's fragments (its rest taken
+        // from `pending` in the slots right after it, before the next datagram). Datagram
+        // number p (of this worker) is flow p mod flows' (p / flows)-th.
+        let start = self.queued;
+        let slots = match (&self.cut, self.schedule.is_empty()) {
+            (Some(c), true) => (0..n as u64)
+                .map(|i| {
+                    let p = start + i;
+                    let (f, s) = ((p % nflows) as usize, p / nflows);
+                    let ti = f * nsizes as usize + (s % nsizes) as usize;
+                    if c.cuts(s) {
+                        self.frags_of.get(ti).copied().unwrap_or(1) as usize
+                    } else {
+                        1
+                    }
+                })
+                .sum(),
+            _ => n,
+        };
         let (templates, seq, flows) = (&self.templates, &mut self.seq, &self.job.flows);
         let (holds, queued, schedule) = (&mut self.slot_holds, &mut self.queued, &self.schedule);
         let spray = &mut self.spray;
+        let cut = &mut self.cut;
+        let (mut cut_datagrams, mut cut_frames) = (0u64, 0u64);
         let mut bytes = 0usize;
-        let queued_now = self.ring.queue(n, &mut |slot, buf| {
+        let frames = self.ring.queue(slots, &mut |slot, buf| {
+            if let Some(p) = cut.as_mut().and_then(|c| c.pending.pop_front()) {
+                let len = p.len().min(buf.len());
+                buf[..len].copy_from_slice(&p[..len]);
+                if let Some(h) = holds.get_mut(slot) {
+                    *h = u32::MAX;
+                }
+                cut_frames += 1;
+                bytes += len;
+                return len;
+            }
             let (ti, f) = if schedule.is_empty() {
                 let f = (*queued % nflows) as usize;
                 (f * nsizes as usize + (seq[f] % nsizes) as usize, f)
@@ -229,11 +352,33 @@ impl<T: FrameTx> Poll for RingSender<T> {
                 tx_ns: now,
             };
             t.patch(frame, &h);
+            let s = seq[f];
             seq[f] += 1;
+            if let Some(c) = cut.as_mut().filter(|c| c.cuts(s)) {
+                if let Some(mut pieces) = c.cut(frame) {
+                    // The slot now holds a fragment, not the template's copy.
+                    if let Some(h) = holds.get_mut(slot) {
+                        *h = u32::MAX;
+                    }
+                    let first = pieces.remove(0);
+                    buf[..first.len()].copy_from_slice(&first);
+                    cut_datagrams += 1;
+                    cut_frames += 1;
+                    bytes += first.len();
+                    c.pending.extend(pieces);
+                    return first.len();
+                }
+            }
             bytes += len;
             len
         });
+        if cut_datagrams > 0 {
+            flowlane_runtime::bump(&st.tx_fragmented, cut_datagrams);
+            flowlane_runtime::bump(&st.tx_fragments, cut_frames);
+        }
         self.ring.kick().map_err(|e| e.to_string())?;
+        let _ = frames;
+        let queued_now = (self.queued - start) as usize;
         self.book.record(st, now, n, queued_now, bytes);
         Ok(queued_now)
     }
