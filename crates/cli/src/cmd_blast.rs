@@ -57,6 +57,23 @@ enum FragOrderArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FragAttackArg {
+    /// The first fragment runs 8 bytes into the second.
+    OverlapForward,
+    /// The second fragment starts 8 bytes inside the first.
+    OverlapBack,
+    /// A first fragment of 8 bytes: the UDP header alone (offsets count in 8 bytes, so no
+    /// fragment can cut inside it).
+    TinyFirst,
+    /// The first fragment sent again right after it.
+    Duplicate,
+    /// The last fragment never sent: a flood of these fills a reassembler's contexts.
+    Incomplete,
+    /// Teardrop: the second fragment wholly inside the first.
+    Teardrop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum PcapModeArg {
     /// UDP frames with room for it carry the flowlane header of their flow (the capture's
     /// address and port pairs), checksums made valid; other frames are left out and counted.
@@ -191,6 +208,12 @@ pub struct BlastArgs {
     /// With --fragment-size: the order a datagram's fragments leave in.
     #[arg(long, value_enum, default_value_t = FragOrderArg::InOrder, requires = "fragment_size")]
     fragment_order: FragOrderArg,
+
+    /// With --fragment-size: cut every datagram cut in a hostile way, to test a device's
+    /// reassembly (what it drops and what it accepts; `flowlane sink` counts each by
+    /// reason, and drops an overlapping datagram whole, as Linux does for IPv6).
+    #[arg(long, value_enum, requires = "fragment_size")]
+    fragment_attack: Option<FragAttackArg>,
 
     /// The first flow id carried in the headers (ids count up from it): two generators
     /// feeding one sink keep their flows apart, e.g. a probe beside a flood.
@@ -560,6 +583,14 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
                 FragOrderArg::OddEven => blast::FragOrder::OddEven,
                 FragOrderArg::Random => blast::FragOrder::Random,
             },
+            attack: a.fragment_attack.map(|k| match k {
+                FragAttackArg::OverlapForward => blast::FragAttack::OverlapForward,
+                FragAttackArg::OverlapBack => blast::FragAttack::OverlapBack,
+                FragAttackArg::TinyFirst => blast::FragAttack::TinyFirst,
+                FragAttackArg::Duplicate => blast::FragAttack::Duplicate,
+                FragAttackArg::Incomplete => blast::FragAttack::Incomplete,
+                FragAttackArg::Teardrop => blast::FragAttack::Teardrop,
+            }),
         }),
         first_id: a.first_id,
         pcap: a.pcap.as_ref().map(|path| PcapSource {

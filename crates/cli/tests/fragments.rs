@@ -182,3 +182,105 @@ fn fragments_the_kernel_and_blast_made_are_made_whole_and_accounted() {
     common::up_to(2, |_| cut(&lab, "xdp", "198.18.1.2:9000", "random"));
     common::up_to(2, |_| cut(&lab, "raw", "[2001:2:0:1::2]:9000", "odd-even"));
 }
+
+/// The sink namespace kernel's datagrams reassembled so far (it reassembles what reaches its
+/// interface too: the AF_PACKET sink watches, the kernel's path still runs).
+fn reasm_oks(lab: &Line) -> u64 {
+    let v = lab
+        .sink
+        .snmp()
+        .expect("snmp")
+        .get("Ip", "ReasmOKs")
+        .unwrap_or(0);
+    u64::try_from(v).expect("a count")
+}
+
+/// 100 datagrams of four fragments each, cut as `attack` says: what the sink made whole and
+/// dropped, by reason, exactly — and the kernel, as reference, made whole the same number.
+/// Returns the sink's fragment counts.
+fn attacked(lab: &Line, attack: &str) -> Value {
+    let before = reasm_oks(lab);
+    let sink = common::sink_spawn(lab, &["--idle", "1"]);
+    let out = lab
+        .gen
+        .command(BIN)
+        .args([
+            "blast",
+            "--mode",
+            "raw",
+            "--dev",
+            "flgen",
+            "--to",
+            "198.18.1.2:9000",
+        ])
+        .args([
+            "--size",
+            "1000",
+            "--fragment-size",
+            "256",
+            "--fragment-attack",
+            attack,
+        ])
+        .args(["--count", "100", "--rate", "5k", "--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    let b = common::blast_judged_ok(
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).expect("blast JSON"),
+    );
+    let out = sink.wait_with_output().expect("sink ends");
+    let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
+    common::schema_valid("sink", &s);
+    let f = s["fragments"].clone();
+    assert_eq!(n(&f["fragments"]), n(&b["fragments"]), "{attack}: {f}");
+    assert_eq!(
+        n(&f["datagrams"]),
+        reasm_oks(lab) - before,
+        "{attack}: the kernel made whole what the sink did: {f}"
+    );
+    assert_eq!(n(&s["flowlane_packets"]), n(&f["datagrams"]), "{attack}");
+    f
+}
+
+/// The hostile cuts against the sink and the kernel beside it: an overlap either way and
+/// Teardrop drop the datagram (its first two fragments; the last two wait in a context of
+/// their own until it times out), a duplicate is ignored, a tiny first fragment is legal,
+/// an incomplete datagram waits. Nothing panics, every fragment is counted where it ended.
+#[test]
+fn hostile_fragments_are_counted_by_reason_as_the_kernel_decides() {
+    let Some(lab) = Line::up("h", &["--kernel", "route"]) else {
+        return;
+    };
+    quiet(&lab);
+    for attack in ["overlap-forward", "overlap-back", "teardrop"] {
+        let f = common::up_to(2, |_| attacked(&lab, attack));
+        assert_eq!(
+            (
+                n(&f["datagrams"]),
+                n(&f["overlap"]),
+                n(&f["held_fragments"])
+            ),
+            (0, 200, 200),
+            "{attack}: {f}"
+        );
+    }
+    let f = common::up_to(2, |_| attacked(&lab, "duplicate"));
+    assert_eq!(
+        (n(&f["fragments"]), n(&f["datagrams"]), n(&f["duplicate"])),
+        (500, 100, 100),
+        "{f}"
+    );
+    let f = common::up_to(2, |_| attacked(&lab, "tiny-first"));
+    assert_eq!((n(&f["fragments"]), n(&f["datagrams"])), (500, 100), "{f}");
+    let f = common::up_to(2, |_| attacked(&lab, "incomplete"));
+    assert_eq!(
+        (
+            n(&f["datagrams"]),
+            n(&f["held_fragments"]),
+            n(&f["held_contexts"])
+        ),
+        (0, 300, 100),
+        "{f}"
+    );
+    assert_eq!(n(&f["datagrams_dropped"]), 0, "{f}");
+}

@@ -100,32 +100,101 @@ impl<'a> FragmentView<'a> {
 /// after the fixed one (extension headers before it are not expected). `None`: not an IP
 /// frame this can cut, or a datagram that fits one piece.
 pub fn split(frame: &[u8], piece: usize, id: u32) -> Option<Vec<Vec<u8>>> {
+    let ranges = pieces(ip_payload_len(frame)?, piece, None)?;
+    split_ranges(frame, &ranges, id)
+}
+
+/// A hostile way to cut a datagram, for testing a device's reassembly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attack {
+    /// The first fragment runs 8 bytes into the second (same bytes: still an overlap).
+    OverlapForward,
+    /// The second fragment starts 8 bytes inside the first.
+    OverlapBack,
+    /// A first fragment of 8 bytes: the UDP header alone, the rest of the datagram after.
+    TinyFirst,
+    /// The first fragment sent again right after it.
+    Duplicate,
+    /// The last fragment never sent (a context left waiting).
+    Incomplete,
+    /// Teardrop: the second fragment lies wholly inside the first (offset 8, 8 bytes).
+    Teardrop,
+}
+
+/// The byte ranges (offset, length) of a payload of `len` cut in pieces of at most `piece`
+/// (a multiple of 8), changed as `attack` says; `None` when it fits one piece.
+pub fn pieces(len: usize, piece: usize, attack: Option<Attack>) -> Option<Vec<(usize, usize)>> {
     let piece = (piece / 8 * 8).max(8);
+    if len <= piece {
+        return None;
+    }
+    let mut r: Vec<(usize, usize)> = (0..len)
+        .step_by(piece)
+        .map(|o| (o, piece.min(len - o)))
+        .collect();
+    match attack {
+        None => {}
+        Some(Attack::OverlapForward) => r[0].1 = (r[0].1 + 8).min(len),
+        Some(Attack::OverlapBack) => {
+            r[1].0 -= 8;
+            r[1].1 += 8;
+        }
+        Some(Attack::TinyFirst) => {
+            let (o, l) = r[0];
+            if l > 8 {
+                r[0] = (o, 8);
+                r.insert(1, (o + 8, l - 8));
+            }
+        }
+        Some(Attack::Duplicate) => r.insert(1, r[0]),
+        Some(Attack::Incomplete) => {
+            r.pop();
+        }
+        Some(Attack::Teardrop) => r[1] = (8, 8),
+    }
+    Some(r)
+}
+
+/// The IP payload's length of an IPv4 or IPv6 frame.
+pub fn ip_payload_len(frame: &[u8]) -> Option<usize> {
+    let (l3, v6, hlen) = layout(frame)?;
+    if v6 {
+        Some(usize::from(be16(frame, l3 + 4)?))
+    } else {
+        usize::from(be16(frame, l3 + 2)?).checked_sub(hlen)
+    }
+}
+
+/// Where the IP header starts, the family, the IP header's length.
+fn layout(frame: &[u8]) -> Option<(usize, bool, usize)> {
     let mut et = be16(frame, 12)?;
     let mut l3 = 14;
     if et == 0x8100 {
         et = be16(frame, 16)?;
         l3 += 4;
     }
-    let (hlen, v6) = match et {
-        0x0800 => (usize::from(frame.get(l3)? & 0x0f) * 4, false),
-        0x86dd => (40, true),
-        _ => return None,
-    };
-    let end = if v6 {
-        l3 + 40 + usize::from(be16(frame, l3 + 4)?)
-    } else {
-        l3 + usize::from(be16(frame, l3 + 2)?)
-    };
-    let payload = frame.get(l3 + hlen..end)?;
-    if payload.len() <= piece || hlen < 20 {
+    match et {
+        0x0800 => Some((l3, false, usize::from(frame.get(l3)? & 0x0f) * 4)),
+        0x86dd => Some((l3, true, 40)),
+        _ => None,
+    }
+}
+
+/// Fragments of a whole IPv4 or IPv6 frame carrying the given (offset, length) ranges of its
+/// IP payload, in that order — overlapping, repeated or missing ranges as given (a fragment
+/// has "more" set unless it reaches the payload's end). See [`split`] for the headers.
+pub fn split_ranges(frame: &[u8], ranges: &[(usize, usize)], id: u32) -> Option<Vec<Vec<u8>>> {
+    let (l3, v6, hlen) = layout(frame)?;
+    if hlen < 20 {
         return None;
     }
+    let total = ip_payload_len(frame)?;
+    let payload = frame.get(l3 + hlen..l3 + hlen + total)?;
     let head = &frame[..l3 + hlen];
-    let mut out = Vec::new();
-    for (k, chunk) in payload.chunks(piece).enumerate() {
-        let offset = k * piece;
-        let more = offset + chunk.len() < payload.len();
+    let mut out = Vec::with_capacity(ranges.len());
+    for &(offset, len) in ranges {
+        let chunk = payload.get(offset..offset + len)?;
+        let more = offset + len < total;
         let mut f = head.to_vec();
         if v6 {
             let next = f[l3 + 6];
@@ -137,8 +206,8 @@ pub fn split(frame: &[u8], piece: usize, id: u32) -> Option<Vec<Vec<u8>>> {
             f.extend_from_slice(&off.to_be_bytes());
             f.extend_from_slice(&id.to_be_bytes());
         } else {
-            let total = (hlen + chunk.len()) as u16;
-            f[l3 + 2..l3 + 4].copy_from_slice(&total.to_be_bytes());
+            let tl = (hlen + chunk.len()) as u16;
+            f[l3 + 2..l3 + 4].copy_from_slice(&tl.to_be_bytes());
             f[l3 + 4..l3 + 6].copy_from_slice(&(id as u16).to_be_bytes());
             let flags = (offset / 8) as u16 | if more { 0x2000 } else { 0 };
             f[l3 + 6..l3 + 8].copy_from_slice(&flags.to_be_bytes());
@@ -215,6 +284,31 @@ mod tests {
             assert_eq!(joined, f[l4..]);
         }
         assert!(split(&whole(false), 4000, 1).is_none(), "fits one piece");
+    }
+
+    #[test]
+    fn attacks_change_the_ranges_as_named() {
+        let p = |a| pieces(100, 32, Some(a)).expect("cut");
+        assert_eq!(
+            pieces(100, 32, None),
+            Some(vec![(0, 32), (32, 32), (64, 32), (96, 4)])
+        );
+        assert_eq!(p(Attack::OverlapForward)[0], (0, 40));
+        assert_eq!(p(Attack::OverlapBack)[1], (24, 40));
+        assert_eq!(&p(Attack::TinyFirst)[..2], &[(0, 8), (8, 24)]);
+        assert_eq!(&p(Attack::Duplicate)[..2], &[(0, 32), (0, 32)]);
+        assert_eq!(p(Attack::Incomplete).len(), 3);
+        assert_eq!(p(Attack::Teardrop)[1], (8, 8));
+        // Built: a duplicate is the first fragment again, byte for byte.
+        let f = whole(false);
+        let len = ip_payload_len(&f).expect("IP");
+        let frags = split_ranges(
+            &f,
+            &pieces(len, 64, Some(Attack::Duplicate)).expect("cut"),
+            9,
+        )
+        .expect("built");
+        assert_eq!(frags[0], frags[1]);
     }
 
     #[test]

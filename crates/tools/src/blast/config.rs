@@ -149,6 +149,42 @@ pub struct Fragmenting {
     pub share: f64,
     /// The order a datagram's fragments leave in.
     pub order: FragOrder,
+    /// A hostile way to cut every datagram cut, for testing a device's reassembly.
+    #[serde(default)]
+    pub attack: Option<FragAttack>,
+}
+
+/// The hostile cuts (`wire::fragment::Attack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FragAttack {
+    /// The first fragment runs 8 bytes into the second.
+    OverlapForward,
+    /// The second fragment starts 8 bytes inside the first.
+    OverlapBack,
+    /// A first fragment of 8 bytes (the UDP header alone).
+    TinyFirst,
+    /// The first fragment again, right after it.
+    Duplicate,
+    /// The last fragment never sent.
+    Incomplete,
+    /// The second fragment wholly inside the first (offset 8, 8 bytes).
+    Teardrop,
+}
+
+impl FragAttack {
+    /// The cut it names.
+    pub fn wire(self) -> flowlane_wire::fragment::Attack {
+        use flowlane_wire::fragment::Attack;
+        match self {
+            FragAttack::OverlapForward => Attack::OverlapForward,
+            FragAttack::OverlapBack => Attack::OverlapBack,
+            FragAttack::TinyFirst => Attack::TinyFirst,
+            FragAttack::Duplicate => Attack::Duplicate,
+            FragAttack::Incomplete => Attack::Incomplete,
+            FragAttack::Teardrop => Attack::Teardrop,
+        }
+    }
 }
 
 /// The order of a datagram's fragments on the wire.

@@ -24,8 +24,8 @@ use flowlane_wire::frame::headers_len;
 use flowlane_wire::HEADER_LEN;
 
 pub use config::{
-    imix_sequence, BlastConfig, BlastMode, Echo, FragOrder, Fragmenting, FrameSettings, Frames,
-    Mode, ModelSpec, Placement, Rate, Spray, VerifyAt,
+    imix_sequence, BlastConfig, BlastMode, Echo, FragAttack, FragOrder, Fragmenting, FrameSettings,
+    Frames, Mode, ModelSpec, Placement, Rate, Spray, VerifyAt,
 };
 pub use flows::route_source;
 pub use link::{neighbour_mac, parse_mac};

@@ -81,7 +81,10 @@ impl Cutter {
 
     /// The frame's fragments in the order they leave (`None`: it fits one piece).
     fn cut(&mut self, frame: &[u8]) -> Option<Vec<Vec<u8>>> {
-        let mut pieces = flowlane_wire::fragment::split(frame, self.spec.piece, self.id)?;
+        use flowlane_wire::fragment as wf;
+        let attack = self.spec.attack.map(crate::blast::FragAttack::wire);
+        let ranges = wf::pieces(wf::ip_payload_len(frame)?, self.spec.piece, attack)?;
+        let mut pieces = wf::split_ranges(frame, &ranges, self.id)?;
         self.id = self.id.wrapping_add(self.step);
         match self.spec.order {
             crate::blast::FragOrder::InOrder => {}
@@ -130,14 +133,14 @@ impl<T: FrameTx> RingSender<T> {
         let frags_of: Vec<u32> = templates
             .iter()
             .map(|t| {
-                let ip = if t.v6 { 40 } else { 20 };
-                let payload = t.bytes.len().saturating_sub(t.l3 + ip);
-                match &job.fragments {
-                    Some((f, _, _)) if payload > f.piece.max(8) / 8 * 8 => {
-                        payload.div_ceil(f.piece.max(8) / 8 * 8) as u32
-                    }
-                    _ => 1,
-                }
+                use flowlane_wire::fragment as wf;
+                let Some((f, _, _)) = &job.fragments else {
+                    return 1;
+                };
+                let attack = f.attack.map(crate::blast::FragAttack::wire);
+                wf::ip_payload_len(&t.bytes)
+                    .and_then(|len| wf::pieces(len, f.piece, attack))
+                    .map_or(1, |r| r.len() as u32)
             })
             .collect();
         Ok(RingSender {
