@@ -23,20 +23,11 @@
 mod common;
 
 use common::{with_forwarder, BIN};
-use flowlane_lab::setup::{self, KernelDut, LabConfig, Steer, Topology};
-use flowlane_lab::Netns;
+use flowlane_lab::setup;
 use serde_json::Value;
 
-struct Down(String);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = setup::down(&self.0);
-    }
-}
-
 /// The probe-under-flood test through the lab's DUT, its report.
-fn flood(cfg: &LabConfig, secs: f64) -> Value {
+fn flood(cfg: &setup::LabConfig, secs: f64) -> Value {
     let out = std::process::Command::new(BIN)
         .args([
             "rfc2544",
@@ -133,13 +124,8 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(950_000);
-    let name = format!("flbf{}", std::process::id() % 100_000);
-    let mut cfg = LabConfig::new(&name, 1, Steer::None, &flowlane_rss::Key::MICROSOFT, 2);
-    cfg.topology = Topology::Line;
-    cfg.kernel = KernelDut::Off;
-    setup::up(&cfg).expect("line lab");
-    let _down = Down(name.clone());
-    let dut = Netns::existing(&cfg.dut_ns());
+    let lab = common::BenchLab::line("flbf", setup::Segment::Routed);
+    let (cfg, dut) = (&lab.cfg, lab.dut());
     let t0 = std::time::Instant::now();
     let loaded = common::load_ipv4_table(&dut, routes);
     println!(
@@ -162,7 +148,7 @@ fn main() {
     );
     dut.write_file("/proc/sys/net/ipv4/ip_forward", "1")
         .expect("sysctl");
-    let kernel = row("kernel", &flood(&cfg, secs), None, None);
+    let kernel = row("kernel", &flood(cfg, secs), None, None);
     dut.write_file("/proc/sys/net/ipv4/ip_forward", "0")
         .expect("sysctl");
     for (label, backend, cache) in [
@@ -179,7 +165,7 @@ fn main() {
         if let Some(n) = cache {
             fwd.args(["--flow-cache", n]);
         }
-        let (r, j) = with_forwarder(fwd, || flood(&cfg, secs));
+        let (r, j) = with_forwarder(fwd, || flood(cfg, secs));
         row(label, &r, Some(&j), Some(kernel));
     }
 }

@@ -26,17 +26,9 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use common::BIN;
-use flowlane_lab::setup::{self, KernelDut, LabConfig, Steer, Topology};
+use flowlane_lab::setup;
 use flowlane_lab::Netns;
 use serde_json::Value;
-
-struct Down(String);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = setup::down(&self.0);
-    }
-}
 
 /// A router streaming its records, one per interval.
 struct Router {
@@ -126,13 +118,8 @@ fn main() {
     };
     let routes = env("FLOWLANE_BENCH_ROUTES", 950_000);
     let changes = env("FLOWLANE_BENCH_CHANGES", 10).max(2);
-    let name = format!("flbu{}", std::process::id() % 100_000);
-    let mut cfg = LabConfig::new(&name, 1, Steer::None, &flowlane_rss::Key::MICROSOFT, 2);
-    cfg.topology = Topology::Line;
-    cfg.kernel = KernelDut::Off;
-    setup::up(&cfg).expect("line lab");
-    let _down = Down(name.clone());
-    let dut = Netns::existing(&cfg.dut_ns());
+    let lab = common::BenchLab::line("flbu", setup::Segment::Routed);
+    let dut = lab.dut();
     let loaded = common::load_ipv4_table(&dut, routes);
     println!(
         "route updates: {loaded} IPv4 routes in the DUT's kernel and in the router, {changes} \

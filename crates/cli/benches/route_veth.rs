@@ -38,19 +38,11 @@
 mod common;
 
 use common::{blast_live, verdict, with_forwarder, BIN};
-use flowlane_lab::setup::{self, KernelDut, LabConfig, Steer, Topology};
+use flowlane_lab::setup;
 use flowlane_lab::Netns;
 
 /// Alternated rounds of ours against xdp-forward.
 const ROUNDS: usize = 5;
-
-struct Down(String);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = setup::down(&self.0);
-    }
-}
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -65,17 +57,8 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(950_000);
-    let name = format!("flbr{}", std::process::id() % 100_000);
-    let mut cfg = LabConfig::new(&name, 1, Steer::None, &flowlane_rss::Key::MICROSOFT, 2);
-    cfg.topology = Topology::Line;
-    cfg.kernel = KernelDut::Off;
-    setup::up(&cfg).expect("line lab");
-    let _down = Down(name.clone());
-    let (gen, dut, sink) = (
-        Netns::existing(&cfg.gen_ns()),
-        Netns::existing(&cfg.dut_ns()),
-        Netns::existing(&cfg.sink_ns()),
-    );
+    let lab = common::BenchLab::line("flbr", setup::Segment::Routed);
+    let (gen, dut, sink) = (lab.gen(), lab.dut(), lab.sink());
     // The table, in the kernel (our router reads it from there).
     let t0 = std::time::Instant::now();
     let loaded = common::load_ipv4_table(&dut, routes);
@@ -165,7 +148,7 @@ fn main() {
     {
         peer_row("l3fwd af-xdp", "l3fwd LPM over af_xdp", r, ceiling, kernel);
     }
-    drop(_down);
+    drop(lab);
     bridge(secs);
 }
 
@@ -283,17 +266,8 @@ fn ipv6(gen: &Netns, dut: &Netns, sink: &Netns, secs: f64, ceiling: f64) {
 
 /// The bridge rows, in a switched line lab: the drop ceiling, the kernel's bridge, ours.
 fn bridge(secs: f64) {
-    let name = format!("flbb{}", std::process::id() % 100_000);
-    let mut cfg = LabConfig::new(&name, 1, Steer::None, &flowlane_rss::Key::MICROSOFT, 2);
-    cfg.topology = Topology::Line;
-    cfg.segment = setup::Segment::Switched;
-    setup::up(&cfg).expect("switched line lab");
-    let _down = Down(name.clone());
-    let (gen, dut, sink) = (
-        Netns::existing(&cfg.gen_ns()),
-        Netns::existing(&cfg.dut_ns()),
-        Netns::existing(&cfg.sink_ns()),
-    );
+    let lab = common::BenchLab::line("flbb", setup::Segment::Switched);
+    let (gen, dut, sink) = (lab.gen(), lab.dut(), lab.sink());
     let _sink_drop = verdict(&sink, setup::SINK_IF, 1);
     let to = format!("{}:9000", setup::LAB_SINK_L2_V4);
     // The sink says where it is first (three datagrams to the generator through the bridge),

@@ -43,22 +43,8 @@ impl Default for ReasmConfig {
     }
 }
 
-/// One fragment, as the caller parsed it.
-#[derive(Debug, Clone, Copy)]
-pub struct Fragment<'a> {
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    /// The protocol carried (IPv6: the fragment header's next header).
-    pub proto: u8,
-    /// Identification (IPv4: 16 bits).
-    pub id: u32,
-    /// Where `data` starts in the datagram's payload, bytes.
-    pub offset: u32,
-    /// More fragments follow.
-    pub more: bool,
-    /// The fragment's payload.
-    pub data: &'a [u8],
-}
+/// One fragment, as wire's parser reads it from a frame (or as a caller builds it).
+pub use flowlane_wire::FragmentView as Fragment;
 
 /// A datagram made whole: a view of the reassembler's buffer, good until its next call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -415,3 +415,42 @@ pub fn rotated_rounds(
     };
     [median_of(0, 1), median_of(0, 2), median_of(1, 2)]
 }
+
+/// A line lab for a bench, taken down when dropped.
+pub struct BenchLab {
+    pub cfg: flowlane_lab::setup::LabConfig,
+}
+
+impl Drop for BenchLab {
+    fn drop(&mut self) {
+        let _ = flowlane_lab::setup::down(&self.cfg.name);
+    }
+}
+
+impl BenchLab {
+    /// A line lab named `prefix` + this process's id, one queue a veth end, no steering, and
+    /// `segment`'s addressing (routed or switched); the DUT's kernel forwards nothing until
+    /// a row turns it on.
+    pub fn line(prefix: &str, segment: flowlane_lab::setup::Segment) -> BenchLab {
+        use flowlane_lab::setup::{self, KernelDut, LabConfig, Steer, Topology};
+        let name = format!("{prefix}{}", std::process::id() % 100_000);
+        let mut cfg = LabConfig::new(&name, 1, Steer::None, &flowlane_rss::Key::MICROSOFT, 2);
+        cfg.topology = Topology::Line;
+        cfg.segment = segment;
+        cfg.kernel = KernelDut::Off;
+        setup::up(&cfg).expect("line lab");
+        BenchLab { cfg }
+    }
+
+    pub fn gen(&self) -> Netns {
+        Netns::existing(&self.cfg.gen_ns())
+    }
+
+    pub fn dut(&self) -> Netns {
+        Netns::existing(&self.cfg.dut_ns())
+    }
+
+    pub fn sink(&self) -> Netns {
+        Netns::existing(&self.cfg.sink_ns())
+    }
+}

@@ -94,21 +94,6 @@ impl FragmentReport {
         self.held_contexts += c.held_contexts;
         self.held_bytes += c.held_bytes;
     }
-
-    /// Every fragment accounted once.
-    pub fn balanced(&self) -> bool {
-        self.fragments
-            == self.datagram_fragments
-                + self.overlap
-                + self.duplicate
-                + self.too_many
-                + self.too_big
-                + self.memory
-                + self.malformed
-                + self.timed_out
-                + self.evicted
-                + self.held_fragments
-    }
 }
 
 /// The flows of one frame length together: one step of a size sweep (`blast --size

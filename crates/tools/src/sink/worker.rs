@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 
-use flowlane_flowtable::reasm::{Fragment, Outcome, ReasmConfig, Reassembler};
+use flowlane_flowtable::reasm::{Outcome, ReasmConfig, Reassembler};
 use flowlane_io::frame::{self, FrameRx};
 use flowlane_io::os;
 use flowlane_wire::seq::SeqTracker;
@@ -309,16 +309,7 @@ impl SinkBook {
         }
         self.counts.fragments += 1;
         self.reasm.expire(now_ns);
-        let f = Fragment {
-            src: v.src,
-            dst: v.dst,
-            proto: v.proto,
-            id: v.id,
-            offset: v.offset,
-            more: v.more,
-            data: v.data,
-        };
-        let d = match self.reasm.fragment(&f, now_ns) {
+        let d = match self.reasm.fragment(&v, now_ns) {
             Outcome::Complete(d) => d,
             Outcome::Held | Outcome::Dropped(_) => return Verdict::Fragment,
         };
