@@ -866,9 +866,15 @@ fn rss_verify_on_veth_shows_each_flow_on_its_senders_queue() {
             .command(env!("CARGO_BIN_EXE_flowlane"))
             .args(["blast", "--to", &to, "--flows", "2", "--sport", sport])
             .args(["--cpus", cpu, "--count", "2000", "--rate", "20k", "--quiet"])
+            .arg("--json")
             .output()
             .expect("blast runs");
-        assert!(out.status.success(), "{}", stderr(&out));
+        // Every frame sent is what is checked; a busy machine may hold the rate back.
+        common::blast_judged_ok(
+            out.status.code(),
+            serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("blast's JSON ({e}): {}", stderr(&out))),
+        );
     }
     let out = verify.wait_with_output().expect("verify ends");
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));

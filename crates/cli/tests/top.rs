@@ -62,10 +62,15 @@ fn top_counts_every_frame_a_queue_took() {
         .args(["--json", "--quiet"])
         .output()
         .expect("blast runs");
-    assert!(
-        blast.status.success(),
-        "{}",
-        String::from_utf8_lossy(&blast.stderr)
+    // The frames are what top is checked against; a busy machine may hold the rate back.
+    common::blast_judged_ok(
+        blast.status.code(),
+        serde_json::from_slice(&blast.stdout).unwrap_or_else(|e| {
+            panic!(
+                "blast's JSON ({e}): {}",
+                String::from_utf8_lossy(&blast.stderr)
+            )
+        }),
     );
     let out = top.wait_with_output().expect("top ends");
     assert!(
