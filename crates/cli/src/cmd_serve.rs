@@ -79,6 +79,22 @@ pub struct ServeArgs {
     #[arg(long)]
     no_steer: bool,
 
+    /// Steer by the software Toeplitz hash of each datagram's 4-tuple instead of the CPU:
+    /// bucket b's queue q goes to worker q mod workers (in --cpus order), so a datagram the
+    /// kernel reassembled on whatever CPU its fragments came in on (NICs hash fragments on
+    /// the addresses only) still reaches its flow's worker — FreeBSD's re-dispatch after
+    /// `ip_reass`. The key and table: --rss-dev IF (the receiving interface's), or --key,
+    /// --reta, --queues. CPU-based `missteered` counts then show what the hash moved.
+    #[arg(long, conflicts_with = "no_steer")]
+    steer_hash: bool,
+
+    /// With --steer-hash: take the key and table of this interface (read as `rss show`).
+    #[arg(long, value_name = "IF", requires = "steer_hash")]
+    rss_dev: Option<String>,
+
+    #[command(flatten)]
+    model: crate::args::ModelArgs,
+
     /// Receive with UDP_GRO: the kernel may coalesce a flow's datagrams into one receive
     /// (counted one by one; echoed as GSO segments of the size they came in). Needs a GRO path
     /// (e.g. veth with GRO on); probed at start, turned off with a notice where missing.
@@ -145,6 +161,39 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
     Ok(addr)
 }
 
+/// `--steer-hash`'s key and buckets (each bucket's queue), from the interface or the model
+/// flags.
+fn hash_steer(a: &ServeArgs) -> Result<Option<flowlane_tools::serve::HashSteer>, Failure> {
+    a.model.only_with(a.steer_hash, "--steer-hash")?;
+    if !a.steer_hash {
+        return Ok(None);
+    }
+    let nic = crate::args::read_nic(a.rss_dev.as_deref())?;
+    let m = a.model.build_for(nic.as_ref())?;
+    let buckets: Vec<u32> = match &m.queue {
+        flowlane_rss::queue::QueueModel::Reta(r) => {
+            r.entries().iter().map(|&q| u32::from(q)).collect()
+        }
+        flowlane_rss::queue::QueueModel::Modulo(n) => (0..*n).collect(),
+        _ => {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--steer-hash follows an indirection table or a modulo (--model reta or modulo)"
+            )))
+        }
+    };
+    if buckets.len() > flowlane_io::udp::HASH_STEERING_MAX_BUCKETS {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--steer-hash takes at most {} buckets; the table has {}",
+            flowlane_io::udp::HASH_STEERING_MAX_BUCKETS,
+            buckets.len()
+        )));
+    }
+    Ok(Some(flowlane_tools::serve::HashSteer {
+        key: m.key.as_bytes().to_vec(),
+        buckets,
+    }))
+}
+
 pub fn run(a: ServeArgs) -> CmdResult {
     let cfg = ServeConfig {
         metrics: a.metrics,
@@ -160,6 +209,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
         rcvbuf: a.rcvbuf,
         sndbuf: a.sndbuf,
         steer: !a.no_steer,
+        hash_steer: hash_steer(&a)?,
         gro: a.gro,
         gso: a.gso,
         busy_poll_us: a.busy_poll,

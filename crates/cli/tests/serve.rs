@@ -652,3 +652,64 @@ fn cpus_are_checked_against_online_and_allowed_apart() {
     assert_eq!(offline.status.code(), Some(2), "{err}");
     assert!(err.contains("CPU 4095 is not online"), "{err}");
 }
+
+/// `--steer-hash` (issue 54 item 3): in a namespace whose loopback carries 1 500-byte
+/// frames, 16 clients send 3 000-byte datagrams (the kernel fragments and reassembles each),
+/// and every datagram of a client reaches the worker its Toeplitz bucket names — with a
+/// round-robin table over two queues, worker `hash & 1` — wherever the kernel finished it.
+#[test]
+fn hash_steering_sends_reassembled_datagrams_to_their_buckets_worker() {
+    let Some(ns) = private_ns() else { return };
+    ns.ip(&["link", "set", "lo", "mtu", "1500"])
+        .expect("lo mtu");
+    let port = 9002;
+    let srv = Server::start_in(
+        Some(&ns),
+        "127.0.0.1",
+        port,
+        &[
+            "--cpus",
+            "0,1",
+            "--mode",
+            "sink",
+            "--by-source",
+            "--steer-hash",
+            "--key",
+            "microsoft",
+            "--queues",
+            "2",
+        ],
+    );
+    let h = flowlane_rss::Toeplitz::new(&flowlane_rss::Key::MICROSOFT);
+    let before = ns.snmp().expect("snmp").get("Ip", "ReasmOKs").unwrap_or(0);
+    let want: std::collections::BTreeMap<String, u64> = ns
+        .run(move || {
+            (0..16)
+                .map(|_| {
+                    let c = UdpSocket::bind("127.0.0.1:0").expect("client");
+                    for _ in 0..20 {
+                        c.send_to(&[7u8; 3000], ("127.0.0.1", port)).expect("send");
+                    }
+                    let src = c.local_addr().expect("addr");
+                    let to = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                    let t = flowlane_rss::Tuple::from_socket_addrs(src, to).expect("tuple");
+                    (src.to_string(), u64::from(h.hash(&t) & 1))
+                })
+                .collect()
+        })
+        .expect("clients in the namespace");
+    std::thread::sleep(Duration::from_millis(300));
+    let made_whole = ns.snmp().expect("snmp").get("Ip", "ReasmOKs").unwrap_or(0) - before;
+    let j = srv.finish();
+    assert_eq!(j["steering"], "hash-bpf", "{j}");
+    assert_eq!(made_whole, 320, "every datagram came in fragments");
+    let mut got = std::collections::BTreeMap::new();
+    for (w, worker) in j["workers"].as_array().expect("workers").iter().enumerate() {
+        for s in worker["sources"].as_array().expect("sources") {
+            assert_eq!(s["packets"].as_u64(), Some(20), "{s}");
+            let prev = got.insert(s["src"].as_str().expect("src").to_string(), w as u64);
+            assert!(prev.is_none(), "a client on two workers: {s}");
+        }
+    }
+    assert_eq!(got, want, "each client on its bucket's worker");
+}

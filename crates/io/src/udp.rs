@@ -14,6 +14,9 @@ use crate::sys::{self, BpfInsn, SysError};
 pub enum Steering {
     /// A classic BPF program returns the index of the worker on the receiving CPU.
     CpuBpf,
+    /// A classic BPF program returns the worker of the datagram's Toeplitz bucket
+    /// ([`hash_steering_program`]), wherever the kernel processed it.
+    HashBpf,
     /// The kernel's reuseport hash of the 4-tuple (steering off, or the program was refused).
     ReuseportHash {
         /// Why CPU steering is not active.
@@ -26,6 +29,7 @@ impl Steering {
     pub fn name(&self) -> &'static str {
         match self {
             Steering::CpuBpf => "cpu-bpf",
+            Steering::HashBpf => "hash-bpf",
             Steering::ReuseportHash { .. } => "reuseport-hash",
         }
     }
@@ -179,8 +183,16 @@ impl GroupMember {
     /// Attaches steering through the kept member ([`attach_steering`]) and hands it back (to
     /// read its buffer sizes), or says there was none to attach to.
     pub fn attach(&self, cpus: &[usize], steer: bool) -> (Steering, Option<std::os::fd::OwnedFd>) {
+        self.attach_with(|fd| attach_steering(fd, cpus, steer))
+    }
+
+    /// Attaches steering through the kept member with `attach`, and hands it back.
+    pub fn attach_with(
+        &self,
+        attach: impl FnOnce(&std::os::fd::OwnedFd) -> Steering,
+    ) -> (Steering, Option<std::os::fd::OwnedFd>) {
         match self.0.lock().ok().and_then(|mut g| g.take()) {
-            Some(fd) => (attach_steering(&fd, cpus, steer), Some(fd)),
+            Some(fd) => (attach(&fd), Some(fd)),
             None => (
                 Steering::ReuseportHash {
                     reason: "no socket to attach to".into(),
@@ -458,6 +470,120 @@ pub fn spread_steering_program(cpus: &[usize], per_cpu: usize) -> Vec<BpfInsn> {
     prog
 }
 
+/// `SKF_NET_OFF`: loads at this "offset" plus k read the packet from its network header.
+const NET_OFF: u32 = (-0x0010_0000i32) as u32;
+const BPF_LD_B_ABS: u16 = 0x30;
+const BPF_LD_MEM: u16 = 0x60;
+const BPF_ST: u16 = 0x02;
+const BPF_JMP_JSET_K: u16 = 0x45;
+const BPF_JMP_JGE_K: u16 = 0x35;
+const BPF_ALU_XOR_K: u16 = 0xa4;
+const BPF_ALU_AND_K: u16 = 0x54;
+
+/// The most buckets [`hash_steering_program`] takes (its jump offsets are 8 bits).
+pub const HASH_STEERING_MAX_BUCKETS: usize = 256;
+
+/// A reuseport program that steers each datagram by the software Toeplitz hash of its
+/// 4-tuple, as FreeBSD re-dispatches a reassembled datagram to the CPU owning its RSS bucket:
+/// socket `buckets[hash % buckets.len()]`. The tuple is read from the network header (IPv4
+/// without options: source, destination, ports at 12, 16, 20; IPv6 without extension
+/// headers: 8, 24, 40), so a datagram the kernel reassembled is steered like a whole one.
+/// `key`: the Toeplitz key (at least 16 bytes for IPv4, 40 for IPv6). The hash is built bit
+/// by bit (5 instructions a bit: ~600 for IPv4, ~1 500 for IPv6, under the kernel's 4 096),
+/// then a tree of comparisons over runs of equal buckets picks the socket. `None`: a key
+/// too short, no buckets, or more than [`HASH_STEERING_MAX_BUCKETS`].
+pub fn hash_steering_program(key: &[u8], buckets: &[u32], v6: bool) -> Option<Vec<BpfInsn>> {
+    let (fields, len): (&[(u32, u32)], usize) = if v6 {
+        (&[(8, 16), (24, 16), (40, 4)], 36)
+    } else {
+        (&[(12, 4), (16, 4), (20, 4)], 12)
+    };
+    if key.len() < len + 4 || buckets.is_empty() || buckets.len() > HASH_STEERING_MAX_BUCKETS {
+        return None;
+    }
+    // The 32 key bits from bit p on.
+    let window = |p: usize| -> u32 {
+        (0..32).fold(0u32, |w, i| {
+            let bit = p + i;
+            let b = (key[bit / 8] >> (7 - bit % 8)) & 1;
+            (w << 1) | u32::from(b)
+        })
+    };
+    // M[0]: the hash; M[1]: the byte being hashed.
+    let mut prog = vec![insn(BPF_LD_IMM, 0, 0, 0), insn(BPF_ST, 0, 0, 0)];
+    if !v6 {
+        // Only a header without options: else the ports are elsewhere (to socket 0).
+        prog.push(insn(BPF_LD_B_ABS, 0, 0, NET_OFF));
+        prog.push(insn(BPF_JMP_JEQ_K, 1, 0, 0x45));
+        prog.push(insn(BPF_RET_K, 0, 0, buckets[0]));
+    }
+    let mut p = 0;
+    for &(at, n) in fields {
+        for k in 0..n {
+            prog.push(insn(BPF_LD_B_ABS, 0, 0, NET_OFF.wrapping_add(at + k)));
+            prog.push(insn(BPF_ST, 0, 0, 1));
+            for j in 0..8 {
+                prog.push(insn(BPF_LD_MEM, 0, 0, 1));
+                prog.push(insn(BPF_JMP_JSET_K, 0, 3, 0x80 >> j));
+                prog.push(insn(BPF_LD_MEM, 0, 0, 0));
+                prog.push(insn(BPF_ALU_XOR_K, 0, 0, window(p)));
+                prog.push(insn(BPF_ST, 0, 0, 0));
+                p += 1;
+            }
+        }
+    }
+    prog.push(insn(BPF_LD_MEM, 0, 0, 0));
+    let nb = buckets.len() as u32;
+    prog.push(if nb.is_power_of_two() {
+        insn(BPF_ALU_AND_K, 0, 0, nb - 1)
+    } else {
+        insn(BPF_ALU_MOD_K, 0, 0, nb)
+    });
+    // Runs of buckets with one socket: (first bucket, socket).
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for (b, &s) in buckets.iter().enumerate() {
+        if runs.last().is_none_or(|r| r.1 != s) {
+            runs.push((b as u32, s));
+        }
+    }
+    tree(&runs, &mut prog);
+    Some(prog)
+}
+
+/// A comparison tree over `runs` (A holds the bucket): `JGE` the middle run's first bucket,
+/// the lower half falling through, each leaf a `RET` of its socket.
+fn tree(runs: &[(u32, u32)], prog: &mut Vec<BpfInsn>) {
+    if let [(_, sock)] = runs {
+        prog.push(insn(BPF_RET_K, 0, 0, *sock));
+        return;
+    }
+    let mid = runs.len() / 2;
+    let at = prog.len();
+    prog.push(insn(BPF_JMP_JGE_K, 0, 0, runs[mid].0));
+    tree(&runs[..mid], prog);
+    let skip = prog.len() - at - 1;
+    // A subtree of r runs takes 2r - 1 instructions: 256 buckets fit the 8-bit jump.
+    prog[at].jt = u8::try_from(skip).unwrap_or(u8::MAX);
+    tree(&runs[mid..], prog);
+}
+
+/// Attaches [`hash_steering_program`] to a reuseport group through one member.
+pub fn attach_hash_steering(
+    member: &impl AsRawFd,
+    key: &[u8],
+    buckets: &[u32],
+    v6: bool,
+) -> Result<(), String> {
+    let prog = hash_steering_program(key, buckets, v6).ok_or_else(|| {
+        format!(
+            "hash steering takes a key of at least {} bytes and 1 to {HASH_STEERING_MAX_BUCKETS} \
+             buckets",
+            if v6 { 40 } else { 16 }
+        )
+    })?;
+    sys::attach_reuseport_cbpf(member, &prog).map_err(|e| e.to_string())
+}
+
 /// Runs a classic BPF steering program on a CPU number (for tests and `--explain`): only the
 /// instructions [`steering_program`] emits are understood.
 pub fn run_steering_program(prog: &[BpfInsn], cpu: u32) -> Option<u32> {
@@ -495,6 +621,133 @@ pub fn run_spread_steering_program(prog: &[BpfInsn], cpu: u32, hash: u32) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A classic BPF interpreter for what [`hash_steering_program`] emits, over a packet
+    /// given from its network header.
+    fn run_cbpf(prog: &[BpfInsn], net: &[u8]) -> Option<u32> {
+        let (mut a, mut m, mut pc) = (0u32, [0u32; 16], 0usize);
+        while let Some(i) = prog.get(pc) {
+            pc += 1;
+            match i.code {
+                BPF_LD_IMM => a = i.k,
+                BPF_ST => m[i.k as usize] = a,
+                BPF_LD_MEM => a = m[i.k as usize],
+                BPF_LD_B_ABS => a = u32::from(*net.get(i.k.wrapping_sub(NET_OFF) as usize)?),
+                BPF_ALU_XOR_K => a ^= i.k,
+                BPF_ALU_AND_K => a &= i.k,
+                BPF_ALU_MOD_K => a %= i.k,
+                BPF_JMP_JSET_K | BPF_JMP_JGE_K | BPF_JMP_JEQ_K => {
+                    let t = match i.code {
+                        BPF_JMP_JSET_K => a & i.k != 0,
+                        BPF_JMP_JGE_K => a >= i.k,
+                        _ => a == i.k,
+                    };
+                    pc += usize::from(if t { i.jt } else { i.jf });
+                }
+                BPF_RET_K => return Some(i.k),
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// The program computes the same Toeplitz hash as `flowlane-rss` and picks the bucket's
+    /// socket, IPv4 and IPv6, for any buckets (runs merged, not a power of two too).
+    #[test]
+    fn hash_steering_follows_the_toeplitz_hash() {
+        use flowlane_rss::{Key, Toeplitz, Tuple};
+        let h = Toeplitz::new(&Key::MICROSOFT);
+        let key = Key::MICROSOFT.as_bytes().to_vec();
+        for nb in [128usize, 100, 1] {
+            let buckets: Vec<u32> = (0..nb as u32).map(|b| (b / 3) % 5).collect();
+            for v6 in [false, true] {
+                let prog = hash_steering_program(&key, &buckets, v6).expect("program");
+                assert!(prog.len() < 4096, "{} instructions", prog.len());
+                for i in 0..200u32 {
+                    let (src, dst): (std::net::IpAddr, std::net::IpAddr) = if v6 {
+                        (
+                            std::net::Ipv6Addr::from(
+                                (0x2001_0002_u128 << 96) | u128::from(i * 7919),
+                            )
+                            .into(),
+                            "2001:2::9".parse().expect("addr"),
+                        )
+                    } else {
+                        (
+                            std::net::Ipv4Addr::from(0xc612_0000 | (i * 13)).into(),
+                            "198.18.1.2".parse().expect("addr"),
+                        )
+                    };
+                    let (sp, dp) = (1024 + (i * 37) as u16, 9000);
+                    let t = Tuple::new(src, dst, Some((sp, dp))).expect("tuple");
+                    let want = buckets[(h.hash(&t) as usize) % nb];
+                    let mut net = vec![0u8; 48];
+                    match (src, dst) {
+                        (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
+                            net[0] = 0x45;
+                            net[12..16].copy_from_slice(&s.octets());
+                            net[16..20].copy_from_slice(&d.octets());
+                            net[20..22].copy_from_slice(&sp.to_be_bytes());
+                            net[22..24].copy_from_slice(&dp.to_be_bytes());
+                        }
+                        (std::net::IpAddr::V6(s), std::net::IpAddr::V6(d)) => {
+                            net[0] = 0x60;
+                            net[8..24].copy_from_slice(&s.octets());
+                            net[24..40].copy_from_slice(&d.octets());
+                            net[40..42].copy_from_slice(&sp.to_be_bytes());
+                            net[42..44].copy_from_slice(&dp.to_be_bytes());
+                        }
+                        _ => unreachable!(),
+                    }
+                    assert_eq!(run_cbpf(&prog, &net), Some(want), "v6 {v6}, {nb} buckets");
+                }
+            }
+        }
+        assert!(hash_steering_program(&key[..8], &[0], false).is_none());
+        assert!(hash_steering_program(&key, &[0; 257], false).is_none());
+    }
+
+    /// On a real reuseport group (loopback): every datagram of 64 source ports reaches the
+    /// socket its Toeplitz bucket names, as the kernel runs the program.
+    #[test]
+    fn the_kernel_steers_a_group_by_the_hash() {
+        use flowlane_rss::{Key, Toeplitz, Tuple};
+        let h = Toeplitz::new(&Key::MICROSOFT);
+        let key = Key::MICROSOFT.as_bytes().to_vec();
+        let buckets: Vec<u32> = (0..128).map(|b| b % 4).collect();
+        let first = reuse_socket("127.0.0.1:0".parse().expect("addr"));
+        let addr = first.local_addr().expect("addr");
+        let mut group = vec![first];
+        for _ in 1..4 {
+            group.push(reuse_socket(addr));
+        }
+        attach_hash_steering(&group[0], &key, &buckets, false).expect("attached");
+        let mut want = std::collections::HashMap::new();
+        for i in 0..64u16 {
+            let c = UdpSocket::bind("127.0.0.1:0").expect("client");
+            let src = c.local_addr().expect("addr");
+            c.send_to(&i.to_be_bytes(), addr).expect("sent");
+            let t = Tuple::from_socket_addrs(src, addr).expect("tuple");
+            want.insert(i, buckets[h.hash(&t) as usize % 128]);
+        }
+        let mut got = std::collections::HashMap::new();
+        for (k, s) in group.iter().enumerate() {
+            s.set_nonblocking(true).expect("nonblocking");
+            let mut b = [0u8; 4];
+            while let Ok(n) = s.recv(&mut b) {
+                assert_eq!(n, 2);
+                got.insert(u16::from_be_bytes([b[0], b[1]]), k as u32);
+            }
+        }
+        assert_eq!(got, want);
+    }
+
+    fn reuse_socket(addr: SocketAddr) -> UdpSocket {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).expect("socket");
+        s.set_reuse_port(true).expect("SO_REUSEPORT");
+        s.bind(&addr.into()).expect("bind");
+        s.into()
+    }
 
     #[test]
     fn identity_program_is_the_selftest_one() {

@@ -379,7 +379,7 @@ pub fn run(
         });
     let steering_reason = match &steering {
         Steering::ReuseportHash { reason } => Some(reason.clone()),
-        Steering::CpuBpf => None,
+        Steering::CpuBpf | Steering::HashBpf => None,
     };
     on_event(HttpServeEvent::Started(HttpServeStart {
         bind: cfg.bind,

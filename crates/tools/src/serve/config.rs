@@ -37,6 +37,10 @@ pub struct ServeConfig {
     /// CPU steering (a generated program hands each datagram to the worker on the CPU that
     /// processed it); off: the kernel's reuseport hash.
     pub steer: bool,
+    /// Steer by the software Toeplitz hash instead of the CPU (FreeBSD's re-dispatch of a
+    /// reassembled datagram to its bucket's CPU): with `steer` on.
+    #[serde(default)]
+    pub hash_steer: Option<HashSteer>,
     /// Receive with UDP_GRO.
     pub gro: bool,
     /// Echo with UDP_SEGMENT (GSO).
@@ -55,6 +59,15 @@ pub struct ServeConfig {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
+/// Hash steering: the key and each bucket's queue; queue q is served by worker q mod n.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashSteer {
+    /// The Toeplitz key's bytes.
+    pub key: Vec<u8>,
+    /// Per bucket (`hash % len`; a power of two is `hash & (len - 1)`), its queue.
+    pub buckets: Vec<u32>,
+}
+
 impl ServeConfig {
     /// A configuration with flowlane's defaults for `bind` on `cpus`.
     pub fn new(bind: SocketAddr, cpus: Vec<usize>) -> ServeConfig {
@@ -69,6 +82,7 @@ impl ServeConfig {
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
             steer: true,
+            hash_steer: None,
             gro: false,
             gso: false,
             busy_poll_us: None,

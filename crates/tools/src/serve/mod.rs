@@ -15,7 +15,7 @@ use flowlane_io::udp::{self, GroupConfig, Steering};
 use flowlane_runtime::{Config, Runtime, StopRule};
 use worker::{Mode, ServeStats, ServeWorker, SourceCounts};
 
-pub use config::{ServeConfig, ServeMode};
+pub use config::{HashSteer, ServeConfig, ServeMode};
 pub use report::{ServeCounts, ServeReport, ServeWorkerReport, SourceCount, WorkerError};
 
 use crate::ToolError;
@@ -96,7 +96,7 @@ pub fn run(
     let detected = detector_off.is_none();
     let (steering_name, steering_reason) = match &steering {
         Steering::ReuseportHash { reason } => (steering.name().to_string(), Some(reason.clone())),
-        Steering::CpuBpf => (steering.name().to_string(), None),
+        Steering::CpuBpf | Steering::HashBpf => (steering.name().to_string(), None),
     };
     on_event(ServeEvent::Started(ServeStart {
         cpus: cfg.cpus.clone(),
@@ -314,7 +314,18 @@ impl Startup {
             })
         })
         .map_err(|e| crate::error::start_error(e, crate::error::group_open))?;
-        let (steering, member) = first.attach(&cfg.cpus, gcfg.steer);
+        let (steering, member) = match &cfg.hash_steer {
+            // Each bucket's queue to worker queue mod n (the workers in --cpus order).
+            Some(h) if gcfg.steer => first.attach_with(|fd| {
+                let n = cfg.cpus.len().max(1) as u32;
+                let workers: Vec<u32> = h.buckets.iter().map(|q| q % n).collect();
+                match udp::attach_hash_steering(fd, &h.key, &workers, cfg.bind.is_ipv6()) {
+                    Ok(()) => Steering::HashBpf,
+                    Err(e) => Steering::ReuseportHash { reason: e },
+                }
+            }),
+            _ => first.attach(&cfg.cpus, gcfg.steer),
+        };
         let bufs = member.as_ref().and_then(|s| udp::buffer_sizes(s).ok());
         drop(member);
         let (rcvbuf, sndbuf) = bufs.unwrap_or((0, 0));
