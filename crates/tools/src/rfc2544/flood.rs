@@ -191,7 +191,14 @@ fn point(
         flood_destinations: fl.and_then(|f| f.flows_started).unwrap_or(0),
         flood_forwarded,
         flood_lost: fl.map_or(0, |f| f.tx_packets.saturating_sub(flood_forwarded)),
-        flood_forwarded_pps: (flood_forwarded as f64 / secs.max(1e-9)).round(),
+        // Over the sink's own window (first to last frame it read), not the time asked.
+        flood_forwarded_pps: (flood_forwarded as f64
+            / if s.duration_s > 0.0 {
+                s.duration_s
+            } else {
+                secs
+            })
+        .round(),
         probe_pps: flood.probe_pps,
         probe_sent: probe.tx_packets,
         probe_received,

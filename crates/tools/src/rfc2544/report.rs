@@ -201,7 +201,7 @@ pub struct FloodPoint {
     /// Destinations the flood drew (a new one every frame).
     pub flood_destinations: u64,
     /// Flood frames the sink received (forwarded by the DUT), and per second over the
-    /// trial's time.
+    /// sink's window (its first to its last frame read).
     pub flood_forwarded: u64,
     pub flood_forwarded_pps: f64,
     /// Flood frames sent and not received (the DUT's loss, with `sink_ring_drops` the
