@@ -295,6 +295,19 @@ pub fn run(a: ServeArgs) -> CmdResult {
             cost.join(", ")
         );
         outln!("{}", crate::live::pmu_line("datagram", &report.pmu));
+        if report.total.fragmented > 0 {
+            let per: Vec<String> = report
+                .workers
+                .iter()
+                .map(|w| format!("cpu {} {}", w.cpu, w.counts.fragmented))
+                .collect();
+            outln!(
+                "fragmented: {} datagrams arrived in IP fragments, reassembled by the kernel \
+                 (IP_RECVFRAGSIZE): {}",
+                report.total.fragmented,
+                per.join(", ")
+            );
+        }
         if let (Some(m), Some(lo), Some(hi)) = (
             report.total.missteered.filter(|&m| m > 0),
             report.total.missteered_received_min,

@@ -657,6 +657,8 @@ fn cpus_are_checked_against_online_and_allowed_apart() {
 /// frames, 16 clients send 3 000-byte datagrams (the kernel fragments and reassembles each),
 /// and every datagram of a client reaches the worker its Toeplitz bucket names — with a
 /// round-robin table over two queues, worker `hash & 1` — wherever the kernel finished it.
+/// Each client also sends 10 whole datagrams: each worker counts exactly its clients'
+/// fragmented ones as `fragmented` (IP_RECVFRAGSIZE), and the whole ones not.
 #[test]
 fn hash_steering_sends_reassembled_datagrams_to_their_buckets_worker() {
     let Some(ns) = private_ns() else { return };
@@ -690,6 +692,9 @@ fn hash_steering_sends_reassembled_datagrams_to_their_buckets_worker() {
                     for _ in 0..20 {
                         c.send_to(&[7u8; 3000], ("127.0.0.1", port)).expect("send");
                     }
+                    for _ in 0..10 {
+                        c.send_to(&[7u8; 500], ("127.0.0.1", port)).expect("send");
+                    }
                     let src = c.local_addr().expect("addr");
                     let to = std::net::SocketAddr::from(([127, 0, 0, 1], port));
                     let t = flowlane_rss::Tuple::from_socket_addrs(src, to).expect("tuple");
@@ -705,11 +710,18 @@ fn hash_steering_sends_reassembled_datagrams_to_their_buckets_worker() {
     assert_eq!(made_whole, 320, "every datagram came in fragments");
     let mut got = std::collections::BTreeMap::new();
     for (w, worker) in j["workers"].as_array().expect("workers").iter().enumerate() {
-        for s in worker["sources"].as_array().expect("sources") {
-            assert_eq!(s["packets"].as_u64(), Some(20), "{s}");
+        let sources = worker["sources"].as_array().expect("sources");
+        for s in sources {
+            assert_eq!(s["packets"].as_u64(), Some(30), "{s}");
             let prev = got.insert(s["src"].as_str().expect("src").to_string(), w as u64);
             assert!(prev.is_none(), "a client on two workers: {s}");
         }
+        assert_eq!(
+            worker["fragmented"].as_u64(),
+            Some(20 * sources.len() as u64),
+            "worker {w}: its clients' fragmented datagrams, not their whole ones"
+        );
     }
     assert_eq!(got, want, "each client on its bucket's worker");
+    assert_eq!(j["total"]["fragmented"], 320, "{j}");
 }

@@ -240,6 +240,33 @@ pub fn enable_gro(s: &impl AsRawFd) -> Result<(), SysError> {
     sys::set_int(s, libc::SOL_UDP, libc::UDP_GRO, 1, "setsockopt(UDP_GRO)")
 }
 
+/// Asks the kernel to say, for each datagram it reassembled from fragments, the largest
+/// fragment's size (IP_RECVFRAGSIZE, IPV6_RECVFRAGSIZE; Linux 4.10+), read back as
+/// [`crate::socket::RecvMeta::fragment_size`]. An IPv6 socket also asks for IPv4's, so a
+/// dual-stack socket reports both families.
+pub fn enable_fragment_size(s: &impl AsRawFd, v6: bool) -> Result<(), SysError> {
+    if v6 {
+        sys::set_int(
+            s,
+            libc::SOL_IPV6,
+            libc::IPV6_RECVFRAGSIZE,
+            1,
+            "setsockopt(IPV6_RECVFRAGSIZE)",
+        )?;
+        // Only a dual-stack socket gets IPv4 datagrams; a v6-only one may refuse this.
+        let _ = sys::set_int(s, libc::SOL_IP, libc::IP_RECVFRAGSIZE, 1, "");
+        Ok(())
+    } else {
+        sys::set_int(
+            s,
+            libc::SOL_IP,
+            libc::IP_RECVFRAGSIZE,
+            1,
+            "setsockopt(IP_RECVFRAGSIZE)",
+        )
+    }
+}
+
 /// Checks that the kernel has UDP_SEGMENT (GSO, Linux 4.18+) by setting the socket's default
 /// segment size to 0 (= none), which changes nothing.
 pub fn probe_gso(s: &impl AsRawFd) -> Result<(), SysError> {

@@ -42,6 +42,9 @@ pub struct RecvMeta {
     /// With UDP_GRO: the buffer holds several datagrams of this size (the last may be
     /// shorter), coalesced by the kernel; 0 for a single datagram.
     pub segment: u16,
+    /// With [`MmsgBatch::fragments`]: the largest fragment the kernel reassembled this
+    /// datagram from (IP_RECVFRAGSIZE); 0 when it arrived whole.
+    pub fragment_size: u16,
     namelen: libc::socklen_t,
 }
 
@@ -118,6 +121,9 @@ pub struct MmsgBatch {
     pub gro: bool,
     /// Record each datagram's source address (needed to reply; a sink can skip the copy).
     pub sources: bool,
+    /// Read IP_RECVFRAGSIZE/IPV6_RECVFRAGSIZE control messages (set when the socket asked for
+    /// them, `flowlane_io::udp::enable_fragment_size`): which datagrams arrived fragmented.
+    pub fragments: bool,
 }
 
 // SAFETY: the raw pointers inside the headers point only into this struct's own heap
@@ -151,6 +157,7 @@ impl MmsgBatch {
                     len: 0,
                     truncated: false,
                     segment: 0,
+                    fragment_size: 0,
                     namelen: 0,
                 };
                 slots
@@ -158,6 +165,7 @@ impl MmsgBatch {
             out: Vec::with_capacity(slots),
             gro: false,
             sources: true,
+            fragments: false,
         }
     }
 
@@ -189,7 +197,7 @@ impl MmsgBatch {
             }
             h.msg_hdr.msg_iov = &mut self.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
-            if self.gro {
+            if self.gro || self.fragments {
                 h.msg_hdr.msg_control = self.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
                 h.msg_hdr.msg_controllen = CMSG_SPACE;
             } else {
@@ -222,10 +230,20 @@ impl MmsgBatch {
             } else {
                 0
             };
+            // The kernel adds the message only for a datagram it reassembled; one family's
+            // socket gets one of the two.
+            let fragment_size = if self.fragments {
+                read_cmsg(&h.msg_hdr, libc::SOL_IP, libc::IP_RECVFRAGSIZE)
+                    .or_else(|| read_cmsg(&h.msg_hdr, libc::SOL_IPV6, libc::IPV6_RECVFRAGSIZE))
+                    .unwrap_or(0)
+            } else {
+                0
+            };
             self.meta[i] = RecvMeta {
                 len: (h.msg_len as usize).min(self.buf_size),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 segment: u16::try_from(segment).unwrap_or(0),
+                fragment_size: u16::try_from(fragment_size).unwrap_or(u16::MAX),
                 namelen: h.msg_hdr.msg_namelen,
             };
         }

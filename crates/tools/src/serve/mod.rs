@@ -231,6 +231,7 @@ impl Startup {
         let (want_gro, want_gso, busy_poll, budget) =
             (cfg.gro, cfg.gso, cfg.busy_poll_us, cfg.budget);
         let echo = mode == Mode::Echo;
+        let v6 = cfg.bind.is_ipv6();
         let batch = budget.min(64);
         let rt_cfg = Config {
             cpus: cfg.cpus.clone(),
@@ -286,7 +287,20 @@ impl Startup {
             if want_gro && echo && !gso_ok {
                 notice("GRO off: echoing coalesced datagrams needs GSO".into());
             }
+            // Which datagrams arrived fragmented: one control message, only on those.
+            let frag_ok = match udp::enable_fragment_size(&sock, v6) {
+                Ok(()) => true,
+                Err(e) => {
+                    notice(format!(
+                        "fragmented datagrams not counted: the kernel refused {e}"
+                    ));
+                    false
+                }
+            };
             let mut w = ServeWorker::new(sock, cpu, mode, batch);
+            if frag_ok {
+                w = w.with_fragment_count();
+            }
             if let Some(us) = busy_poll {
                 match udp::set_busy_poll(w.socket(), us, budget) {
                     Ok(true) => {}

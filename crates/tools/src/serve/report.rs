@@ -35,6 +35,10 @@ pub struct ServeCounts {
     pub gro_receives: u64,
     /// Sends of several datagrams as GSO segments.
     pub gso_sends: u64,
+    /// Datagrams the kernel reassembled from IP fragments before this socket got them
+    /// (IP_RECVFRAGSIZE); 0 on a kernel without it (then a notice says so).
+    #[serde(default)]
+    pub fragmented: u64,
     /// Poll rounds.
     pub rounds: u64,
     /// Rounds that used the whole budget.
@@ -70,6 +74,7 @@ impl ServeCounts {
             missteered_received_max: detected.then(|| s.missteered.min(s.rx_packets)),
             gro_receives: s.gro_receives,
             gso_sends: s.gso_sends,
+            fragmented: s.fragmented,
             rounds: l.rounds,
             full_rounds: l.full_rounds,
             busy_rounds: l.busy_rounds,

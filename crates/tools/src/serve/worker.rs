@@ -34,6 +34,9 @@ counters! {
         gro_receives,
         /// Sends of several datagrams as GSO segments (UDP_SEGMENT).
         gso_sends,
+        /// Datagrams the kernel reassembled from IP fragments before this socket got them
+        /// (IP_RECVFRAGSIZE).
+        fragmented,
     }
 }
 
@@ -104,6 +107,14 @@ impl ServeWorker {
         self
     }
 
+    /// Reads IP_RECVFRAGSIZE control messages: the socket must have asked for them
+    /// (`flowlane_io::udp::enable_fragment_size`). Datagrams reassembled by the kernel count as
+    /// `fragmented`.
+    pub fn with_fragment_count(mut self) -> ServeWorker {
+        self.batch.fragments = true;
+        self
+    }
+
     /// Reads UDP_GRO control messages: the socket must have UDP_GRO on
     /// (`flowlane_io::udp::enable_gro`). Coalesced datagrams count one by one and are echoed as
     /// GSO segments of the size they arrived in.
@@ -158,7 +169,8 @@ impl Poll for ServeWorker {
                 break;
             }
             done += n;
-            let (mut dgrams, mut bytes, mut trunc, mut gro) = (0u64, 0u64, 0u64, 0u64);
+            let (mut dgrams, mut bytes, mut trunc, mut gro, mut frag) =
+                (0u64, 0u64, 0u64, 0u64, 0u64);
             for i in 0..n {
                 let m = self.batch.meta(i);
                 let d = m.datagrams() as u64;
@@ -172,6 +184,7 @@ impl Poll for ServeWorker {
                 gro += (d > 1) as u64;
                 bytes += m.len as u64;
                 trunc += m.truncated as u64;
+                frag += (m.fragment_size != 0) as u64;
             }
             bump(&st.rx_packets, dgrams);
             bump(&st.rx_bytes, bytes);
@@ -180,6 +193,9 @@ impl Poll for ServeWorker {
             }
             if gro > 0 {
                 bump(&st.gro_receives, gro);
+            }
+            if frag > 0 {
+                bump(&st.fragmented, frag);
             }
             if self.mode == Mode::Echo {
                 let r = self
