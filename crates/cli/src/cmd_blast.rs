@@ -196,13 +196,22 @@ pub struct BlastArgs {
     /// bytes of IP payload (a multiple of 8; IPv4 with DF cleared, IPv6 with a fragment
     /// header), sent back to back. The report and the pktgen line count them
     /// (`(1514byte,3frags)`); `flowlane sink` makes them whole and accounts the datagrams.
-    /// UDP mode fragments through the kernel instead: a --size above the path MTU.
-    #[arg(long, value_name = "BYTES")]
+    /// UDP mode fragments through the kernel instead: a --size above the path MTU, or
+    /// --fragment-datagram.
+    #[arg(long, value_name = "BYTES", conflicts_with = "fragment_datagram")]
     fragment_size: Option<usize>,
 
-    /// With --fragment-size: the share of each flow's datagrams cut, 0-100 % (spread evenly
-    /// over its sequence), so one flow mixes fragmented and whole datagrams.
-    #[arg(long, value_name = "PCT", requires = "fragment_size", value_parser = parse_pct)]
+    /// UDP mode: send --fragment-share of each flow's datagrams with this many payload bytes
+    /// (above the path MTU: the kernel fragments them, IP_PMTUDISC_DONT) and the rest whole at
+    /// --size, so one flow mixes fragmented and whole datagrams. Every datagram the path MTU
+    /// makes the kernel cut is counted, with its fragments, in the report.
+    #[arg(long, value_name = "BYTES")]
+    fragment_datagram: Option<usize>,
+
+    /// With --fragment-size or --fragment-datagram: the share of each flow's datagrams
+    /// fragmented, 0-100 % (spread evenly over its sequence; whole percents with
+    /// --fragment-datagram), so one flow mixes fragmented and whole datagrams.
+    #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     fragment_share: Option<f64>,
 
     /// With --fragment-size: the order a datagram's fragments leave in.
@@ -535,6 +544,12 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
         _ => None,
     };
     let placement = a.place.placement(a.per_queue, "udp4")?;
+    if a.fragment_share.is_some() && a.fragment_size.is_none() && a.fragment_datagram.is_none() {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--fragment-share needs what to fragment: --fragment-size (frame modes) or \
+             --fragment-datagram (UDP mode)"
+        )));
+    }
     Ok(BlastConfig {
         metrics: a.live.metrics,
         mode: mode(a)?,
@@ -591,6 +606,10 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
                 FragAttackArg::Incomplete => blast::FragAttack::Incomplete,
                 FragAttackArg::Teardrop => blast::FragAttack::Teardrop,
             }),
+        }),
+        kernel_fragments: a.fragment_datagram.map(|payload| blast::KernelFragmenting {
+            share: a.fragment_share.unwrap_or(100.0) / 100.0,
+            payload,
         }),
         first_id: a.first_id,
         pcap: a.pcap.as_ref().map(|path| PcapSource {

@@ -46,10 +46,8 @@ fn run(lab: &Line, to: &str, v6: bool) {
         .args(["--rate", "5k", "--flows", "2", "--json", "--quiet"])
         .output()
         .expect("blast runs");
-    common::blast_judged_ok(
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).expect("blast JSON"),
-    );
+    let b: Value = serde_json::from_slice(&out.stdout).expect("blast JSON");
+    common::blast_judged_ok(out.status.code(), b.clone());
     let made = created(lab, v6) - before;
     let out = sink.wait_with_output().expect("sink ends");
     let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
@@ -57,6 +55,11 @@ fn run(lab: &Line, to: &str, v6: bool) {
     assert_eq!(n(&s["flowlane_packets"]), 1000, "{s}");
     let f = &s["fragments"];
     assert_eq!(made, 3000, "three fragments a datagram: {f}");
+    assert_eq!(
+        (n(&b["fragmented_datagrams"]), n(&b["fragments"])),
+        (1000, made),
+        "blast counts what the path MTU makes its kernel cut: {b}"
+    );
     assert_eq!(
         (
             n(&f["fragments"]),
@@ -86,6 +89,43 @@ fn run(lab: &Line, to: &str, v6: bool) {
             3000,
             "the frame it would have been: {fl}"
         );
+    }
+}
+
+/// 1 000 datagrams over two flows from UDP sockets, a quarter of each flow's of 3 000
+/// payload bytes (`--fragment-datagram`: three fragments each, cut by the kernel) and the rest
+/// whole 200-byte frames: blast's counts are the kernel's, and the sink makes the long ones
+/// whole and tells per flow how many came fragmented.
+fn mixed(lab: &Line, to: &str, v6: bool) {
+    let before = created(lab, v6);
+    let sink = common::sink_start(lab, 1000);
+    let out = lab
+        .gen
+        .command(BIN)
+        .args(["blast", "--to", to, "--size", "200", "--count", "1000"])
+        .args(["--fragment-datagram", "3000", "--fragment-share", "25"])
+        .args(["--rate", "5k", "--flows", "2", "--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    let b: Value = serde_json::from_slice(&out.stdout).expect("blast JSON");
+    common::blast_judged_ok(out.status.code(), b.clone());
+    let made = created(lab, v6) - before;
+    let out = sink.wait_with_output().expect("sink ends");
+    let s: Value = serde_json::from_slice(&out.stdout).expect("sink JSON");
+    assert_eq!(made, 750, "three fragments for each of 250 datagrams");
+    assert_eq!(
+        (n(&b["fragmented_datagrams"]), n(&b["fragments"])),
+        (250, made),
+        "{b}"
+    );
+    let f = &s["fragments"];
+    assert_eq!((n(&f["fragments"]), n(&f["datagrams"])), (750, 250), "{f}");
+    let flows = s["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 2, "{s}");
+    for fl in flows {
+        assert_eq!(n(&fl["rx_packets"]), 500, "{fl}");
+        assert_eq!(n(&fl["fragmented"]), 125, "a quarter of each flow: {fl}");
+        assert_eq!(n(&fl["lost"]), 0, "{fl}");
     }
 }
 
@@ -173,6 +213,8 @@ fn fragments_the_kernel_and_blast_made_are_made_whole_and_accounted() {
     quiet(&lab);
     common::up_to(2, |_| run(&lab, "198.18.1.2:9000", false));
     common::up_to(2, |_| run(&lab, "[2001:2:0:1::2]:9000", true));
+    common::up_to(2, |_| mixed(&lab, "198.18.1.2:9000", false));
+    common::up_to(2, |_| mixed(&lab, "[2001:2:0:1::2]:9000", true));
     if !common::need_program("tshark") {
         return;
     }

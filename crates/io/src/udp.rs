@@ -267,6 +267,39 @@ pub fn enable_fragment_size(s: &impl AsRawFd, v6: bool) -> Result<(), SysError> 
     }
 }
 
+/// The path MTU of a connected socket's route (IP_MTU / IPV6_MTU): the largest IP packet
+/// that leaves without being fragmented.
+pub fn path_mtu(s: &impl AsRawFd, v6: bool) -> Result<usize, SysError> {
+    let v = if v6 {
+        sys::get_int(s, libc::SOL_IPV6, libc::IPV6_MTU, "getsockopt(IPV6_MTU)")?
+    } else {
+        sys::get_int(s, libc::SOL_IP, libc::IP_MTU, "getsockopt(IP_MTU)")?
+    };
+    Ok(usize::try_from(v).unwrap_or(0))
+}
+
+/// Lets the kernel fragment what this socket sends above the path MTU, whatever the host's
+/// default (`IP_PMTUDISC_DONT` / `IPV6_PMTUDISC_DONT`: no DF bit, no EMSGSIZE).
+pub fn allow_fragmenting(s: &impl AsRawFd, v6: bool) -> Result<(), SysError> {
+    if v6 {
+        sys::set_int(
+            s,
+            libc::SOL_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DONT,
+            "setsockopt(IPV6_MTU_DISCOVER)",
+        )
+    } else {
+        sys::set_int(
+            s,
+            libc::SOL_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DONT,
+            "setsockopt(IP_MTU_DISCOVER)",
+        )
+    }
+}
+
 /// Checks that the kernel has UDP_SEGMENT (GSO, Linux 4.18+) by setting the socket's default
 /// segment size to 0 (= none), which changes nothing.
 pub fn probe_gso(s: &impl AsRawFd) -> Result<(), SysError> {

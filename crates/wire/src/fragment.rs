@@ -155,6 +155,23 @@ pub fn pieces(len: usize, piece: usize, attack: Option<Attack>) -> Option<Vec<(u
     Some(r)
 }
 
+/// How many IP fragments the kernel cuts a locally sent UDP datagram of `payload` bytes into
+/// at path MTU `mtu` (1: it leaves whole). Every fragment but the last carries the most
+/// payload a multiple of 8 allows: `(mtu − 20) & !7` for IPv4, `(mtu − 48) & !7` for IPv6
+/// (its 40-byte header and the 8-byte fragment header).
+pub fn kernel_pieces(payload: usize, mtu: usize, v6: bool) -> usize {
+    let ip = if v6 { 40 } else { 20 };
+    let datagram = payload + 8;
+    if datagram + ip <= mtu {
+        return 1;
+    }
+    let per = mtu.saturating_sub(if v6 { 48 } else { 20 }) & !7;
+    if per == 0 {
+        return 0;
+    }
+    datagram.div_ceil(per)
+}
+
 /// The IP payload's length of an IPv4 or IPv6 frame.
 pub fn ip_payload_len(frame: &[u8]) -> Option<usize> {
     let (l3, v6, hlen) = layout(frame)?;
@@ -224,6 +241,19 @@ pub fn split_ranges(frame: &[u8], ranges: &[(usize, usize)], id: u32) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernels_cut_at_an_mtu() {
+        // 1 480 bytes of UDP datagram fill a 1 500-byte IPv4 packet; one more is cut.
+        assert_eq!(kernel_pieces(1472, 1500, false), 1);
+        assert_eq!(kernel_pieces(1473, 1500, false), 2);
+        // 3 008 bytes: 1 480 + 1 480 + 48 (IPv4); 1 448 + 1 448 + 112 (IPv6).
+        assert_eq!(kernel_pieces(3000, 1500, false), 3);
+        assert_eq!(kernel_pieces(3000, 1500, true), 3);
+        assert_eq!(kernel_pieces(1452, 1500, true), 1);
+        assert_eq!(kernel_pieces(1453, 1500, true), 2);
+        assert_eq!(kernel_pieces(65_507, 1500, false), 45);
+    }
     use crate::{Template, TemplateSpec};
 
     fn whole(v6: bool) -> Vec<u8> {

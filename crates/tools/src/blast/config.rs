@@ -154,6 +154,17 @@ pub struct Fragmenting {
     pub attack: Option<FragAttack>,
 }
 
+/// UDP mode: a share of each flow's datagrams made long enough that the kernel fragments them
+/// (above the path MTU), the rest at the step's size, so one flow mixes fragmented and whole
+/// datagrams through the kernel's own fragmentation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelFragmenting {
+    /// The share of each flow's datagrams sent long, 0 to 1 (evenly, as [`Fragmenting`]).
+    pub share: f64,
+    /// Their UDP payload bytes (above what the path MTU carries whole).
+    pub payload: usize,
+}
+
 /// The hostile cuts (`wire::fragment::Attack`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -428,6 +439,10 @@ pub struct BlastConfig {
     /// IP payload each (IPv4 and IPv6), a share of each flow's datagrams, in an order.
     #[serde(default)]
     pub fragments: Option<Fragmenting>,
+    /// UDP mode: a share of each flow's datagrams long enough for the kernel to fragment.
+    /// (Any datagram above the path MTU is fragmented and counted, with or without this.)
+    #[serde(default)]
+    pub kernel_fragments: Option<KernelFragmenting>,
     /// The first flow id (the flows' ids count up from it): two generators feeding one
     /// receiver keep their flows apart (rfc2544's probe beside a flood).
     #[serde(default)]
@@ -479,6 +494,7 @@ impl BlastConfig {
             pcap: None,
             spray: None,
             fragments: None,
+            kernel_fragments: None,
             first_id: 0,
         }
     }

@@ -25,7 +25,7 @@ use flowlane_wire::HEADER_LEN;
 
 pub use config::{
     imix_sequence, BlastConfig, BlastMode, Echo, FragAttack, FragOrder, Fragmenting, FrameSettings,
-    Frames, Mode, ModelSpec, Placement, Rate, Spray, VerifyAt,
+    Frames, KernelFragmenting, Mode, ModelSpec, Placement, Rate, Spray, VerifyAt,
 };
 pub use flows::route_source;
 pub use link::{neighbour_mac, parse_mac};
@@ -151,7 +151,21 @@ fn run_unverified(
             "--ttl must be 1-255 (0 is dropped by the first hop)",
         ));
     }
-    let steps = steps(a, hdrs, v6)?;
+    let mut steps = steps(a, hdrs, v6)?;
+    // UDP mode: the route's MTU says which datagrams the kernel fragments (counted per send).
+    let path_mtu = match a.mode {
+        Mode::Udp { .. } => udp_path_mtu(dst),
+        _ => None,
+    };
+    if a.kernel_fragments.is_some() && !matches!(a.mode, Mode::Udp { .. }) {
+        return Err(ToolError::usage(
+            "--fragment-datagram lets the kernel fragment: --mode udp (frame modes cut their own \
+             with --fragment-size)",
+        ));
+    }
+    if let Some(k) = &a.kernel_fragments {
+        steps = kernel_fragment_steps(k, &steps, hdrs, v6, path_mtu)?;
+    }
     let duration = a
         .duration_s
         .map(|d| crate::seconds("duration", d))
@@ -180,6 +194,12 @@ fn run_unverified(
         check_spray(a, sp, dst)?;
     }
     if let Some(f) = &a.fragments {
+        if a.kernel_fragments.is_some() {
+            return Err(ToolError::usage(
+                "--fragment-size (frame modes) and --fragment-datagram (UDP mode) do not go \
+                 together",
+            ));
+        }
         if !matches!(a.mode, Mode::Raw(_) | Mode::Xdp(_)) {
             return Err(ToolError::usage(
                 "--fragment-size cuts built frames: --mode raw or xdp (UDP sockets: a --size \
@@ -249,7 +269,8 @@ fn run_unverified(
     let nthreads = a.cpus.len().min(flows.len()).max(1);
     if links.len() > 1 && nthreads % links.len() != 0 {
         return Err(ToolError::usage(format!(
-            "{} interfaces need a multiple of {} sender threads (--cpus), each with a flow              (--flows), so every interface carries the same share: {nthreads} thread(s) here",
+            "{} interfaces need a multiple of {} sender threads (--cpus), each with a flow \
+             (--flows), so every interface carries the same share: {nthreads} thread(s) here",
             links.len(),
             links.len()
         )));
@@ -265,8 +286,98 @@ fn run_unverified(
         interval,
         linger,
         replay: None,
+        path_mtu,
     };
     run_steps(&plan, &steps, stop, on_event)
+}
+
+/// The path MTU towards `dst` as the kernel's route gives it (a UDP socket connected there,
+/// nothing sent); `None` when it cannot be read.
+fn udp_path_mtu(dst: SocketAddr) -> Option<usize> {
+    let any: SocketAddr = if dst.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(any).ok()?;
+    s.connect(dst).ok()?;
+    flowlane_io::udp::path_mtu(&s, dst.is_ipv6())
+        .ok()
+        .filter(|&m| m > 0)
+}
+
+/// Each step's one frame size becomes a cycle in which `k.share` of the datagrams (rounded to
+/// a whole percent, spread evenly as frame modes cut theirs) carry `k.payload` bytes — above
+/// the path MTU, so the kernel fragments them — and the rest go whole at the step's size.
+fn kernel_fragment_steps(
+    k: &KernelFragmenting,
+    steps: &[Vec<usize>],
+    hdrs: usize,
+    v6: bool,
+    mtu: Option<usize>,
+) -> Result<Vec<Vec<usize>>, ToolError> {
+    if !(0.0..=1.0).contains(&k.share) {
+        return Err(ToolError::usage("--fragment-share is 0 to 100 %"));
+    }
+    let Some(mtu) = mtu else {
+        return Err(ToolError::usage(
+            "--fragment-share in UDP mode needs the path MTU towards --to, and the kernel gave \
+             none (is there a route?)",
+        ));
+    };
+    let max_payload = if v6 { 65_527 } else { 65_507 };
+    if k.payload > max_payload {
+        return Err(ToolError::usage(format!(
+            "--fragment-datagram {} is more than an IP datagram carries ({max_payload})",
+            k.payload
+        )));
+    }
+    if flowlane_wire::fragment::kernel_pieces(k.payload, mtu, v6) < 2 {
+        return Err(ToolError::usage(format!(
+            "a {}-byte datagram leaves whole at the path MTU of {mtu}: give --fragment-datagram \
+             above {}",
+            k.payload,
+            mtu - if v6 { 48 } else { 28 }
+        )));
+    }
+    let pct = (k.share * 100.0).round() as usize;
+    let (big_n, len) = {
+        let g = gcd(pct, 100).max(1);
+        (pct / g, 100 / g)
+    };
+    steps
+        .iter()
+        .map(|cycle| {
+            let &[whole] = cycle.as_slice() else {
+                return Err(ToolError::usage(
+                    "--fragment-share in UDP mode takes one frame size per step (not an IMIX)",
+                ));
+            };
+            if flowlane_wire::fragment::kernel_pieces(whole - hdrs, mtu, v6) > 1 {
+                return Err(ToolError::usage(format!(
+                    "with --fragment-share the other datagrams go whole: a {whole}-byte frame \
+                     does not fit the path MTU of {mtu}"
+                )));
+            }
+            Ok((0..len)
+                .map(|s| {
+                    if (s + 1) * big_n / len > s * big_n / len {
+                        k.payload + hdrs
+                    } else {
+                        whole
+                    }
+                })
+                .collect())
+        })
+        .collect()
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Runs the steps one after the other; a step with a sender error or refused frames ends
@@ -438,6 +549,7 @@ fn replay(
         interval: crate::seconds("interval", a.interval_s)?,
         linger: linger(a)?,
         replay: Some(Arc::new(r)),
+        path_mtu: None,
     };
     run_steps(&plan, &[sizes], stop, on_event)
 }

@@ -88,6 +88,8 @@ pub(super) struct Plan {
     pub linger: Duration,
     /// A capture's frames to send instead of built ones (`--pcap`).
     pub replay: Option<Arc<super::replay::Replay>>,
+    /// UDP mode: the route's MTU towards the destination, by which the kernel fragments.
+    pub path_mtu: Option<usize>,
 }
 
 /// Mean of a size cycle.
@@ -150,6 +152,17 @@ pub(super) fn run_step(
         .map(|d| start_ns.saturating_add(d.as_nanos() as u64));
     // A capture's frames (`plan.replay`) may be shorter than the headers of built ones.
     let payloads: Vec<usize> = frames.iter().map(|f| f.saturating_sub(plan.hdrs)).collect();
+    // UDP mode: the IP fragments the kernel cuts each payload of the cycle into, at the path
+    // MTU (all 1: nothing is fragmented, and nothing is counted).
+    let v6 = a.to.is_some_and(|t| t.is_ipv6());
+    let kernel_pieces: Vec<u32> = match plan.path_mtu {
+        Some(mtu) if plan.links.is_empty() => payloads
+            .iter()
+            .map(|&p| flowlane_wire::fragment::kernel_pieces(p, mtu, v6) as u32)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let kernel_fragmenting = kernel_pieces.iter().any(|&n| n > 1);
     // Worker w gets a contiguous share of the flows (ids stay contiguous per worker).
     let jobs: Vec<BlastJob> = (0..nthreads)
         .map(|w| {
@@ -183,6 +196,11 @@ pub(super) fn run_step(
                     _ => None,
                 },
                 fragments: a.fragments.clone().map(|f| (f, w as u32, nthreads as u32)),
+                kernel_pieces: if kernel_fragmenting {
+                    kernel_pieces.clone()
+                } else {
+                    Vec::new()
+                },
             })
         })
         .collect::<Result<_, ToolError>>()?;
@@ -312,6 +330,7 @@ pub(super) fn run_step(
         requested_pps,
         errors,
         device_tx,
+        kernel_fragmenting,
     );
     r.backend = plan.backend.clone();
     if let Some(replay) = &plan.replay {
@@ -399,6 +418,7 @@ fn summarize(
     requested_pps: Option<f64>,
     errors: Vec<WorkerError>,
     device_tx: Option<u64>,
+    kernel_fragmenting: bool,
 ) -> StepReport {
     // The send window: first to last datagram over all threads.
     let first = reports
@@ -537,8 +557,10 @@ fn summarize(
             .as_ref()
             .map(|_| reports.iter().map(|r| r.flows_started).sum()),
         destinations: a.spray.as_ref().map(super::Spray::space),
-        fragmented_datagrams: a.fragments.as_ref().map(|_| t.tx_fragmented),
-        fragments: a.fragments.as_ref().map(|_| t.tx_fragments),
+        // Frame modes count what they cut; UDP mode what the path MTU makes the kernel cut.
+        fragmented_datagrams: (a.fragments.is_some() || kernel_fragmenting)
+            .then_some(t.tx_fragmented),
+        fragments: (a.fragments.is_some() || kernel_fragmenting).then_some(t.tx_fragments),
         devs: a.devs.clone(),
         device_tx_packets: device_tx,
         device_refused,

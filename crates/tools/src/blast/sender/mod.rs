@@ -112,6 +112,10 @@ pub struct BlastJob {
     /// Frame modes: datagrams cut into IP fragments, and this worker's share of the IP
     /// identification space (ids `w`, `w + n`, … for worker `w` of `n`).
     pub fragments: Option<(super::Fragmenting, u32, u32)>,
+    /// UDP mode: per entry of `payloads`, the IP fragments the kernel cuts it into at the
+    /// path MTU (empty: none is cut). The sockets then allow fragmenting, and each datagram
+    /// sent is counted by them.
+    pub kernel_pieces: Vec<u32>,
 }
 
 /// A captured frame to send (`blast --pcap`).

@@ -70,6 +70,12 @@ impl UdpSender {
             f.src = s.local_addr().map_err(sock_err(f.src, "getsockname"))?;
             s.set_nonblocking(true)
                 .map_err(sock_err(f.src, "fcntl(O_NONBLOCK)"))?;
+            if job.kernel_pieces.iter().any(|&n| n > 1) {
+                // Datagrams above the path MTU are to be fragmented, whatever the host's
+                // default policy.
+                flowlane_io::udp::allow_fragmenting(&s, f.dst.is_ipv6())
+                    .map_err(|error| BlastError::Socket { src: f.src, error })?;
+            }
             // A deep send buffer: a scheduling hiccup on this core should not turn into EAGAIN.
             let deep = 4 << 20;
             if socket::set_int(
@@ -283,6 +289,21 @@ impl UdpSender {
             left[i] -= sent as u64;
         }
         let bytes: usize = (0..sent).map(|k| self.out.len(k) + self.job.overhead).sum();
+        if !self.job.kernel_pieces.is_empty() {
+            let pieces = &self.job.kernel_pieces;
+            let (mut cut, mut frags) = (0u64, 0u64);
+            for k in 0..sent as u64 {
+                let n = pieces[((seq0 + k) % pieces.len() as u64) as usize];
+                if n > 1 {
+                    cut += 1;
+                    frags += u64::from(n);
+                }
+            }
+            if cut > 0 {
+                bump(&st.tx_fragmented, cut);
+                bump(&st.tx_fragments, frags);
+            }
+        }
         self.seq[i] += sent as u64;
         self.book.record(st, now, n, sent, bytes);
         Ok(sent)
