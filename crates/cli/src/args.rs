@@ -12,6 +12,14 @@ use flowlane_rss::{Key, Symmetric};
 use crate::Failure;
 
 /// Parses `--key`: hex, ethtool colon form, or the names `microsoft` / `symmetric`.
+/// A percentage, 0 to 100.
+pub fn parse_pct(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage from 0 to 100")),
+    }
+}
+
 pub fn parse_key(s: &str) -> Result<Key, String> {
     match s {
         "microsoft" | "default" => Ok(Key::MICROSOFT),

@@ -96,6 +96,32 @@ pub struct BenchArgs {
     #[arg(long, short = 'b', value_parser = parse_rate)]
     rate: Option<Rate>,
 
+    /// How the server hands datagrams to its workers: cpu (by the CPU the kernel processed
+    /// each on, serve's default), hash (by the datagram's own Toeplitz bucket under the lab's
+    /// key and table, `serve --steer-hash`: FreeBSD's re-steering), or both (a step of each
+    /// per k). Default: both with --fragment-share, else cpu.
+    #[arg(long, value_enum)]
+    serve_steer: Option<ServeSteerArg>,
+
+    /// Mixed flows, as in the FreeBSD RSS write-up: this share of each client flow's datagrams (0-100 %, whole
+    /// percents) is sent with --fragment-datagram payload bytes, above the lab's MTU, so the
+    /// client's kernel fragments them; the lab steers fragments by the 2-tuple, whole
+    /// datagrams by the 4-tuple. Each step then shows where the reassembled datagrams went
+    /// (misplaced, split flows, reordered echoes) against both kernels' counters (Ip:
+    /// FragOKs, FragCreates, ReasmReqds, ReasmOKs, ReasmFails).
+    #[arg(long, value_name = "PCT", value_parser = crate::args::parse_pct)]
+    fragment_share: Option<f64>,
+
+    /// With --fragment-share: the long datagrams' UDP payload bytes (3000: three fragments at
+    /// MTU 1500).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 3000,
+        requires = "fragment_share"
+    )]
+    fragment_datagram: usize,
+
     /// Directory for report.json and report.html.
     #[arg(long, default_value = "flowlane-report")]
     out: PathBuf,
@@ -129,6 +155,13 @@ pub struct BenchArgs {
     /// Print the report as JSON on stdout (the table goes to stderr).
     #[arg(long, short = 'J')]
     json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ServeSteerArg {
+    Cpu,
+    Hash,
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -226,6 +259,39 @@ fn row(s: &BenchStep) -> String {
     )
 }
 
+/// The line under a row of mixed flows: where the fragmented datagrams went, by the programs
+/// and by both kernels.
+fn fragments_line(s: &BenchStep) -> Option<String> {
+    let f = s.fragments.as_ref()?;
+    let per: Vec<String> = s
+        .workers
+        .iter()
+        .zip(&f.worker_fragmented)
+        .map(|(w, n)| format!("cpu{} {n}", w.cpu))
+        .collect();
+    Some(format!(
+        "      steering {}: {} of {} datagrams sent fragmented ({} fragments; client kernel \
+         FragOKs {}, FragCreates {}); server kernel ReasmReqds {}, ReasmOKs {}, ReasmFails {}; \
+         workers got {} fragmented ({}); misplaced {}, missteered {}, split flows {}{}",
+        s.steering,
+        f.sent_datagrams,
+        s.client_program_sent,
+        f.sent_fragments,
+        f.client_frag_oks,
+        f.client_frag_creates,
+        f.server_reasm_reqds,
+        f.server_reasm_oks,
+        f.server_reasm_fails,
+        f.server_fragmented,
+        per.join(", "),
+        s.misplaced,
+        s.missteered,
+        f.split_flows,
+        s.reordered
+            .map_or(String::new(), |r| format!(", echoes reordered {r}")),
+    ))
+}
+
 /// The line under a row where the client's interface sent more frames than the client
 /// program: the difference is other traffic on the link, not bench's datagrams.
 fn other_frames_note(s: &BenchStep) -> Option<String> {
@@ -294,6 +360,15 @@ pub fn run(a: BenchArgs) -> CmdResult {
         per_bucket: a.per_bucket,
         rate: a.rate,
         cpus,
+        serve_steering: match (a.serve_steer, a.fragment_share) {
+            (Some(ServeSteerArg::Cpu), _) | (None, None) => bench::ServeSteering::Cpu,
+            (Some(ServeSteerArg::Hash), _) => bench::ServeSteering::Hash,
+            (Some(ServeSteerArg::Both), _) | (None, Some(_)) => bench::ServeSteering::Both,
+        },
+        fragments: a.fragment_share.map(|p| bench::BenchFragments {
+            share: p / 100.0,
+            payload: a.fragment_datagram,
+        }),
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;
@@ -353,6 +428,9 @@ pub fn run(a: BenchArgs) -> CmdResult {
             say(&row(&s));
             if let Some(note) = other_frames_note(&s) {
                 say(&note);
+            }
+            if let Some(line) = fragments_line(&s) {
+                say(&line);
             }
             for p in &s.problems {
                 say(&format!("     !! {p}"));

@@ -12,12 +12,12 @@ use flowlane_tools::blast::{
     PcapSource, ReplayMode, Spray, StepReport, StepStart, VerifyAt,
 };
 
-use crate::args::parse_duration;
 use crate::args::usable_cpus;
 use crate::args::{
     parse_addr_range, parse_cpu_list, parse_dest_ranges, parse_imix, parse_port_range, parse_rate,
     parse_size_list, print_json, CpuList, DestRanges, Imix, PlaceArgs, Rate, SizeList,
 };
+use crate::args::{parse_duration, parse_pct};
 use crate::live::{latency_line, stop_on_signals, LiveArgs};
 use crate::{CmdResult, Failure};
 use flowlane_tools::doctor::RunDev;
@@ -816,14 +816,6 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
     }
     outln!("{}", crate::live::pmu_line("datagram", &r.pmu));
     outln!("{}", r.pktgen);
-}
-
-/// A percentage, 0 to 100.
-fn parse_pct(s: &str) -> Result<f64, String> {
-    match s.trim().trim_end_matches('%').parse::<f64>() {
-        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
-        _ => Err(format!("`{s}` is not a percentage from 0 to 100")),
-    }
 }
 
 /// `--catch-up`: a duration of at most 10 s (a catch-up is a few scheduler slices, not a

@@ -36,6 +36,30 @@ pub enum BenchTarget {
     },
 }
 
+/// How the server hands datagrams to its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServeSteering {
+    /// By the CPU the kernel processed the datagram on (serve's default).
+    Cpu,
+    /// By the datagram's own Toeplitz bucket (`serve --steer-hash`, with the lab's key and
+    /// table), wherever the kernel finished it — FreeBSD's re-steering of reassembled
+    /// datagrams.
+    Hash,
+    /// A step of each for every k, CPU first.
+    Both,
+}
+
+/// A share of each client flow's datagrams long enough for the kernel to fragment
+/// (`blast --fragment-datagram`), the seed's mixed flows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchFragments {
+    /// The share of each flow's datagrams sent long, 0 to 1 (whole percents).
+    pub share: f64,
+    /// Their UDP payload bytes (above the lab's MTU).
+    pub payload: usize,
+}
+
 /// The configuration of one `bench` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -55,4 +79,14 @@ pub struct BenchConfig {
     pub rate: Option<Rate>,
     /// CPUs the server's workers run on (and the client's threads, the first k).
     pub cpus: Vec<usize>,
+    /// How the server steers datagrams to workers (CPU, hash, or a step of each).
+    #[serde(default = "cpu_steering")]
+    pub serve_steering: ServeSteering,
+    /// Mixed flows: a share of each flow's datagrams fragmented by the client's kernel.
+    #[serde(default)]
+    pub fragments: Option<BenchFragments>,
+}
+
+fn cpu_steering() -> ServeSteering {
+    ServeSteering::Cpu
 }

@@ -7,7 +7,7 @@
 
 mod config;
 mod report;
-pub use config::{BenchConfig, BenchMode, BenchTarget};
+pub use config::{BenchConfig, BenchFragments, BenchMode, BenchTarget, ServeSteering};
 mod step;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,7 @@ use flowlane_lab::setup::{self, LabConfig, LAB_DUT_V4};
 use flowlane_lab::Netns;
 
 pub use report::{
-    BenchReport, BenchStep, BenchWorker, Five, Host, KernelCpu, LabInfo, Pps, SCHEMA,
+    BenchReport, BenchStep, BenchWorker, Five, Host, KernelCpu, LabInfo, Pps, StepFragments, SCHEMA,
 };
 
 use crate::doctor::RunDev;
@@ -162,6 +162,41 @@ pub fn run(
             "buckets: a range lo..hi with 1 <= lo <= hi",
         ));
     }
+    if let Some(f) = &a.fragments {
+        if target.lab.is_none() {
+            return Err(ToolError::usage(
+                "--fragment-share needs a lab: loopback's MTU of 65 536 fragments nothing",
+            ));
+        }
+        if !(0.0..=1.0).contains(&f.share) {
+            return Err(ToolError::usage("--fragment-share is 0 to 100 %"));
+        }
+    }
+    let steerings: &[bool] = match a.serve_steering {
+        ServeSteering::Cpu => &[false],
+        ServeSteering::Hash => &[true],
+        ServeSteering::Both => &[false, true],
+    };
+    if a.serve_steering != ServeSteering::Cpu {
+        if target.symmetric != flowlane_rss::Symmetric::Off {
+            return Err(ToolError::usage(
+                "the server's hash steering follows the plain Toeplitz hash: a lab with \
+                 symmetric hashing places flows by another",
+            ));
+        }
+        if let Some((_, _, c)) = &target.lab {
+            if !c.ports || c.reta.len() > flowlane_io::udp::HASH_STEERING_MAX_BUCKETS {
+                return Err(ToolError::usage(format!(
+                    "the server's hash steering takes a lab hashing the 4-tuple with at most {} \
+                     table entries (lab {}: {}, {} entries)",
+                    flowlane_io::udp::HASH_STEERING_MAX_BUCKETS,
+                    c.name,
+                    if c.ports { "4-tuple" } else { "2-tuple" },
+                    c.reta.len()
+                )));
+            }
+        }
+    }
     let modes: &[bool] = match a.mode {
         BenchMode::Echo => &[true],
         BenchMode::Sink => &[false],
@@ -182,8 +217,12 @@ pub fn run(
         checks: Box::new(checks.clone()),
     });
     let mut steps: Vec<BenchStep> = Vec::new();
+    let runs: Vec<(bool, bool)> = modes
+        .iter()
+        .flat_map(|&echo| steerings.iter().map(move |&hash| (echo, hash)))
+        .collect();
     'outer: for k in lo..=hi {
-        for &echo in modes {
+        for &(echo, hash) in &runs {
             if stop.load(Ordering::Relaxed) {
                 break 'outer;
             }
@@ -202,7 +241,7 @@ pub fn run(
                             key: target.key.clone(),
                             symmetric: target.symmetric,
                         };
-                        step::step(a, &t, k, echo, stop)
+                        step::step(a, &t, k, (echo, hash), stop)
                     },
                     free_loopback_port,
                     &mut |from, to| {
@@ -215,12 +254,12 @@ pub fn run(
                 target.to = to;
                 r
             } else {
-                step::step(a, &target, k, echo, stop)?
+                step::step(a, &target, k, (echo, hash), stop)?
             };
             let mut s = s;
             s.scaling_efficiency = steps
                 .iter()
-                .find(|b| b.buckets == 1 && b.mode == s.mode)
+                .find(|b| b.buckets == 1 && b.mode == s.mode && b.steering == s.steering)
                 .or(Some(&s).filter(|s| s.buckets == 1))
                 .filter(|one| one.pps.server_seen > 0)
                 .map(|one| {

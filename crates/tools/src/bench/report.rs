@@ -165,8 +165,48 @@ pub struct BenchStep {
     pub server_queues: Vec<flowlane_lab::counters::RxQueue>,
     /// Round-trip percentiles (echo steps).
     pub latency_ns: Option<Latency>,
+    /// How the server steered datagrams to workers: `cpu-bpf` (by the CPU the kernel
+    /// processed each on), `hash-bpf` (by its own Toeplitz bucket), or a fallback.
+    #[serde(default)]
+    pub steering: String,
+    /// Echo steps: echoes the client got back out of order, over all flows (blast's count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reordered: Option<u64>,
+    /// Mixed flows (`--fragment-share`): the fragments, by the programs and by both kernels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragments: Option<StepFragments>,
     /// What did not add up, in words.
     pub problems: Vec<String>,
+}
+
+/// A step's fragments: what the client sent long (fragmented by its kernel), what the server's
+/// kernel made whole, where the server's workers got them — each count beside the kernel
+/// counter that must agree with it (`/proc/net/snmp` of each namespace, over the step).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepFragments {
+    /// The share of each flow's datagrams sent long.
+    pub share: f64,
+    /// Datagrams the client sent long (blast's count).
+    pub sent_datagrams: u64,
+    /// The fragments they became at the path MTU (blast's count).
+    pub sent_fragments: u64,
+    /// The client kernel's `Ip: FragOKs`: datagrams it fragmented.
+    pub client_frag_oks: u64,
+    /// The client kernel's `Ip: FragCreates`: fragments it made.
+    pub client_frag_creates: u64,
+    /// The server kernel's `Ip: ReasmReqds`: fragments it took in for reassembly.
+    pub server_reasm_reqds: u64,
+    /// The server kernel's `Ip: ReasmOKs`: datagrams it made whole.
+    pub server_reasm_oks: u64,
+    /// The server kernel's `Ip: ReasmFails`: reassemblies it gave up.
+    pub server_reasm_fails: u64,
+    /// Datagrams the server's workers got that arrived in fragments (IP_RECVFRAGSIZE).
+    pub server_fragmented: u64,
+    /// Per worker, in the order of `workers`: of those, its share.
+    pub worker_fragmented: Vec<u64>,
+    /// Client flows whose datagrams reached more than one worker (fragmented and whole ones
+    /// apart: the reordering the seed describes).
+    pub split_flows: u64,
 }
 
 /// The report of a whole run (`report.json`).

@@ -246,7 +246,7 @@ pub(super) fn step(
     a: &BenchConfig,
     t: &Target,
     k: u32,
-    echo: bool,
+    (echo, hash): (bool, bool),
     stop: &Arc<AtomicBool>,
 ) -> Result<BenchStep, ToolError> {
     let to: std::net::SocketAddr =
@@ -260,6 +260,9 @@ pub(super) fn step(
     };
     scfg.by_source = true;
     scfg.interval_s = 3600.0;
+    if hash {
+        scfg.hash_steer = Some(hash_steer(t)?);
+    }
     let threads = k.min(t.cpus.len() as u32).max(1);
     let mut bcfg = BlastConfig::new(to, t.cpus[0]);
     bcfg.cpus = t.cpus[..threads as usize].to_vec();
@@ -281,6 +284,10 @@ pub(super) fn step(
         }),
     });
     bcfg.frames = blast::Frames::Sizes(vec![a.frame_bytes]);
+    bcfg.kernel_fragments = a.fragments.as_ref().map(|f| blast::KernelFragmenting {
+        share: f.share,
+        payload: f.payload,
+    });
     bcfg.duration_s = Some(a.step_secs);
     bcfg.rate = a.rate;
     bcfg.interval_s = 3600.0;
@@ -314,6 +321,7 @@ pub(super) fn step(
     // the step.
     let (before, kernel0) = snapshot(t, gen, dut)?;
     let steer0 = steer_counts(t)?;
+    let snmp0 = a.fragments.as_ref().and_then(|_| snmp_pair(gen, dut));
     let server_stop = Arc::new(AtomicBool::new(false));
     let (started_tx, started_rx) = mpsc::channel();
     let srv = std::thread::scope(|s| -> Result<_, ToolError> {
@@ -363,6 +371,10 @@ pub(super) fn step(
     let (after, kernel1) = snapshot(t, gen, dut)?;
     let qdrops = queue_drops(&steer0, &steer_counts(t)?);
     let (kernel_cpus, server_queues) = kernel_deltas(&kernel0, &kernel1);
+    let frags = match (a.fragments.as_ref(), snmp0, snmp_pair(gen, dut)) {
+        (Some(f), Some(x), Some(y)) => Some(step_fragments(f.share, &b, &srv, &x, &y)),
+        _ => None,
+    };
     let mut s = account(
         t,
         k,
@@ -375,10 +387,87 @@ pub(super) fn step(
         qdrops,
         (cpu0, cpu1),
         elapsed,
+        frags,
     );
     s.kernel_cpus = kernel_cpus;
     s.server_queues = server_queues;
     Ok(s)
+}
+
+/// The server's hash steering for a step: the lab's key, and per entry of its table the
+/// worker (by position in the server's CPUs) that owns the entry's queue — its queue's CPU in
+/// a lab, queue mod workers on loopback — so a datagram reaches the worker its bucket's CPU
+/// runs, wherever the kernel finished it.
+fn hash_steer(t: &Target) -> Result<serve::HashSteer, ToolError> {
+    let key = flowlane_rss::Key::parse(&t.key).map_err(|e| ToolError::usage(e.to_string()))?;
+    let n = t.cpus.len().max(1);
+    let buckets = match &t.lab {
+        Some((_, _, c)) => c
+            .reta
+            .iter()
+            .map(|&q| {
+                let cpu = c.queue_cpus.get(usize::from(q)).copied().unwrap_or(0) as usize;
+                t.cpus
+                    .iter()
+                    .position(|&w| w == cpu)
+                    .map(|i| i as u32)
+                    .ok_or_else(|| {
+                        ToolError::usage(format!(
+                            "lab {} steers queue {q} to CPU {cpu}, where no worker runs",
+                            c.name
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<u32>, ToolError>>()?,
+        None => (0..t.buckets).map(|q| q % n as u32).collect(),
+    };
+    Ok(serve::HashSteer {
+        key: key.as_bytes().to_vec(),
+        buckets,
+    })
+}
+
+/// Both namespaces' /proc/net/snmp (client's, server's); `None` when either cannot be read.
+fn snmp_pair(
+    gen: Option<&Netns>,
+    dut: Option<&Netns>,
+) -> Option<(flowlane_lab::counters::Snmp, flowlane_lab::counters::Snmp)> {
+    Some((gen?.snmp().ok()?, dut?.snmp().ok()?))
+}
+
+/// The step's fragments from the programs' reports and both kernels' counters before and
+/// after.
+fn step_fragments(
+    share: f64,
+    b: &blast::StepReport,
+    srv: &ServeReport,
+    (g0, d0): &(flowlane_lab::counters::Snmp, flowlane_lab::counters::Snmp),
+    (g1, d1): &(flowlane_lab::counters::Snmp, flowlane_lab::counters::Snmp),
+) -> super::StepFragments {
+    let delta = |x: &flowlane_lab::counters::Snmp, y: &flowlane_lab::counters::Snmp, k: &str| {
+        let v = |s: &flowlane_lab::counters::Snmp| s.get("Ip", k).unwrap_or(0);
+        u64::try_from(v(y).saturating_sub(v(x))).unwrap_or(0)
+    };
+    // A flow whose datagrams reached two workers or more.
+    let mut workers_of: BTreeMap<&str, u32> = BTreeMap::new();
+    for w in &srv.workers {
+        for s in w.sources.iter().flatten().filter(|s| s.packets > 0) {
+            *workers_of.entry(s.src.as_str()).or_default() += 1;
+        }
+    }
+    super::StepFragments {
+        share,
+        sent_datagrams: b.fragmented_datagrams.unwrap_or(0),
+        sent_fragments: b.fragments.unwrap_or(0),
+        client_frag_oks: delta(g0, g1, "FragOKs"),
+        client_frag_creates: delta(g0, g1, "FragCreates"),
+        server_reasm_reqds: delta(d0, d1, "ReasmReqds"),
+        server_reasm_oks: delta(d0, d1, "ReasmOKs"),
+        server_reasm_fails: delta(d0, d1, "ReasmFails"),
+        server_fragmented: srv.total.fragmented,
+        worker_fragmented: srv.workers.iter().map(|w| w.counts.fragmented).collect(),
+        split_flows: workers_of.values().filter(|&&n| n > 1).count() as u64,
+    }
 }
 
 /// The step's numbers and checks.
@@ -398,6 +487,7 @@ fn account(
     qdrops: Option<BTreeMap<u64, u64>>,
     (cpu0, cpu1): (CpuTimes, CpuTimes),
     elapsed: f64,
+    frags: Option<super::StepFragments>,
 ) -> BenchStep {
     // Where each flow should land: its bucket's CPU (the lab's table; loopback: bucket mod
     // CPUs).
@@ -513,20 +603,55 @@ fn account(
             "the server echoed {echoed} of {seen} datagrams seen"
         ));
     }
-    if misplaced > 0 {
+    // Mixed flows: a reassembled datagram is finished on the CPU its fragments were steered
+    // to (by the 2-tuple), so under CPU steering it may land on another worker than its
+    // flow's (the experiment's finding, bounded by the fragmented ones); under hash steering
+    // it reaches its bucket's worker from that CPU (a hand-off the detector counts as
+    // missteered, bounded the same way). Whole datagrams must do neither.
+    let hash = srv.steering == flowlane_io::udp::Steering::HashBpf.name();
+    let fragmented_seen = frags.as_ref().map_or(0, |f| f.server_fragmented);
+    let misplaced_allowed = if hash { 0 } else { fragmented_seen };
+    if misplaced > misplaced_allowed {
         if let Some((_, _, c)) = &t.lab {
             problems.push(format!(
                 "{misplaced} datagrams landed on a worker other than their bucket's (steering: \
-                 {})",
-                c.steer.name()
+                 {}, server {}; {fragmented_seen} arrived fragmented)",
+                c.steer.name(),
+                srv.steering
             ));
         }
     }
-    if missteered > 0 {
+    let missteered_allowed = if hash { fragmented_seen } else { 0 };
+    if missteered > missteered_allowed {
         problems.push(format!(
             "{missteered} datagrams reached a worker after the kernel processed them on another \
-             CPU"
+             CPU ({missteered_allowed} could: reassembled ones handed to their bucket's worker)"
         ));
+    }
+    if let Some(f) = &frags {
+        if (f.client_frag_oks, f.client_frag_creates) != (f.sent_datagrams, f.sent_fragments) {
+            problems.push(format!(
+                "the client says it sent {} datagrams as {} fragments; its kernel fragmented {} \
+                 into {} (FragOKs, FragCreates)",
+                f.sent_datagrams, f.sent_fragments, f.client_frag_oks, f.client_frag_creates
+            ));
+        }
+        if f.server_fragmented > f.server_reasm_oks || f.server_reasm_oks > f.sent_datagrams {
+            problems.push(format!(
+                "fragmented datagrams: {} sent, {} made whole by the server's kernel (ReasmOKs), \
+                 {} received by its workers — each must be at most the one before",
+                f.sent_datagrams, f.server_reasm_oks, f.server_fragmented
+            ));
+        }
+        if lost == 0
+            && (f.server_reasm_oks, f.server_fragmented) != (f.sent_datagrams, f.sent_datagrams)
+        {
+            problems.push(format!(
+                "nothing was lost, yet of {} fragmented datagrams the server's kernel made {} \
+                 whole and its workers got {} of them fragmented",
+                f.sent_datagrams, f.server_reasm_oks, f.server_fragmented
+            ));
+        }
     }
     if unexplained > 0 {
         problems.push(format!(
@@ -557,7 +682,13 @@ fn account(
             client_back: echo.then_some(back),
         },
         client_program_sent: prog_sent,
-        link_other_frames: iface_sent.map(|sent| sent.saturating_sub(prog_sent)),
+        // A fragmented datagram leaves as several frames: those are the program's too.
+        link_other_frames: iface_sent.map(|sent| {
+            let extra = frags
+                .as_ref()
+                .map_or(0, |f| f.sent_fragments.saturating_sub(f.sent_datagrams));
+            sent.saturating_sub(prog_sent + extra)
+        }),
         client_iface_back: if echo { iface_back } else { None },
         server_iface_rx_dropped: iface_rx_dropped,
         scaling_efficiency: None,
@@ -578,6 +709,9 @@ fn account(
         kernel_cpus: Vec::new(),
         server_queues: Vec::new(),
         latency_ns: if echo { b.latency_ns.clone() } else { None },
+        steering: srv.steering.clone(),
+        reordered: if echo { b.reordered } else { None },
+        fragments: frags,
         problems,
     }
 }
@@ -606,6 +740,8 @@ mod tests {
             per_bucket: 1,
             rate: None,
             cpus: vec![cpu],
+            serve_steering: crate::bench::ServeSteering::Cpu,
+            fragments: None,
         };
         let t = Target {
             lab: None,
@@ -618,7 +754,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let stop = Arc::new(AtomicBool::new(false));
-            let _ = tx.send(step(&cfg, &t, 1, false, &stop));
+            let _ = tx.send(step(&cfg, &t, 1, (false, false), &stop));
         });
         let r = rx
             .recv_timeout(std::time::Duration::from_secs(20))
