@@ -18,6 +18,7 @@ mod cmd_forward;
 mod cmd_hash;
 mod cmd_http;
 mod cmd_lab;
+mod cmd_latency;
 mod cmd_pick;
 mod cmd_rfc2544;
 mod cmd_route;
@@ -65,6 +66,7 @@ enum Command {
     #[command(subcommand)]
     Rss(cmd_rss::RssCommand),
     Top(cmd_top::TopArgs),
+    Latency(cmd_latency::LatencyArgs),
     Doctor(cmd_doctor::DoctorArgs),
     Serve(cmd_serve::ServeArgs),
     Blast(Box<cmd_blast::BlastArgs>),
@@ -130,6 +132,7 @@ fn main() -> ExitCode {
         Command::Pick(a) => cmd_pick::run(a),
         Command::Rss(c) => cmd_rss::run(c),
         Command::Top(a) => cmd_top::run(a),
+        Command::Latency(a) => cmd_latency::run(a),
         Command::Doctor(a) => cmd_doctor::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Blast(a) => cmd_blast::run(*a),

@@ -52,6 +52,7 @@ pub fn package_of(program: &str) -> &str {
         "ethtool" => "ethtool",
         "curl" => "curl",
         "nginx" => "nginx-light",
+        "cyclictest" => "rt-tests",
         other => other,
     }
 }

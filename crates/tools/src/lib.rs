@@ -18,6 +18,7 @@ pub mod error;
 pub mod forward;
 pub mod http;
 pub mod input;
+pub mod latency;
 pub mod metrics;
 pub mod nic;
 pub mod report;

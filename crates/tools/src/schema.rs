@@ -24,6 +24,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("top", schema_for!(crate::top::TopReport)),
         ("rss-verify", schema_for!(crate::verify::VerifyReport)),
         ("doctor", schema_for!(crate::doctor::DoctorReport)),
+        ("latency", schema_for!(crate::latency::LatencyReport)),
         (
             "lab-status",
             schema_for!(flowlane_lab::setup::LabStatusReport),

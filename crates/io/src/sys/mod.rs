@@ -16,6 +16,7 @@ pub mod netlink;
 pub mod nft;
 pub mod packet;
 pub mod qstats;
+pub mod rt;
 pub mod stream;
 pub mod xsk;
 pub mod xsk_group;
