@@ -254,11 +254,17 @@ fn phase(
                     priority: a.priority,
                     threshold_ns: a.threshold_us * 1000,
                 };
-                let (h, share, ps) = (&handles[i], shares[i].clone(), &phase_stop);
+                let (h, ps) = (&handles[i], &phase_stop);
+                // Copies of the histogram only for `--metrics`: each is a pass over its
+                // counters on the measuring thread.
+                let publisher = match a.metrics {
+                    Some(_) => Publisher::to(shares[i].clone()),
+                    None => Publisher::default(),
+                };
                 std::thread::Builder::new()
                     .name(format!("flowlane-latency-{cpu}"))
                     .spawn_scoped(s, move || {
-                        worker::measure(&job, ps, &h.stats, &h.extremes, Publisher::to(share))
+                        worker::measure(&job, ps, &h.stats, &h.extremes, publisher)
                     })
             })
             .collect();
