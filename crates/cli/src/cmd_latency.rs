@@ -330,9 +330,45 @@ fn summary(r: &LatencyReport) {
     if let Some(why) = &r.dma_latency_not_held {
         outln!("no PM QoS request held (idle states add their exit latency): {why}");
     }
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    for i in &r.isolation {
+        let irqs: Vec<String> = i.irqs.iter().take(8).map(|n| n.to_string()).collect();
+        outln!(
+            "cpu {} isolation: isolcpus {}, nohz_full {}, rcu_nocbs {}, isolated {}; {} IRQs \
+             allowed on it{}",
+            i.cpu,
+            yes(i.isolcpus),
+            yes(i.nohz_full),
+            yes(i.rcu_nocbs),
+            yes(i.isolated),
+            i.irqs.len(),
+            if irqs.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({}{})",
+                    irqs.join(","),
+                    if i.irqs.len() > 8 { ",…" } else { "" }
+                )
+            }
+        );
+    }
     for p in &r.phases {
         outln!();
         outln!("{} ({:.1} s):", p.name, p.duration_s);
+        for o in p
+            .runnable_others
+            .iter()
+            .filter(|o| o.samples_with_others > 0)
+        {
+            outln!(
+                "  cpu {}: other processes' tasks runnable there in {} of {} samples: {}",
+                o.cpu,
+                o.samples_with_others,
+                o.samples,
+                o.tasks.join(", ")
+            );
+        }
         outln!("{}", header());
         for c in &p.cpus {
             outln!("{}", row(c));

@@ -237,6 +237,10 @@ fn a_higher_priority_hold_shows_in_the_maximum_and_over_the_threshold() {
 /// are usage errors (exit 2) that name the fix.
 #[test]
 fn normal_priority_is_marked_and_bad_values_are_refused() {
+    // One at a time: each measures, or loads, the same CPU.
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let out = Command::new(BIN)
         .args(["latency", "--cpus", &cpu().to_string(), "--priority", "0"])
         .args(["--loops", "200", "--interval", "500", "--json", "--quiet"])
@@ -286,6 +290,10 @@ fn normal_priority_is_marked_and_bad_values_are_refused() {
 /// and measured alike; the load's work is counted and its files are gone afterwards.
 #[test]
 fn a_load_runs_beside_a_second_phase_and_is_reported() {
+    // One at a time: each measures, or loads, the same CPU.
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let dir = std::env::temp_dir().join(format!("fl-lat-io-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let out = Command::new(BIN)
@@ -327,4 +335,61 @@ fn a_load_runs_beside_a_second_phase_and_is_reported() {
     let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").collect();
     assert!(left.is_empty(), "the io hogs' files are removed: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each measured CPU's isolation is reported, and another process's task kept runnable on
+/// it (a spinning thread of this test, named so) is seen there and named.
+#[test]
+fn isolation_and_other_runnable_tasks_are_reported_per_cpu() {
+    // One at a time: each measures, or loads, the same CPU.
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let cpu = cpu();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let busy = std::thread::Builder::new()
+        .name("fl-busy-hog".into())
+        .spawn(move || {
+            flowlane_io::os::pin_current_thread(cpu).expect("pin");
+            while !s2.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+        .expect("thread");
+    let out = Command::new(BIN)
+        .args(["latency", "--cpus", &cpu.to_string(), "--duration", "2.5"])
+        .args(["--json", "--quiet"])
+        .output()
+        .expect("runs");
+    stop.store(true, Ordering::Relaxed);
+    busy.join().expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::schema_valid("latency", &r);
+    let iso = &r["isolation"][0];
+    assert_eq!(n(&iso["cpu"]), cpu as u64, "{r}");
+    assert!(
+        iso["irqs"].is_array() && iso["isolcpus"].is_boolean(),
+        "{iso}"
+    );
+    let o = &r["phases"][0]["runnable_others"][0];
+    // A status line each second and one at the end: three samples, each finding the hog
+    // runnable there (running, or preempted by the measuring thread).
+    assert!(n(&o["samples"]) >= 2, "{o}");
+    assert!(n(&o["samples_with_others"]) >= 1, "{o}");
+    assert!(
+        o["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .any(|t| t.as_str().is_some_and(|t| t.starts_with("fl-busy-hog("))),
+        "{o}"
+    );
 }

@@ -170,20 +170,7 @@ pub(super) fn isolation(h: &Host, cpus: &[usize]) -> Finding {
     const WHY: &str = "CPUs the scheduler, timers and RCU callbacks also use wake their workers \
                        late: the Enea profile halves worst-case latency by isolating them";
     let cmdline = h.read("proc/cmdline").unwrap_or_default();
-    let param = |name: &str| {
-        cmdline
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{name}=")))
-            // `isolcpus=domain,managed_irq,2-3`: the flags are words, the CPUs numbers.
-            .map(|v| {
-                let nums: Vec<&str> = v
-                    .split(',')
-                    .filter(|t| t.starts_with(|c: char| c.is_ascii_digit()))
-                    .collect();
-                parse_list(&nums.join(","))
-            })
-            .unwrap_or_default()
-    };
+    let param = |name: &str| super::isolation::boot_cpus(&cmdline, name);
     let missing: Vec<&str> = ["isolcpus", "nohz_full", "rcu_nocbs"]
         .into_iter()
         .filter(|p| !cpus.iter().all(|c| param(p).contains(c)))

@@ -12,8 +12,11 @@ use serde::{Deserialize, Serialize};
 use crate::nic::NicReport;
 
 mod cpu;
+mod isolation;
 mod net;
 mod nic;
+
+pub use isolation::{cpu_isolation, runnable_others, CpuIsolation};
 
 use cpu::{boost, cstates, dma_latency, governor, irqbalance, isolation, preemption, smt};
 use net::{busy_poll, clocksource, conntrack, sysctl, thp, vm};

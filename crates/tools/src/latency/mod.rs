@@ -10,7 +10,7 @@ mod report;
 mod worker;
 
 pub use load::{Load, LoadKind, LoadSpec};
-pub use report::{CpuLatency, LatencyPhase, LatencyReport, LoadReport};
+pub use report::{CpuLatency, CpuTasks, LatencyPhase, LatencyReport, LoadReport};
 pub use worker::{WakeSnapshot, WakeStats};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -213,6 +213,7 @@ pub fn run(
         interval_us: a.interval_us,
         distance_us: a.distance_us,
         threshold_us: a.threshold_us,
+        isolation: crate::doctor::cpu_isolation(std::path::Path::new("/"), &a.cpus),
         phases,
         interrupted: stop.load(Ordering::Relaxed),
         host: None,
@@ -270,6 +271,29 @@ fn phase(
             .collect();
         // Status lines until every thread is done.
         let mut last = base.clone();
+        let mut others: Vec<CpuTasks> = a
+            .cpus
+            .iter()
+            .map(|&cpu| CpuTasks {
+                cpu,
+                samples: 0,
+                samples_with_others: 0,
+                tasks: Vec::new(),
+            })
+            .collect();
+        let sample = |others: &mut Vec<CpuTasks>| {
+            for o in others.iter_mut() {
+                let (names, n) =
+                    crate::doctor::runnable_others(std::path::Path::new("/"), o.cpu, 16);
+                o.samples += 1;
+                o.samples_with_others += u64::from(n > 0);
+                for t in names {
+                    if o.tasks.len() < 16 && !o.tasks.contains(&t) {
+                        o.tasks.push(t);
+                    }
+                }
+            }
+        };
         let mut next_tick = Duration::from_secs_f64(a.interval_s);
         loop {
             let done = threads
@@ -306,6 +330,7 @@ fn phase(
                     })
                     .collect();
                 last = now;
+                sample(&mut others);
                 on_event(LatencyEvent::Tick(LatencyTick {
                     phase: name.to_string(),
                     elapsed_s: t0.elapsed().as_secs_f64(),
@@ -313,15 +338,18 @@ fn phase(
                 }));
             }
         }
-        threads
+        sample(&mut others);
+        let joined: Vec<_> = threads
             .into_iter()
             .map(|t| {
                 t.map_err(|e| format!("cannot start a thread: {e}"))?
                     .join()
                     .map_err(|_| "a measuring thread panicked".to_string())?
             })
-            .collect::<Vec<_>>()
+            .collect();
+        (joined, others)
     });
+    let (results, others) = results;
     let mut total = worker::new_histogram();
     let mut cpus = Vec::new();
     let mut realtime: Option<Result<i32, String>> = None;
@@ -351,6 +379,7 @@ fn phase(
             total: CpuLatency::of(None, None, &total, over, overruns),
             cpus,
             load: None,
+            runnable_others: others,
             histogram: Some(total),
         },
         realtime.unwrap_or(Err("no thread ran".into())),

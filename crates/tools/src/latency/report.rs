@@ -101,9 +101,26 @@ pub struct LatencyPhase {
     pub total: CpuLatency,
     /// What ran beside it (`None`: nothing of flowlane's).
     pub load: Option<LoadReport>,
+    /// Per measured CPU, tasks of other processes found runnable there (sampled each status
+    /// line and at the end): the competition an isolated CPU would not have.
+    #[serde(default)]
+    pub runnable_others: Vec<CpuTasks>,
     /// All latencies of the phase (for `--histogram`).
     #[serde(skip)]
     pub histogram: Option<Histogram<u64>>,
+}
+
+/// Other processes' tasks seen runnable on one CPU during a phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CpuTasks {
+    /// The CPU.
+    pub cpu: usize,
+    /// Samples taken.
+    pub samples: u64,
+    /// Samples that found at least one.
+    pub samples_with_others: u64,
+    /// Their names, `comm(tid)`, the first 16 distinct.
+    pub tasks: Vec<String>,
 }
 
 /// The report of a `latency` run.
@@ -128,6 +145,10 @@ pub struct LatencyReport {
     pub distance_us: u64,
     /// Wake-ups later than this count as over the threshold, microseconds.
     pub threshold_us: u64,
+    /// Each measured CPU's isolation when the run began (boot parameters, the kernel's
+    /// isolated set, IRQs allowed on it).
+    #[serde(default)]
+    pub isolation: Vec<crate::doctor::CpuIsolation>,
     /// The phases in the order they ran: without the load first when one was asked.
     pub phases: Vec<LatencyPhase>,
     /// Stopped early (Ctrl-C).
