@@ -791,6 +791,16 @@ fn print_step(r: &StepReport, a: &BlastArgs) {
         if let Some(l) = latency_line(r.latency_ns.as_ref(), "round trip") {
             outln!("{l}");
         }
+        for c in r
+            .cpu_latency_ns
+            .iter()
+            .flatten()
+            .filter(|_| r.cpu_latency_ns.as_ref().is_some_and(|v| v.len() > 1))
+        {
+            if let Some(l) = latency_line(c.latency.as_ref(), &format!("  cpu {}", c.cpu)) {
+                outln!("{l} ({} echoes)", c.echoes);
+            }
+        }
     }
     if r.flows.len() <= 16 {
         for f in &r.flows {

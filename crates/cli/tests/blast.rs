@@ -327,6 +327,11 @@ fn every_hundredth_dropped_by_the_peer_is_exactly_one_percent_loss() {
         l["max"].as_u64().expect("max"),
     );
     assert!(p50 > 0 && p50 <= max, "{j}");
+    // Per sender CPU (one thread here): every echo timed, the same distribution.
+    let per = j["cpu_latency_ns"].as_array().expect("per CPU");
+    assert_eq!(per.len(), 1, "{j}");
+    assert_eq!(per[0]["echoes"], 19_800, "{j}");
+    assert_eq!(per[0]["latency"]["max"], l["max"], "{j}");
 }
 
 #[test]

@@ -98,6 +98,10 @@ pub struct StepReport {
     pub mbps: f64,
     /// Round-trip latency of echoes.
     pub latency_ns: Option<Latency>,
+    /// With echoes: round trips per sender thread, by the CPU it ran on (each thread sends
+    /// and takes back its own flows' datagrams).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_latency_ns: Option<Vec<CpuRoundTrip>>,
     /// The whole latency distribution (nanoseconds) behind the percentiles, for `--histogram`
     /// (not in the JSON).
     #[serde(skip)]
@@ -229,4 +233,15 @@ impl BlastReport {
         }
         all
     }
+}
+
+/// One sender thread's round trips.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CpuRoundTrip {
+    /// The CPU the thread ran on.
+    pub cpu: usize,
+    /// Echoes it timed.
+    pub echoes: u64,
+    /// Their percentiles (`None`: none came back).
+    pub latency: Option<Latency>,
 }

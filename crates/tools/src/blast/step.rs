@@ -333,6 +333,19 @@ pub(super) fn run_step(
         kernel_fragmenting,
     );
     r.backend = plan.backend.clone();
+    if a.echo {
+        r.cpu_latency_ns = Some(
+            reports
+                .iter()
+                .zip(&plan.cpus)
+                .map(|(rep, &cpu)| super::report::CpuRoundTrip {
+                    cpu,
+                    echoes: rep.rtt_ns.as_ref().map_or(0, |h| h.len()),
+                    latency: Latency::of(rep.rtt_ns.as_ref(), "round-trip"),
+                })
+                .collect(),
+        );
+    }
     if let Some(replay) = &plan.replay {
         // A capture's sizes are its own, not a cycle to print: the mean is what was sent.
         r.frame_bytes = None;
@@ -550,6 +563,7 @@ fn summarize(
         imix_frame_bytes: (frames.len() > 1).then(|| frames.to_vec()),
         mbps: (mbps * 10.0).round() / 10.0,
         latency_ns: Latency::of(rtt.as_ref(), "round-trip"),
+        cpu_latency_ns: None,
         histogram: rtt.clone(),
         pktgen: String::new(),
         flows_started: a
