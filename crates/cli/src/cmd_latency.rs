@@ -81,7 +81,8 @@ pub struct LatencyArgs {
     #[arg(long, default_value_t = 100)]
     threshold: u64,
 
-    /// Run flowlane's own load beside a second phase: cpu, vm, io (comma-separated).
+    /// Run flowlane's own load beside a second phase: cpu, vm, io, net (comma-separated; net:
+    /// a lab with serve and blast steered onto the load CPUs, needs root).
     #[arg(long, value_enum, value_delimiter = ',')]
     load: Vec<LoadArg>,
 
@@ -96,6 +97,10 @@ pub struct LatencyArgs {
     /// Each memory hog's buffer, bytes (stress --vm-bytes).
     #[arg(long, default_value_t = 256 << 20)]
     vm_bytes: usize,
+
+    /// The net load's rate, datagrams per second (default: unpaced).
+    #[arg(long, value_parser = crate::args::parse_rate)]
+    net_rate: Option<crate::args::Rate>,
 
     /// Where the io hogs write their files (default: the temporary directory).
     #[arg(long, value_name = "DIR")]
@@ -129,6 +134,7 @@ enum LoadArg {
     Cpu,
     Vm,
     Io,
+    Net,
 }
 
 fn us(ns: u64) -> String {
@@ -209,6 +215,7 @@ pub fn run(a: LatencyArgs) -> CmdResult {
                     LoadArg::Cpu => LoadKind::Cpu,
                     LoadArg::Vm => LoadKind::Vm,
                     LoadArg::Io => LoadKind::Io,
+                    LoadArg::Net => LoadKind::Net,
                 })
                 .collect(),
             cpus: match &a.load_cpus {
@@ -218,6 +225,7 @@ pub fn run(a: LatencyArgs) -> CmdResult {
             threads: a.load_threads,
             vm_bytes: a.vm_bytes,
             io_dir: a.io_dir.clone(),
+            net_rate: a.net_rate.map(|r| r.pps(60.0)),
         })
     };
     if a.duration.is_none() && a.loops.is_none() && load.is_some() {
@@ -387,6 +395,14 @@ fn summary(r: &LatencyReport) {
                 l.vm_bytes_written >> 20,
                 l.io_bytes_written >> 20
             );
+            if let (Some(sent), Some(got)) = (l.net_sent, l.net_received) {
+                outln!(
+                    "net load: blast sent {sent} datagrams through its lab, serve received {got}{}",
+                    l.net_error
+                        .as_ref()
+                        .map_or(String::new(), |e| format!(" (stopped: {e})"))
+                );
+            }
         }
     }
     if let [quiet, loaded] = r.phases.as_slice() {

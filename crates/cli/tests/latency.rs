@@ -393,3 +393,43 @@ fn isolation_and_other_runnable_tasks_are_reported_per_cpu() {
         "{o}"
     );
 }
+
+/// `--load net`: flowlane's own traffic through a lab of its own beside the second phase,
+/// its counts in the report, and the lab gone afterwards.
+#[test]
+fn a_net_load_carries_traffic_through_a_lab_it_takes_down() {
+    if !flowlane_lab::can_create_namespaces() {
+        eprintln!("SKIP: --load net needs root for network namespaces");
+        return;
+    }
+    // One at a time: each measures, or loads, the same CPU.
+    let _one = common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let out = Command::new(BIN)
+        .args(["latency", "--cpus", &cpu().to_string(), "--duration", "1.5"])
+        .args(["--load", "net", "--net-rate", "20k", "--json", "--quiet"])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::schema_valid("latency", &r);
+    let l = &r["phases"][1]["load"];
+    assert!(l["net_error"].is_null(), "{l}");
+    // 20 000 a second for about the phase's 1.5 s; what the server got, at most what was
+    // sent (the last ones may still be on their way when it stops).
+    let (sent, got) = (n(&l["net_sent"]), n(&l["net_received"]));
+    assert!(sent >= 15_000 && got > 0 && got <= sent, "{l}");
+    let left = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip");
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains("fllat"),
+        "the load's lab is taken down"
+    );
+}

@@ -25,6 +25,10 @@ pub enum LoadKind {
     /// Writing 1 MiB blocks to a file, each followed by fdatasync (`stress -d --hdd-bytes 1M`):
     /// the block layer, its interrupts and the page cache.
     Io,
+    /// flowlane's own traffic: a lab (namespaces, veth, software RSS onto the load CPUs) with
+    /// `serve` (a worker per load CPU, sink mode) and `blast` (a thread per load CPU) at
+    /// `net_rate` or unpaced: the receive path's softirqs and the workers.
+    Net,
 }
 
 impl LoadKind {
@@ -34,6 +38,7 @@ impl LoadKind {
             LoadKind::Cpu => "cpu",
             LoadKind::Vm => "vm",
             LoadKind::Io => "io",
+            LoadKind::Net => "net",
         }
     }
 }
@@ -51,6 +56,9 @@ pub struct LoadSpec {
     pub vm_bytes: usize,
     /// Where the disk hogs write their files (default: the system's temporary directory).
     pub io_dir: Option<PathBuf>,
+    /// The net load's datagrams per second (`None`: unpaced).
+    #[serde(default)]
+    pub net_rate: Option<f64>,
 }
 
 /// A load while it runs; [`Load::finish`] stops it and says what it did.
@@ -63,6 +71,114 @@ pub struct Load {
     io_bytes: Arc<AtomicU64>,
     files: Vec<PathBuf>,
     spec: LoadSpec,
+    net: Option<NetLoad>,
+}
+
+/// The net load while it runs: its lab, and the server's and client's threads.
+struct NetLoad {
+    lab: String,
+    stop: Arc<AtomicBool>,
+    serve: JoinHandle<Result<crate::serve::ServeReport, String>>,
+    blast: JoinHandle<Result<crate::blast::BlastReport, String>>,
+}
+
+impl std::fmt::Debug for NetLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetLoad")
+            .field("lab", &self.lab)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NetLoad {
+    /// Brings up a lab steering onto `cpus`, starts serve in it and blast towards it.
+    fn start(spec: &LoadSpec) -> Result<NetLoad, ToolError> {
+        use flowlane_lab::setup;
+        if !flowlane_lab::can_create_namespaces() {
+            return Err(ToolError::privilege(
+                "--load net builds a lab in network namespaces and needs root (CAP_SYS_ADMIN, \
+                 CAP_NET_ADMIN)",
+            ));
+        }
+        let name = format!("fllat{}", std::process::id() % 100_000);
+        let n = spec.cpus.len().max(1) as u32;
+        let mut cfg = setup::LabConfig::new(
+            &name,
+            n,
+            setup::Steer::Rss,
+            &flowlane_rss::Key::MICROSOFT,
+            n,
+        );
+        cfg.queue_cpus = spec.cpus.iter().map(|&c| c as u32).collect();
+        setup::up(&cfg).map_err(|e| ToolError::runtime(format!("--load net: {e}")))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let to: std::net::SocketAddr = format!("{}:9000", setup::LAB_DUT_V4)
+            .parse()
+            .map_err(|_| ToolError::runtime("the lab's address"))?;
+        let (gen, dut) = (
+            flowlane_lab::Netns::existing(&cfg.gen_ns()),
+            flowlane_lab::Netns::existing(&cfg.dut_ns()),
+        );
+        let mut scfg = crate::serve::ServeConfig::new(to, spec.cpus.clone());
+        scfg.mode = crate::serve::ServeMode::Sink;
+        scfg.interval_s = 3600.0;
+        let (s2, ready_tx) = (stop.clone(), std::sync::mpsc::channel());
+        let (ready_tx, ready_rx) = ready_tx;
+        let serve = std::thread::spawn(move || {
+            dut.run(move || {
+                crate::serve::run(&scfg, &s2, &mut |e| {
+                    if let crate::serve::ServeEvent::Started(_) = e {
+                        let _ = ready_tx.send(());
+                    }
+                })
+                .map_err(|e| e.message)
+            })
+            .map_err(|e| e.to_string())?
+        });
+        let up = ready_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .is_ok();
+        let mut bcfg = crate::blast::BlastConfig::new(to, spec.cpus[0]);
+        bcfg.cpus = spec.cpus.clone();
+        bcfg.flows = (2 * spec.cpus.len()) as u32;
+        bcfg.rate = spec.net_rate.map(crate::blast::Rate::Pps);
+        bcfg.interval_s = 3600.0;
+        let b2 = stop.clone();
+        let blast = std::thread::spawn(move || {
+            if !up {
+                return Err("the load's server did not start".to_string());
+            }
+            gen.run(move || crate::blast::run(&bcfg, &b2, &mut |_| {}).map_err(|e| e.message))
+                .map_err(|e| e.to_string())?
+        });
+        Ok(NetLoad {
+            lab: name,
+            stop,
+            serve,
+            blast,
+        })
+    }
+
+    /// Stops both, takes the lab down: (datagrams sent, datagrams the server got, an error).
+    fn finish(self) -> (u64, u64, Option<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let b = self
+            .blast
+            .join()
+            .map_err(|_| "blast panicked".to_string())
+            .and_then(|r| r);
+        let s = self
+            .serve
+            .join()
+            .map_err(|_| "serve panicked".to_string())
+            .and_then(|r| r);
+        let _ = flowlane_lab::setup::down(&self.lab);
+        let sent = b
+            .as_ref()
+            .map_or(0, |r| r.steps.iter().map(|s| s.tx_packets).sum());
+        let got = s.as_ref().map_or(0, |r| r.total.rx_packets);
+        (sent, got, b.err().or(s.err()))
+    }
 }
 
 /// A CPU hog: dependent arithmetic, counted in loops of 1 024 steps.
@@ -133,11 +249,15 @@ impl Load {
             io_bytes: io_bytes.clone(),
             files: Vec::new(),
             spec: spec.clone(),
+            net: None,
         };
+        if spec.kinds.contains(&LoadKind::Net) {
+            load.net = Some(NetLoad::start(spec)?);
+        }
         let dir = spec.io_dir.clone().unwrap_or_else(std::env::temp_dir);
         for &cpu in &spec.cpus {
             for t in 0..spec.threads.max(1) {
-                for &kind in &spec.kinds {
+                for &kind in spec.kinds.iter().filter(|&&k| k != LoadKind::Net) {
                     let file = match kind {
                         LoadKind::Io => {
                             let path = dir.join(format!(
@@ -176,7 +296,7 @@ impl Load {
                                 (LoadKind::Cpu, _) => cpu_hog(&stop, &c),
                                 (LoadKind::Vm, _) => vm_hog(&stop, &v, bytes),
                                 (LoadKind::Io, Some(f)) => io_hog(&stop, &i, f),
-                                (LoadKind::Io, None) => {}
+                                (LoadKind::Io, None) | (LoadKind::Net, _) => {}
                             }
                         })
                         .map_err(|e| ToolError::runtime(format!("a load thread: {e}")))?;
@@ -189,6 +309,7 @@ impl Load {
 
     /// Stops every thread, removes the disk hogs' files, and says what the load did.
     pub fn finish(mut self) -> LoadReport {
+        let net = self.net.take().map(NetLoad::finish);
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -209,6 +330,9 @@ impl Load {
             vm_bytes_written: self.vm_bytes.load(Ordering::Relaxed),
             vm_bytes: self.spec.vm_bytes as u64,
             io_bytes_written: self.io_bytes.load(Ordering::Relaxed),
+            net_sent: net.as_ref().map(|n| n.0),
+            net_received: net.as_ref().map(|n| n.1),
+            net_error: net.and_then(|n| n.2),
             io_dir: self.spec.kinds.contains(&LoadKind::Io).then(|| {
                 self.spec
                     .io_dir
@@ -223,6 +347,9 @@ impl Load {
 
 impl Drop for Load {
     fn drop(&mut self) {
+        if let Some(n) = self.net.take() {
+            n.finish();
+        }
         // A run that ends on an error still stops its hogs and removes their files.
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {

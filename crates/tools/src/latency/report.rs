@@ -86,6 +86,15 @@ pub struct LoadReport {
     pub io_bytes_written: u64,
     /// Where the disk hogs wrote (a file each, removed after).
     pub io_dir: Option<String>,
+    /// The net load: datagrams blast sent through its lab.
+    #[serde(default)]
+    pub net_sent: Option<u64>,
+    /// The net load: datagrams serve's workers received.
+    #[serde(default)]
+    pub net_received: Option<u64>,
+    /// The net load stopped on this error (its counts are what it did until then).
+    #[serde(default)]
+    pub net_error: Option<String>,
 }
 
 /// One phase: the measurement with or without the load.
