@@ -155,6 +155,22 @@ fn bench(name: &str, out: &Path, extra: &[&str]) -> (Option<i32>, Value) {
     (o.status.code(), v)
 }
 
+/// One-way `bench` steps of 1 s at 20 000 datagrams/s for `buckets`, with `extra`.
+fn sink_20k(name: &str, out: &Path, buckets: &str, extra: &[&str]) -> (Option<i32>, Value) {
+    let mut args = vec![
+        "--buckets",
+        buckets,
+        "--step-secs",
+        "1",
+        "--mode",
+        "sink",
+        "--rate",
+        "20000",
+    ];
+    args.extend_from_slice(extra);
+    bench(name, out, &args)
+}
+
 /// `bench` for k = 1, 2 in `mode`, 2 s steps at 40k datagrams/s.
 fn bench_40k(name: &str, out: &Path, mode: &str) -> (Option<i32>, Value) {
     bench(
@@ -671,20 +687,7 @@ fn loss_no_counter_shows_is_a_problem() {
     std::io::Write::write_all(nft.stdin.as_mut().expect("stdin"), rules.as_bytes()).expect("rules");
     assert!(nft.wait().expect("nft").success());
     let dir = out_dir("n");
-    let (code, r) = bench(
-        &name,
-        &dir,
-        &[
-            "--buckets",
-            "1",
-            "--step-secs",
-            "1",
-            "--mode",
-            "sink",
-            "--rate",
-            "20000",
-        ],
-    );
+    let (code, r) = sink_20k(&name, &dir, "1", &[]);
     assert_eq!(code, Some(1), "unexplained loss is a failed run: {r}");
     let s = &r["steps"][0];
     let lost = s["lost"].as_u64().expect("lost");
@@ -825,22 +828,7 @@ fn mixed_flows_attempt(k: usize) {
     let h = flowlane_rss::Toeplitz::new(&key).hash(&two) as usize;
     let x = u64::from(lab.queue_cpus[usize::from(lab.reta[h & (lab.reta.len() - 1)])]);
     let dir = out_dir("frag");
-    let (code, r) = bench(
-        &name,
-        &dir,
-        &[
-            "--buckets",
-            "2",
-            "--step-secs",
-            "1",
-            "--mode",
-            "sink",
-            "--rate",
-            "20000",
-            "--fragment-share",
-            "25",
-        ],
-    );
+    let (code, r) = sink_20k(&name, &dir, "2", &["--fragment-share", "25"]);
     assert_eq!(code, Some(0), "{}", r["problems"]);
     common::schema_valid("report", &r);
     let steps = r["steps"].as_array().expect("steps");

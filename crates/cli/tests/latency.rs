@@ -32,6 +32,31 @@ fn cpu() -> usize {
         .expect("a usable CPU")
 }
 
+/// Runs `flowlane latency ARGS --json --quiet`: its report, checked against the schema.
+fn latency_json(args: &[&str]) -> Value {
+    let out = Command::new(BIN)
+        .arg("latency")
+        .args(args)
+        .args(["--json", "--quiet"])
+        .output()
+        .expect("flowlane runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::schema_valid("latency", &r);
+    r
+}
+
+/// One test at a time: each measures, or loads, the same CPU.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    common::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 fn realtime_allowed() -> bool {
     let ok = std::thread::spawn(|| {
         let ok = flowlane_io::os::set_fifo_priority(1).is_ok();
@@ -48,17 +73,8 @@ fn realtime_allowed() -> bool {
 
 /// One flowlane round: (p50, p99) in whole µs, floored as cyclictest counts.
 fn ours(cpu: usize, loops: u64) -> (u64, u64) {
-    let out = Command::new(BIN)
-        .args(["latency", "--cpus", &cpu.to_string(), "--interval", "1000"])
-        .args(["--loops", &loops.to_string(), "--json", "--quiet"])
-        .output()
-        .expect("flowlane runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let (c, l) = (cpu.to_string(), loops.to_string());
+    let r = latency_json(&["--cpus", &c, "--interval", "1000", "--loops", &l]);
     assert_eq!(r["realtime_priority"], 99, "{r}");
     assert_eq!(r["dma_latency_us"], 0, "cyclictest's PM QoS default: {r}");
     let c = &r["phases"][0]["cpus"][0];
@@ -162,9 +178,7 @@ fn wakeups_agree_with_cyclictest_on_the_same_cpu_and_interval() {
     if !common::need_program("cyclictest") || !realtime_allowed() {
         return;
     }
-    let _one = common::ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let _one = one_at_a_time();
     common::up_to(3, compare_attempt);
 }
 
@@ -227,9 +241,7 @@ fn a_higher_priority_hold_shows_in_the_maximum_and_over_the_threshold() {
     if !realtime_allowed() {
         return;
     }
-    let _one = common::ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let _one = one_at_a_time();
     common::up_to(3, disturbed_attempt);
 }
 
@@ -237,22 +249,9 @@ fn a_higher_priority_hold_shows_in_the_maximum_and_over_the_threshold() {
 /// are usage errors (exit 2) that name the fix.
 #[test]
 fn normal_priority_is_marked_and_bad_values_are_refused() {
-    // One at a time: each measures, or loads, the same CPU.
-    let _one = common::ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let out = Command::new(BIN)
-        .args(["latency", "--cpus", &cpu().to_string(), "--priority", "0"])
-        .args(["--loops", "200", "--interval", "500", "--json", "--quiet"])
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    common::schema_valid("latency", &r);
+    let _one = one_at_a_time();
+    let c = cpu().to_string();
+    let r = latency_json(&["--cpus", &c, "--priority", "0", "--loops", "200"]);
     assert!(r["realtime_priority"].is_null(), "{r}");
     assert!(
         r["not_realtime"].as_str().is_some_and(|s| !s.is_empty()),
@@ -290,34 +289,24 @@ fn normal_priority_is_marked_and_bad_values_are_refused() {
 /// and measured alike; the load's work is counted and its files are gone afterwards.
 #[test]
 fn a_load_runs_beside_a_second_phase_and_is_reported() {
-    // One at a time: each measures, or loads, the same CPU.
-    let _one = common::ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let _one = one_at_a_time();
     let dir = std::env::temp_dir().join(format!("fl-lat-io-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let out = Command::new(BIN)
-        .args(["latency", "--cpus", &cpu().to_string(), "--priority", "0"])
-        .args([
-            "--duration",
-            "1",
-            "--load",
-            "cpu,vm,io",
-            "--vm-bytes",
-            "16777216",
-        ])
-        .arg("--io-dir")
-        .arg(&dir)
-        .args(["--json", "--quiet"])
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    common::schema_valid("latency", &r);
+    let (c, d) = (cpu().to_string(), dir.to_string_lossy().into_owned());
+    let r = latency_json(&[
+        "--cpus",
+        &c,
+        "--priority",
+        "0",
+        "--duration",
+        "1",
+        "--load",
+        "cpu,vm,io",
+        "--vm-bytes",
+        "16777216",
+        "--io-dir",
+        &d,
+    ]);
     let p = r["phases"].as_array().expect("phases");
     assert_eq!(p.len(), 2, "{r}");
     assert_eq!(p[0]["name"], "no load");
@@ -341,10 +330,7 @@ fn a_load_runs_beside_a_second_phase_and_is_reported() {
 /// it (a spinning thread of this test, named so) is seen there and named.
 #[test]
 fn isolation_and_other_runnable_tasks_are_reported_per_cpu() {
-    // One at a time: each measures, or loads, the same CPU.
-    let _one = common::ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let _one = one_at_a_time();
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let cpu = cpu();
@@ -359,20 +345,10 @@ fn isolation_and_other_runnable_tasks_are_reported_per_cpu() {
             }
         })
         .expect("thread");
-    let out = Command::new(BIN)
-        .args(["latency", "--cpus", &cpu.to_string(), "--duration", "2.5"])
-        .args(["--json", "--quiet"])
-        .output()
-        .expect("runs");
+    let c = cpu.to_string();
+    let r = latency_json(&["--cpus", &c, "--duration", "2.5"]);
     stop.store(true, Ordering::Relaxed);
     busy.join().expect("join");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    common::schema_valid("latency", &r);
     let iso = &r["isolation"][0];
     assert_eq!(n(&iso["cpu"]), cpu as u64, "{r}");
     assert!(
@@ -402,22 +378,18 @@ fn a_net_load_carries_traffic_through_a_lab_it_takes_down() {
         eprintln!("SKIP: --load net needs root for network namespaces");
         return;
     }
-    // One at a time: each measures, or loads, the same CPU.
-    let _one = common::ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let out = Command::new(BIN)
-        .args(["latency", "--cpus", &cpu().to_string(), "--duration", "1.5"])
-        .args(["--load", "net", "--net-rate", "20k", "--json", "--quiet"])
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    common::schema_valid("latency", &r);
+    let _one = one_at_a_time();
+    let c = cpu().to_string();
+    let r = latency_json(&[
+        "--cpus",
+        &c,
+        "--duration",
+        "1.5",
+        "--load",
+        "net",
+        "--net-rate",
+        "20k",
+    ]);
     let l = &r["phases"][1]["load"];
     assert!(l["net_error"].is_null(), "{l}");
     // 20 000 a second for about the phase's 1.5 s; what the server got, at most what was
