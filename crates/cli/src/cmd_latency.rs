@@ -106,6 +106,16 @@ pub struct LatencyArgs {
     #[arg(long, value_name = "DIR")]
     io_dir: Option<PathBuf>,
 
+    /// Then measure again with the CPUs isolated (`flowlane isolate`: a cpuset partition,
+    /// tasks and interrupts moved off) from inside the partition, and undo the isolation —
+    /// before and after in one run. Needs root.
+    #[arg(long)]
+    compare_isolated: bool,
+
+    /// The isolation's state file with --compare-isolated.
+    #[arg(long, value_name = "FILE", default_value = flowlane_tools::isolate::STATE)]
+    isolate_state: PathBuf,
+
     /// Write each phase's whole distribution in HdrHistogram's .hgrm text (microseconds): the
     /// first phase to FILE, the loaded one to FILE with `-load` before its extension.
     #[arg(long, value_name = "FILE")]
@@ -181,18 +191,22 @@ fn row(c: &CpuLatency) -> String {
     )
 }
 
-/// `FILE` for the first phase, `FILE-load.EXT` for a loaded one.
+/// `FILE` for the first phase, `FILE-load.EXT` for a loaded one, `-isolated` before the
+/// extension for the phases inside an isolation.
 fn phase_path(path: &std::path::Path, p: &LatencyPhase) -> PathBuf {
-    if p.load.is_none() {
-        return path.to_path_buf();
-    }
+    let tag = match (p.name.starts_with("isolated"), p.load.is_some()) {
+        (false, false) => return path.to_path_buf(),
+        (false, true) => "load",
+        (true, false) => "isolated",
+        (true, true) => "isolated-load",
+    };
     let stem = path.file_stem().map_or_else(
         || "latency".to_string(),
         |s| s.to_string_lossy().into_owned(),
     );
     let name = match path.extension() {
-        Some(e) => format!("{stem}-load.{}", e.to_string_lossy()),
-        None => format!("{stem}-load"),
+        Some(e) => format!("{stem}-{tag}.{}", e.to_string_lossy()),
+        None => format!("{stem}-{tag}"),
     };
     path.with_file_name(name)
 }
@@ -228,9 +242,9 @@ pub fn run(a: LatencyArgs) -> CmdResult {
             net_rate: a.net_rate.map(|r| r.pps(60.0)),
         })
     };
-    if a.duration.is_none() && a.loops.is_none() && load.is_some() {
+    if a.duration.is_none() && a.loops.is_none() && (load.is_some() || a.compare_isolated) {
         return Err(Failure::usage(anyhow::anyhow!(
-            "--load compares two phases: give each a --duration or --loops"
+            "--load and --compare-isolated compare phases: give each a --duration or --loops"
         )));
     }
     let cfg = LatencyConfig {
@@ -246,6 +260,7 @@ pub fn run(a: LatencyArgs) -> CmdResult {
         interval_s: 1.0,
         metrics: a.metrics,
         load,
+        compare_isolated: a.compare_isolated.then(|| a.isolate_state.clone()),
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::live::stop_on_signals(&stop)?;
@@ -405,9 +420,33 @@ fn summary(r: &LatencyReport) {
             }
         }
     }
-    if let [quiet, loaded] = r.phases.as_slice() {
+    if let Some(i) = &r.isolated {
         outln!();
-        outln!("without → with the load, per CPU:");
+        outln!(
+            "isolated CPUs {} for the later phases: {} tasks and {} interrupts moved off \
+             ({} tasks, {} interrupts could not move); undone: {}",
+            flowlane_runtime::cpus::format_cpu_list(&i.cpus),
+            i.tasks_moved,
+            i.irqs_moved.len(),
+            i.tasks_stayed,
+            i.irqs_stayed.len(),
+            r.undone
+                .as_ref()
+                .map_or("no".to_string(), |u| if u.problems.is_empty() {
+                    "everything restored".to_string()
+                } else {
+                    u.problems.join("; ")
+                })
+        );
+    }
+    let pairs: Vec<(&LatencyPhase, &LatencyPhase)> = match r.phases.as_slice() {
+        [a, b] => vec![(a, b)],
+        [a, b, c, d] => vec![(a, b), (a, c), (b, d)],
+        _ => Vec::new(),
+    };
+    for (quiet, loaded) in pairs {
+        outln!();
+        outln!("{} → {}, per CPU:", quiet.name, loaded.name);
         for (a, b) in quiet.cpus.iter().zip(&loaded.cpus) {
             outln!(
                 "  cpu {}: avg {} → {} µs, p99 {} → {} µs, max {} → {} µs, over {} → {}",

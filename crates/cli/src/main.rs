@@ -17,6 +17,7 @@ mod cmd_doctor;
 mod cmd_forward;
 mod cmd_hash;
 mod cmd_http;
+mod cmd_isolate;
 mod cmd_lab;
 mod cmd_latency;
 mod cmd_pick;
@@ -67,6 +68,7 @@ enum Command {
     Rss(cmd_rss::RssCommand),
     Top(cmd_top::TopArgs),
     Latency(cmd_latency::LatencyArgs),
+    Isolate(cmd_isolate::IsolateArgs),
     Doctor(cmd_doctor::DoctorArgs),
     Serve(cmd_serve::ServeArgs),
     Blast(Box<cmd_blast::BlastArgs>),
@@ -133,6 +135,7 @@ fn main() -> ExitCode {
         Command::Rss(c) => cmd_rss::run(c),
         Command::Top(a) => cmd_top::run(a),
         Command::Latency(a) => cmd_latency::run(a),
+        Command::Isolate(a) => cmd_isolate::run(a),
         Command::Doctor(a) => cmd_doctor::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Blast(a) => cmd_blast::run(*a),

@@ -18,6 +18,7 @@ pub mod error;
 pub mod forward;
 pub mod http;
 pub mod input;
+pub mod isolate;
 pub mod latency;
 pub mod metrics;
 pub mod nic;

@@ -25,6 +25,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("rss-verify", schema_for!(crate::verify::VerifyReport)),
         ("doctor", schema_for!(crate::doctor::DoctorReport)),
         ("latency", schema_for!(crate::latency::LatencyReport)),
+        ("isolate", schema_for!(crate::isolate::IsolateReport)),
         (
             "lab-status",
             schema_for!(flowlane_lab::setup::LabStatusReport),

@@ -52,6 +52,10 @@ pub struct LatencyConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// A load to run beside the measurement, after a phase without it.
     pub load: Option<LoadSpec>,
+    /// Measure again with the CPUs isolated (`isolate`, this state file), inside the
+    /// partition, and undo the isolation afterwards.
+    #[serde(default)]
+    pub compare_isolated: Option<std::path::PathBuf>,
 }
 
 /// One CPU over one status interval.
@@ -136,6 +140,7 @@ pub fn run(
     on_event: &mut dyn FnMut(LatencyEvent),
 ) -> Result<LatencyReport, ToolError> {
     check(a)?;
+    let isolation = crate::doctor::cpu_isolation(std::path::Path::new("/"), &a.cpus);
     let (memory_locked, memory_not_locked) = if a.lock_memory {
         match flowlane_io::os::lock_memory() {
             Ok(()) => (true, None),
@@ -172,15 +177,36 @@ pub fn run(
     };
     let mut phases = Vec::new();
     let mut realtime: Option<Result<i32, String>> = None;
-    let plan: Vec<Option<&LoadSpec>> = match &a.load {
+    let loads: Vec<Option<&LoadSpec>> = match &a.load {
         Some(l) => vec![None, Some(l)],
         None => vec![None],
     };
-    for load in plan {
+    let mut plan: Vec<(bool, Option<&LoadSpec>)> = loads.iter().map(|&l| (false, l)).collect();
+    if a.compare_isolated.is_some() {
+        plan.extend(loads.iter().map(|&l| (true, l)));
+    }
+    let mut isolated: Option<crate::isolate::IsolateReport> = None;
+    let mut undone: Option<crate::isolate::UndoReport> = None;
+    let mut failure = None;
+    for (iso, load) in plan {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let name = match load {
+        if iso && isolated.is_none() {
+            let state = a
+                .compare_isolated
+                .as_deref()
+                .unwrap_or(std::path::Path::new(crate::isolate::STATE));
+            let r = crate::isolate::isolate(&a.cpus, state)?;
+            // This process (its measuring threads to come) into the partition.
+            if let Err(e) = crate::isolate::join(&crate::isolate::isolated_procs(&r)) {
+                failure = Some(e);
+                isolated = Some(r);
+                break;
+            }
+            isolated = Some(r);
+        }
+        let base = match load {
             None => "no load".to_string(),
             Some(l) => format!(
                 "load: {}",
@@ -191,16 +217,46 @@ pub fn run(
                     .join("+")
             ),
         };
+        let name = if iso {
+            format!("isolated, {base}")
+        } else {
+            base
+        };
         on_event(LatencyEvent::Phase {
             name: name.clone(),
             priority: a.priority,
         });
-        let running = load.map(Load::start).transpose()?;
-        let (phase, rt) = phase(a, &name, &handles, &shares, stop, on_event)?;
+        let running = match load.map(Load::start).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let (phase, rt) = match phase(a, &name, &handles, &shares, stop, on_event) {
+            Ok(p) => p,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
         let mut phase = phase;
         phase.load = running.map(Load::finish);
         realtime.get_or_insert(rt);
         phases.push(phase);
+    }
+    // The host as it was: out of the partition, then the isolation undone — whatever
+    // happened above.
+    if let Some(r) = &isolated {
+        let _ = crate::isolate::join(&crate::isolate::root_procs(r));
+        let state = a
+            .compare_isolated
+            .as_deref()
+            .unwrap_or(std::path::Path::new(crate::isolate::STATE));
+        undone = Some(crate::isolate::undo(state)?);
+    }
+    if let Some(e) = failure {
+        return Err(e);
     }
     let rt = realtime.unwrap_or(Err("nothing measured".into()));
     Ok(LatencyReport {
@@ -213,7 +269,9 @@ pub fn run(
         interval_us: a.interval_us,
         distance_us: a.distance_us,
         threshold_us: a.threshold_us,
-        isolation: crate::doctor::cpu_isolation(std::path::Path::new("/"), &a.cpus),
+        isolation,
+        isolated,
+        undone,
         phases,
         interrupted: stop.load(Ordering::Relaxed),
         host: None,

@@ -158,6 +158,13 @@ pub struct LatencyReport {
     /// isolated set, IRQs allowed on it).
     #[serde(default)]
     pub isolation: Vec<crate::doctor::CpuIsolation>,
+    /// With `--compare-isolated`: what isolating the CPUs did (the later phases ran inside
+    /// the partition).
+    #[serde(default)]
+    pub isolated: Option<crate::isolate::IsolateReport>,
+    /// And what undoing it restored.
+    #[serde(default)]
+    pub undone: Option<crate::isolate::UndoReport>,
     /// The phases in the order they ran: without the load first when one was asked.
     pub phases: Vec<LatencyPhase>,
     /// Stopped early (Ctrl-C).
