@@ -9,8 +9,7 @@ use flowlane_tools::isolate;
 use crate::args::{parse_cpu_list, print_json, CpuList};
 use crate::{CmdResult, Failure};
 
-/// Isolate CPUs as partrt does: a cpuset partition, tasks and interrupts moved off; --undo
-/// restores exactly what it changed.
+/// Isolate CPUs as partrt does (cpuset partition, tasks and IRQs moved off); --undo restores.
 ///
 /// The CPUs get a cpuset of their own — a cgroup v2 partition (`cpuset.cpus.partition`
 /// isolated, or root on kernels before 6.2) where cgroup v2 is mounted, else v1 cpusets

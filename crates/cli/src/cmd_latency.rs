@@ -15,8 +15,7 @@ use crate::args::{parse_cpu_list, parse_duration, print_json, usable_cpus, CpuLi
 use crate::live::{JsonStream, Log};
 use crate::{CmdResult, Failure};
 
-/// Measure wake-up latency per CPU: how late a thread wakes after its timer, as cyclictest
-/// does, and under load.
+/// Measure each CPU's wake-up latency as cyclictest does, with and without a load.
 ///
 /// One thread per CPU (--cpus), pinned, at SCHED_FIFO priority 99 with memory locked, sleeps
 /// until an absolute CLOCK_MONOTONIC time every --interval and records how late it woke in an
