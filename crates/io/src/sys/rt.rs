@@ -39,6 +39,12 @@ pub fn fifo_priority() -> Result<Option<i32>, SysError> {
     Ok(Some(param.sched_priority))
 }
 
+/// The calling thread's id (`gettid`), as cgroup `tasks` files take it.
+pub fn thread_id() -> u32 {
+    // SAFETY: gettid takes nothing and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
 /// Locks the process's memory, now and from now on (`mlockall(MCL_CURRENT | MCL_FUTURE)`), so
 /// no page fault lands in a measured wake-up.
 pub fn lock_memory() -> Result<(), SysError> {

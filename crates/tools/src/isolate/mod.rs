@@ -315,6 +315,15 @@ pub fn isolated_procs(r: &IsolateReport) -> PathBuf {
     }
 }
 
+/// Where a single thread joins the isolated CPUs: the v1 cpuset's `tasks` file (`None` on
+/// cgroup v2, where a partition takes whole processes).
+pub fn isolated_tasks(r: &IsolateReport) -> Option<PathBuf> {
+    match &r.cgroup {
+        Cgroup::V1 { root, .. } => Some(Path::new(root).join(RT).join("tasks")),
+        Cgroup::V2 { .. } => None,
+    }
+}
+
 /// The root cgroup's `cgroup.procs`, to go back to.
 pub fn root_procs(r: &IsolateReport) -> PathBuf {
     match &r.cgroup {

@@ -198,11 +198,15 @@ pub fn run(
                 .as_deref()
                 .unwrap_or(std::path::Path::new(crate::isolate::STATE));
             let r = crate::isolate::isolate(&a.cpus, state)?;
-            // This process (its measuring threads to come) into the partition.
-            if let Err(e) = crate::isolate::join(&crate::isolate::isolated_procs(&r)) {
-                failure = Some(e);
-                isolated = Some(r);
-                break;
+            // v1: each measuring thread joins the isolated cpuset itself, and a load's
+            // threads stay with the rest of the system. v2's partition takes whole
+            // processes: this one joins it, its load with it.
+            if crate::isolate::isolated_tasks(&r).is_none() {
+                if let Err(e) = crate::isolate::join(&crate::isolate::isolated_procs(&r)) {
+                    failure = Some(e);
+                    isolated = Some(r);
+                    break;
+                }
             }
             isolated = Some(r);
         }
@@ -233,7 +237,11 @@ pub fn run(
                 break;
             }
         };
-        let (phase, rt) = match phase(a, &name, &handles, &shares, stop, on_event) {
+        let join = isolated
+            .as_ref()
+            .filter(|_| iso)
+            .and_then(crate::isolate::isolated_tasks);
+        let (phase, rt) = match phase(a, &name, join, &handles, &shares, stop, on_event) {
             Ok(p) => p,
             Err(e) => {
                 failure = Some(e);
@@ -286,6 +294,7 @@ pub fn run(
 fn phase(
     a: &LatencyConfig,
     name: &str,
+    join_tasks: Option<std::path::PathBuf>,
     handles: &[WakeHandles],
     shares: &[LatencyShare],
     stop: &Arc<AtomicBool>,
@@ -312,6 +321,7 @@ fn phase(
                     loops: a.loops,
                     priority: a.priority,
                     threshold_ns: a.threshold_us * 1000,
+                    join_tasks: join_tasks.clone(),
                 };
                 let (h, ps) = (&handles[i], &phase_stop);
                 // Copies of the histogram only for `--metrics`: each is a pass over its

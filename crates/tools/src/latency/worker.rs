@@ -67,6 +67,9 @@ pub struct WakeJob {
     pub priority: i32,
     /// A wake-up later than this counts as over the threshold, nanoseconds.
     pub threshold_ns: u64,
+    /// Join this cgroup `tasks` file (the thread alone) before anything else: the isolated
+    /// cpuset, leaving the process's other threads (a load's) where they are.
+    pub join_tasks: Option<std::path::PathBuf>,
 }
 
 /// What a thread hands back.
@@ -93,6 +96,10 @@ pub fn measure(
     ext: &Extremes,
     mut publisher: Publisher,
 ) -> Result<WakeResult, String> {
+    if let Some(t) = &job.join_tasks {
+        std::fs::write(t, os::thread_id().to_string())
+            .map_err(|e| format!("join {}: {e}", t.display()))?;
+    }
     os::pin_current_thread(job.cpu).map_err(|e| format!("CPU {}: {e}", job.cpu))?;
     let realtime = if job.priority > 0 {
         os::set_fifo_priority(job.priority)
