@@ -539,6 +539,7 @@ const BPF_JMP_JSET_K: u16 = 0x45;
 const BPF_JMP_JGE_K: u16 = 0x35;
 const BPF_ALU_XOR_K: u16 = 0xa4;
 const BPF_ALU_AND_K: u16 = 0x54;
+const BPF_JMP_JA: u16 = 0x05;
 
 /// The most buckets [`hash_steering_program`] takes (its jump offsets are 8 bits).
 pub const HASH_STEERING_MAX_BUCKETS: usize = 256;
@@ -548,19 +549,45 @@ pub const HASH_STEERING_MAX_BUCKETS: usize = 256;
 /// socket `buckets[hash % buckets.len()]`. The tuple is read from the network header (IPv4
 /// without options: source, destination, ports at 12, 16, 20; IPv6 without extension
 /// headers: 8, 24, 40), so a datagram the kernel reassembled is steered like a whole one.
-/// `key`: the Toeplitz key (at least 16 bytes for IPv4, 40 for IPv6). The hash is built bit
-/// by bit (5 instructions a bit: ~600 for IPv4, ~1 500 for IPv6, under the kernel's 4 096),
-/// then a tree of comparisons over runs of equal buckets picks the socket. `None`: a key
-/// too short, no buckets, or more than [`HASH_STEERING_MAX_BUCKETS`].
+/// With `v6` the program takes both families (a dual-stack socket gets IPv4 datagrams too):
+/// it reads the version and hashes each by its own header. `key`: the Toeplitz key (at least
+/// 16 bytes for IPv4, 40 with `v6`). The hash is built bit by bit (5 instructions a bit:
+/// ~600 for IPv4, ~1 500 for IPv6, both under the kernel's 4 096), then a tree of comparisons
+/// over runs of equal buckets picks the socket. An IPv4 header with options goes to
+/// `buckets[0]`'s socket (its ports are elsewhere). `None`: a key too short, no buckets, or
+/// more than [`HASH_STEERING_MAX_BUCKETS`].
 pub fn hash_steering_program(key: &[u8], buckets: &[u32], v6: bool) -> Option<Vec<BpfInsn>> {
-    let (fields, len): (&[(u32, u32)], usize) = if v6 {
-        (&[(8, 16), (24, 16), (40, 4)], 36)
-    } else {
-        (&[(12, 4), (16, 4), (20, 4)], 12)
-    };
-    if key.len() < len + 4 || buckets.is_empty() || buckets.len() > HASH_STEERING_MAX_BUCKETS {
+    let need = if v6 { 40 } else { 16 };
+    if key.len() < need || buckets.is_empty() || buckets.len() > HASH_STEERING_MAX_BUCKETS {
         return None;
     }
+    let mut v4 = vec![
+        // Only a header without options: else the ports are elsewhere.
+        insn(BPF_LD_B_ABS, 0, 0, NET_OFF),
+        insn(BPF_JMP_JEQ_K, 1, 0, 0x45),
+        insn(BPF_RET_K, 0, 0, buckets[0]),
+    ];
+    hash_and_pick(key, buckets, &[(12, 4), (16, 4), (20, 4)], &mut v4);
+    if !v6 {
+        return Some(v4);
+    }
+    let mut ip6 = Vec::new();
+    hash_and_pick(key, buckets, &[(8, 16), (24, 16), (40, 4)], &mut ip6);
+    // The version nibble: 6 falls through to the IPv6 part, anything else jumps over it.
+    let mut prog = vec![
+        insn(BPF_LD_B_ABS, 0, 0, NET_OFF),
+        insn(BPF_ALU_AND_K, 0, 0, 0xf0),
+        insn(BPF_JMP_JEQ_K, 1, 0, 0x60),
+        insn(BPF_JMP_JA, 0, 0, ip6.len() as u32),
+    ];
+    prog.extend(ip6);
+    prog.extend(v4);
+    Some(prog)
+}
+
+/// Appends the Toeplitz hash of the header `fields` ((offset, bytes) from the network
+/// header) and the pick of the bucket's socket.
+fn hash_and_pick(key: &[u8], buckets: &[u32], fields: &[(u32, u32)], prog: &mut Vec<BpfInsn>) {
     // The 32 key bits from bit p on.
     let window = |p: usize| -> u32 {
         (0..32).fold(0u32, |w, i| {
@@ -570,13 +597,8 @@ pub fn hash_steering_program(key: &[u8], buckets: &[u32], v6: bool) -> Option<Ve
         })
     };
     // M[0]: the hash; M[1]: the byte being hashed.
-    let mut prog = vec![insn(BPF_LD_IMM, 0, 0, 0), insn(BPF_ST, 0, 0, 0)];
-    if !v6 {
-        // Only a header without options: else the ports are elsewhere (to socket 0).
-        prog.push(insn(BPF_LD_B_ABS, 0, 0, NET_OFF));
-        prog.push(insn(BPF_JMP_JEQ_K, 1, 0, 0x45));
-        prog.push(insn(BPF_RET_K, 0, 0, buckets[0]));
-    }
+    prog.push(insn(BPF_LD_IMM, 0, 0, 0));
+    prog.push(insn(BPF_ST, 0, 0, 0));
     let mut p = 0;
     for &(at, n) in fields {
         for k in 0..n {
@@ -606,8 +628,7 @@ pub fn hash_steering_program(key: &[u8], buckets: &[u32], v6: bool) -> Option<Ve
             runs.push((b as u32, s));
         }
     }
-    tree(&runs, &mut prog);
-    Some(prog)
+    tree(&runs, prog);
 }
 
 /// A comparison tree over `runs` (A holds the bucket): `JGE` the middle run's first bucket,
@@ -704,6 +725,7 @@ mod tests {
                     };
                     pc += usize::from(if t { i.jt } else { i.jf });
                 }
+                BPF_JMP_JA => pc += i.k as usize,
                 BPF_RET_K => return Some(i.k),
                 _ => return None,
             }
@@ -760,6 +782,15 @@ mod tests {
                         _ => unreachable!(),
                     }
                     assert_eq!(run_cbpf(&prog, &net), Some(want), "v6 {v6}, {nb} buckets");
+                    if !v6 {
+                        // The dual-stack program hashes an IPv4 datagram as the IPv4 one.
+                        let dual = hash_steering_program(&key, &buckets, true).expect("program");
+                        assert_eq!(
+                            run_cbpf(&dual, &net),
+                            Some(want),
+                            "IPv4 on a dual-stack socket"
+                        );
+                    }
                 }
             }
         }
@@ -771,23 +802,38 @@ mod tests {
     /// socket its Toeplitz bucket names, as the kernel runs the program.
     #[test]
     fn the_kernel_steers_a_group_by_the_hash() {
+        // An IPv4 group, and a dual-stack IPv6 one taking IPv4 and IPv6 clients alike.
+        steered_by_the_hash("127.0.0.1:0", false, &["127.0.0.1"]);
+        steered_by_the_hash("[::]:0", true, &["127.0.0.1", "::1"]);
+    }
+
+    fn steered_by_the_hash(bind: &str, v6: bool, clients: &[&str]) {
         use flowlane_rss::{Key, Toeplitz, Tuple};
         let h = Toeplitz::new(&Key::MICROSOFT);
         let key = Key::MICROSOFT.as_bytes().to_vec();
         let buckets: Vec<u32> = (0..128).map(|b| b % 4).collect();
-        let first = reuse_socket("127.0.0.1:0".parse().expect("addr"));
-        let addr = first.local_addr().expect("addr");
+        let first = reuse_socket(bind.parse().expect("addr"));
+        let port = first.local_addr().expect("addr").port();
         let mut group = vec![first];
         for _ in 1..4 {
-            group.push(reuse_socket(addr));
+            group.push(reuse_socket(
+                bind.parse::<SocketAddr>()
+                    .map(|mut a| {
+                        a.set_port(port);
+                        a
+                    })
+                    .expect("addr"),
+            ));
         }
-        attach_hash_steering(&group[0], &key, &buckets, false).expect("attached");
+        attach_hash_steering(&group[0], &key, &buckets, v6).expect("attached");
         let mut want = std::collections::HashMap::new();
         for i in 0..64u16 {
-            let c = UdpSocket::bind("127.0.0.1:0").expect("client");
+            let ip: std::net::IpAddr = clients[usize::from(i) % clients.len()].parse().expect("ip");
+            let to = SocketAddr::new(ip, port);
+            let c = UdpSocket::bind(SocketAddr::new(ip, 0)).expect("client");
             let src = c.local_addr().expect("addr");
-            c.send_to(&i.to_be_bytes(), addr).expect("sent");
-            let t = Tuple::from_socket_addrs(src, addr).expect("tuple");
+            c.send_to(&i.to_be_bytes(), to).expect("sent");
+            let t = Tuple::from_socket_addrs(src, to).expect("tuple");
             want.insert(i, buckets[h.hash(&t) as usize % 128]);
         }
         let mut got = std::collections::HashMap::new();
@@ -799,11 +845,12 @@ mod tests {
                 got.insert(u16::from_be_bytes([b[0], b[1]]), k as u32);
             }
         }
-        assert_eq!(got, want);
+        assert_eq!(got, want, "{bind}");
     }
 
     fn reuse_socket(addr: SocketAddr) -> UdpSocket {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).expect("socket");
+        let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+            .expect("socket");
         s.set_reuse_port(true).expect("SO_REUSEPORT");
         s.bind(&addr.into()).expect("bind");
         s.into()

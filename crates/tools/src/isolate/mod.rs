@@ -251,7 +251,10 @@ pub fn isolate(cpus: &[usize], state: &Path) -> Result<IsolateReport, ToolError>
         let (rt, sys) = (root.join(RT), root.join(SYS));
         for (dir, set, balance) in [(&sys, &house, "1"), (&rt, &cpus.to_vec(), "0")] {
             std::fs::create_dir(dir).map_err(|e| {
-                let _ = std::fs::remove_dir(&sys);
+                // Only the one made here: a flowlane-sys that was there already is not ours.
+                if dir == &rt {
+                    let _ = std::fs::remove_dir(&sys);
+                }
                 ToolError::runtime(format!(
                     "create {}: {e} (left by another run? rmdir it)",
                     dir.display()

@@ -129,8 +129,40 @@ fn check(a: &LatencyConfig) -> Result<(), ToolError> {
         if l.kinds.is_empty() || l.cpus.is_empty() {
             return Err(ToolError::usage("--load needs a kind and a CPU to run on"));
         }
+        if l.threads > 64 {
+            return Err(ToolError::usage("--load-threads is at most 64 per CPU"));
+        }
+        // Every memory hog's buffer must fit in half of this machine's memory.
+        let total = (l.vm_bytes as u64)
+            .saturating_mul(l.threads.max(1) as u64)
+            .saturating_mul(l.cpus.len() as u64);
+        let half = mem_total_bytes().map(|m| m / 2);
+        if l.kinds.contains(&LoadKind::Vm) && (l.vm_bytes < 4096 || half.is_some_and(|h| total > h))
+        {
+            return Err(ToolError::usage(format!(
+                "--vm-bytes: {} hogs of {} bytes need {total} bytes; give 4 KiB to a size that \
+                 keeps them within half of this machine's memory ({} bytes)",
+                l.threads.max(1) * l.cpus.len(),
+                l.vm_bytes,
+                half.map_or("unknown".into(), |h| h.to_string())
+            )));
+        }
     }
     Ok(())
+}
+
+/// `MemTotal` of /proc/meminfo, bytes.
+fn mem_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb.saturating_mul(1024))
 }
 
 /// Runs the phases: without the load, then (when asked) with it.
@@ -320,7 +352,7 @@ fn phase(
                     deadline_ns: deadline,
                     loops: a.loops,
                     priority: a.priority,
-                    threshold_ns: a.threshold_us * 1000,
+                    threshold_ns: a.threshold_us.saturating_mul(1000),
                     join_tasks: join_tasks.clone(),
                 };
                 let (h, ps) = (&handles[i], &phase_stop);

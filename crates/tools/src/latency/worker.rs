@@ -136,9 +136,15 @@ pub fn measure(
         next += interval;
         if next <= now {
             // Woken after the next period was due: those periods are skipped, not measured
-            // back to back (cyclictest's absolute mode does the same).
+            // back to back (cyclictest's absolute mode does the same). Only periods due
+            // before the deadline count: the run ends there.
             let skipped = (now - next) / interval + 1;
-            bump(&st.role.overruns, skipped);
+            let counted = match job.deadline_ns {
+                Some(d) if next <= d => skipped.min((d - next) / interval + 1),
+                Some(_) => 0,
+                None => skipped,
+            };
+            bump(&st.role.overruns, counted);
             next += skipped * interval;
         }
         publisher.offer(now, false, &h);
