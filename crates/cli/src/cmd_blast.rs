@@ -330,6 +330,9 @@ pub struct BlastArgs {
     rcvbuf: Option<u64>,
 
     #[command(flatten)]
+    shard: crate::shard::ShardArgs,
+
+    #[command(flatten)]
     live: LiveArgs,
 }
 
@@ -612,6 +615,7 @@ fn config(a: &BlastArgs) -> Result<BlastConfig, Failure> {
             payload,
         }),
         first_id: a.first_id,
+        sharding: a.shard.sharding()?,
         pcap: a.pcap.as_ref().map(|path| PcapSource {
             path: path.clone(),
             mode: match a.pcap_mode {

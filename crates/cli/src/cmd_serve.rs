@@ -143,6 +143,9 @@ pub struct ServeArgs {
     /// running, e.g. 127.0.0.1:9464: `flowlane_<role>_<counter>_total{worker,cpu}`.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+
+    #[command(flatten)]
+    shard: crate::shard::ShardArgs,
 }
 
 /// `--bind`: an address with a port other than 0. With port 0 each worker would get a port of
@@ -216,6 +219,7 @@ pub fn run(a: ServeArgs) -> CmdResult {
         detect: !a.no_detect,
         by_source: a.by_source,
         v6only: a.v6only,
+        sharding: a.shard.sharding()?,
     };
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop)?;

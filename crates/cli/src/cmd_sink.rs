@@ -146,6 +146,9 @@ pub struct SinkArgs {
 
     #[command(flatten)]
     live: LiveArgs,
+
+    #[command(flatten)]
+    shard: crate::shard::ShardArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -170,6 +173,7 @@ pub fn run(a: SinkArgs) -> CmdResult {
         crate::side::check("--histogram", p)?;
     }
     let cfg = SinkConfig {
+        sharding: a.shard.sharding()?,
         timed_flows: None,
         backend: a.backend.into(),
         cpus: match &a.cpus {

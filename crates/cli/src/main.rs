@@ -20,6 +20,7 @@ mod cmd_http;
 mod cmd_isolate;
 mod cmd_lab;
 mod cmd_latency;
+mod cmd_merge;
 mod cmd_pick;
 mod cmd_rfc2544;
 mod cmd_route;
@@ -30,6 +31,7 @@ mod cmd_top;
 mod host;
 mod live;
 mod report;
+mod shard;
 mod side;
 
 use std::process::ExitCode;
@@ -78,6 +80,7 @@ enum Command {
     #[command(subcommand)]
     Http(cmd_http::HttpCommand),
     Bench(Box<cmd_bench::BenchArgs>),
+    Merge(cmd_merge::MergeArgs),
     #[command(subcommand)]
     Lab(cmd_lab::LabCommand),
     #[command(subcommand)]
@@ -144,6 +147,7 @@ fn main() -> ExitCode {
         Command::Rfc2544(a) => cmd_rfc2544::run(*a),
         Command::Http(c) => cmd_http::run(c),
         Command::Bench(a) => cmd_bench::run(*a),
+        Command::Merge(a) => cmd_merge::run(a),
         Command::Lab(c) => cmd_lab::run(c),
         Command::Route(c) => cmd_route::run(c),
         Command::Completions(a) => cmd_completions::completions(a),

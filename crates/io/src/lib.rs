@@ -43,8 +43,8 @@ pub use sys::SysError;
 pub mod os {
     pub use crate::sys::netdev::{mount_fs, private_sysfs};
     pub use crate::sys::rt::{
-        fifo_priority, hold_cpu_dma_latency, lock_memory, set_fifo_priority, sleep_until_ns,
-        thread_id, DmaLatency,
+        fifo_priority, hold_cpu_dma_latency, lock_memory, realtime_ns, set_fifo_priority,
+        sleep_until_ns, sleep_until_realtime_ns, thread_id, wall_clock, DmaLatency, WallClock,
     };
     pub use crate::sys::stream::{
         clock_ticks_per_s, nofile_limit, process_cpu_ns, raise_nofile_limit, refuse_unshare_here,

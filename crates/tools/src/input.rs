@@ -54,6 +54,14 @@ pub const SCENARIO: TextCaps = TextCaps {
     line_bytes: 64 << 10,
 };
 
+/// Shards' reports (`merge`): a report with its per-flow table and histogram is at most a few
+/// MiB; a `--json-stream` has a line a second.
+pub const REPORTS: TextCaps = TextCaps {
+    bytes: 256 << 20,
+    lines: 16 << 20,
+    line_bytes: 64 << 20,
+};
+
 /// At most this much of a bad token or line is quoted in an error.
 pub const EXCERPT_BYTES: usize = 80;
 

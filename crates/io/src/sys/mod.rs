@@ -209,6 +209,26 @@ pub fn attach_reuseport_cbpf(fd: &impl AsRawFd, prog: &[BpfInsn]) -> Result<(), 
     check("setsockopt(SO_ATTACH_REUSEPORT_CBPF)", ret).map(drop)
 }
 
+/// Attaches a classic BPF socket filter (`SO_ATTACH_FILTER`): the program returns how many
+/// bytes of a packet to keep, 0 to drop it before the socket sees it.
+pub fn attach_socket_cbpf(fd: &impl AsRawFd, prog: &[BpfInsn]) -> Result<(), SysError> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr() as *mut BpfInsn,
+    };
+    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies it.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &fprog as *const libc::sock_fprog as *const libc::c_void,
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    check("setsockopt(SO_ATTACH_FILTER)", ret).map(drop)
+}
+
 /// CPUs the kernel may ever run (`/sys/devices/system/cpu/possible`, e.g. `0-3`): the number
 /// of copies a per-CPU map keeps (1024 if the file cannot be read).
 pub fn possible_cpus() -> usize {

@@ -101,9 +101,95 @@ pub fn sleep_until_ns(deadline_ns: u64) {
     }
 }
 
+/// What the kernel says of the wall clock (`adjtimex` read-only): whether NTP (or PTP through
+/// chrony/ptp4l) keeps it synchronized, and its own bounds on the error, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallClock {
+    /// `STA_UNSYNC` is clear: a time daemon disciplines the clock.
+    pub synchronized: bool,
+    /// The kernel's maximum error, microseconds (grows while unsynchronized).
+    pub max_error_us: i64,
+    /// The estimated error, microseconds.
+    pub est_error_us: i64,
+}
+
+/// The wall clock's synchronization state (`adjtimex` with no mode bits: it only reads).
+pub fn wall_clock() -> Result<WallClock, SysError> {
+    // SAFETY: an all-zero timex is a valid value of the C struct (integers only).
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    // SAFETY: `tx` is a valid, writable timex; modes 0 asks for nothing to be set.
+    let state = check("adjtimex", unsafe { libc::adjtimex(&mut tx) })?;
+    Ok(WallClock {
+        synchronized: state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0,
+        max_error_us: tx.maxerror as i64,
+        est_error_us: tx.esterror as i64,
+    })
+}
+
+/// CLOCK_REALTIME now, nanoseconds since the Unix epoch.
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// Sleeps until CLOCK_REALTIME reads `deadline_ns` or `max_ns` passed, whichever is first
+/// (clock_nanosleep with TIMER_ABSTIME on the wall clock: a clock step moves the wake with
+/// it, as a start agreed in wall-clock time should). Returns whether the deadline was reached.
+pub fn sleep_until_realtime_ns(deadline_ns: u64, max_ns: u64) -> bool {
+    let now = realtime_ns();
+    if now >= deadline_ns {
+        return true;
+    }
+    if deadline_ns - now > max_ns {
+        let mono = super::monotonic_ns().saturating_add(max_ns);
+        sleep_until_ns(mono);
+        return realtime_ns() >= deadline_ns;
+    }
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: `ts` is a valid timespec; the remainder pointer may be null with
+        // TIMER_ABSTIME.
+        let r = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_REALTIME,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if r != libc::EINTR {
+            return realtime_ns() >= deadline_ns;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wall_clock_can_be_read_and_slept_on() {
+        let c = wall_clock().expect("adjtimex reads");
+        assert!(c.max_error_us >= 0 && c.est_error_us >= 0, "{c:?}");
+        let t = realtime_ns() + 3_000_000;
+        assert!(sleep_until_realtime_ns(t, 1_000_000_000));
+        assert!(realtime_ns() >= t);
+        // A deadline beyond the most one call may sleep returns not reached.
+        assert!(!sleep_until_realtime_ns(
+            realtime_ns() + 60_000_000_000,
+            1_000_000
+        ));
+    }
 
     #[test]
     fn an_absolute_sleep_ends_at_its_deadline_not_before() {

@@ -447,6 +447,10 @@ pub struct BlastConfig {
     /// receiver keep their flows apart (rfc2544's probe beside a flood).
     #[serde(default)]
     pub first_id: u16,
+    /// This run's shard of a larger one (its part of the flows, and of the rate and count),
+    /// and a wall-clock start shared with the other shards.
+    #[serde(default)]
+    pub sharding: crate::shard::Sharding,
 }
 
 /// The catch-up a paced sender has by default: 10 ms, three times the few ms a competing
@@ -496,6 +500,7 @@ impl BlastConfig {
             fragments: None,
             kernel_fragments: None,
             first_id: 0,
+            sharding: Default::default(),
         }
     }
 }

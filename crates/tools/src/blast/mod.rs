@@ -31,6 +31,7 @@ pub use flows::route_source;
 pub use link::{neighbour_mac, parse_mac};
 pub use replay::{PcapSource, ReplayMode, ReplayReport, MAX_BYTES, MAX_FRAMES};
 pub use report::{BlastJson, BlastReport, FlowReport, StepReport};
+pub(crate) use step::pktgen_line;
 
 use crate::backend::{self, Backend};
 use crate::ToolError;
@@ -227,6 +228,19 @@ fn run_unverified(
     for (f, _) in &mut flows {
         f.id = f.id.wrapping_add(a.first_id);
     }
+    // A shard sends its contiguous part of the whole run's flows, under their ids.
+    let all_flows = flows.len();
+    let shard = a.sharding.shard;
+    let first_flow = shard.part(all_flows).start;
+    if !shard.whole() {
+        if a.spray.is_some() {
+            return Err(ToolError::usage(
+                "--shard cuts a run by its flows; destination ranges draw a destination per                  frame: give each generator its own range instead",
+            ));
+        }
+        flows = shard.take(&flows, "flows")?.to_vec();
+    }
+    a.sharding.check()?;
     let links = match framed {
         Some(fs) => {
             // Frames need real source ports: the kernel does not choose them here.
@@ -287,6 +301,9 @@ fn run_unverified(
         linger,
         replay: None,
         path_mtu,
+        all_flows,
+        first_flow,
+        sharding: a.sharding,
     };
     run_steps(&plan, &steps, stop, on_event)
 }
@@ -499,6 +516,7 @@ fn replay(
         ),
         (!fs.also.is_empty(), "more than one --dev"),
         (a.fragments.is_some(), "--fragment-size"),
+        (!a.sharding.shard.whole(), "--shard"),
     ];
     if let Some((_, what)) = refused.iter().find(|r| r.0) {
         return Err(ToolError::usage(format!(
@@ -550,6 +568,9 @@ fn replay(
         linger: linger(a)?,
         replay: Some(Arc::new(r)),
         path_mtu: None,
+        all_flows: 0,
+        first_flow: 0,
+        sharding: a.sharding,
     };
     run_steps(&plan, &[sizes], stop, on_event)
 }

@@ -103,9 +103,17 @@ pub struct StepReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_latency_ns: Option<Vec<CpuRoundTrip>>,
     /// The whole latency distribution (nanoseconds) behind the percentiles, for `--histogram`
-    /// (not in the JSON).
+    /// (in the JSON as `latency_histogram`).
     #[serde(skip)]
     pub histogram: Option<hdrhistogram::Histogram<u64>>,
+    /// With echoes: every round trip (nanoseconds) in HdrHistogram's compressed interchange
+    /// form (`HISTFAAA…`, base64), so `merge` joins shards' latency without losing a sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_histogram: Option<String>,
+    /// With `--shard` or `--start-at`: which shard of the run this is, and when it started by
+    /// which clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::ShardReport>,
     /// pktgen's result line: `OK: … usec, N (SIZEbyte,0frags) PPSpps MBMb/sec (BPSbps)
     /// errors: E flows: F` (`FAIL:` for a step with problems; F: the flows sent, or with
     /// destination ranges the flows started).

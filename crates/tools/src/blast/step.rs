@@ -90,6 +90,13 @@ pub(super) struct Plan {
     pub replay: Option<Arc<super::replay::Replay>>,
     /// UDP mode: the route's MTU towards the destination, by which the kernel fragments.
     pub path_mtu: Option<usize>,
+    /// The whole run's flows (of every shard): each flow's count and rate are its share of
+    /// the whole run's, so shards together send what one run would.
+    pub all_flows: usize,
+    /// The place in the whole run's flows of this run's first flow.
+    pub first_flow: usize,
+    /// This run's shard and wall-clock start.
+    pub sharding: crate::shard::Sharding,
 }
 
 /// Mean of a size cycle.
@@ -135,6 +142,17 @@ pub(super) fn run_step(
     on_event: &mut dyn FnMut(BlastEvent),
 ) -> Result<StepReport, ToolError> {
     let a = &plan.settings;
+    // A sharded run's first step waits for the agreed wall-clock start; every step records
+    // when it began.
+    let started = match index {
+        0 => plan.sharding.start(stop)?,
+        _ => crate::shard::Sharding {
+            start_at_ns: None,
+            ..plan.sharding
+        }
+        .start(stop)?,
+    }
+    .filter(|_| plan.sharding.asked());
     let nthreads = plan.cpus.len();
     let offset = step_id_offset(index, plan.flows.len())?;
     let flows: &Vec<(Flow, Option<u32>)> = &plan
@@ -145,7 +163,13 @@ pub(super) fn run_step(
             (f, q)
         })
         .collect();
-    let requested_pps = a.rate.map(|r| r.pps(mean(frames)));
+    // Each flow carries its share of the whole run's rate and count (flow f of K: ⌊C/K⌋, one
+    // more for the first C mod K), so a thread's, or a shard's, part is its flows' part.
+    let all = plan.all_flows.max(flows.len()).max(1);
+    let ours = if flows.is_empty() { all } else { flows.len() };
+    let requested_pps = a
+        .rate
+        .map(|r| r.pps(mean(frames)) * ours as f64 / all as f64);
     let start_ns = os::monotonic_ns();
     let deadline_ns = plan
         .duration
@@ -181,8 +205,17 @@ pub(super) fn run_step(
                 flows: flows[from..to].iter().map(|(f, _)| *f).collect(),
                 payloads: payloads.clone(),
                 overhead: plan.hdrs,
-                quota: a.count.map(|c| split(c, nthreads, w)).or(once),
-                pps: requested_pps.map(|p| p / nthreads as f64),
+                quota: a
+                    .count
+                    .map(|c| match flows.len() {
+                        0 => split(c, nthreads, w),
+                        _ => (from..to).map(|f| split(c, all, plan.first_flow + f)).sum(),
+                    })
+                    .or(once),
+                pps: requested_pps.map(|p| match flows.len() {
+                    0 => p / nthreads as f64,
+                    n => p * (to - from) as f64 / n as f64,
+                }),
                 burst: a.burst,
                 catch_up: a.catch_up,
                 batch: a.batch,
@@ -354,6 +387,11 @@ pub(super) fn run_step(
     }
     r.cpu_ns_per_packet = crate::ns_per(total.looped.cpu_ns, t.tx_packets);
     r.pmu = crate::PmuCost::of(&total.looped, t.tx_packets, rt.pmu_unavailable());
+    r.shard = started;
+    r.latency_histogram = r
+        .histogram
+        .as_ref()
+        .and_then(crate::report::encode_histogram);
     Ok(r)
 }
 
@@ -565,6 +603,8 @@ fn summarize(
         latency_ns: Latency::of(rtt.as_ref(), "round-trip"),
         cpu_latency_ns: None,
         histogram: rtt.clone(),
+        latency_histogram: None,
+        shard: None,
         pktgen: String::new(),
         flows_started: a
             .spray
@@ -642,7 +682,7 @@ pub(super) fn judge(a: &Settings, r: &StepReport, tx_pps: f64) -> Vec<String> {
 }
 
 /// pktgen's result line; "OK" only for a step that did what was asked.
-fn pktgen_line(r: &StepReport, secs: f64, mean_frame: f64, mbps: f64) -> String {
+pub(crate) fn pktgen_line(r: &StepReport, secs: f64, mean_frame: f64, mbps: f64) -> String {
     let usec = (secs * 1e6).round() as u64;
     let bps = (mbps * 1e6).round() as u64;
     format!(

@@ -126,6 +126,7 @@ impl Rig<'_> {
     pub(super) fn sink_config(&self) -> SinkConfig {
         let c = self.cfg;
         SinkConfig {
+            sharding: Default::default(),
             timed_flows: None,
             reasm: Default::default(),
             metrics: None,

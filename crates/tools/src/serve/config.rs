@@ -57,6 +57,10 @@ pub struct ServeConfig {
     /// running (`--metrics`).
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Which shard of a sharded run this server is (each on a host or pod of its own), and a
+    /// wall-clock start.
+    #[serde(default)]
+    pub sharding: crate::shard::Sharding,
 }
 
 /// Hash steering: the key and each bucket's queue; queue q is served by worker q mod n.
@@ -89,6 +93,7 @@ impl ServeConfig {
             detect: true,
             by_source: false,
             v6only: false,
+            sharding: Default::default(),
         }
     }
 }

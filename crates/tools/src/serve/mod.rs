@@ -83,6 +83,10 @@ pub fn run(
             cfg.bind
         )));
     }
+    // A shard's start: its report says which shard it is (the traffic is split by the
+    // network: each serve shard is a pod on a host of its own).
+    cfg.sharding.check()?;
+    let shard = cfg.sharding.start(stop)?.filter(|_| cfg.sharding.asked());
     let started = Startup::start(cfg, stop)?;
     let Startup {
         mut rt,
@@ -153,6 +157,7 @@ pub fn run(
         })
         .collect();
     Ok(ServeReport {
+        shard,
         host: None,
         pmu: crate::PmuCost::of(&total.looped, total.role.rx_packets, rt.pmu_unavailable()),
         workers,

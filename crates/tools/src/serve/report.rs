@@ -149,4 +149,8 @@ pub struct ServeReport {
     /// read by the caller before the run; none when not read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<crate::doctor::DoctorReport>,
+    /// With `--shard` or `--start-at`: which shard of the run this is, and when it started by
+    /// which clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::ShardReport>,
 }

@@ -49,6 +49,10 @@ pub struct SinkConfig {
     /// accounted (`None`: all). rfc2544's probe under a flood.
     #[serde(default)]
     pub timed_flows: Option<(u16, u16)>,
+    /// This sink's shard of the receiving interface's queues (AF_PACKET: the frames of
+    /// receive queues q with q mod N = I), and a wall-clock start.
+    #[serde(default)]
+    pub sharding: crate::shard::Sharding,
 }
 
 fn default_ring_memory() -> u64 {

@@ -137,6 +137,16 @@ pub fn run(
     // Made (and its spec checked) before any worker: each worker gets a copy.
     let tuples = worker::Tuples::new(&a.tuples).map_err(ToolError::usage)?;
     let reasm = worker::reassembler(&a.reasm).map_err(ToolError::usage)?;
+    let shard = a.sharding.shard;
+    if !shard.whole() && xdp {
+        return Err(ToolError::usage(
+            "--shard with --backend af-xdp: an interface takes one XDP program, so one AF_XDP \
+             sink; shards of a receiver use --backend af-packet (each keeps its share of the \
+             receive queues)",
+        ));
+    }
+    a.sharding.check()?;
+    let started = a.sharding.start(stop)?.filter(|_| a.sharding.asked());
     let start_ns = os::monotonic_ns();
     let rules = SinkStop {
         count: a.count,
@@ -211,7 +221,11 @@ pub fn run(
         )?;
         let slots = geometry[0].slots;
         let rt = Runtime::start(&rt_cfg, stop.clone(), move |idx, _| {
-            Ok::<_, SysError>(make.worker(idx, frame::RxRing::open(ifindex, slots, max_frame)?))
+            let ring = frame::RxRing::open(ifindex, slots, max_frame)?;
+            if !shard.whole() {
+                ring.keep_rx_queues(shard.index, shard.count)?;
+            }
+            Ok::<_, SysError>(make.worker(idx, ring))
         })
         .map_err(|e| crate::error::start_error(e, |err, m| open_error(err, m, &a.dev)))?;
         rings = Some(memory);
@@ -278,6 +292,11 @@ pub fn run(
     }
     r.cpu_ns_per_packet = crate::ns_per(cpu_ns, r.rx_packets);
     r.pmu = crate::PmuCost::of(&looped, r.rx_packets, rt.pmu_unavailable());
+    r.latency_histogram = r
+        .histogram
+        .as_ref()
+        .and_then(crate::report::encode_histogram);
+    r.shard = started;
     Ok(r)
 }
 
@@ -422,6 +441,8 @@ fn report(
         },
         latency_ns: Latency::of(latency.as_ref(), "one-way"),
         histogram: latency,
+        latency_histogram: None,
+        shard: None,
         cpu_ns_per_packet: None,
         pmu: crate::PmuCost::default(),
         by_size: by_size(&flows),
@@ -494,6 +515,7 @@ mod tests {
     #[test]
     fn an_interface_that_is_not_here_is_a_usage_error() {
         let cfg = SinkConfig {
+            sharding: Default::default(),
             timed_flows: None,
             reasm: Default::default(),
             metrics: None,

@@ -182,6 +182,14 @@ pub struct SinkReport {
     /// (not in the JSON).
     #[serde(skip)]
     pub histogram: Option<hdrhistogram::Histogram<u64>>,
+    /// Every one-way latency (nanoseconds) in HdrHistogram's compressed interchange form
+    /// (`HISTFAAA…`, base64), so `merge` joins shards' latency without losing a sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_histogram: Option<String>,
+    /// With `--shard` or `--start-at`: which shard of the run this is, and when it started by
+    /// which clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::ShardReport>,
     /// The sink worker's CPU time per frame received (its thread's CPU clock over its loop),
     /// nanoseconds.
     #[serde(default)]
@@ -231,6 +239,8 @@ impl SinkReport {
     /// A report of nothing received.
     pub fn empty() -> SinkReport {
         SinkReport {
+            latency_histogram: None,
+            shard: None,
             host: None,
             rx_packets: 0,
             rx_bytes: 0,

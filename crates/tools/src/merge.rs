@@ -1,0 +1,925 @@
+//! `merge`: the reports of a sharded run's shards joined into one report of the same schema,
+//! exactly: counts summed, per-flow tables joined (a flow in two shards is refused), latency
+//! from the shards' histograms (carried in HdrHistogram's interchange form, so no sample is
+//! lost), rates over the common time window, every shard's problems kept, and a row per shard.
+//!
+//! Every field of a kind's report has a rule ([`rules`]); a unit test holds the rules against
+//! the report's schema, so a field added to a report cannot be merged by accident.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::report::{decode_histogram, encode_histogram, Latency};
+use crate::shard::{rfc3339, Shard, ShardReport};
+use crate::ToolError;
+
+/// The reports `merge` joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// `blast --json` (one step, or a sweep's steps step by step).
+    Blast,
+    /// `sink --json`.
+    Sink,
+    /// `serve --json`.
+    Serve,
+}
+
+/// How one field of a report is merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Summed (integers; `null` where every shard has none).
+    Sum,
+    /// Summed as a real number.
+    SumF,
+    /// The largest.
+    Max,
+    /// Any shard's `true`.
+    Any,
+    /// Equal in every shard, else the reports are not of one run.
+    Same,
+    /// The first shard's (a setting that may differ per host).
+    First,
+    /// Arrays one after the other.
+    Concat,
+    /// Sorted union of arrays of strings.
+    Union,
+    /// The shards' messages, each prefixed with its shard.
+    Problems,
+    /// Per-shard only: left out of the merged report (in the shard rows where it matters).
+    Drop,
+    /// Merged by the kind's own code.
+    Own,
+}
+
+/// The rules of a kind's report, field by field.
+pub fn rules(kind: Kind) -> &'static [(&'static str, Rule)] {
+    use Rule::*;
+    match kind {
+        Kind::Blast => &[
+            ("tx_packets", Sum),
+            ("tx_bytes", Sum),
+            ("rx_packets", Sum),
+            ("lost", Sum),
+            ("reordered", Sum),
+            ("duplicates", Sum),
+            ("foreign", Sum),
+            ("tx_full", Sum),
+            ("icmp_errors", Sum),
+            ("lost_at_own_socket", Sum),
+            ("pace_forfeited", Sum),
+            ("flows_started", Sum),
+            ("fragmented_datagrams", Sum),
+            ("fragments", Sum),
+            ("device_tx_packets", Sum),
+            ("device_refused", Sum),
+            ("ring_refused", Sum),
+            ("requested_pps", SumF),
+            ("late_max_ms", Max),
+            ("generator_limited", Any),
+            ("generator_limited_reason", Problems),
+            ("limited_by", Own),
+            ("problems", Problems),
+            ("errors", Concat),
+            ("frame_bytes", Same),
+            ("imix_frame_bytes", Same),
+            ("destinations", Same),
+            ("devs", Union),
+            ("backend", First),
+            ("cpu_latency_ns", Concat),
+            ("duration_s", Own),
+            ("tx_pps", Own),
+            ("rx_pps", Own),
+            ("mbps", Own),
+            ("cpu_ns_per_packet", Own),
+            ("pmu", Own),
+            ("latency_ns", Own),
+            ("latency_histogram", Own),
+            ("flows", Own),
+            ("pktgen", Own),
+            ("rss_verify", Drop),
+            ("host", Drop),
+            ("replay", Drop),
+            ("shard", Drop),
+        ],
+        Kind::Sink => &[
+            ("rx_packets", Sum),
+            ("rx_bytes", Sum),
+            ("flowlane_packets", Sum),
+            ("lost", Sum),
+            ("reordered", Sum),
+            ("duplicates", Sum),
+            ("foreign", Sum),
+            ("other", Sum),
+            ("malformed", Sum),
+            ("bad_checksum", Sum),
+            ("checksum_not_filled", Sum),
+            ("truncated", Sum),
+            ("ring_drops", Sum),
+            ("clock_skew", Sum),
+            ("to_kernel", Sum),
+            ("split_flows", Sum),
+            ("tuples", Own),
+            ("fragments", Own),
+            ("errors", Problems),
+            ("backend", First),
+            ("duration_s", Own),
+            ("rx_pps", Own),
+            ("cpu_ns_per_packet", Own),
+            ("pmu", Own),
+            ("latency_ns", Own),
+            ("latency_histogram", Own),
+            ("flows", Own),
+            ("by_size", Own),
+            ("capture", Drop),
+            ("rings", Drop),
+            ("host", Drop),
+            ("shard", Drop),
+        ],
+        Kind::Serve => &[
+            ("workers", Concat),
+            ("total", Own),
+            ("duration_s", Own),
+            ("steering", Same),
+            ("steering_reason", First),
+            ("missteer_detector", Same),
+            ("mode", Same),
+            ("bind", First),
+            ("gro", Same),
+            ("gso", Same),
+            ("busy_poll_us", Same),
+            ("notices", Union),
+            ("rcvbuf", First),
+            ("sndbuf", First),
+            ("pmu", Own),
+            ("errors", Concat),
+            ("host", Drop),
+            ("shard", Drop),
+        ],
+    }
+}
+
+/// One shard's row in the merged report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ShardRow {
+    /// Where the report came from (a file name, `-` and its place in the stream).
+    pub source: String,
+    /// Its shard, when it said.
+    pub shard: Option<Shard>,
+    /// When its traffic started (wall clock, RFC 3339).
+    pub started: Option<String>,
+    /// Its start after the earliest shard's, milliseconds.
+    pub start_offset_ms: Option<f64>,
+    /// Its own duration, seconds.
+    pub duration_s: f64,
+    /// Its main count: datagrams sent (blast), frames received (sink and serve).
+    pub packets: u64,
+    /// Its clock's error bound as its kernel gave it, microseconds.
+    pub clock_max_error_us: Option<i64>,
+    /// Its problems, as it reported them.
+    pub problems: Vec<String>,
+}
+
+/// What `merge` makes.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    /// The kind of the reports.
+    pub kind: Kind,
+    /// The merged report (one object of the kind's schema, a sweep's `{"sweep": [...]}` for
+    /// blast), with `shards` and `merge_problems` added.
+    pub report: Value,
+    /// Per shard.
+    pub shards: Vec<ShardRow>,
+    /// What does not add up across the shards (missing shards), beside the shards' own.
+    pub problems: Vec<String>,
+    /// The merged latency distribution, nanoseconds (`--histogram`).
+    pub histogram: Option<Histogram<u64>>,
+}
+
+impl Merged {
+    /// Whether the merged run did what was asked: no shard's problem, none of the merge's.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty() && self.shards.iter().all(|s| s.problems.is_empty())
+    }
+}
+
+/// The reports in a text: one JSON report, several one after the other (`kubectl logs` of
+/// several pods), or `--json-stream` lines, whose `final` records are taken and `interval`
+/// records passed over. Lines that are not JSON (a status line on the same stream) are an
+/// error naming the place.
+pub fn read_reports(source: &str, text: &str) -> Result<Vec<(String, Value)>, ToolError> {
+    let mut out = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    loop {
+        let at = stream.byte_offset();
+        match stream.next() {
+            None => break,
+            Some(Ok(Value::Object(mut o))) => {
+                if o.contains_key("interval") && o.len() == 1 {
+                    continue;
+                }
+                let v = match o.remove("final") {
+                    Some(f) if o.is_empty() => f,
+                    Some(f) => {
+                        o.insert("final".into(), f);
+                        Value::Object(o)
+                    }
+                    None => Value::Object(o),
+                };
+                out.push((format!("{source}#{}", out.len() + 1), v));
+            }
+            Some(Ok(other)) => {
+                return Err(ToolError::usage(format!(
+                    "{source}: byte {at}: a report is a JSON object, not {}",
+                    crate::input::excerpt(&other.to_string())
+                )))
+            }
+            Some(Err(e)) => {
+                let rest = text.get(at..).unwrap_or("").trim_start();
+                return Err(ToolError::usage(format!(
+                    "{source}: byte {at}: not a JSON report ({e}): {}; give merge the output of \
+                     --json or --json-stream",
+                    crate::input::excerpt(rest)
+                )));
+            }
+        }
+    }
+    if out.len() == 1 {
+        out[0].0 = source.to_string();
+    }
+    Ok(out)
+}
+
+/// The kind of a report, by the fields only it has.
+pub fn kind_of(v: &Value) -> Option<Kind> {
+    let has = |k: &str| v.get(k).is_some();
+    if has("pktgen") || v.get("sweep").is_some_and(Value::is_array) {
+        Some(Kind::Blast)
+    } else if has("flowlane_packets") && has("ring_drops") {
+        Some(Kind::Sink)
+    } else if has("workers") && has("steering") && has("total") {
+        Some(Kind::Serve)
+    } else {
+        None
+    }
+}
+
+/// Merges `reports` (each `(source, report)`) into one.
+pub fn merge(reports: &[(String, Value)]) -> Result<Merged, ToolError> {
+    let first = reports
+        .first()
+        .ok_or_else(|| ToolError::usage("merge needs at least one report"))?;
+    let kind = kind_of(&first.1).ok_or_else(|| {
+        ToolError::usage(format!(
+            "{}: not a report merge knows (blast, sink or serve --json)",
+            first.0
+        ))
+    })?;
+    if let Some((src, _)) = reports.iter().find(|(_, v)| kind_of(v) != Some(kind)) {
+        return Err(ToolError::usage(format!(
+            "{src} is not a {kind:?} report like {}: merge joins reports of one kind",
+            first.0
+        )));
+    }
+    // Each report checked against its type first: a report of another version is refused.
+    for (src, v) in reports {
+        let ok = match kind {
+            Kind::Blast => serde_json::from_value::<crate::blast::BlastJson>(v.clone()).is_ok(),
+            Kind::Sink => serde_json::from_value::<crate::sink::SinkReport>(v.clone()).is_ok(),
+            Kind::Serve => serde_json::from_value::<crate::serve::ServeReport>(v.clone()).is_ok(),
+        };
+        if !ok {
+            return Err(ToolError::usage(format!(
+                "{src}: not a {kind:?} report of this flowlane's schema"
+            )));
+        }
+    }
+    match kind {
+        Kind::Blast if reports.iter().any(|(_, v)| v.get("sweep").is_some()) => {
+            merge_sweep(reports)
+        }
+        _ => {
+            let parts: Vec<(&str, &Map<String, Value>)> = reports
+                .iter()
+                .map(|(s, v)| (s.as_str(), v.as_object().expect("checked: an object")))
+                .collect();
+            let (report, shards, problems, histogram) = merge_one(kind, &parts)?;
+            Ok(finish(
+                kind,
+                Value::Object(report),
+                shards,
+                problems,
+                histogram,
+            ))
+        }
+    }
+}
+
+fn finish(
+    kind: Kind,
+    mut report: Value,
+    shards: Vec<ShardRow>,
+    problems: Vec<String>,
+    histogram: Option<Histogram<u64>>,
+) -> Merged {
+    if let Some(o) = report.as_object_mut() {
+        o.insert(
+            "shards".into(),
+            serde_json::to_value(&shards).unwrap_or_default(),
+        );
+        o.insert("merge_problems".into(), Value::from(problems.clone()));
+    }
+    Merged {
+        kind,
+        report,
+        shards,
+        problems,
+        histogram,
+    }
+}
+
+/// A sweep's steps merged step by step (every shard ran the same sizes).
+fn merge_sweep(reports: &[(String, Value)]) -> Result<Merged, ToolError> {
+    let steps: Vec<Vec<Map<String, Value>>> = reports
+        .iter()
+        .map(|(_, v)| match v.get("sweep") {
+            Some(Value::Array(a)) => a.iter().filter_map(|s| s.as_object().cloned()).collect(),
+            _ => v.as_object().cloned().into_iter().collect(),
+        })
+        .collect();
+    let n = steps[0].len();
+    if let Some(i) = steps.iter().position(|s| s.len() != n) {
+        return Err(ToolError::usage(format!(
+            "{} has {} steps, {} has {n}: the shards of a sweep run the same sizes",
+            reports[i].0,
+            steps[i].len(),
+            reports[0].0
+        )));
+    }
+    let mut merged = Vec::new();
+    let (mut rows, mut problems, mut all): (Vec<ShardRow>, Vec<String>, Option<Histogram<u64>>) =
+        (Vec::new(), Vec::new(), None);
+    for i in 0..n {
+        let parts: Vec<(&str, &Map<String, Value>)> = reports
+            .iter()
+            .zip(&steps)
+            .map(|((s, _), st)| (s.as_str(), &st[i]))
+            .collect();
+        let (m, r, p, h) = merge_one(Kind::Blast, &parts)?;
+        merged.push(Value::Object(m));
+        if i == 0 {
+            rows = r;
+        }
+        problems.extend(p.into_iter().map(|p| format!("step {}: {p}", i + 1)));
+        add_histogram(&mut all, h.as_ref());
+    }
+    Ok(finish(
+        Kind::Blast,
+        serde_json::json!({ "sweep": merged }),
+        rows,
+        problems,
+        all,
+    ))
+}
+
+type OneMerged = (
+    Map<String, Value>,
+    Vec<ShardRow>,
+    Vec<String>,
+    Option<Histogram<u64>>,
+);
+
+/// One report's worth (a step of blast, a sink's or a server's run) from every shard.
+fn merge_one(kind: Kind, parts: &[(&str, &Map<String, Value>)]) -> Result<OneMerged, ToolError> {
+    let shard_of = |m: &Map<String, Value>| -> Option<ShardReport> {
+        m.get("shard")
+            .and_then(|s| serde_json::from_value(s.clone()).ok())
+    };
+    let starts: Vec<Option<ShardReport>> = parts.iter().map(|(_, m)| shard_of(m)).collect();
+    let problems = check_shards(parts, &starts)?;
+    let mut out = Map::new();
+    for &(field, rule) in rules(kind) {
+        // A field no shard wrote (skipped when empty) stays out.
+        if parts.iter().all(|(_, m)| !m.contains_key(field)) {
+            continue;
+        }
+        let vals: Vec<&Value> = parts
+            .iter()
+            .map(|(_, m)| m.get(field).unwrap_or(&Value::Null))
+            .collect();
+        if let Some(v) = merge_field(field, rule, &vals, parts)? {
+            out.insert(field.to_string(), v);
+        }
+    }
+    // Time: the common window, from the earliest shard's start to the latest one's end (each
+    // start on its own host's wall clock); without starts, the longest run.
+    let durations: Vec<f64> = parts
+        .iter()
+        .map(|(_, m)| num(m.get("duration_s")))
+        .collect();
+    let window = match starts
+        .iter()
+        .map(|s| s.as_ref().map(|s| s.started_unix_ns))
+        .collect()
+    {
+        Some(st) => {
+            let st: Vec<u64> = st;
+            let begin = st.iter().copied().min().unwrap_or(0);
+            st.iter()
+                .zip(&durations)
+                .map(|(&s, &d)| (s - begin) as f64 / 1e9 + d)
+                .fold(0.0, f64::max)
+        }
+        None => durations.iter().copied().fold(0.0, f64::max),
+    };
+    out.insert(
+        "duration_s".into(),
+        Value::from((window * 1000.0).round() / 1000.0),
+    );
+    let per_s = |n: u64| {
+        if window > 0.0 {
+            (n as f64 / window).round()
+        } else {
+            0.0
+        }
+    };
+    let sum = |f: &str| -> u64 { parts.iter().map(|(_, m)| int(m.get(f))).sum() };
+    let h = histograms(parts)?;
+    let weight = match kind {
+        Kind::Blast => "tx_packets",
+        Kind::Sink => "rx_packets",
+        Kind::Serve => "",
+    };
+    match kind {
+        Kind::Blast => {
+            out.insert("tx_pps".into(), Value::from(per_s(sum("tx_packets"))));
+            if out.get("rx_packets").is_some_and(|v| !v.is_null()) {
+                out.insert("rx_pps".into(), Value::from(per_s(sum("rx_packets"))));
+            } else {
+                out.insert("rx_pps".into(), Value::Null);
+            }
+            let mbps = if window > 0.0 {
+                (sum("tx_bytes") as f64 * 8.0 / window / 1e5).round() / 10.0
+            } else {
+                0.0
+            };
+            out.insert("mbps".into(), Value::from(mbps));
+            out.insert("limited_by".into(), limited_by(parts));
+            out.insert("flows".into(), join_flows(parts, &["id"])?);
+        }
+        Kind::Sink => {
+            out.insert("rx_pps".into(), Value::from(per_s(sum("rx_packets"))));
+            out.insert("flows".into(), join_flows(parts, &["id", "queue"])?);
+            out.insert(
+                "by_size".into(),
+                sum_rows_by(parts, "by_size", "frame_bytes"),
+            );
+            for f in ["tuples", "fragments"] {
+                out.insert(f.into(), sum_objects(parts, f));
+            }
+        }
+        Kind::Serve => {
+            let mut total = sum_objects(parts, "total");
+            serve_ratios(&mut total, parts);
+            out.insert("total".into(), total);
+        }
+    }
+    if !weight.is_empty() {
+        out.insert(
+            "cpu_ns_per_packet".into(),
+            weighted(parts, "cpu_ns_per_packet", weight),
+        );
+    }
+    out.insert(
+        "pmu".into(),
+        pmu(parts, if weight.is_empty() { "total" } else { weight }),
+    );
+    if kind != Kind::Serve {
+        let what = if kind == Kind::Blast {
+            "round-trip"
+        } else {
+            "one-way"
+        };
+        out.insert(
+            "latency_ns".into(),
+            serde_json::to_value(Latency::of(h.as_ref(), what)).unwrap_or_default(),
+        );
+        out.insert(
+            "latency_histogram".into(),
+            h.as_ref()
+                .and_then(encode_histogram)
+                .map_or(Value::Null, Value::from),
+        );
+    }
+    if kind == Kind::Blast {
+        let line = pktgen(&out, window);
+        out.insert("pktgen".into(), Value::from(line));
+    }
+    let begin = starts.iter().flatten().map(|s| s.started_unix_ns).min();
+    let rows = parts
+        .iter()
+        .zip(&starts)
+        .zip(&durations)
+        .map(|(((src, m), s), &d)| ShardRow {
+            source: src.to_string(),
+            shard: s.as_ref().map(|s| s.shard),
+            started: s.as_ref().map(|s| s.started.clone()),
+            start_offset_ms: s
+                .as_ref()
+                .zip(begin)
+                .map(|(s, b)| ((s.started_unix_ns - b) as f64 / 1e3).round() / 1e3),
+            duration_s: d,
+            packets: int(m.get(if kind == Kind::Blast {
+                "tx_packets"
+            } else {
+                "rx_packets"
+            })) + m.get("total").map_or(0, |t| int(t.get("rx_packets"))),
+            clock_max_error_us: s.as_ref().and_then(|s| s.clock.max_error_us),
+            problems: strings(m.get(match kind {
+                Kind::Blast => "problems",
+                _ => "errors",
+            })),
+        })
+        .collect();
+    Ok((out, rows, problems, h))
+}
+
+/// Shards named by the reports: the same count everywhere, no index twice (usage errors);
+/// missing ones are problems of the merged run.
+fn check_shards(
+    parts: &[(&str, &Map<String, Value>)],
+    starts: &[Option<ShardReport>],
+) -> Result<Vec<String>, ToolError> {
+    let named: Vec<(&str, Shard)> = parts
+        .iter()
+        .zip(starts)
+        .filter_map(|((src, _), s)| s.as_ref().map(|s| (*src, s.shard)))
+        .collect();
+    let Some(&(_, first)) = named.first() else {
+        return Ok(Vec::new());
+    };
+    if named.len() != parts.len() {
+        return Err(ToolError::usage(
+            "some reports say which shard they are and some do not: merge the shards of one \
+             run (each run with --shard or --shards)",
+        ));
+    }
+    let mut seen = vec![None::<&str>; first.count as usize];
+    for &(src, s) in &named {
+        if s.count != first.count {
+            return Err(ToolError::usage(format!(
+                "{src} is shard {s}, of another count than {first}: the shards of one run agree \
+                 on N"
+            )));
+        }
+        if let Some(prev) = seen[s.index as usize].replace(src) {
+            return Err(ToolError::usage(format!(
+                "{prev} and {src} are both shard {s}: each shard once"
+            )));
+        }
+    }
+    let missing: Vec<String> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_none())
+        .map(|(i, _)| i.to_string())
+        .collect();
+    Ok(if missing.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "shards {} of {} are missing: the merged report covers {} of the run's {} shards",
+            missing.join(", "),
+            first.count,
+            named.len(),
+            first.count
+        )]
+    })
+}
+
+fn merge_field(
+    field: &str,
+    rule: Rule,
+    vals: &[&Value],
+    parts: &[(&str, &Map<String, Value>)],
+) -> Result<Option<Value>, ToolError> {
+    let present: Vec<&Value> = vals.iter().copied().filter(|v| !v.is_null()).collect();
+    Ok(match rule {
+        Rule::Drop | Rule::Own => None,
+        _ if present.is_empty() => Some(Value::Null),
+        Rule::Sum => Some(Value::from(
+            present.iter().map(|v| int(Some(v))).sum::<u64>(),
+        )),
+        Rule::SumF => Some(Value::from(
+            present.iter().map(|v| num(Some(v))).sum::<f64>(),
+        )),
+        Rule::Max => Some(Value::from(
+            present
+                .iter()
+                .map(|v| num(Some(v)))
+                .fold(f64::MIN, f64::max),
+        )),
+        Rule::Any => Some(Value::from(
+            present.iter().any(|v| v.as_bool() == Some(true)),
+        )),
+        Rule::First => Some(present[0].clone()),
+        Rule::Same => {
+            if let Some(i) = vals.iter().position(|v| *v != vals[0]) {
+                return Err(ToolError::usage(format!(
+                    "{} has {field} {}, {} has {}: not shards of one run",
+                    parts[i].0, vals[i], parts[0].0, vals[0]
+                )));
+            }
+            Some(vals[0].clone())
+        }
+        Rule::Concat => Some(Value::Array(
+            present
+                .iter()
+                .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+                .collect(),
+        )),
+        Rule::Union => {
+            let mut all: Vec<String> = present.iter().flat_map(|v| strings(Some(v))).collect();
+            all.sort();
+            all.dedup();
+            Some(Value::from(all))
+        }
+        Rule::Problems => {
+            let mut all = Vec::new();
+            for (v, (src, m)) in vals.iter().zip(parts) {
+                let who = match m.get("shard").and_then(|s| s.get("shard")) {
+                    Some(s) => format!("shard {}/{}", int(s.get("index")), int(s.get("count"))),
+                    None => src.to_string(),
+                };
+                let list = match v {
+                    Value::String(s) => vec![s.clone()],
+                    _ => strings(Some(v)),
+                };
+                all.extend(list.into_iter().map(|p| format!("{who}: {p}")));
+            }
+            Some(match field {
+                "generator_limited_reason" if all.is_empty() => Value::Null,
+                "generator_limited_reason" => Value::from(all.join("; ")),
+                _ => Value::from(all),
+            })
+        }
+    })
+}
+
+/// Every shard's histogram added into one (`None`: no shard timed anything).
+fn histograms(parts: &[(&str, &Map<String, Value>)]) -> Result<Option<Histogram<u64>>, ToolError> {
+    let mut all = None;
+    for (src, m) in parts {
+        let Some(text) = m.get("latency_histogram").and_then(Value::as_str) else {
+            if m.get("latency_ns").is_some_and(|l| !l.is_null()) {
+                return Err(ToolError::usage(format!(
+                    "{src} has latency percentiles but not its histogram (latency_histogram): \
+                     percentiles cannot be merged exactly; rerun with this flowlane"
+                )));
+            }
+            continue;
+        };
+        let h = decode_histogram(text)
+            .map_err(|e| ToolError::usage(format!("{src}: latency_histogram: {e}")))?;
+        add_histogram(&mut all, Some(&h));
+    }
+    Ok(all)
+}
+
+fn add_histogram(all: &mut Option<Histogram<u64>>, h: Option<&Histogram<u64>>) {
+    let Some(h) = h else { return };
+    match all {
+        // Auto-resizing histograms (the roles' and a decoded one's) take any value.
+        Some(a) => {
+            let _ = a.add(h);
+        }
+        None => {
+            let mut a = h.clone();
+            a.auto(true);
+            *all = Some(a);
+        }
+    }
+}
+
+/// The per-flow rows of every shard in one table, sorted by `keys`; a flow (its keys) in two
+/// shards is refused: sequence accounting cannot be joined across senders.
+fn join_flows(parts: &[(&str, &Map<String, Value>)], keys: &[&str]) -> Result<Value, ToolError> {
+    let mut rows: Vec<(Vec<String>, &str, Value)> = Vec::new();
+    for (src, m) in parts {
+        for f in m
+            .get("flows")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let k: Vec<String> = keys
+                .iter()
+                .map(|k| f.get(*k).map_or(String::new(), Value::to_string))
+                .collect();
+            rows.push((k, src, f.clone()));
+        }
+    }
+    rows.sort_by(|a, b| {
+        let n = |k: &[String]| {
+            k.iter()
+                .map(|s| s.parse::<u64>().unwrap_or(u64::MAX))
+                .collect::<Vec<_>>()
+        };
+        n(&a.0).cmp(&n(&b.0))
+    });
+    for w in rows.windows(2) {
+        if w[0].0 == w[1].0 {
+            return Err(ToolError::usage(format!(
+                "flow {} is in {} and in {}: each flow belongs to one shard (give every shard \
+                 the same --flows and its own --shard I/N)",
+                w[0].0.join(" queue "),
+                w[0].1,
+                w[1].1
+            )));
+        }
+    }
+    Ok(Value::Array(rows.into_iter().map(|r| r.2).collect()))
+}
+
+/// Rows of an array field summed by a key field (sink's `by_size`).
+fn sum_rows_by(parts: &[(&str, &Map<String, Value>)], field: &str, key: &str) -> Value {
+    let mut rows: Vec<Map<String, Value>> = Vec::new();
+    for (_, m) in parts {
+        for r in m.get(field).and_then(Value::as_array).into_iter().flatten() {
+            let Some(r) = r.as_object() else { continue };
+            match rows.iter_mut().find(|x| x.get(key) == r.get(key)) {
+                Some(x) => add_into(x, r),
+                None => rows.push(r.clone()),
+            }
+        }
+    }
+    rows.sort_by_key(|r| int(r.get(key)));
+    Value::from(rows)
+}
+
+/// An object field of every shard with its numbers summed (`null` where none has it).
+fn sum_objects(parts: &[(&str, &Map<String, Value>)], field: &str) -> Value {
+    let mut acc: Option<Map<String, Value>> = None;
+    for (_, m) in parts {
+        if let Some(o) = m.get(field).and_then(Value::as_object) {
+            match acc.as_mut() {
+                Some(a) => add_into(a, o),
+                None => acc = Some(o.clone()),
+            }
+        }
+    }
+    acc.map_or(Value::Null, Value::Object)
+}
+
+/// Adds `b`'s integers into `a`'s (other fields stay `a`'s: the caller sets them).
+fn add_into(a: &mut Map<String, Value>, b: &Map<String, Value>) {
+    for (k, v) in b {
+        if let (Some(x), Some(y)) = (a.get(k).and_then(Value::as_u64), v.as_u64()) {
+            a.insert(k.clone(), Value::from(x.saturating_add(y)));
+        }
+    }
+}
+
+/// serve's totals: its ratios from the summed counts.
+fn serve_ratios(total: &mut Value, parts: &[(&str, &Map<String, Value>)]) {
+    let Some(t) = total.as_object_mut() else {
+        return;
+    };
+    let (rx, cpu, rounds) = (
+        int(t.get("rx_packets")),
+        int(t.get("cpu_ns")),
+        int(t.get("rounds")),
+    );
+    t.insert(
+        "cpu_ns_per_packet".into(),
+        Value::from(crate::ns_per(cpu, rx)),
+    );
+    // Batch fill: each shard's weighted by its rounds.
+    let fill: f64 = parts
+        .iter()
+        .filter_map(|(_, m)| m.get("total"))
+        .map(|s| num(s.get("batch_fill")) * int(s.get("rounds")) as f64)
+        .sum();
+    let f = if rounds > 0 {
+        fill / rounds as f64
+    } else {
+        0.0
+    };
+    t.insert(
+        "batch_fill".into(),
+        Value::from((f * 1000.0).round() / 1000.0),
+    );
+}
+
+/// A per-packet figure weighted by each shard's packets.
+fn weighted(parts: &[(&str, &Map<String, Value>)], field: &str, by: &str) -> Value {
+    let (mut sum, mut n) = (0.0, 0u64);
+    for (_, m) in parts {
+        let Some(v) = m.get(field).and_then(Value::as_f64) else {
+            return Value::Null;
+        };
+        let w = int(m.get(by));
+        sum += v * w as f64;
+        n += w;
+    }
+    if n == 0 {
+        return Value::Null;
+    }
+    Value::from((sum / n as f64 * 10.0).round() / 10.0)
+}
+
+/// Hardware-counter cost: weighted where every shard has it, else the first reason it is
+/// not known.
+fn pmu(parts: &[(&str, &Map<String, Value>)], by: &str) -> Value {
+    let pm: Vec<(&Value, u64)> = parts
+        .iter()
+        .filter_map(|(_, m)| {
+            let w = m.get(by).map_or(0, |v| {
+                v.as_u64().unwrap_or_else(|| int(v.get("rx_packets")))
+            });
+            m.get("pmu").map(|p| (p, w))
+        })
+        .collect();
+    if let Some((p, _)) = pm.iter().find(|(p, _)| !p["unavailable"].is_null()) {
+        return serde_json::json!({ "unavailable": p["unavailable"] });
+    }
+    let mut out = Map::new();
+    for f in [
+        "cycles_per_packet",
+        "instructions_per_packet",
+        "ipc",
+        "llc_misses_per_packet",
+    ] {
+        let rows: Vec<(&str, Map<String, Value>)> = pm
+            .iter()
+            .map(|(p, w)| {
+                let mut m = Map::new();
+                m.insert(f.into(), p[f].clone());
+                m.insert("w".into(), Value::from(*w));
+                ("", m)
+            })
+            .collect();
+        let refs: Vec<(&str, &Map<String, Value>)> = rows.iter().map(|(s, m)| (*s, m)).collect();
+        out.insert(f.into(), weighted(&refs, f, "w"));
+    }
+    out.insert("unavailable".into(), Value::Null);
+    Value::Object(out)
+}
+
+/// `generator` when any shard's generator was the limit, else `path` when any path was.
+fn limited_by(parts: &[(&str, &Map<String, Value>)]) -> Value {
+    let all: Vec<&str> = parts
+        .iter()
+        .filter_map(|(_, m)| m.get("limited_by").and_then(Value::as_str))
+        .collect();
+    ["generator", "path"]
+        .into_iter()
+        .find(|w| all.contains(w))
+        .map_or(Value::Null, Value::from)
+}
+
+/// pktgen's line for the merged step.
+fn pktgen(m: &Map<String, Value>, window: f64) -> String {
+    let mut m = m.clone();
+    m.insert("pktgen".into(), Value::from(""));
+    let step: Option<crate::blast::StepReport> = serde_json::from_value(Value::Object(m)).ok();
+    match step {
+        Some(s) => crate::blast::pktgen_line(&s, window, s.mean_frame(), s.mbps),
+        None => String::new(),
+    }
+}
+
+fn int(v: Option<&Value>) -> u64 {
+    v.and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn num(v: Option<&Value>) -> f64 {
+    v.and_then(Value::as_f64).unwrap_or(0.0)
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|x| match x {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+/// When a merged run began (the earliest shard's start), RFC 3339.
+pub fn began(m: &Merged) -> Option<String> {
+    let ns = m
+        .shards
+        .iter()
+        .filter_map(|r| r.started.as_deref())
+        .filter_map(|s| humantime::parse_rfc3339(s).ok())
+        .min()?;
+    let d = ns.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(rfc3339(d.as_nanos() as u64))
+}
+
+#[cfg(test)]
+mod tests;
