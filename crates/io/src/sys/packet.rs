@@ -473,10 +473,11 @@ impl RxRing {
         Ok(r)
     }
 
-    /// Keeps only the frames of the receive queues `q` with `q mod count == index` (a socket
-    /// filter on the queue the driver recorded: `SKF_AD_QUEUE` reads `queue_mapping`, the
-    /// receive queue + 1, 0 where none was recorded — counted as queue 0), so `count` sinks
-    /// on one interface each take a disjoint share of its queues.
+    /// Keeps only the frames whose recorded queue `m` has `m mod count == index` (a socket
+    /// filter on `SKF_AD_QUEUE`, the skb's `queue_mapping`: on a NIC the receive queue + 1 as
+    /// the driver recorded it, 0 where none was; on veth the peer's transmit queue, which is
+    /// this end's receive queue), so `count` sinks on one interface each take a disjoint share
+    /// of its queues, every frame in exactly one.
     pub fn keep_rx_queues(&self, index: u32, count: u32) -> Result<(), SysError> {
         let prog = rx_queue_filter(index, count);
         super::attach_socket_cbpf(&self.ring.fd, &prog)
@@ -568,16 +569,13 @@ impl RxRing {
 }
 
 /// The classic BPF program of [`RxRing::keep_rx_queues`].
-pub(crate) fn rx_queue_filter(index: u32, count: u32) -> [super::BpfInsn; 7] {
+pub(crate) fn rx_queue_filter(index: u32, count: u32) -> [super::BpfInsn; 5] {
     let ins = |code: u16, jt: u8, jf: u8, k: u32| super::BpfInsn { code, jt, jf, k };
-    // BPF_LD|BPF_W|BPF_ABS 0x20, BPF_JMP|BPF_JEQ|BPF_K 0x15, BPF_ALU|BPF_SUB|BPF_K 0x14,
-    // BPF_ALU|BPF_MOD|BPF_K 0x94, BPF_RET|BPF_K 0x06. SKF_AD_OFF + SKF_AD_QUEUE.
+    // BPF_LD|BPF_W|BPF_ABS 0x20, BPF_ALU|BPF_MOD|BPF_K 0x94, BPF_JMP|BPF_JEQ|BPF_K 0x15,
+    // BPF_RET|BPF_K 0x06. SKF_AD_OFF + SKF_AD_QUEUE.
     const AD_QUEUE: u32 = (-0x1000i32 + 24) as u32;
     [
         ins(0x20, 0, 0, AD_QUEUE),
-        // Nothing recorded (0): queue 0, so no subtraction.
-        ins(0x15, 1, 0, 0),
-        ins(0x14, 0, 0, 1),
         ins(0x94, 0, 0, count.max(1)),
         ins(0x15, 0, 1, index),
         ins(0x06, 0, 0, u32::MAX),
