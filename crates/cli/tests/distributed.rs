@@ -425,7 +425,7 @@ fn merge_refuses_what_is_not_one_run() {
     let dir = Dir::new("refuse");
     let p = dir.file("bad.json");
     std::fs::write(&p, "{\"final\": 3}\nflowlane: a status line\n").expect("write");
-    let (code, _, err) = merge(&[p.clone()], &[]);
+    let (code, _, err) = merge(std::slice::from_ref(&p), &[]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("bad.json") && err.contains("JSON"), "{err}");
     let (code, _, err) = merge(&[Path::new("/nonexistent/r.json").into()], &[]);
