@@ -282,6 +282,9 @@ pub struct LoadArgs {
     histogram: Option<std::path::PathBuf>,
 
     #[command(flatten)]
+    shard: crate::shard::ShardArgs,
+
+    #[command(flatten)]
     live: LiveArgs,
 }
 
@@ -518,8 +521,10 @@ fn load_config(a: &LoadArgs) -> Result<HttpLoadConfig, Failure> {
             max_errors: None,
             max_error_share: None,
             max_memory: None,
+            sharding: Default::default(),
         }
     };
+    cfg.sharding = a.shard.sharding()?;
     if let Some(m) = a.max_memory {
         cfg.max_memory = Some(m << 20);
     }

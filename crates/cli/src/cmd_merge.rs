@@ -11,7 +11,8 @@ use crate::{CmdResult, Failure};
 
 /// Join the reports of a sharded run's shards into one exact report
 ///
-/// Reads the `--json` (or `--json-stream`) reports of `blast`, `sink` or `serve` shards
+/// Reads the `--json` (or `--json-stream`) reports of `blast`, `sink`, `serve` or `http load`
+/// shards
 /// (`--shard I/N`, or `--shards N` in a Kubernetes Indexed Job) and prints one report of the
 /// same schema: counts summed, per-flow tables joined, latency from the shards' histograms
 /// (every sample kept), rates over the common time window (the earliest shard's start to the
@@ -144,6 +145,29 @@ fn print_text(m: &Merged) {
                     t["socket_drops"],
                     s["workers"].as_array().map_or(0, Vec::len)
                 );
+            }
+            merge::Kind::HttpLoad => {
+                let t = &s["total"];
+                outln!(
+                    "  {} requests, {} answers ({:.1}/s over {:.3} s steady), {} errors{}",
+                    t["requests"],
+                    t["responses"],
+                    n("requests_per_s"),
+                    n("steady_s"),
+                    s["errors"],
+                    if s["passed"] == true { "" } else { ": FAILED" }
+                );
+                if let Some(l) = s["latency"].as_object() {
+                    let f = |k: &str| l.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+                    outln!(
+                        "  latency, µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+                        f("p50"),
+                        f("p90"),
+                        f("p99"),
+                        f("p999"),
+                        f("max")
+                    );
+                }
             }
         }
         if let Ok(Some(l)) = serde_json::from_value::<Option<Latency>>(s["latency_ns"].clone()) {

@@ -419,6 +419,92 @@ fn sink_shards_take_their_queues_and_merge_to_one_sink() {
     );
 }
 
+/// Two pods load one HTTP server as two shards of one run: each takes half the
+/// connections, half the rate and its own half of the source addresses; the merge counts
+/// every answer the server gave, and its latency is the shards' histograms added.
+#[test]
+fn http_load_shards_merge_to_the_servers_count() {
+    let Some(s) = star(1, 1) else { return };
+    let dir = Dir::new("http");
+    let pod = &s.pods[0];
+    pod.ns
+        .ip(&["route", "add", "local", "198.18.128.0/28", "dev", "lo"])
+        .expect("local sources");
+    s.dut
+        .ip(&["route", "add", "198.18.128.0/28", "via", "198.18.10.1"])
+        .expect("a route back");
+    let url = format!("http://{}:8080/bytes/64", pod.dut_addr);
+    let mut cmd = s.dut.command(BIN);
+    cmd.args(["http", "serve", "--bind", &format!("{}:8080", pod.dut_addr)])
+        .args(["--cpus", "0", "--json", "--duration", "120"]);
+    let server = common::Running::start_with(cmd, "flowlane http serve:");
+    let at = start_in(2.5);
+    let children: Vec<_> = (0..2)
+        .map(|i| {
+            pod.ns
+                .command(BIN)
+                .args(["http", "load", &url, "-c", "8", "--rate", "400", "-d", "2"])
+                .args([
+                    "--cpus",
+                    "1",
+                    "--source",
+                    "198.18.128.0/28",
+                    "--source-count",
+                    "8",
+                ])
+                .args(["--shards", "2", "--start-at", &at, "--json", "--quiet"])
+                .env("JOB_COMPLETION_INDEX", i.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("load starts")
+        })
+        .collect();
+    let mut files = Vec::new();
+    let mut shards = Vec::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().expect("load ends");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let f = dir.file(&format!("load{i}.json"));
+        std::fs::write(&f, &out.stdout).expect("report");
+        files.push(f);
+        let j: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(n(&j["pools"][0]["connections"]), 4, "half the connections");
+        assert_eq!(j["pools"][0]["rate"].as_f64(), Some(200.0), "half the rate");
+        assert_eq!(n(&j["shard"]["shard"]["index"]), i as u64);
+        shards.push(j);
+    }
+    let (_, srv) = server.finish();
+    let (code, m, err) = merge(&files, &[]);
+    assert_eq!(code, Some(0), "{err}\n{m}");
+    common::schema_valid("http-load", &m);
+    assert_eq!(n(&m["pools"][0]["connections"]), 8);
+    assert_eq!(m["pools"][0]["rate"].as_f64(), Some(400.0));
+    assert_eq!(n(&m["unanswered"]), 0, "{m}");
+    let answers = n(&m["total"]["responses"]);
+    assert_eq!(
+        answers,
+        n(&srv["total"]["requests"]),
+        "the server's count: {srv}"
+    );
+    assert_eq!(
+        answers,
+        shards
+            .iter()
+            .map(|j| n(&j["total"]["responses"]))
+            .sum::<u64>()
+    );
+    let mut all = histogram(&shards[0]);
+    all.add(histogram(&shards[1])).expect("adds");
+    assert_eq!(histogram(&m), all, "the merged latency is every answer's");
+    assert_eq!(n(&m["latency"]["count"]), all.len());
+}
+
 /// What is not one run's shards is refused, with the reason (exit 2).
 #[test]
 fn merge_refuses_what_is_not_one_run() {

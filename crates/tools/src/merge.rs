@@ -24,6 +24,8 @@ pub enum Kind {
     Sink,
     /// `serve --json`.
     Serve,
+    /// `http load --json`.
+    HttpLoad,
 }
 
 /// How one field of a report is merged.
@@ -157,6 +159,41 @@ pub fn rules(kind: Kind) -> &'static [(&'static str, Rule)] {
             ("host", Drop),
             ("shard", Drop),
         ],
+        Kind::HttpLoad => &[
+            ("cpus", Concat),
+            ("duration_s", Own),
+            ("steady_s", Own),
+            ("requests_per_s", Own),
+            ("body_bytes_per_s", Own),
+            ("total", Own),
+            ("unanswered", Sum),
+            ("errors", Sum),
+            ("max_errors", First),
+            ("max_error_share", Same),
+            ("passed", Own),
+            ("failures", Problems),
+            ("first_error", First),
+            ("pools", Own),
+            ("latency", Own),
+            ("latency_histogram", Own),
+            ("nofile", First),
+            ("workers", Sum),
+            ("files_per_worker", First),
+            ("memory", Own),
+            ("cpu_s", SumF),
+            ("busy_poll_us", Same),
+            ("batch_wait_us", Same),
+            ("loop_spins", Sum),
+            ("loop_sleeps", Sum),
+            ("responses_per_cpu_s", Own),
+            ("cpus_busy_s", SumF),
+            ("responses_per_busy_cpu_s", Own),
+            ("worker_cpu_ns_per_response", Own),
+            ("pmu", Own),
+            ("worker_errors", Concat),
+            ("host", Drop),
+            ("shard", Drop),
+        ],
     }
 }
 
@@ -260,6 +297,8 @@ pub fn kind_of(v: &Value) -> Option<Kind> {
         Some(Kind::Sink)
     } else if has("workers") && has("steering") && has("total") {
         Some(Kind::Serve)
+    } else if has("requests_per_s") && has("pools") && has("steady_s") {
+        Some(Kind::HttpLoad)
     } else {
         None
     }
@@ -272,7 +311,7 @@ pub fn merge(reports: &[(String, Value)]) -> Result<Merged, ToolError> {
         .ok_or_else(|| ToolError::usage("merge needs at least one report"))?;
     let kind = kind_of(&first.1).ok_or_else(|| {
         ToolError::usage(format!(
-            "{}: not a report merge knows (blast, sink or serve --json)",
+            "{}: not a report merge knows (blast, sink, serve or http load --json)",
             first.0
         ))
     })?;
@@ -288,6 +327,9 @@ pub fn merge(reports: &[(String, Value)]) -> Result<Merged, ToolError> {
             Kind::Blast => serde_json::from_value::<crate::blast::BlastJson>(v.clone()).is_ok(),
             Kind::Sink => serde_json::from_value::<crate::sink::SinkReport>(v.clone()).is_ok(),
             Kind::Serve => serde_json::from_value::<crate::serve::ServeReport>(v.clone()).is_ok(),
+            Kind::HttpLoad => {
+                serde_json::from_value::<crate::http::HttpLoadReport>(v.clone()).is_ok()
+            }
         };
         if !ok {
             return Err(ToolError::usage(format!(
@@ -449,7 +491,7 @@ fn merge_one(kind: Kind, parts: &[(&str, &Map<String, Value>)]) -> Result<OneMer
     let weight = match kind {
         Kind::Blast => "tx_packets",
         Kind::Sink => "rx_packets",
-        Kind::Serve => "",
+        Kind::Serve | Kind::HttpLoad => "",
     };
     match kind {
         Kind::Blast => {
@@ -484,6 +526,7 @@ fn merge_one(kind: Kind, parts: &[(&str, &Map<String, Value>)]) -> Result<OneMer
             serve_ratios(&mut total, parts);
             out.insert("total".into(), total);
         }
+        Kind::HttpLoad => http_load::merge(&mut out, parts, &starts)?,
     }
     if !weight.is_empty() {
         out.insert(
@@ -495,7 +538,19 @@ fn merge_one(kind: Kind, parts: &[(&str, &Map<String, Value>)]) -> Result<OneMer
         "pmu".into(),
         pmu(parts, if weight.is_empty() { "total" } else { weight }),
     );
-    if kind != Kind::Serve {
+    if kind == Kind::HttpLoad {
+        out.insert(
+            "latency".into(),
+            serde_json::to_value(h.as_ref().and_then(crate::http::LatencyUs::of))
+                .unwrap_or_default(),
+        );
+        out.insert(
+            "latency_histogram".into(),
+            h.as_ref()
+                .and_then(encode_histogram)
+                .map_or(Value::Null, Value::from),
+        );
+    } else if kind != Kind::Serve {
         let what = if kind == Kind::Blast {
             "round-trip"
         } else {
@@ -669,19 +724,34 @@ fn merge_field(
 
 /// Every shard's histogram added into one (`None`: no shard timed anything).
 fn histograms(parts: &[(&str, &Map<String, Value>)]) -> Result<Option<Histogram<u64>>, ToolError> {
+    let key = if parts.iter().any(|(_, m)| m.contains_key("latency_ns")) {
+        "latency_ns"
+    } else {
+        "latency"
+    };
+    histograms_of(parts, key, "latency_histogram")
+}
+
+/// The histograms in field `hist` of every part added; a part with percentiles (`pct`) but
+/// no histogram is refused, since percentiles cannot be merged exactly.
+fn histograms_of(
+    parts: &[(&str, &Map<String, Value>)],
+    pct: &str,
+    hist: &str,
+) -> Result<Option<Histogram<u64>>, ToolError> {
     let mut all = None;
     for (src, m) in parts {
-        let Some(text) = m.get("latency_histogram").and_then(Value::as_str) else {
-            if m.get("latency_ns").is_some_and(|l| !l.is_null()) {
+        let Some(text) = m.get(hist).and_then(Value::as_str) else {
+            if m.get(pct).is_some_and(|l| !l.is_null()) {
                 return Err(ToolError::usage(format!(
-                    "{src} has latency percentiles but not its histogram (latency_histogram): \
+                    "{src} has latency percentiles ({pct}) but not their histogram ({hist}): \
                      percentiles cannot be merged exactly; rerun with this flowlane"
                 )));
             }
             continue;
         };
-        let h = decode_histogram(text)
-            .map_err(|e| ToolError::usage(format!("{src}: latency_histogram: {e}")))?;
+        let h =
+            decode_histogram(text).map_err(|e| ToolError::usage(format!("{src}: {hist}: {e}")))?;
         add_histogram(&mut all, Some(&h));
     }
     Ok(all)
@@ -836,7 +906,8 @@ fn pmu(parts: &[(&str, &Map<String, Value>)], by: &str) -> Value {
         .iter()
         .filter_map(|(_, m)| {
             let w = m.get(by).map_or(0, |v| {
-                v.as_u64().unwrap_or_else(|| int(v.get("rx_packets")))
+                v.as_u64()
+                    .unwrap_or_else(|| int(v.get("rx_packets")) + int(v.get("responses")))
             });
             m.get("pmu").map(|p| (p, w))
         })
@@ -920,6 +991,8 @@ pub fn began(m: &Merged) -> Option<String> {
     let d = ns.duration_since(std::time::UNIX_EPOCH).ok()?;
     Some(rfc3339(d.as_nanos() as u64))
 }
+
+mod http_load;
 
 #[cfg(test)]
 mod tests;

@@ -145,6 +145,17 @@ pub struct HttpLoadConfig {
     /// memory available at the start (`MemAvailable`).
     #[serde(default)]
     pub max_memory: Option<u64>,
+    /// This run's shard of a larger one (each pool's share of the connections, the rate and
+    /// the source addresses) and a wall-clock start: from the command line only.
+    #[serde(skip)]
+    pub sharding: crate::shard::Sharding,
+}
+
+impl HttpLoadConfig {
+    /// A pool's connections in this run: all of them, or the shard's part.
+    pub fn conns(&self, p: &PoolConfig) -> usize {
+        self.sharding.shard.part(p.connections).len()
+    }
 }
 
 fn two() -> f64 {

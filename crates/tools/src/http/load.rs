@@ -205,6 +205,16 @@ pub struct PoolReport {
     pub send_lag: Option<LatencyUs>,
     /// `latency` by status class (`1xx` … `5xx`, classes seen only).
     pub by_class: Vec<(String, LatencyUs)>,
+    /// `latency`'s whole distribution (nanoseconds) in HdrHistogram's compressed interchange
+    /// form (`HISTFAAA…`, base64), so `merge` joins shards without losing a sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_histogram: Option<String>,
+    /// `latency_actual`'s, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_actual_histogram: Option<String>,
+    /// `send_lag`'s, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_histogram: Option<String>,
 }
 
 /// Memory of the load process.
@@ -315,6 +325,14 @@ pub struct HttpLoadReport {
     /// time, for `--histogram` (not in the JSON).
     #[serde(skip)]
     pub histogram: Option<hdrhistogram::Histogram<u64>>,
+    /// That distribution in HdrHistogram's compressed interchange form (`HISTFAAA…`,
+    /// base64), so `merge` joins shards without losing a sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_histogram: Option<String>,
+    /// With `--shard` or `--start-at`: which shard of the run this is, and when it started by
+    /// which clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::ShardReport>,
     /// Open-file limit (soft) after raising it to the hard one.
     pub nofile: u64,
     /// Workers run: one per CPU, or more when the connections need more file tables.
@@ -437,7 +455,7 @@ fn shares(connections: usize, n: usize, offset: usize) -> impl Iterator<Item = u
 fn offsets(cfg: &HttpLoadConfig, n: usize) -> impl Iterator<Item = usize> + '_ {
     cfg.pools.iter().scan(0usize, move |before, p| {
         let at = *before;
-        *before = (at + p.connections) % n.max(1);
+        *before = (at + cfg.conns(p)) % n.max(1);
         Some(at)
     })
 }
@@ -446,18 +464,35 @@ fn offsets(cfg: &HttpLoadConfig, n: usize) -> impl Iterator<Item = usize> + '_ {
 fn most_per_worker(cfg: &HttpLoadConfig, n: usize) -> usize {
     let mut per = vec![0usize; n.max(1)];
     for (p, off) in cfg.pools.iter().zip(offsets(cfg, n)) {
-        for (t, c) in per.iter_mut().zip(shares(p.connections, n, off)) {
+        for (t, c) in per.iter_mut().zip(shares(cfg.conns(p), n, off)) {
             *t += c;
         }
     }
     per.into_iter().max().unwrap_or(0)
 }
 
-fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolError> {
+/// A pool's plans for `n` workers. A shard (`shard`) takes its share of the pool's
+/// connections (placed as the whole run places them, then its contiguous part), of its rate
+/// in proportion, and its contiguous part of the source addresses: shards never share a
+/// source address, and together run what one run would.
+fn plans(
+    p: &PoolConfig,
+    n: usize,
+    offset: usize,
+    shard: crate::shard::Shard,
+) -> Result<Vec<PoolPlan>, ToolError> {
     if p.connections == 0 {
         return Err(ToolError::usage(format!(
             "pool {:?}: connections must be at least 1",
             p.name
+        )));
+    }
+    let part = shard.part(p.connections);
+    if part.is_empty() {
+        return Err(ToolError::usage(format!(
+            "pool {:?}: {} connections give shard {shard} none: at least as many connections \
+             as shards",
+            p.name, p.connections
         )));
     }
     if p.urls.is_empty() {
@@ -485,7 +520,7 @@ fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolE
         )));
     }
     let target = resolve(&p.target)?;
-    let sources = match &p.source {
+    let all_sources = match &p.source {
         Some(prefix) => {
             let v = prefix_addresses(prefix, p.source_count)?;
             check_local(&v, prefix)?;
@@ -493,9 +528,16 @@ fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolE
         }
         None => Vec::new(),
     };
+    let sources = match all_sources.is_empty() || shard.whole() {
+        true => all_sources.clone(),
+        false => shard
+            .take(&all_sources, "source addresses")
+            .map_err(|e| ToolError::usage(format!("pool {:?}: {}", p.name, e.message)))?
+            .to_vec(),
+    };
     let port_range = local_port_range();
     if let Some((lo, hi)) = port_range {
-        ports_enough(p, sources.len(), lo, hi)?;
+        ports_enough(p, part.len(), sources.len(), lo, hi)?;
     }
     let placed = match &p.placement {
         Some(pl) => {
@@ -506,18 +548,20 @@ fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolE
                     p.name
                 )));
             }
-            let from = if sources.is_empty() {
+            let from = if all_sources.is_empty() {
                 vec![crate::blast::route_source(target)?]
             } else {
-                sources.clone()
+                all_sources.clone()
             };
             let (lo, hi) = port_range.unwrap_or((32768, 60999));
             let ports = (
                 u16::try_from(lo).unwrap_or(u16::MAX),
                 u16::try_from(hi).unwrap_or(u16::MAX),
             );
-            let placed = super::place::place(pl, target, &from, ports, p.connections)
+            let mut placed = super::place::place(pl, target, &from, ports, p.connections)
                 .map_err(|e| ToolError::usage(format!("pool {:?}: {e}", p.name)))?;
+            placed.per_conn = placed.per_conn.get(part.clone()).unwrap_or(&[]).to_vec();
+            placed.queue_of = placed.queue_of.get(part.clone()).unwrap_or(&[]).to_vec();
             Some(Arc::new(placed))
         }
         None => None,
@@ -567,7 +611,7 @@ fn plans(p: &PoolConfig, n: usize, offset: usize) -> Result<Vec<PoolPlan>, ToolE
     }
     let mut out = Vec::with_capacity(n);
     let mut first = 0;
-    for conns in shares(p.connections, n, offset) {
+    for conns in shares(part.len(), n, offset) {
         out.push(PoolPlan {
             target,
             sources: sources.clone(),
@@ -619,7 +663,7 @@ fn file_tables(
     besides: u64,
 ) -> Result<Tables, ToolError> {
     let cpus = cfg.cpus.len();
-    let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
+    let connections: usize = cfg.pools.iter().map(|p| cfg.conns(p)).sum();
     if nofile == 0 || connections as u64 + besides <= nofile {
         return Ok(Tables {
             workers: cpus,
@@ -659,13 +703,19 @@ fn local_port_range() -> Option<(u32, u32)> {
 /// A pool's connections each need a local port of their source address for its target: more
 /// than the range holds per address cannot connect (the kernel says "Cannot assign requested
 /// address"), so say it before the run, with the number of addresses that would do.
-fn ports_enough(p: &PoolConfig, sources: usize, lo: u32, hi: u32) -> Result<(), ToolError> {
+fn ports_enough(
+    p: &PoolConfig,
+    conns: usize,
+    sources: usize,
+    lo: u32,
+    hi: u32,
+) -> Result<(), ToolError> {
     let ports = (hi - lo + 1) as usize;
     let from = sources.max(1);
-    if p.connections <= ports * from {
+    if conns <= ports * from {
         return Ok(());
     }
-    let need = p.connections.div_ceil(ports);
+    let need = conns.div_ceil(ports);
     let have = if sources == 0 {
         "one source address gives".to_string()
     } else {
@@ -676,7 +726,7 @@ fn ports_enough(p: &PoolConfig, sources: usize, lo: u32, hi: u32) -> Result<(), 
          address: net.ipv4.ip_local_port_range {lo} {hi}): give at least {need} source \
          addresses (--source PREFIX --source-count {need}; in a scenario: source, source_count)",
         p.name,
-        p.connections,
+        conns,
         p.target,
         ports * from
     )))
@@ -704,7 +754,13 @@ pub fn run(
     stop: &Arc<AtomicBool>,
     on_event: &mut dyn FnMut(HttpLoadEvent),
 ) -> Result<HttpLoadReport, ToolError> {
-    let p = plan(cfg)?;
+    cfg.sharding.check()?;
+    let mut p = plan(cfg)?;
+    // A shard waits for the agreed start, then plans its phases from it.
+    let shard = cfg.sharding.start(stop)?.filter(|_| cfg.sharding.asked());
+    if cfg.sharding.start_at_ns.is_some() {
+        p = plan(cfg)?;
+    }
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
     let busy0 = flowlane_lab::counters::busy_jiffies(&cfg.cpus);
     let (mut rt, shares, setup_late) = start(cfg, &p, stop)?;
@@ -733,7 +789,9 @@ pub fn run(
         setup_late,
         pmu_unavailable: rt.pmu_unavailable(),
     };
-    Ok(report(cfg, &p, w, &ran))
+    let mut r = report(cfg, &p, w, &ran);
+    r.shard = shard;
+    Ok(r)
 }
 
 /// A run's settings, checked and resolved once.
@@ -811,7 +869,7 @@ fn plan(cfg: &HttpLoadConfig) -> Result<Plan, ToolError> {
     if cfg.cpus.is_empty() || cfg.pools.is_empty() {
         return Err(ToolError::usage("no CPUs or no pools to run"));
     }
-    let connections: usize = cfg.pools.iter().map(|p| p.connections).sum();
+    let connections: usize = cfg.pools.iter().map(|p| cfg.conns(p)).sum();
     let (nofile, hard) = flowlane_io::os::raise_nofile_limit().unwrap_or((0, 0));
     let besides = files_besides();
     let tables = file_tables(cfg, nofile, hard, besides)?;
@@ -823,7 +881,7 @@ fn plan(cfg: &HttpLoadConfig) -> Result<Plan, ToolError> {
         .pools
         .iter()
         .zip(offsets(cfg, n))
-        .map(|(p, off)| plans(p, n, off))
+        .map(|(p, off)| plans(p, n, off, cfg.sharding.shard))
         .collect::<Result<_, _>>()?;
     let longest = ramp_up + steady + ramp_down + drain + timeout;
     let histograms_max = histogram_bound(cfg, &per_pool, longest);
@@ -1112,18 +1170,23 @@ fn report(cfg: &HttpLoadConfig, p: &Plan, w: Watched, ran: &Ran) -> HttpLoadRepo
                     "closed-loop"
                 }
                 .into(),
-                connections: p.connections,
+                connections: cfg.conns(p),
                 placement: plans
                     .iter()
                     .find_map(|w| w.placed.as_ref())
                     .map(|x| x.summary.clone()),
-                rate: p.rate,
+                rate: p
+                    .rate
+                    .map(|r| r * cfg.conns(p) as f64 / p.connections.max(1) as f64),
                 answers: l.answers,
                 requests_per_s: l.answers as f64 / span_s,
                 body_bytes_per_s: l.body_bytes as f64 / span_s,
                 latency: LatencyUs::of(&l.intended),
                 latency_actual: LatencyUs::of(&l.actual),
                 send_lag: l.lag.as_ref().and_then(LatencyUs::of),
+                latency_histogram: crate::report::encode_histogram(&l.intended),
+                latency_actual_histogram: crate::report::encode_histogram(&l.actual),
+                send_lag_histogram: l.lag.as_ref().and_then(crate::report::encode_histogram),
                 by_class: l
                     .classes()
                     .iter()
@@ -1138,6 +1201,8 @@ fn report(cfg: &HttpLoadConfig, p: &Plan, w: Watched, ran: &Ran) -> HttpLoadRepo
             .collect(),
         latency: LatencyUs::of(&all.intended),
         histogram: Some(all.intended.clone()).filter(|h| !h.is_empty()),
+        latency_histogram: crate::report::encode_histogram(&all.intended),
+        shard: None,
         nofile,
         workers: n,
         files_per_worker: p.own_files.then_some(nofile),
@@ -1231,6 +1296,7 @@ fn no_answers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shard::Shard;
 
     fn cfg(cpus: usize, pools: &[usize]) -> HttpLoadConfig {
         let mut text = format!(
@@ -1345,19 +1411,20 @@ mod tests {
         let c = cfg(1, &[100_000]);
         let p = &c.pools[0];
         // The default range, 28 232 ports an address.
-        let e = ports_enough(p, 0, 32768, 60999).expect_err("one address is not enough");
+        let e =
+            ports_enough(p, p.connections, 0, 32768, 60999).expect_err("one address is not enough");
         let text = e.to_string();
         assert!(text.contains("one source address gives 28232"), "{text}");
         assert!(text.contains("--source-count 4"), "{text}");
-        let e = ports_enough(p, 3, 32768, 60999).expect_err("three are not enough");
+        let e = ports_enough(p, p.connections, 3, 32768, 60999).expect_err("three are not enough");
         assert!(
             e.to_string().contains("3 source addresses give 84696"),
             "{e}"
         );
-        assert!(ports_enough(p, 4, 32768, 60999).is_ok());
+        assert!(ports_enough(p, p.connections, 4, 32768, 60999).is_ok());
         // Exactly the range fits.
-        assert!(ports_enough(&cfg(1, &[100]).pools[0], 0, 1000, 1099).is_ok());
-        assert!(ports_enough(&cfg(1, &[101]).pools[0], 0, 1000, 1099).is_err());
+        assert!(ports_enough(&cfg(1, &[100]).pools[0], 100, 0, 1000, 1099).is_ok());
+        assert!(ports_enough(&cfg(1, &[101]).pools[0], 101, 0, 1000, 1099).is_err());
     }
 
     #[test]
@@ -1393,7 +1460,7 @@ mod tests {
             .pools
             .iter()
             .zip(offsets(&c, 2))
-            .map(|(p, off)| plans(p, 2, off).expect("plans"))
+            .map(|(p, off)| plans(p, 2, off, Shard::WHOLE).expect("plans"))
             .collect();
         let longest = Duration::from_secs(13);
         let (full, empty) = (histogram_bytes(13_000_000_000), histogram_bytes(2));
@@ -1430,7 +1497,7 @@ mod tests {
         assert_eq!(most_per_worker(&c, 2), 1500);
         let mut per = [0usize; 2];
         for (p, off) in c.pools.iter().zip(offsets(&c, 2)) {
-            let plans = plans(p, 2, off).expect("plans");
+            let plans = plans(p, 2, off, Shard::WHOLE).expect("plans");
             assert_eq!(plans.iter().map(|w| w.conns).sum::<usize>(), 1);
             for (t, w) in per.iter_mut().zip(&plans) {
                 *t += w.conns;
@@ -1449,5 +1516,35 @@ mod tests {
         }
         assert_eq!(per, [9, 9, 8]);
         assert_eq!(most_per_worker(&c, 3), 9);
+    }
+
+    /// Shards of a pool: their connections, rates and source addresses add up to the
+    /// whole pool's, and no two shards share a source address.
+    #[test]
+    fn shards_split_connections_rate_and_sources() {
+        let mut c = cfg(2, &[10]);
+        c.pools[0].rate = Some(1000.0);
+        c.pools[0].source = Some("127.0.0.0/28".into());
+        c.pools[0].source_count = Some(7);
+        let mut seen = Vec::new();
+        let (mut conns, mut rate) = (0, 0.0);
+        for i in 0..3 {
+            let shard = Shard::new(i, 3).expect("shard");
+            let plans = plans(&c.pools[0], 2, 0, shard).expect("plans");
+            conns += plans.iter().map(|w| w.conns).sum::<usize>();
+            rate += plans.iter().filter_map(|w| w.rate).sum::<f64>();
+            let s = &plans[0].sources;
+            assert!(plans.iter().all(|w| &w.sources == s));
+            assert!(
+                s.iter().all(|a| !seen.contains(a)),
+                "{s:?} against {seen:?}"
+            );
+            seen.extend(s.iter().copied());
+        }
+        assert_eq!(conns, 10);
+        assert!((rate - 1000.0).abs() < 1e-6, "{rate}");
+        assert_eq!(seen.len(), 7);
+        // More shards than connections leaves one empty: refused.
+        assert!(plans(&c.pools[0], 2, 0, Shard::new(0, 11).expect("shard")).is_err());
     }
 }

@@ -180,6 +180,17 @@ fn counts_add_up_flows_join_and_the_window_is_common() {
     assert_eq!(ids, [0, 1, 2, 3]);
     assert_eq!(m.shards.len(), 2);
     assert_eq!(m.shards[0].start_offset_ms, Some(500.0));
+    // The same schema: every field one of the report's own, besides the rows and the merge's
+    // problems, and it reads back as a step report.
+    for k in r.as_object().expect("object").keys() {
+        assert!(
+            rules(Kind::Blast).iter().any(|(f, _)| f == k)
+                || k == "shards"
+                || k == "merge_problems",
+            "{k}"
+        );
+    }
+    serde_json::from_value::<crate::blast::StepReport>(r.clone()).expect("a step report");
     assert!(r["pktgen"]
         .as_str()
         .expect("line")
