@@ -56,7 +56,20 @@ pub fn run(a: MergeArgs) -> CmdResult {
             (path.display().to_string(), t)
         };
         let text = text.map_err(Failure::from_tool)?;
-        all.extend(merge::read_reports(&name, &text).map_err(Failure::from_tool)?);
+        let read = merge::read_reports(&name, &text).map_err(Failure::from_tool)?;
+        if read.skipped_lines > 0 {
+            errln!(
+                "flowlane merge: {name}: {} lines outside the reports passed over (status \
+                 lines, as kubectl logs mixes them in)",
+                read.skipped_lines
+            );
+        }
+        if read.reports.is_empty() {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "{name} holds no report: give merge the output of --json or --json-stream"
+            )));
+        }
+        all.extend(read.reports);
     }
     let m = merge::merge(&all).map_err(Failure::from_tool)?;
     if a.json {

@@ -293,6 +293,22 @@ fn pods_of_an_indexed_job_merge_to_the_dut_counters_and_one_run() {
         let last = rows.last().expect("rows");
         assert_eq!(last[2] as u64, merged.len(), "the .hgrm's total count");
         assert_eq!(m["shards"].as_array().map(Vec::len), Some(3));
+        // As `kubectl logs` gives them: each pod's status lines (standard error) and report in
+        // one stream, read from standard input; the same merge.
+        let logs: String = codes
+            .iter()
+            .zip(&files)
+            .map(|(out, f)| {
+                String::from_utf8_lossy(&out.stderr).into_owned()
+                    + &std::fs::read_to_string(f).expect("report")
+            })
+            .collect();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["merge", "-", "--json"]);
+        let piped = common::with_stdin(cmd, &logs);
+        let again: Value = serde_json::from_slice(&piped.stdout).expect("merged JSON");
+        assert_eq!(again["flows"], m["flows"]);
+        assert_eq!(again["latency_histogram"], m["latency_histogram"]);
         // One run with the same flags, unsharded, from one pod: the same flows, the same counts.
         let server = serve_in(&s.dut);
         let out = s.pods[0]
@@ -513,7 +529,15 @@ fn merge_refuses_what_is_not_one_run() {
     std::fs::write(&p, "{\"final\": 3}\nflowlane: a status line\n").expect("write");
     let (code, _, err) = merge(std::slice::from_ref(&p), &[]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("bad.json") && err.contains("JSON"), "{err}");
+    assert!(
+        err.contains("bad.json") && err.contains("not a report"),
+        "{err}"
+    );
+    // A report cut short.
+    std::fs::write(&p, "{\"pktgen\": \"OK\", \"tx_pa").expect("write");
+    let (code, _, err) = merge(std::slice::from_ref(&p), &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a JSON report"), "{err}");
     let (code, _, err) = merge(&[Path::new("/nonexistent/r.json").into()], &[]);
     assert_eq!(code, Some(2), "{err}");
 }

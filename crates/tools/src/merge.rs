@@ -243,49 +243,66 @@ impl Merged {
 
 /// The reports in a text: one JSON report, several one after the other (`kubectl logs` of
 /// several pods), or `--json-stream` lines, whose `final` records are taken and `interval`
-/// records passed over. Lines that are not JSON (a status line on the same stream) are an
-/// error naming the place.
-pub fn read_reports(source: &str, text: &str) -> Result<Vec<(String, Value)>, ToolError> {
-    let mut out = Vec::new();
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-    loop {
-        let at = stream.byte_offset();
-        match stream.next() {
-            None => break,
-            Some(Ok(Value::Object(mut o))) => {
-                if o.contains_key("interval") && o.len() == 1 {
-                    continue;
-                }
-                let v = match o.remove("final") {
-                    Some(f) if o.is_empty() => f,
-                    Some(f) => {
-                        o.insert("final".into(), f);
-                        Value::Object(o)
-                    }
-                    None => Value::Object(o),
-                };
-                out.push((format!("{source}#{}", out.len() + 1), v));
-            }
-            Some(Ok(other)) => {
-                return Err(ToolError::usage(format!(
-                    "{source}: byte {at}: a report is a JSON object, not {}",
-                    crate::input::excerpt(&other.to_string())
-                )))
-            }
+/// records passed over. Lines outside a report that do not open one (`kubectl logs` mixes a
+/// shard's status lines on standard error into its output) are passed over and counted;
+/// a report that does not parse is an error naming the place.
+pub fn read_reports(source: &str, text: &str) -> Result<Reports, ToolError> {
+    let mut out = Reports::default();
+    let mut at = 0;
+    while at < text.len() {
+        let rest = &text[at..];
+        let line_end = rest.find('\n').map_or(rest.len(), |e| e + 1);
+        let line = rest[..line_end].trim();
+        if line.is_empty() {
+            at += line_end;
+            continue;
+        }
+        if !line.starts_with('{') {
+            out.skipped_lines += 1;
+            at += line_end;
+            continue;
+        }
+        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let v = match stream.next() {
+            Some(Ok(v)) => v,
             Some(Err(e)) => {
-                let rest = text.get(at..).unwrap_or("").trim_start();
                 return Err(ToolError::usage(format!(
                     "{source}: byte {at}: not a JSON report ({e}): {}; give merge the output of \
                      --json or --json-stream",
-                    crate::input::excerpt(rest)
-                )));
+                    crate::input::excerpt(line)
+                )))
             }
+            None => break,
+        };
+        at += stream.byte_offset();
+        let Value::Object(mut o) = v else { continue };
+        if o.contains_key("interval") && o.len() == 1 {
+            continue;
         }
+        let v = match o.remove("final") {
+            Some(f) if o.is_empty() => f,
+            Some(f) => {
+                o.insert("final".into(), f);
+                Value::Object(o)
+            }
+            None => Value::Object(o),
+        };
+        let n = out.reports.len() + 1;
+        out.reports.push((format!("{source}#{n}"), v));
     }
-    if out.len() == 1 {
-        out[0].0 = source.to_string();
+    if out.reports.len() == 1 {
+        out.reports[0].0 = source.to_string();
     }
     Ok(out)
+}
+
+/// What [`read_reports`] found.
+#[derive(Debug, Default)]
+pub struct Reports {
+    /// Each report with where it came from.
+    pub reports: Vec<(String, Value)>,
+    /// Lines passed over: not JSON, outside any report.
+    pub skipped_lines: usize,
 }
 
 /// The kind of a report, by the fields only it has.

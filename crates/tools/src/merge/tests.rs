@@ -250,8 +250,14 @@ fn streams_and_concatenated_reports_are_read() {
     let one = step(None, &[0], 1, &[]).to_string();
     let text = format!("{{\"interval\": {{\"tx_packets\": 1}}}}\n{{\"final\": {one}}}\n{one}\n");
     let r = read_reports("-", &text).expect("reads");
-    assert_eq!(r.len(), 2);
-    assert_eq!(r[0].0, "-#1");
-    assert!(read_reports("x", "{\"a\": 1}\nflowlane: status line\n").is_err());
-    assert!(read_reports("x", "[1, 2]").is_err());
+    assert_eq!(r.reports.len(), 2);
+    assert_eq!(r.reports[0].0, "-#1");
+    assert_eq!(r.skipped_lines, 0);
+    // Status lines between reports (kubectl logs mixes standard error in) are passed over.
+    let pretty = serde_json::to_string_pretty(&step(None, &[0], 1, &[])).expect("json");
+    let mixed = format!("flowlane blast (udp): 1 flow(s)\n{pretty}\n    1.0s  tx 5 pps\n{one}\n");
+    let r = read_reports("logs", &mixed).expect("reads");
+    assert_eq!((r.reports.len(), r.skipped_lines), (2, 2));
+    // A report cut short is an error.
+    assert!(read_reports("x", &one[..one.len() / 2]).is_err());
 }
