@@ -310,7 +310,8 @@ pub struct BlastArgs {
     echo: bool,
 
     /// With --echo: write the whole round-trip distribution to this file in HdrHistogram's
-    /// percentile-distribution text (.hgrm), in microseconds.
+    /// percentile-distribution text (.hgrm), in microseconds; a name ending in .hlog gets
+    /// HdrHistogram's log instead (the compressed interchange form, nanoseconds, lossless).
     #[arg(long, requires = "echo")]
     histogram: Option<std::path::PathBuf>,
 

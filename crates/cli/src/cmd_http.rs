@@ -277,7 +277,8 @@ pub struct LoadArgs {
     csv: Option<std::path::PathBuf>,
 
     /// Write the whole latency distribution (from the intended send time, all pools) to this
-    /// file in HdrHistogram's percentile-distribution text (.hgrm), in microseconds.
+    /// file in HdrHistogram's percentile-distribution text (.hgrm), in microseconds; a name ending in .hlog gets
+    /// HdrHistogram's log instead (the compressed interchange form, nanoseconds, lossless).
     #[arg(long)]
     histogram: Option<std::path::PathBuf>,
 

@@ -37,7 +37,8 @@ pub struct MergeArgs {
     json: bool,
 
     /// Write the merged latency distribution to this file in HdrHistogram's
-    /// percentile-distribution text (.hgrm), in microseconds.
+    /// percentile-distribution text (.hgrm), in microseconds; a name ending in .hlog gets
+    /// HdrHistogram's log instead (the compressed interchange form, nanoseconds, lossless).
     #[arg(long, value_name = "FILE")]
     histogram: Option<PathBuf>,
 }

@@ -55,7 +55,8 @@ pub struct SinkArgs {
     dev: String,
 
     /// Write the whole one-way latency distribution to this file in HdrHistogram's
-    /// percentile-distribution text (.hgrm), in microseconds.
+    /// percentile-distribution text (.hgrm), in microseconds; a name ending in .hlog gets
+    /// HdrHistogram's log instead (the compressed interchange form, nanoseconds, lossless).
     #[arg(long)]
     histogram: Option<std::path::PathBuf>,
 

@@ -173,6 +173,11 @@ pub fn write_histogram(
     let Some(path) = path else { return Ok(()) };
     let mut w = crate::side::Writes::default();
     match h {
+        // `.hlog`: HdrHistogram's log format, the compressed interchange form that its Java,
+        // C, Go and Python readers load losslessly; anything else: the percentile text.
+        Some(h) if path.extension().is_some_and(|e| e == "hlog") => {
+            w.write("--histogram", path, flowlane_tools::report::hlog(h))
+        }
         Some(h) => w.write("--histogram", path, flowlane_tools::hgrm(h)),
         None => w.nothing(
             "--histogram",

@@ -7,9 +7,12 @@ use crate::Failure;
 /// How a run is cut into shards and when its traffic starts.
 #[derive(Debug, Default, clap::Args)]
 pub struct ShardArgs {
-    /// Run shard I of N (0-based, e.g. 2/8): a disjoint part of the work and 1/N of the rate,
-    /// so N shards together do what one run with the same flags would; `flowlane merge`
-    /// joins their reports into one.
+    /// Run shard I of N (0-based, e.g. 2/8), so N shards together do what one run with the
+    /// same flags would, and `flowlane merge` joins their reports into one. blast: its part of
+    /// the flows, each at its share of the count and rate; http load: its part of each pool's
+    /// connections, rate and source addresses; sink: the receive queues whose recorded
+    /// mapping is I mod N; serve: its report says which shard (each serve shard is a host or
+    /// pod of its own: the network splits the traffic).
     #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "shards",
           help_heading = "Sharded runs")]
     pub shard: Option<Shard>,

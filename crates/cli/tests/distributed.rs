@@ -293,6 +293,17 @@ fn pods_of_an_indexed_job_merge_to_the_dut_counters_and_one_run() {
         let last = rows.last().expect("rows");
         assert_eq!(last[2] as u64, merged.len(), "the .hgrm's total count");
         assert_eq!(m["shards"].as_array().map(Vec::len), Some(3));
+        // `--histogram FILE.hlog`: HdrHistogram's log, the same distribution losslessly.
+        let hlog = dir.file(&format!("a{attempt}-merged.hlog"));
+        let (code, _, err) = merge(&files, &["--histogram", hlog.to_str().expect("path")]);
+        assert_eq!(code, Some(0), "{err}");
+        let text = std::fs::read_to_string(&hlog).expect("the log");
+        let line = text.lines().last().expect("an interval");
+        let encoded = line.rsplit(',').next().expect("its histogram");
+        assert_eq!(
+            flowlane_tools::report::decode_histogram(encoded).expect("decodes"),
+            merged
+        );
         // As `kubectl logs` gives them: each pod's status lines (standard error) and report in
         // one stream, read from standard input; the same merge.
         let logs: String = codes

@@ -182,6 +182,19 @@ pub fn encode_histogram(h: &Histogram<u64>) -> Option<String> {
     Some(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
+/// A histogram as HdrHistogram's log (version 1.3: what `HistogramLogReader` reads), one
+/// interval holding the whole distribution in the interchange form; values in nanoseconds,
+/// the interval's maximum in milliseconds (the format's default unit ratio of 10⁶).
+pub fn hlog(h: &Histogram<u64>) -> String {
+    format!(
+        "#[Histogram log format version 1.3]\n#[Values in nanoseconds]\n\
+         \"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n\
+         0.000,0.000,{:.3},{}\n",
+        h.max() as f64 / 1e6,
+        encode_histogram(h).unwrap_or_default()
+    )
+}
+
 /// A histogram from its interchange form ([`encode_histogram`]); the error in words.
 pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, String> {
     use base64::Engine;
