@@ -532,6 +532,76 @@ fn http_load_shards_merge_to_the_servers_count() {
     assert_eq!(n(&m["latency"]["count"]), all.len());
 }
 
+/// Servers as shards: two pods each serve (shard 0/2 and 1/2), a generator sends to each;
+/// the merged report's totals are both servers' and both pods' interfaces' counts, its
+/// workers both servers' rows.
+#[test]
+fn serve_shards_on_their_own_hosts_merge_to_their_interfaces() {
+    let Some(s) = star(2, 1) else { return };
+    let dir = Dir::new("serve");
+    let servers: Vec<_> = s
+        .pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut cmd = p.ns.command(BIN);
+            cmd.args([
+                "serve",
+                "--bind",
+                "0.0.0.0:9000",
+                "--cpus",
+                "0",
+                "--mode",
+                "sink",
+            ])
+            .args(["--shard", &format!("{i}/2"), "--json", "--duration", "120"]);
+            common::Running::start_with(cmd, "flowlane serve:")
+        })
+        .collect();
+    let before: Vec<u64> = s.pods.iter().map(|p| rx_of(&p.ns, &p.gen_if)).collect();
+    for i in 0..s.pods.len() {
+        let to = format!("198.18.{}.1:9000", 10 + i);
+        let out = s
+            .dut
+            .command(BIN)
+            .args([
+                "blast",
+                "--to",
+                &to,
+                "--count",
+                &(1000 * (i + 1)).to_string(),
+            ])
+            .args(["--rate", "5000", "--json", "--quiet"])
+            .output()
+            .expect("blast runs");
+        common::blast_judged_ok(
+            out.status.code(),
+            serde_json::from_slice(&out.stdout).expect("JSON"),
+        );
+    }
+    let mut files = Vec::new();
+    for (i, srv) in servers.into_iter().enumerate() {
+        let (code, j) = srv.finish();
+        assert_eq!(code, Some(0), "{j}");
+        assert_eq!(n(&j["shard"]["shard"]["index"]), i as u64);
+        let f = dir.file(&format!("serve{i}.json"));
+        std::fs::write(&f, j.to_string()).expect("report");
+        files.push(f);
+    }
+    let (code, m, err) = merge(&files, &[]);
+    assert_eq!(code, Some(0), "{err}\n{m}");
+    common::schema_valid("serve", &m);
+    let got: u64 = s
+        .pods
+        .iter()
+        .zip(&before)
+        .map(|(p, b)| rx_of(&p.ns, &p.gen_if) - b)
+        .sum();
+    assert_eq!(n(&m["total"]["rx_packets"]), 3000);
+    assert_eq!(got, 3000, "the pods' interfaces");
+    assert_eq!(m["workers"].as_array().map(Vec::len), Some(2));
+}
+
 /// What is not one run's shards is refused, with the reason (exit 2).
 #[test]
 fn merge_refuses_what_is_not_one_run() {
