@@ -188,9 +188,14 @@ fn flows(j: &Value) -> Vec<(u64, u64, u64, u64)> {
         .collect()
 }
 
+/// A report's latency histogram, decoded; resizing as it takes others' values.
 fn histogram(j: &Value) -> hdrhistogram::Histogram<u64> {
-    flowlane_tools::report::decode_histogram(j["latency_histogram"].as_str().expect("histogram"))
-        .expect("decodes")
+    let mut h = flowlane_tools::report::decode_histogram(
+        j["latency_histogram"].as_str().expect("histogram"),
+    )
+    .expect("decodes");
+    h.auto(true);
+    h
 }
 
 /// Three pods send one run's flows as three shards into one DUT; the merge equals the
