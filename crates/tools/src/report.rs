@@ -195,15 +195,50 @@ pub fn hlog(h: &Histogram<u64>) -> String {
     )
 }
 
-/// A histogram from its interchange form ([`encode_histogram`]); the error in words.
+/// The most a histogram's encoding may inflate to: the counts of the widest histogram (5
+/// significant digits over the whole u64 range, ~6 M counters) at up to 9 bytes each.
+const MAX_INFLATED: u64 = 64 << 20;
+
+/// A histogram from its interchange form ([`encode_histogram`]); the error in words. Hostile
+/// input is bounded before the decoder sees it: the DEFLATE stream is inflated here under
+/// [`MAX_INFLATED`] (a few bytes can claim gigabytes), and the V2 header's payload length must
+/// be what was inflated; only then does HdrHistogram's reader decode the counts.
 pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, String> {
     use base64::Engine;
     use hdrhistogram::serialization::Deserializer;
+    use std::io::Read;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
         .map_err(|e| format!("not base64: {e}"))?;
+    let be32 = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    };
+    // V2 compressed: its cookie (the word size in bits 4–7, as HdrHistogram writes it), the
+    // compressed length, a zlib stream.
+    let cookie = |c: Option<u32>| c.map(|c| c & 0xffff_ff0f);
+    if cookie(be32(&bytes, 0)) != Some(0x1c84_9304) {
+        return Err("not HdrHistogram's compressed V2 encoding (HISTFAAA…)".into());
+    }
+    let clen = be32(&bytes, 4).unwrap_or(0) as usize;
+    let zipped = bytes
+        .get(8..8usize.saturating_add(clen))
+        .ok_or("the compressed length runs past the end")?;
+    let mut inner = Vec::new();
+    flate2::read::ZlibDecoder::new(zipped)
+        .take(MAX_INFLATED + 1)
+        .read_to_end(&mut inner)
+        .map_err(|e| format!("the DEFLATE stream: {e}"))?;
+    if inner.len() as u64 > MAX_INFLATED {
+        return Err(format!("inflates beyond {MAX_INFLATED} bytes"));
+    }
+    // V2: its cookie, then the payload's length after a 40-byte header.
+    if cookie(be32(&inner, 0)) != Some(0x1c84_9303)
+        || be32(&inner, 4).map(|n| n as usize) != inner.len().checked_sub(40)
+    {
+        return Err("the inflated V2 header does not match its payload".into());
+    }
     Deserializer::new()
-        .deserialize(&mut bytes.as_slice())
+        .deserialize(&mut inner.as_slice())
         .map_err(|e| format!("not an HdrHistogram V2 encoding: {e:?}"))
 }
 
@@ -222,6 +257,21 @@ mod histogram_tests {
         let back = decode_histogram(&text).expect("decodes");
         assert_eq!(back, h);
         assert!(decode_histogram("HISTFAAAnot").is_err());
+        // A header claiming 4 GiB of payload is refused before anything is allocated.
+        use base64::Engine;
+        use std::io::Write;
+        let mut inner = vec![0x1c, 0x84, 0x93, 0x13, 0xff, 0xff, 0xff, 0xff];
+        inner.extend([0u8; 32]);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&inner).expect("deflate");
+        let zipped = z.finish().expect("deflate");
+        let mut outer = vec![0x1c, 0x84, 0x93, 0x14];
+        outer.extend((zipped.len() as u32).to_be_bytes());
+        outer.extend(zipped);
+        let hostile = base64::engine::general_purpose::STANDARD.encode(outer);
+        assert!(decode_histogram(&hostile)
+            .expect_err("refused")
+            .contains("header"));
         assert!(decode_histogram("!!").is_err());
         assert_eq!(encode_histogram(&Histogram::new(3).expect("h")), None);
     }
