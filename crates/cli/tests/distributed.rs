@@ -368,21 +368,9 @@ fn sink_shards_take_their_queues_and_merge_to_one_sink() {
     }
     // A sink of 6 s, started once its banner says its ring is open.
     let sink = |extra: &[&str]| {
-        use std::io::{BufRead, BufReader};
-        let mut child = s
-            .dut
-            .command(BIN)
-            .args(["sink", "--dev", &pod.dut_if, "--duration", "6", "--json"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sink starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let banner = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(banner.starts_with("flowlane sink"), "{banner}");
-        std::thread::spawn(move || lines.map_while(Result::ok).count());
-        child
+        let mut args = vec!["--duration", "6"];
+        args.extend_from_slice(extra);
+        common::sink_spawn_in(&s.dut, &pod.dut_if, &args)
     };
     let before = rx_of(&s.dut, &pod.dut_if);
     let sinks = [

@@ -348,11 +348,18 @@ pub fn sink_start_with(lab: &Line, count: u64, extra: &[&str]) -> std::process::
 /// A sink on the sink's end with `args` (any port unless they say `--port`), JSON, at most
 /// 60 s, started once its banner says the ring is open.
 pub fn sink_spawn(lab: &Line, args: &[&str]) -> std::process::Child {
+    let mut all = vec!["--duration", "60"];
+    all.extend_from_slice(args);
+    sink_spawn_in(&lab.sink, "flsink", &all)
+}
+
+/// A JSON sink on `dev` in `ns` with `args`, started once its banner says the ring is open
+/// (the rest of its standard error is read and dropped, so it never stalls on a full pipe).
+pub fn sink_spawn_in(ns: &Netns, dev: &str, args: &[&str]) -> std::process::Child {
     use std::io::{BufRead, BufReader};
-    let mut child = lab
-        .sink
+    let mut child = ns
         .command(BIN)
-        .args(["sink", "--dev", "flsink", "--duration", "60", "--json"])
+        .args(["sink", "--dev", dev, "--json"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

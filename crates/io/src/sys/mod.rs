@@ -192,26 +192,32 @@ pub type BpfInsn = libc::sock_filter;
 /// (`SO_ATTACH_REUSEPORT_CBPF`, Linux 4.5+). The program returns the index of the socket in
 /// bind order.
 pub fn attach_reuseport_cbpf(fd: &impl AsRawFd, prog: &[BpfInsn]) -> Result<(), SysError> {
-    let fprog = libc::sock_fprog {
-        len: prog.len() as libc::c_ushort,
-        filter: prog.as_ptr() as *mut BpfInsn,
-    };
-    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies it.
-    let ret = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            &fprog as *const libc::sock_fprog as *const libc::c_void,
-            size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    check("setsockopt(SO_ATTACH_REUSEPORT_CBPF)", ret).map(drop)
+    attach_cbpf(
+        fd,
+        prog,
+        libc::SO_ATTACH_REUSEPORT_CBPF,
+        "setsockopt(SO_ATTACH_REUSEPORT_CBPF)",
+    )
 }
 
 /// Attaches a classic BPF socket filter (`SO_ATTACH_FILTER`): the program returns how many
 /// bytes of a packet to keep, 0 to drop it before the socket sees it.
 pub fn attach_socket_cbpf(fd: &impl AsRawFd, prog: &[BpfInsn]) -> Result<(), SysError> {
+    attach_cbpf(
+        fd,
+        prog,
+        libc::SO_ATTACH_FILTER,
+        "setsockopt(SO_ATTACH_FILTER)",
+    )
+}
+
+/// A classic BPF program handed to the kernel with socket option `opt`.
+fn attach_cbpf(
+    fd: &impl AsRawFd,
+    prog: &[BpfInsn],
+    opt: libc::c_int,
+    call: &'static str,
+) -> Result<(), SysError> {
     let fprog = libc::sock_fprog {
         len: prog.len() as libc::c_ushort,
         filter: prog.as_ptr() as *mut BpfInsn,
@@ -221,12 +227,12 @@ pub fn attach_socket_cbpf(fd: &impl AsRawFd, prog: &[BpfInsn]) -> Result<(), Sys
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
+            opt,
             &fprog as *const libc::sock_fprog as *const libc::c_void,
             size_of::<libc::sock_fprog>() as libc::socklen_t,
         )
     };
-    check("setsockopt(SO_ATTACH_FILTER)", ret).map(drop)
+    check(call, ret).map(drop)
 }
 
 /// CPUs the kernel may ever run (`/sys/devices/system/cpu/possible`, e.g. `0-3`): the number

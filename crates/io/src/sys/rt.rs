@@ -80,6 +80,12 @@ pub fn hold_cpu_dma_latency(us: i32) -> std::io::Result<DmaLatency> {
 /// Sleeps until CLOCK_MONOTONIC reads `deadline_ns` (clock_nanosleep with TIMER_ABSTIME; a
 /// signal does not cut it short: the sleep resumes to the same deadline).
 pub fn sleep_until_ns(deadline_ns: u64) {
+    clock_sleep_until(libc::CLOCK_MONOTONIC, deadline_ns);
+}
+
+/// `clock_nanosleep` on `clock` until it reads `deadline_ns` (TIMER_ABSTIME), resumed after a
+/// signal.
+fn clock_sleep_until(clock: libc::clockid_t, deadline_ns: u64) {
     let ts = libc::timespec {
         tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
@@ -87,14 +93,8 @@ pub fn sleep_until_ns(deadline_ns: u64) {
     loop {
         // SAFETY: `ts` is a valid timespec; the remainder pointer may be null with
         // TIMER_ABSTIME.
-        let r = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
+        let r =
+            unsafe { libc::clock_nanosleep(clock, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
         if r != libc::EINTR {
             return;
         }
@@ -152,25 +152,8 @@ pub fn sleep_until_realtime_ns(deadline_ns: u64, max_ns: u64) -> bool {
         sleep_until_ns(mono);
         return realtime_ns() >= deadline_ns;
     }
-    let ts = libc::timespec {
-        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
-    };
-    loop {
-        // SAFETY: `ts` is a valid timespec; the remainder pointer may be null with
-        // TIMER_ABSTIME.
-        let r = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_REALTIME,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
-        if r != libc::EINTR {
-            return realtime_ns() >= deadline_ns;
-        }
-    }
+    clock_sleep_until(libc::CLOCK_REALTIME, deadline_ns);
+    realtime_ns() >= deadline_ns
 }
 
 #[cfg(test)]
