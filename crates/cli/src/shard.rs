@@ -11,8 +11,9 @@ pub struct ShardArgs {
     /// same flags would, and `flowlane merge` joins their reports into one. blast: its part of
     /// the flows, each at its share of the count and rate; http load: its part of each pool's
     /// connections, rate and source addresses; sink: the receive queues whose recorded
-    /// mapping is I mod N; serve: its report says which shard (each serve shard is a host or
-    /// pod of its own: the network splits the traffic).
+    /// mapping is I mod N; serve: its part of --cpus (the shards share the host's port, shard
+    /// I binding after the earlier ones, so steering covers the whole list; servers on hosts
+    /// of their own need no --shard).
     #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "shards",
           help_heading = "Sharded runs")]
     pub shard: Option<Shard>,

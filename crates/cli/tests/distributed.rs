@@ -523,20 +523,25 @@ fn http_load_shards_merge_to_the_servers_count() {
     all.add(histogram(&shards[1])).expect("adds");
     assert_eq!(histogram(&m), all, "the merged latency is every answer's");
     assert_eq!(n(&m["latency"]["count"]), all.len());
+    // By status class too: every answer a 2xx, from both shards' class histograms.
+    let class = &m["pools"][0]["by_class"];
+    assert_eq!(class[0][0], "2xx", "{class}");
+    assert_eq!(n(&class[0][1]["count"]), answers, "{class}");
 }
 
-/// Servers as shards: two pods each serve (shard 0/2 and 1/2), a generator sends to each;
-/// the merged report's totals are both servers' and both pods' interfaces' counts, its
-/// workers both servers' rows.
+/// Servers on hosts of their own: two pods each serve on all their CPUs (no --shard: the
+/// network splits the traffic), a generator sends to each; the merged report's totals are
+/// both servers' and both pods' interfaces' counts, its workers both servers' rows.
 #[test]
 fn serve_shards_on_their_own_hosts_merge_to_their_interfaces() {
     let Some(s) = star(2, 1) else { return };
     let dir = Dir::new("serve");
+    // Both start together: the first's banner comes at the start, the second is spawned then.
+    let at = start_in(2.0);
     let servers: Vec<_> = s
         .pods
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
+        .map(|p| {
             let mut cmd = p.ns.command(BIN);
             cmd.args([
                 "serve",
@@ -547,7 +552,7 @@ fn serve_shards_on_their_own_hosts_merge_to_their_interfaces() {
                 "--mode",
                 "sink",
             ])
-            .args(["--shard", &format!("{i}/2"), "--json", "--duration", "120"]);
+            .args(["--start-at", &at, "--json", "--duration", "120"]);
             common::Running::start_with(cmd, "flowlane serve:")
         })
         .collect();
@@ -576,7 +581,11 @@ fn serve_shards_on_their_own_hosts_merge_to_their_interfaces() {
     for (i, srv) in servers.into_iter().enumerate() {
         let (code, j) = srv.finish();
         assert_eq!(code, Some(0), "{j}");
-        assert_eq!(n(&j["shard"]["shard"]["index"]), i as u64);
+        assert_eq!(
+            n(&j["shard"]["shard"]["count"]),
+            1,
+            "the whole of its host: {j}"
+        );
         let f = dir.file(&format!("serve{i}.json"));
         std::fs::write(&f, j.to_string()).expect("report");
         files.push(f);
@@ -593,6 +602,89 @@ fn serve_shards_on_their_own_hosts_merge_to_their_interfaces() {
     assert_eq!(n(&m["total"]["rx_packets"]), 3000);
     assert_eq!(got, 3000, "the pods' interfaces");
     assert_eq!(m["workers"].as_array().map(Vec::len), Some(2));
+}
+
+/// Serve shards on one host split its receive CPUs: with --cpus 0,1, shard 0 serves CPU 0
+/// and shard 1 CPU 1, their sockets in one SO_REUSEPORT group under one steering program.
+/// Shard 1 is started first and waits until shard 0 has bound, so the group's order is the
+/// whole list's; a datagram processed on CPU c (veth: the sender's CPU) reaches the worker on
+/// c, whichever shard runs it — none mis-steered.
+#[test]
+fn serve_shards_on_one_host_split_its_cpus() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIP: needs 2 CPUs (a shard on each)");
+        return;
+    }
+    let Some(s) = star(1, 1) else { return };
+    let dir = Dir::new("serve-cpus");
+    let pod = &s.pods[0];
+    let shard = |i: u32| {
+        let mut cmd = s.dut.command(BIN);
+        cmd.args([
+            "serve",
+            "--bind",
+            "0.0.0.0:9000",
+            "--cpus",
+            "0,1",
+            "--mode",
+            "sink",
+        ])
+        .args(["--shard", &format!("{i}/2"), "--json", "--duration", "120"]);
+        cmd
+    };
+    let bound = || -> usize {
+        s.dut
+            .run(|| {
+                std::fs::read_to_string("/proc/thread-self/net/udp")
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains(":2328 "))
+                    .count()
+            })
+            .expect("in the namespace")
+    };
+    let second = shard(1);
+    let late = std::thread::spawn(move || common::Running::start_with(second, "flowlane serve:"));
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert_eq!(bound(), 0, "shard 1 waits for shard 0 to bind first");
+    let first = common::Running::start_with(shard(0), "flowlane serve:");
+    let second = late.join().expect("shard 1 starts");
+    assert_eq!(bound(), 2);
+    let before = rx_of(&s.dut, &pod.dut_if);
+    let out = pod
+        .ns
+        .command(BIN)
+        .args(["blast", "--to", &format!("{}:9000", pod.dut_addr)])
+        .args([
+            "--flows", "4", "--cpus", "0,1", "--count", "4000", "--rate", "4000",
+        ])
+        .args(["--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    common::blast_judged_ok(
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).expect("JSON"),
+    );
+    let mut files = Vec::new();
+    for (i, r) in [first, second].into_iter().enumerate() {
+        let (code, j) = r.finish();
+        assert_eq!(code, Some(0), "{j}");
+        let w = &j["workers"];
+        assert_eq!(w.as_array().map(Vec::len), Some(1), "{j}");
+        assert_eq!(n(&w[0]["cpu"]), i as u64);
+        // Thread i sent flows 2i and 2i+1, 1 000 each, processed on CPU i.
+        assert_eq!(n(&j["total"]["rx_packets"]), 2000, "shard {i}: {j}");
+        assert_eq!(n(&j["total"]["missteered"]), 0, "shard {i}: {j}");
+        let f = dir.file(&format!("serve{i}.json"));
+        std::fs::write(&f, j.to_string()).expect("report");
+        files.push(f);
+    }
+    let (code, m, err) = merge(&files, &[]);
+    assert_eq!(code, Some(0), "{err}\n{m}");
+    assert_eq!(
+        n(&m["total"]["rx_packets"]),
+        rx_of(&s.dut, &pod.dut_if) - before
+    );
 }
 
 /// What is not one run's shards is refused, with the reason (exit 2).

@@ -631,6 +631,10 @@ fn check_shards(
     let Some(&(_, first)) = named.first() else {
         return Ok(Vec::new());
     };
+    // Whole runs (shard 0/1: a start time only) on hosts of their own are joined as they are.
+    if named.iter().all(|(_, s)| s.whole()) {
+        return Ok(Vec::new());
+    }
     if named.len() != parts.len() {
         return Err(ToolError::usage(
             "some reports say which shard they are and some do not: merge the shards of one \

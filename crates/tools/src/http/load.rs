@@ -215,6 +215,9 @@ pub struct PoolReport {
     /// `send_lag`'s, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_lag_histogram: Option<String>,
+    /// `by_class`'s, likewise, by class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_class_histograms: Vec<(String, String)>,
 }
 
 /// Memory of the load process.
@@ -1194,6 +1197,16 @@ fn report(cfg: &HttpLoadConfig, p: &Plan, w: Watched, ran: &Ran) -> HttpLoadRepo
                     .filter_map(|(i, hc)| {
                         hc.as_ref()
                             .and_then(LatencyUs::of)
+                            .map(|x| (format!("{}xx", i + 1), x))
+                    })
+                    .collect(),
+                by_class_histograms: l
+                    .classes()
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, hc)| {
+                        hc.as_ref()
+                            .and_then(crate::report::encode_histogram)
                             .map(|x| (format!("{}xx", i + 1), x))
                     })
                     .collect(),

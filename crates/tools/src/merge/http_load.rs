@@ -106,8 +106,60 @@ pub(super) fn merge(
     Ok(())
 }
 
-/// Pools joined by name: counts summed, latency from the histograms, rates over the window.
-/// Latency by status class is per shard only (its histograms are not carried).
+/// A pool's latency by status class from every shard's histograms of that class, classes in
+/// order; a shard with a class's percentiles but not its histogram is refused.
+fn by_class(refs: &Parts<'_>) -> Result<(Value, Vec<(String, String)>), ToolError> {
+    let pairs = |m: &Map<String, Value>, f: &str| -> Vec<(String, Value)> {
+        m.get(f)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), p.get(1)?.clone())))
+            .collect()
+    };
+    let mut classes: Vec<String> = refs
+        .iter()
+        .flat_map(|(_, m)| pairs(m, "by_class").into_iter().map(|c| c.0))
+        .collect();
+    classes.sort();
+    classes.dedup();
+    let (mut out, mut hists) = (Vec::new(), Vec::new());
+    for class in classes {
+        let mut all = None;
+        for (src, m) in refs {
+            let has = pairs(m, "by_class").iter().any(|c| c.0 == class);
+            match pairs(m, "by_class_histograms")
+                .into_iter()
+                .find(|c| c.0 == class)
+            {
+                Some((_, Value::String(text))) => {
+                    let h = crate::report::decode_histogram(&text).map_err(|e| {
+                        ToolError::usage(format!("{src}: {class} latency histogram: {e}"))
+                    })?;
+                    super::add_histogram(&mut all, Some(&h));
+                }
+                _ if has => {
+                    return Err(ToolError::usage(format!(
+                        "{src} has {class} latency percentiles but not their histogram: they \
+                         cannot be merged exactly; rerun with this flowlane"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        if let Some(h) = all {
+            let l = serde_json::to_value(LatencyUs::of(&h)).unwrap_or_default();
+            out.push(Value::Array(vec![Value::from(class.clone()), l]));
+            if let Some(t) = encode_histogram(&h) {
+                hists.push((class, t));
+            }
+        }
+    }
+    Ok((Value::Array(out), hists))
+}
+
+/// Pools joined by name: counts summed, latency from the histograms (by class too), rates
+/// over the window.
 fn pools(parts: &Parts<'_>, steady: f64) -> Result<Value, ToolError> {
     let mut names: Vec<String> = Vec::new();
     for (_, m) in parts {
@@ -218,7 +270,14 @@ fn pools(parts: &Parts<'_>, steady: f64) -> Result<Value, ToolError> {
                 p.insert(hist.into(), Value::from(text));
             }
         }
-        p.insert("by_class".into(), Value::Array(Vec::new()));
+        let (by_class, hists) = by_class(&refs)?;
+        p.insert("by_class".into(), by_class);
+        if !hists.is_empty() {
+            p.insert(
+                "by_class_histograms".into(),
+                serde_json::to_value(hists).unwrap_or_default(),
+            );
+        }
         out.push(Value::Object(p));
     }
     Ok(Value::Array(out))

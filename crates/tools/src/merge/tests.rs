@@ -195,6 +195,14 @@ fn counts_add_up_flows_join_and_the_window_is_common() {
         .as_str()
         .expect("line")
         .starts_with("OK: 2500000 usec, 40 "));
+    // Whole runs of their own (a start time, no shard) on two hosts are joined as they are.
+    let whole = merge(&named(vec![
+        step(Some((0, 1, t0)), &[0], 10, &[]),
+        step(Some((0, 1, t0)), &[1], 10, &[]),
+    ]))
+    .expect("joined");
+    assert!(whole.ok(), "{:?}", whole.problems);
+    assert_eq!(whole.report["tx_packets"], 20);
     // Without the missing shard, the merged run says so.
     let only = merge(&reports[..1]).expect("merges");
     assert!(!only.ok());

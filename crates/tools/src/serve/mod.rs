@@ -83,11 +83,22 @@ pub fn run(
             cfg.bind
         )));
     }
-    // A shard's start: its report says which shard it is (the traffic is split by the
-    // network: each serve shard is a pod on a host of its own).
+    // A shard serves its part of --cpus (the receive queues those CPUs process); its sockets
+    // join the one SO_REUSEPORT group after the earlier shards' (so the group's order is the
+    // whole list's) and the steering program covers the whole list.
     cfg.sharding.check()?;
+    let whole = cfg.cpus.clone();
+    let part = cfg.sharding.shard.part(whole.len());
+    let local = ServeConfig {
+        cpus: cfg.sharding.shard.take(&whole, "CPUs (--cpus)")?.to_vec(),
+        ..cfg.clone()
+    };
+    let cfg = &local;
     let shard = cfg.sharding.start(stop)?.filter(|_| cfg.sharding.asked());
-    let started = Startup::start(cfg, stop)?;
+    if part.start > 0 {
+        wait_for_earlier_shards(cfg.bind, part.start, stop)?;
+    }
+    let started = Startup::start(cfg, &whole, stop)?;
     let Startup {
         mut rt,
         steering,
@@ -185,6 +196,65 @@ pub fn run(
     })
 }
 
+/// The most a shard waits for the earlier shards to bind the port.
+const SHARD_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits until `before` sockets are bound to `bind` in this namespace (the earlier shards'),
+/// so this shard's sockets take the places after theirs in the group; more than that, or
+/// not that many within [`SHARD_WAIT`], is an error.
+fn wait_for_earlier_shards(
+    bind: std::net::SocketAddr,
+    before: usize,
+    stop: &AtomicBool,
+) -> Result<(), ToolError> {
+    let until = std::time::Instant::now() + SHARD_WAIT;
+    loop {
+        let n = bound_sockets(bind);
+        if n == before {
+            return Ok(());
+        }
+        if n > before {
+            return Err(ToolError::usage(format!(
+                "{n} sockets are bound to {bind} here, more than the {before} of the shards \
+                 before this one: another server holds the port, or a shard ran twice"
+            )));
+        }
+        if stop.load(Ordering::Relaxed) || std::time::Instant::now() > until {
+            return Err(ToolError::runtime(format!(
+                "the shards before this one have bound {n} of their {before} sockets to {bind} \
+                 after {} s: start every shard of a host, in any order, within a minute",
+                SHARD_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// UDP sockets bound to `bind` in this thread's namespace (/proc/net/udp or udp6).
+fn bound_sockets(bind: std::net::SocketAddr) -> usize {
+    let file = if bind.is_ipv6() { "udp6" } else { "udp" };
+    let text = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")).unwrap_or_default();
+    let want = proc_net_addr(bind);
+    text.lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+        .count()
+}
+
+/// An address as /proc/net/udp{,6} writes it: the address's bytes as native-endian 32-bit
+/// words in hex, a colon, the port in hex.
+fn proc_net_addr(a: std::net::SocketAddr) -> String {
+    let words: Vec<u8> = match a.ip() {
+        std::net::IpAddr::V4(v) => v.octets().to_vec(),
+        std::net::IpAddr::V6(v) => v.octets().to_vec(),
+    };
+    let hex: String = words
+        .chunks(4)
+        .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+        .collect();
+    format!("{hex}:{:04X}", a.port())
+}
+
 /// The workers, bound and waiting for `go`, with what start-up learned.
 struct Startup {
     rt: Runtime<ServeStats, SourceCounts>,
@@ -199,7 +269,11 @@ struct Startup {
 impl Startup {
     /// Long: each worker's socket options (GRO, GSO, busy polling, the detector, counts by
     /// source) decided in its `make`, then steering attached once all are bound, in that order.
-    fn start(cfg: &ServeConfig, stop: &Arc<AtomicBool>) -> Result<Startup, ToolError> {
+    fn start(
+        cfg: &ServeConfig,
+        whole: &[usize],
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Startup, ToolError> {
         let gcfg = GroupConfig {
             addr: cfg.bind,
             cpus: cfg.cpus.clone(),
@@ -336,14 +410,14 @@ impl Startup {
         let (steering, member) = match &cfg.hash_steer {
             // Each bucket's queue to worker queue mod n (the workers in --cpus order).
             Some(h) if gcfg.steer => first.attach_with(|fd| {
-                let n = cfg.cpus.len().max(1) as u32;
+                let n = whole.len().max(1) as u32;
                 let workers: Vec<u32> = h.buckets.iter().map(|q| q % n).collect();
                 match udp::attach_hash_steering(fd, &h.key, &workers, cfg.bind.is_ipv6()) {
                     Ok(()) => Steering::HashBpf,
                     Err(e) => Steering::ReuseportHash { reason: e },
                 }
             }),
-            _ => first.attach(&cfg.cpus, gcfg.steer),
+            _ => first.attach(whole, gcfg.steer),
         };
         let bufs = member.as_ref().and_then(|s| udp::buffer_sizes(s).ok());
         drop(member);
@@ -368,6 +442,28 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// The sockets on an address are counted as /proc/net/udp lists them.
+    #[test]
+    fn bound_sockets_are_counted_by_address_and_port() {
+        assert_eq!(
+            proc_net_addr("127.0.0.1:9000".parse().expect("addr")),
+            if cfg!(target_endian = "little") {
+                "0100007F:2328"
+            } else {
+                "7F000001:2328"
+            }
+        );
+        let s = UdpSocket::bind("127.0.0.1:0").expect("a socket");
+        let a = s.local_addr().expect("its address");
+        assert_eq!(bound_sockets(a), 1);
+        let stop = AtomicBool::new(false);
+        assert!(wait_for_earlier_shards(a, 1, &stop).is_ok());
+        let e = wait_for_earlier_shards(a, 0, &stop).expect_err("one too many");
+        assert!(e.message.contains("more than"), "{}", e.message);
+        drop(s);
+        assert_eq!(bound_sockets(a), 0);
+    }
 
     /// A whole run on loopback, in process: datagrams sent are counted, echoed back, and the
     /// report reads back from its JSON unchanged (the contract `bench` relies on).
