@@ -196,6 +196,15 @@ pub fn parse_u32_list(s: &str) -> Result<U32List, String> {
 pub struct CpuList(pub Vec<usize>);
 
 pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
+    // `all`: every CPU this process may use — in a pod, the cpuset the kubelet gave it, whose
+    // numbers a manifest cannot know.
+    if s.trim() == "all" {
+        let v = flowlane_runtime::cpus::CpuSet::current().usable();
+        return match v.is_empty() {
+            true => Err("no CPU is usable here (online and allowed to this process)".into()),
+            false => Ok(CpuList(v)),
+        };
+    }
     flowlane_runtime::cpus::parse_cpu_list(s).map(CpuList)
 }
 

@@ -301,7 +301,8 @@ pub struct BlastArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
     batch: u64,
 
-    /// CPUs for sender threads, e.g. `0` or `0,2-3`. Default: CPU 0.
+    /// CPUs for sender threads, e.g. `0` or `0,2-3`, or `all` (every CPU this process may
+    /// use: in a pod, its cpuset). Default: the first CPU it may use.
     #[arg(long, value_parser = parse_cpu_list)]
     cpus: Option<CpuList>,
 

@@ -227,7 +227,10 @@ fn pods_of_an_indexed_job_merge_to_the_dut_counters_and_one_run() {
                 p.ns.command(BIN)
                     .args(["blast", "--to", &format!("{}:9000", p.dut_addr)])
                     .args(RUN)
-                    .args(["--cpus", "1", "--shards", "3", "--start-at", &at])
+                    // Every CPU the pod may use (two threads of one flow each here), where the
+                    // single run below has one: each flow's count is its share of the whole
+                    // run's either way.
+                    .args(["--cpus", "all", "--shards", "3", "--start-at", &at])
                     .env("JOB_COMPLETION_INDEX", i.to_string())
                     .stdout(file)
                     .stderr(Stdio::piped())
