@@ -121,6 +121,15 @@ fn star(pods: usize, queues: u32) -> Option<Star> {
     })
 }
 
+/// Whether this machine has the two CPUs a test pins to (`why`); says so where it has not.
+fn two_cpus(why: &str) -> bool {
+    let ok = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    if !ok {
+        eprintln!("SKIP: needs 2 CPUs ({why})");
+    }
+    ok
+}
+
 fn rx_of(ns: &Netns, ifname: &str) -> u64 {
     ns.dev().expect("counters").ifaces[ifname].rx_packets
 }
@@ -354,8 +363,7 @@ fn pods_of_an_indexed_job_merge_to_the_dut_counters_and_one_run() {
 /// interface's own count.
 #[test]
 fn sink_shards_take_their_queues_and_merge_to_one_sink() {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("SKIP: needs 2 CPUs (one sender thread on each, XPS by CPU)");
+    if !two_cpus("one sender thread on each, XPS by CPU") {
         return;
     }
     let Some(s) = star(1, 2) else { return };
@@ -614,8 +622,7 @@ fn serve_shards_on_their_own_hosts_merge_to_their_interfaces() {
 /// c, whichever shard runs it — none mis-steered.
 #[test]
 fn serve_shards_on_one_host_split_its_cpus() {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("SKIP: needs 2 CPUs (a shard on each)");
+    if !two_cpus("a shard on each") {
         return;
     }
     let Some(s) = star(1, 1) else { return };
