@@ -205,7 +205,12 @@ pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
             false => Ok(CpuList(v)),
         };
     }
-    flowlane_runtime::cpus::parse_cpu_list(s).map(CpuList)
+    flowlane_runtime::cpus::parse_cpu_list(s)
+        .map(CpuList)
+        .map_err(|e| match e.contains("is not a CPU list") {
+            true => format!("{e}, or `all`"),
+            false => e,
+        })
 }
 
 /// The CPUs a role runs on: `requested`, or every usable one (online and allowed to this
