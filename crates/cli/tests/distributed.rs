@@ -130,6 +130,26 @@ fn two_cpus(why: &str) -> bool {
     ok
 }
 
+/// blast from `pod` to its DUT address with `extra`: 4 flows, 1 000 datagrams each, on two
+/// threads pinned to CPUs 0 and 1 (thread i sends flows 2i and 2i+1), judged.
+fn two_threads(pod: &Pod, extra: &[&str]) {
+    let out = pod
+        .ns
+        .command(BIN)
+        .args(["blast", "--to", &format!("{}:9000", pod.dut_addr)])
+        .args(extra)
+        .args([
+            "--flows", "4", "--cpus", "0,1", "--count", "4000", "--rate", "4000",
+        ])
+        .args(["--json", "--quiet"])
+        .output()
+        .expect("blast runs");
+    common::blast_judged_ok(
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).expect("JSON"),
+    );
+}
+
 fn rx_of(ns: &Netns, ifname: &str) -> u64 {
     ns.dev().expect("counters").ifaces[ifname].rx_packets
 }
@@ -389,21 +409,7 @@ fn sink_shards_take_their_queues_and_merge_to_one_sink() {
         sink(&["--shard", "1/2"]),
         sink(&[]),
     ];
-    let out = pod
-        .ns
-        .command(BIN)
-        .args(["blast", "--mode", "raw", "--dev", &pod.gen_if, "--to"])
-        .arg(format!("{}:9000", pod.dut_addr))
-        .args([
-            "--flows", "4", "--cpus", "0,1", "--count", "4000", "--rate", "4000",
-        ])
-        .args(["--json", "--quiet"])
-        .output()
-        .expect("blast runs");
-    common::blast_judged_ok(
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).expect("JSON"),
-    );
+    two_threads(pod, &["--mode", "raw", "--dev", &pod.gen_if]);
     for (c, f) in sinks.into_iter().zip(["s0.json", "s1.json", "all.json"]) {
         let out = c.wait_with_output().expect("sink ends");
         assert_eq!(out.status.code(), Some(0));
@@ -661,20 +667,7 @@ fn serve_shards_on_one_host_split_its_cpus() {
     let second = late.join().expect("shard 1 starts");
     assert_eq!(bound(), 2);
     let before = rx_of(&s.dut, &pod.dut_if);
-    let out = pod
-        .ns
-        .command(BIN)
-        .args(["blast", "--to", &format!("{}:9000", pod.dut_addr)])
-        .args([
-            "--flows", "4", "--cpus", "0,1", "--count", "4000", "--rate", "4000",
-        ])
-        .args(["--json", "--quiet"])
-        .output()
-        .expect("blast runs");
-    common::blast_judged_ok(
-        out.status.code(),
-        serde_json::from_slice(&out.stdout).expect("JSON"),
-    );
+    two_threads(pod, &[]);
     let mut files = Vec::new();
     for (i, r) in [first, second].into_iter().enumerate() {
         let (code, j) = r.finish();

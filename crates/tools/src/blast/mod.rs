@@ -235,7 +235,8 @@ fn run_unverified(
     if !shard.whole() {
         if a.spray.is_some() {
             return Err(ToolError::usage(
-                "--shard cuts a run by its flows; destination ranges draw a destination per                  frame: give each generator its own range instead",
+                "--shard cuts a run by its flows; destination ranges draw a destination per \
+                 frame: give each generator its own range instead",
             ));
         }
         flows = shard.take(&flows, "flows")?.to_vec();

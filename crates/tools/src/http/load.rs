@@ -759,10 +759,11 @@ pub fn run(
 ) -> Result<HttpLoadReport, ToolError> {
     cfg.sharding.check()?;
     let mut p = plan(cfg)?;
-    // A shard waits for the agreed start, then plans its phases from it.
+    // A shard waits for the agreed start (planned and checked before it).
     let shard = cfg.sharding.start(stop)?.filter(|_| cfg.sharding.asked());
     if cfg.sharding.start_at_ns.is_some() {
-        p = plan(cfg)?;
+        // The phases begin from the start, as `plan` sets them from its own moment.
+        p.load.start = Instant::now() + Duration::from_millis(50);
     }
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
     let busy0 = flowlane_lab::counters::busy_jiffies(&cfg.cpus);

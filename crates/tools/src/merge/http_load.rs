@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{add_into, histograms_of, int, num, sum_objects};
+use super::fields::{add_histogram, add_into, histograms_of, int, num, sum_objects};
 use crate::http::LatencyUs;
 use crate::report::encode_histogram;
 use crate::shard::ShardReport;
@@ -136,7 +136,7 @@ fn by_class(refs: &Parts<'_>) -> Result<(Value, Vec<(String, String)>), ToolErro
                     let h = crate::report::decode_histogram(&text).map_err(|e| {
                         ToolError::usage(format!("{src}: {class} latency histogram: {e}"))
                     })?;
-                    super::add_histogram(&mut all, Some(&h));
+                    add_histogram(&mut all, Some(&h));
                 }
                 _ if has => {
                     return Err(ToolError::usage(format!(

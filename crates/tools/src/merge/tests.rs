@@ -1,4 +1,5 @@
 use super::*;
+use crate::report::decode_histogram;
 use proptest::prelude::*;
 
 /// Every property of a kind's report has a rule, and every rule names a property.
