@@ -472,6 +472,12 @@ fn check_shards(
              run (each run with --shard or --shards)",
         ));
     }
+    // A report's shard is what it says: checked as `--shard` is (index below count, at most
+    // MAX_SHARDS), before anything is sized by it.
+    for &(src, s) in &named {
+        Shard::new(s.index, s.count)
+            .map_err(|e| ToolError::usage(format!("{src}: {}", e.message)))?;
+    }
     let mut seen = vec![None::<&str>; first.count as usize];
     for &(src, s) in &named {
         if s.count != first.count {

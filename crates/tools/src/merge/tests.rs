@@ -245,6 +245,17 @@ fn what_is_not_one_run_is_refused() {
         serde_json::json!({"workers": [], "steering": "x", "total": {}}),
     ]);
     assert!(m.contains("not a Blast report"), "{m}");
+    // A shard the report cannot be (index beyond its count, a count beyond the limit).
+    let m = e(vec![
+        step(Some((5, 2, t0)), &[0], 1, &[]),
+        step(Some((1, 2, t0)), &[1], 1, &[]),
+    ]);
+    assert!(m.contains("index runs from 0 to 1"), "{m}");
+    let m = e(vec![
+        step(Some((0, u32::MAX, t0)), &[0], 1, &[]),
+        step(Some((1, 2, t0)), &[1], 1, &[]),
+    ]);
+    assert!(m.contains("shards, not"), "{m}");
     // Percentiles without their histogram cannot be merged.
     let mut bare = step(None, &[0], 1, &[5]);
     bare.as_object_mut()
