@@ -1,7 +1,16 @@
-//! IP reassembly (IPv4 and IPv6), bounded and counted: contexts keyed by (source,
-//! destination, protocol, identification) in a [`FlowTable`] — so a bounded number of them,
-//! expiry in O(1) per context on its timer wheel (the timeout runs from a datagram's first
-//! fragment, as Linux's `ipfrag_time`), and eviction of the least recently started when full.
+//! IP reassembly (IPv4 and IPv6), bounded and counted: a fixed number of contexts keyed by
+//! (source, destination, protocol, identification), found through an open-addressed index;
+//! expiry in O(1) per context, and eviction of the least recently started when full.
+//!
+//! Every context has the same timeout, running from its datagram's first fragment (as Linux's
+//! `ipfrag_time`), so deadlines come in the order contexts start: the timer is a list of the
+//! live contexts in that order (a timer wheel with one timeout degenerates to it) — expiry
+//! takes contexts off its head while they are due, a completed or dropped context leaves it
+//! from the middle in O(1), and when every context is in use the head is the one evicted. No
+//! pass over the contexts ever happens. The flow table's cuckoo buckets and wheel did this
+//! job before, slower (BENCHMARKS.md, "IP reassembly"): per-flow timeouts, touch-on-hit and
+//! displacement walks are work a reassembler does not need.
+//!
 //! A byte budget over every context's buffer, a most fragments per datagram, and one policy
 //! for overlap: the whole datagram is dropped (RFC 5722; what Linux does for IPv6) — an exact
 //! repeat of a fragment already held is a duplicate, counted and ignored.
@@ -14,7 +23,7 @@
 
 use std::net::IpAddr;
 
-use crate::{Config, FlowKey, FlowTable};
+use crate::FlowKey;
 
 /// A reassembler's limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,20 +139,6 @@ impl ReasmCounts {
                 + self.held_fragments
     }
 
-    /// A context leaves the table: what it held is no longer held.
-    fn release(&mut self, ctx: &Ctx) {
-        self.held_fragments -= ctx.pieces.len() as u64;
-        self.held_bytes -= ctx.data.len() as u64;
-        self.held_contexts -= 1;
-    }
-
-    /// A context given up: its fragments (and `extra` more) counted under `why`.
-    fn give_up(&mut self, ctx: &Ctx, extra: u64, why: Dropped) {
-        self.release(ctx);
-        self.datagrams_dropped += 1;
-        *self.slot(why) += ctx.pieces.len() as u64 + extra;
-    }
-
     fn slot(&mut self, why: Dropped) -> &mut u64 {
         match why {
             Dropped::Overlap => &mut self.overlap,
@@ -156,38 +151,75 @@ impl ReasmCounts {
     }
 }
 
-/// A datagram being reassembled. Contexts and their buffers are reused (a pool), so a
-/// reassembler in its steady state allocates nothing.
+/// A datagram being reassembled. A free context holds no buffer; buffers are reused through a
+/// pool, so a reassembler in its steady state allocates nothing.
 #[derive(Debug, Clone, Default)]
 struct Ctx {
-    /// The payload so far (as long as the furthest end seen).
+    key: FlowKey,
+    /// When it times out, nanoseconds (its first fragment's time + the timeout).
+    deadline: u64,
+    /// The payload so far: bytes below `span` that a piece covers are the datagram's; a reused
+    /// buffer keeps its length, so it is not zeroed again (bytes no piece covers are never
+    /// shown: a datagram is whole only when its pieces cover it).
     data: Vec<u8>,
     /// The pieces held: (offset, length) — a payload is at most 65 535 bytes.
     pieces: Vec<(u16, u16)>,
+    /// The timer list's links (context indices; [`NIL`] at either end).
+    prev: u32,
+    next: u32,
+    /// The high half of its key's hash (its index entry's tag and home).
+    hash: u32,
     /// The payload's length once the last fragment came (0: not yet; a fragment is never
     /// empty).
     total: u16,
-    /// Bytes held (no overlap is ever kept, so this is what is covered).
-    got: u16,
+    /// The furthest end seen: the bytes this context holds against the budget.
+    span: u16,
 }
 
-impl Ctx {
-    fn clear(&mut self) {
-        self.data.clear();
-        self.pieces.clear();
-        self.total = 0;
-        self.got = 0;
+impl ReasmCounts {
+    /// A context leaves: what it held is no longer held.
+    fn release(&mut self, ctx: &Ctx) {
+        self.held_fragments -= ctx.pieces.len() as u64;
+        self.held_bytes -= u64::from(ctx.span);
+        self.held_contexts -= 1;
+    }
+
+    /// A context given up: its fragments (and `extra` more) counted under `why`.
+    fn give_up(&mut self, ctx: &Ctx, extra: u64, why: Dropped) {
+        self.release(ctx);
+        self.datagrams_dropped += 1;
+        *self.slot(why) += ctx.pieces.len() as u64 + extra;
     }
 }
+
+const NIL: u32 = u32::MAX;
+/// A context's buffers: the payload, the pieces.
+type Buffers = (Vec<u8>, Vec<(u16, u16)>);
+
+/// The most contexts a reassembler has (the index numbers them in 32 bits).
+pub const MAX_CONTEXTS: usize = (u32::MAX / 2) as usize;
 
 /// A reassembler: one per receive queue (no locks).
 #[derive(Debug, Clone)]
 pub struct Reassembler {
-    table: FlowTable<Ctx>,
     cfg: ReasmConfig,
     counts: ReasmCounts,
-    /// Cleared contexts to reuse (at most [`POOL`]).
-    pool: Vec<Ctx>,
+    ctxs: Vec<Ctx>,
+    /// Open addressing, linear probing, two entries a context (at most half full); deletion
+    /// shifts back (no tombstones). An entry: the high half of the key's hash above the
+    /// context's number + 1 (0: empty) — a probe compares hashes, and a shift finds an entry's
+    /// home, without reading a context.
+    index: Vec<u64>,
+    /// The free contexts, linked through `next`.
+    free: u32,
+    /// The timer list: the live contexts from the first started to the last.
+    head: u32,
+    tail: u32,
+    /// The latest time given (a clock that steps back is held there).
+    now: u64,
+    /// Buffers of finished contexts to reuse, and their bytes (at most the byte budget).
+    pool: Vec<Buffers>,
+    pooled: usize,
     /// The last datagram made whole (what [`Datagram::data`] shows).
     done: Vec<u8>,
 }
@@ -195,28 +227,38 @@ pub struct Reassembler {
 /// The most payload a datagram carries.
 const MAX_PAYLOAD: u32 = 65_535;
 
-/// Contexts kept for reuse.
-const POOL: usize = 64;
-
 impl Reassembler {
-    /// An empty reassembler; its context table is allocated now.
+    /// An empty reassembler; its contexts and index are allocated now.
     pub fn new(cfg: &ReasmConfig) -> Result<Reassembler, crate::ConfigError> {
         if cfg.max_fragments == 0 || cfg.bytes == 0 {
             return Err(crate::ConfigError(
                 "a reassembler needs room for a fragment and a byte".into(),
             ));
         }
-        let mut t = Config::new(cfg.contexts);
-        // Ticks of a sixteenth of the timeout (at least 1 µs): a context lives its timeout to
-        // within 6 %, and the wheel has 18 slots.
-        t.tick_ns = (cfg.timeout_ns / 16).max(1_000);
-        t.timeouts_ns = [cfg.timeout_ns.max(t.tick_ns); crate::CLASSES];
-        t.seed = cfg.seed;
+        if cfg.contexts == 0 || cfg.contexts > MAX_CONTEXTS {
+            return Err(crate::ConfigError(format!(
+                "{} reassembly contexts: give 1 to {MAX_CONTEXTS}",
+                cfg.contexts
+            )));
+        }
+        let n = cfg.contexts as u32;
+        let ctxs = (0..n)
+            .map(|c| Ctx {
+                next: if c + 1 < n { c + 1 } else { NIL },
+                ..Ctx::default()
+            })
+            .collect();
         Ok(Reassembler {
-            table: FlowTable::new(&t)?,
             cfg: cfg.clone(),
             counts: ReasmCounts::default(),
+            ctxs,
+            index: vec![0; 2 * cfg.contexts],
+            free: 0,
+            head: NIL,
+            tail: NIL,
+            now: 0,
             pool: Vec::new(),
+            pooled: 0,
             done: Vec::new(),
         })
     }
@@ -226,63 +268,192 @@ impl Reassembler {
         self.counts
     }
 
-    /// Bytes of the context table itself (buffers are in `held_bytes`).
+    /// Bytes of the context store itself: contexts and index (buffers are in `held_bytes`).
     pub fn memory_bytes(&self) -> usize {
-        self.table.memory_bytes()
+        self.ctxs.len() * std::mem::size_of::<Ctx>() + self.index.len() * std::mem::size_of::<u64>()
     }
 
-    /// Keeps a context's allocations for the next datagram: at most [`POOL`] contexts, and
-    /// none whose buffer grew past a jumbo frame's payload — the pool holds at most
-    /// 64 × 9 KiB beyond the byte budget, which counts only what contexts hold.
-    fn recycle(pool: &mut Vec<Ctx>, mut ctx: Ctx) {
-        if pool.len() < POOL && ctx.data.capacity() <= 9216 {
-            ctx.clear();
-            pool.push(ctx);
+    /// Where an entry whose hash is `hash` starts probing (a multiply maps the hash onto
+    /// the index's length, which need not be a power of two).
+    #[inline(always)]
+    fn home(&self, hash: u32) -> usize {
+        ((u64::from(hash) * self.index.len() as u64) >> 32) as usize
+    }
+
+    #[inline(always)]
+    fn after(&self, i: usize) -> usize {
+        if i + 1 == self.index.len() {
+            0
+        } else {
+            i + 1
         }
+    }
+
+    /// The index slot of `key` (its hash's high half `hash`), or of the empty entry where it
+    /// would go.
+    #[inline]
+    fn probe(&self, key: &FlowKey, hash: u32) -> (usize, bool) {
+        let mut i = self.home(hash);
+        loop {
+            let e = self.index[i];
+            if e == 0 {
+                return (i, false);
+            }
+            if (e >> 32) as u32 == hash && self.ctxs[e as u32 as usize - 1].key == *key {
+                return (i, true);
+            }
+            i = self.after(i);
+        }
+    }
+
+    /// Empties index slot `i`, shifting back the entries after it that probed past it.
+    fn unindex(&mut self, mut i: usize) {
+        let mut j = i;
+        loop {
+            self.index[i] = 0;
+            loop {
+                j = self.after(j);
+                let e = self.index[j];
+                if e == 0 {
+                    return;
+                }
+                let home = self.home((e >> 32) as u32);
+                // Entry j may move to i when its home is not in (i, j] (cyclically).
+                let stays = if i <= j {
+                    i < home && home <= j
+                } else {
+                    i < home || home <= j
+                };
+                if !stays {
+                    break;
+                }
+            }
+            self.index[i] = self.index[j];
+            i = j;
+        }
+    }
+
+    /// Takes context `c` off the timer list and out of the index, frees it and returns its
+    /// buffers (to be counted, then recycled).
+    fn finish(&mut self, c: u32) -> Ctx {
+        let (prev, next) = (self.ctxs[c as usize].prev, self.ctxs[c as usize].next);
+        match prev {
+            NIL => self.head = next,
+            p => self.ctxs[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.ctxs[n as usize].prev = prev,
+        }
+        let mut i = self.home(self.ctxs[c as usize].hash);
+        while self.index[i] as u32 != c + 1 {
+            i = self.after(i);
+        }
+        self.unindex(i);
+        self.ctxs[c as usize].next = self.free;
+        self.free = c;
+        let ctx = &mut self.ctxs[c as usize];
+        Ctx {
+            key: ctx.key,
+            deadline: 0,
+            data: std::mem::take(&mut ctx.data),
+            pieces: std::mem::take(&mut ctx.pieces),
+            prev: NIL,
+            next: NIL,
+            hash: 0,
+            total: ctx.total,
+            span: ctx.span,
+        }
+    }
+
+    /// Keeps a finished context's buffers for the next datagram while the pool holds no more
+    /// than the byte budget, so a window of datagrams as large as the budget allows finds
+    /// buffers ready (a pool of 64 buffers made 1 024 datagrams in flight allocate most of
+    /// theirs: a third of the time). Allocated in all: what contexts hold (within the
+    /// budget, each buffer at most twice its span as it grew) and the pool (within it too).
+    fn recycle(&mut self, ctx: Ctx) {
+        let bytes = ctx.data.capacity() + 4 * ctx.pieces.capacity();
+        if self.pooled + bytes <= self.cfg.bytes {
+            let mut pieces = ctx.pieces;
+            pieces.clear();
+            self.pooled += bytes;
+            self.pool.push((ctx.data, pieces));
+        }
+    }
+
+    /// A new context for `key` at index slot `at`, last on the timer list (evicting the
+    /// first started when none is free).
+    fn start(&mut self, key: &FlowKey, hash: u32, mut at: usize) -> u32 {
+        if self.free == NIL {
+            let gone = self.finish(self.head);
+            self.counts.evicted += gone.pieces.len() as u64;
+            self.counts.datagrams_dropped += 1;
+            self.counts.release(&gone);
+            self.recycle(gone);
+            // The index moved under the eviction: find the key's empty slot again.
+            at = self.probe(key, hash).0;
+        }
+        let c = self.free;
+        self.free = self.ctxs[c as usize].next;
+        self.index[at] = u64::from(hash) << 32 | u64::from(c + 1);
+        let (data, pieces) = match self.pool.pop() {
+            Some((d, p)) => {
+                self.pooled -= d.capacity() + 4 * p.capacity();
+                (d, p)
+            }
+            // New buffers grow with what they hold (at most twice it), so the memory
+            // allocated stays within a small multiple of the byte budget.
+            None => (Vec::new(), Vec::new()),
+        };
+        let tail = self.tail;
+        self.ctxs[c as usize] = Ctx {
+            key: *key,
+            deadline: self.now.saturating_add(self.cfg.timeout_ns),
+            data,
+            pieces,
+            prev: tail,
+            next: NIL,
+            hash,
+            total: 0,
+            span: 0,
+        };
+        match tail {
+            NIL => self.head = c,
+            t => self.ctxs[t as usize].next = c,
+        }
+        self.tail = c;
+        self.counts.held_contexts += 1;
+        c
     }
 
     /// Takes one fragment at `now_ns`.
     pub fn fragment(&mut self, f: &Fragment<'_>, now_ns: u64) -> Outcome<'_> {
-        let Reassembler {
-            table,
-            cfg,
-            counts,
-            pool,
-            done,
-        } = self;
-        counts.fragments += 1;
+        self.counts.fragments += 1;
+        self.now = self.now.max(now_ns);
         let len = f.data.len() as u32;
         let end = u64::from(f.offset) + u64::from(len);
         if len == 0 || (f.more && !len.is_multiple_of(8)) {
-            counts.malformed += 1;
+            self.counts.malformed += 1;
             return Outcome::Dropped(Dropped::Malformed);
         }
         if end > u64::from(MAX_PAYLOAD) {
             // A context it would have joined stays as it is.
-            counts.too_big += 1;
+            self.counts.too_big += 1;
             return Outcome::Dropped(Dropped::TooBig);
         }
         let Some(key) = FlowKey::new(f.src, f.dst, (f.id >> 16) as u16, f.id as u16, f.proto)
         else {
-            counts.malformed += 1;
+            self.counts.malformed += 1;
             return Outcome::Dropped(Dropped::Malformed);
         };
         // Both fit 16 bits now: the end is at most 65 535.
         let (end, off, len) = (end as u16, f.offset as u16, len as u16);
-        let u = table.upsert(&key, now_ns);
-        if let Some((_, gone)) = u.evicted {
-            counts.evicted += gone.pieces.len() as u64;
-            counts.datagrams_dropped += 1;
-            counts.release(&gone);
-            Self::recycle(pool, gone);
-        }
-        let ctx = u.value;
-        if u.new {
-            counts.held_contexts += 1;
-            if let Some(c) = pool.pop() {
-                *ctx = c;
-            }
-        }
+        let hash = (key.hash(self.cfg.seed) >> 32) as u32;
+        let c = match self.probe(&key, hash) {
+            (i, true) => self.index[i] as u32 - 1,
+            (i, false) => self.start(&key, hash, i),
+        };
+        let ctx = &self.ctxs[c as usize];
         // What this fragment says against what is held.
         let known = ctx.total > 0;
         let verdict = if (known && (end > ctx.total || (!f.more && end != ctx.total)))
@@ -298,77 +469,102 @@ impl Reassembler {
             } else {
                 Dropped::Overlap
             })
-        } else if ctx.pieces.len() >= usize::from(cfg.max_fragments) {
+        } else if ctx.pieces.len() >= usize::from(self.cfg.max_fragments) {
             Some(Dropped::TooMany)
         } else {
-            let grow = u64::from(end).saturating_sub(ctx.data.len() as u64);
-            (counts.held_bytes + grow > cfg.bytes as u64).then_some(Dropped::Memory)
+            let grow = u64::from(end.saturating_sub(ctx.span));
+            (self.counts.held_bytes + grow > self.cfg.bytes as u64).then_some(Dropped::Memory)
         };
         match verdict {
             Some(Dropped::Duplicate) => {
-                counts.duplicate += 1;
+                self.counts.duplicate += 1;
                 return Outcome::Dropped(Dropped::Duplicate);
             }
             Some(why) => {
-                let ctx = table
-                    .remove(&key)
-                    .unwrap_or_else(|| unreachable!("the context is held"));
-                counts.give_up(&ctx, 1, why);
-                Self::recycle(pool, ctx);
+                let ctx = self.finish(c);
+                self.counts.give_up(&ctx, 1, why);
+                self.recycle(ctx);
                 return Outcome::Dropped(why);
             }
             None => {}
         }
-        let grow = usize::from(end).saturating_sub(ctx.data.len());
-        if grow > 0 {
+        let ctx = &mut self.ctxs[c as usize];
+        let grow = end.saturating_sub(ctx.span);
+        ctx.span = ctx.span.max(end);
+        if ctx.data.len() < usize::from(end) {
             ctx.data.resize(usize::from(end), 0);
         }
         ctx.data[usize::from(off)..usize::from(end)].copy_from_slice(f.data);
         ctx.pieces.push((off, len));
-        ctx.got += len;
         if !f.more {
             ctx.total = end;
         }
-        counts.held_bytes += grow as u64;
-        counts.held_fragments += 1;
-        if ctx.total != ctx.got {
+        // No overlap is ever kept, so the pieces' lengths add up to what is covered.
+        let whole = ctx.total > 0
+            && ctx.pieces.iter().map(|&(_, l)| u32::from(l)).sum::<u32>() == u32::from(ctx.total);
+        self.counts.held_bytes += u64::from(grow);
+        self.counts.held_fragments += 1;
+        if !whole {
             return Outcome::Held;
         }
-        let mut ctx = table
-            .remove(&key)
-            .unwrap_or_else(|| unreachable!("the context is held"));
-        counts.release(&ctx);
+        let mut ctx = self.finish(c);
+        let total = usize::from(ctx.total);
+        self.counts.release(&ctx);
         let n = ctx.pieces.len() as u64;
-        counts.datagrams += 1;
-        counts.datagram_fragments += n;
+        self.counts.datagrams += 1;
+        self.counts.datagram_fragments += n;
         // The whole datagram becomes `done`; `done`'s old buffer goes back with the context.
-        std::mem::swap(done, &mut ctx.data);
-        Self::recycle(pool, ctx);
+        std::mem::swap(&mut self.done, &mut ctx.data);
+        self.recycle(ctx);
         Outcome::Complete(Datagram {
             src: f.src,
             dst: f.dst,
             proto: f.proto,
             id: f.id,
-            data: done,
+            data: &self.done[..total],
             fragments: n as u16,
         })
     }
 
-    /// Gives up every datagram whose time ran out by `now_ns` (O(1) a context: the table's
-    /// timer wheel).
+    /// Gives up every datagram whose time ran out by `now_ns`: the timer list's head while it
+    /// is due (O(1) a context; the first one not due ends it).
     pub fn expire(&mut self, now_ns: u64) {
-        let Reassembler {
-            table,
-            counts,
-            pool,
-            ..
-        } = self;
-        table.expire(now_ns, |_, ctx, _| {
-            counts.timed_out += ctx.pieces.len() as u64;
-            counts.datagrams_dropped += 1;
-            counts.release(&ctx);
-            Self::recycle(pool, ctx);
-        });
+        self.now = self.now.max(now_ns);
+        while self.head != NIL && self.ctxs[self.head as usize].deadline <= self.now {
+            let ctx = self.finish(self.head);
+            self.counts.timed_out += ctx.pieces.len() as u64;
+            self.counts.datagrams_dropped += 1;
+            self.counts.release(&ctx);
+            self.recycle(ctx);
+        }
+    }
+
+    /// Checks the timer list, index and free list against each other (tests).
+    #[cfg(test)]
+    fn check(&self) {
+        let mut live = 0usize;
+        let (mut c, mut prev, mut deadline) = (self.head, NIL, 0);
+        while c != NIL {
+            let ctx = &self.ctxs[c as usize];
+            assert_eq!(ctx.prev, prev);
+            assert!(ctx.deadline >= deadline, "the list is in deadline order");
+            assert_eq!(ctx.hash, (ctx.key.hash(self.cfg.seed) >> 32) as u32);
+            let (i, found) = self.probe(&ctx.key, ctx.hash);
+            assert!(found && self.index[i] as u32 - 1 == c);
+            deadline = ctx.deadline;
+            prev = c;
+            c = ctx.next;
+            live += 1;
+        }
+        assert_eq!(self.tail, prev);
+        assert_eq!(live as u64, self.counts.held_contexts);
+        let (mut free, mut c) = (0, self.free);
+        while c != NIL {
+            free += 1;
+            c = self.ctxs[c as usize].next;
+        }
+        assert_eq!(live + free, self.ctxs.len());
+        assert_eq!(self.index.iter().filter(|&&e| e != 0).count(), live);
     }
 }
 
@@ -489,6 +685,40 @@ mod tests {
         assert_eq!((c.too_many, c.too_big, c.malformed, c.memory), (5, 1, 1, 1));
     }
 
+    /// Buffers are reused without zeroing: a datagram shows only its own bytes, whatever a
+    /// longer one left in the buffer before it.
+    #[test]
+    fn a_reused_buffer_shows_only_the_new_datagram() {
+        let mut r = small();
+        let long = [0xaau8; 64];
+        assert_eq!(
+            r.fragment(&frag(1, 32, false, &long[..32]), 0),
+            Outcome::Held
+        );
+        assert!(matches!(
+            r.fragment(&frag(1, 0, true, &long[..32]), 0),
+            Outcome::Complete(d) if d.data == &long[..]
+        ));
+        for id in 2..6 {
+            let short: Vec<u8> = (0..24).map(|b| b + id as u8).collect();
+            assert_eq!(
+                r.fragment(&frag(id, 16, false, &short[16..]), 0),
+                Outcome::Held
+            );
+            assert_eq!(
+                r.fragment(&frag(id, 0, true, &short[..8]), 0),
+                Outcome::Held
+            );
+            assert!(matches!(
+                r.fragment(&frag(id, 8, true, &short[8..16]), 0),
+                Outcome::Complete(d) if d.data == &short[..] && d.fragments == 3
+            ));
+        }
+        let c = r.counts();
+        assert!(c.balanced(), "{c:?}");
+        assert_eq!((c.datagrams, c.held_bytes, c.held_contexts), (5, 0, 0));
+    }
+
     /// A context costs at most 128 bytes beyond its fragments' (issue 54's target), table,
     /// buckets and wheel included.
     #[test]
@@ -516,10 +746,16 @@ mod tests {
         }
         let c = r.counts();
         assert!(c.balanced(), "{c:?}");
-        assert!(
-            c.held_contexts <= 8 && c.evicted == 20 - c.held_contexts,
-            "{c:?}"
-        );
+        assert_eq!((c.held_contexts, c.evicted), (8, 12), "{c:?}");
+        r.check();
+        // The least recently started went: 12 to 19 are held, 11 is not.
+        let last = [0u8; 8];
+        assert!(matches!(
+            r.fragment(&frag(12, 8, false, &last), 20),
+            Outcome::Complete(d) if d.data.len() == 16
+        ));
+        assert_eq!(r.fragment(&frag(11, 8, false, &last), 21), Outcome::Held);
+        r.check();
     }
 
     proptest! {
@@ -549,6 +785,7 @@ mod tests {
                     prop_assert_eq!(d.data[0], 0, "a datagram starts at offset 0");
                 }
                 r.expire(now);
+                r.check();
                 let c = r.counts();
                 prop_assert!(c.balanced(), "{:?}", c);
                 prop_assert!(c.held_bytes <= 4096);
