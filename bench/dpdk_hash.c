@@ -61,9 +61,20 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	char *eal[] = { argv[0], "--no-huge", "-m", "2048", "--no-pci", "-l", "0", "--log-level", "0", NULL };
-	(void)argc;
-	if (rte_eal_init(9, eal) < 0) {
+	/* On hugepages, as DPDK is deployed and as flowlane's table runs (transparent huge pages
+	 * through its allocator); FLOWLANE_DPDK_NO_HUGE=1 runs on ordinary pages instead. */
+	int no_huge = getenv("FLOWLANE_DPDK_NO_HUGE") != NULL;
+	char *eal[] = { argv[0], no_huge ? "--no-huge" : "--in-memory", "--no-pci", "-l", "0",
+			"--log-level", "0", NULL };
+	/* `lookups N`: one table, N rounds of bulk lookups only, one line `bulk M/s` (the median):
+	 * the form bench/flowtable_vs_dpdk.sh alternates with the Rust benchmark's. */
+	int lookups_only = argc == 3 && strcmp(argv[1], "lookups") == 0;
+	int rounds = lookups_only ? atoi(argv[2]) : ROUNDS;
+	if (argc != 1 && (!lookups_only || rounds < 1 || rounds > ROUNDS)) {
+		fprintf(stderr, "usage: %s [lookups ROUNDS (1-%d)]\n", argv[0], ROUNDS);
+		return 2;
+	}
+	if (rte_eal_init(7, eal) < 0) {
 		fprintf(stderr, "rte_eal_init failed\n");
 		return 1;
 	}
@@ -88,7 +99,7 @@ int main(int argc, char **argv)
 		qptr[q] = &queries[q];
 	}
 	struct rte_hash *h = NULL;
-	for (int round = 0; round < ROUNDS; round++) {
+	for (int round = 0; round < (lookups_only ? 1 : ROUNDS); round++) {
 		if (h)
 			rte_hash_free(h);
 		h = rte_hash_create(&p);
@@ -105,6 +116,25 @@ int main(int argc, char **argv)
 		ins[round] = FLOWS / (now() - t0) / 1e6;
 	}
 	uint64_t found = 0;
+	if (lookups_only) {
+		for (int round = 0; round < rounds; round++) {
+			double t0 = now();
+			for (uint32_t q = 0; q + 32 <= QUERIES; q += 32) {
+				rte_hash_lookup_bulk(h, &qptr[q], 32, pos);
+				for (int j = 0; j < 32; j++)
+					found += pos[j] >= 0;
+			}
+			bulk[round] = QUERIES / (now() - t0) / 1e6;
+		}
+		qsort(bulk, rounds, sizeof(double), cmp_double);
+		if (found != (uint64_t)rounds * QUERIES / 2) {
+			fprintf(stderr, "found %llu of %u queries, expected half\n",
+				(unsigned long long)found, rounds * QUERIES);
+			return 1;
+		}
+		printf("bulk %.2f\n", bulk[rounds / 2]);
+		return 0;
+	}
 	for (int round = 0; round < ROUNDS; round++) {
 		double t0 = now();
 		for (uint32_t q = 0; q + 32 <= QUERIES; q += 32) {

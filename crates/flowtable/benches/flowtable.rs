@@ -21,6 +21,12 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use flowlane_flowtable::{Config, FlowKey, FlowTable, TCP, UDP};
 
+/// The `flowlane` binary's allocator: allocations of 2 MiB or more on transparent huge pages
+/// (the table's buckets and records), so the table is measured as flowlane runs it — and as
+/// rte_hash runs, on hugepages (bench/dpdk_hash.sh).
+#[global_allocator]
+static ALLOC: flowlane_io::huge::HugeAlloc = flowlane_io::huge::HugeAlloc;
+
 const FLOWS: usize = 1_000_000;
 const QUERIES: usize = 1 << 20;
 const ROUNDS: usize = 9;
@@ -80,6 +86,30 @@ fn main() {
         })
         .collect();
     let mut out = vec![None; QUERIES];
+
+    // `FLOWTABLE_LOOKUPS_ONLY=N`: N rounds of batched lookups only, one line `batch M/s` (the
+    // median) — the form bench/flowtable_vs_dpdk.sh alternates with rte_hash's.
+    if let Some(n) = std::env::var("FLOWTABLE_LOOKUPS_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let rounds: Vec<f64> = (0..n.max(1))
+            .map(|_| {
+                let start = Instant::now();
+                table.get_batch(&queries, &mut out);
+                let ns = start.elapsed().as_nanos() as f64 / QUERIES as f64;
+                let hits = out.iter().filter(|o| o.is_some()).count();
+                assert_eq!(hits, QUERIES / 2, "half the queries are hits");
+                ns
+            })
+            .collect();
+        println!(
+            "batch {:.2} (huge pages {} MiB)",
+            1e3 / median(rounds),
+            flowlane_io::huge::huge_page_bytes().unwrap_or(0) >> 20
+        );
+        return;
+    }
 
     let mut c = Criterion::default().configure_from_args().sample_size(20);
     let mut g = c.benchmark_group("lookup_1M_90pct_half_misses");

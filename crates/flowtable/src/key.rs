@@ -117,6 +117,12 @@ impl FlowKey {
         self.words[9] as u16
     }
 
+    /// The key's last word (where a key that straddles two cache lines ends).
+    #[inline(always)]
+    pub(crate) fn last_word(&self) -> &u32 {
+        &self.words[9]
+    }
+
     /// A keyed 64-bit hash: the five 64-bit words XORed with the seed's lanes, folded by
     /// three 64×64→128-bit multiplies (high half XOR low half, as foldhash and wyhash fold),
     /// then mixed. Keyed by the table's seed so that flows chosen by an attacker cannot be
