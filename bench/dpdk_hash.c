@@ -59,13 +59,29 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* One round of every query, 32 at a time: M lookups a second; hits added to *found. */
+static double bulk_round(const struct rte_hash *h, const void **qptr, int32_t *pos,
+			 uint64_t *found)
+{
+	double t0 = now();
+	for (uint32_t q = 0; q + 32 <= QUERIES; q += 32) {
+		rte_hash_lookup_bulk(h, &qptr[q], 32, pos);
+		for (int j = 0; j < 32; j++)
+			*found += pos[j] >= 0;
+	}
+	return QUERIES / (now() - t0) / 1e6;
+}
+
 int main(int argc, char **argv)
 {
 	/* On hugepages, as DPDK is deployed and as flowlane's table runs (transparent huge pages
 	 * through its allocator); FLOWLANE_DPDK_NO_HUGE=1 runs on ordinary pages instead. */
 	int no_huge = getenv("FLOWLANE_DPDK_NO_HUGE") != NULL;
-	char *eal[] = { argv[0], no_huge ? "--no-huge" : "--in-memory", "--no-pci", "-l", "0",
-			"--log-level", "0", NULL };
+	char *huge_eal[] = { argv[0], "--in-memory", "--no-pci", "-l", "0", "--log-level", "0", NULL };
+	char *plain_eal[] = { argv[0], "--no-huge", "-m", "2048", "--no-pci", "-l", "0",
+			      "--log-level", "0", NULL };
+	char **eal = no_huge ? plain_eal : huge_eal;
+	int eal_args = no_huge ? 9 : 7;
 	/* `lookups N`: one table, N rounds of bulk lookups only, one line `bulk M/s` (the median):
 	 * the form bench/flowtable_vs_dpdk.sh alternates with the Rust benchmark's. */
 	int lookups_only = argc == 3 && strcmp(argv[1], "lookups") == 0;
@@ -74,7 +90,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s [lookups ROUNDS (1-%d)]\n", argv[0], ROUNDS);
 		return 2;
 	}
-	if (rte_eal_init(7, eal) < 0) {
+	if (rte_eal_init(eal_args, eal) < 0) {
 		fprintf(stderr, "rte_eal_init failed\n");
 		return 1;
 	}
@@ -117,15 +133,8 @@ int main(int argc, char **argv)
 	}
 	uint64_t found = 0;
 	if (lookups_only) {
-		for (int round = 0; round < rounds; round++) {
-			double t0 = now();
-			for (uint32_t q = 0; q + 32 <= QUERIES; q += 32) {
-				rte_hash_lookup_bulk(h, &qptr[q], 32, pos);
-				for (int j = 0; j < 32; j++)
-					found += pos[j] >= 0;
-			}
-			bulk[round] = QUERIES / (now() - t0) / 1e6;
-		}
+		for (int round = 0; round < rounds; round++)
+			bulk[round] = bulk_round(h, qptr, pos, &found);
 		qsort(bulk, rounds, sizeof(double), cmp_double);
 		if (found != (uint64_t)rounds * QUERIES / 2) {
 			fprintf(stderr, "found %llu of %u queries, expected half\n",
@@ -136,14 +145,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	for (int round = 0; round < ROUNDS; round++) {
+		bulk[round] = bulk_round(h, qptr, pos, &found);
 		double t0 = now();
-		for (uint32_t q = 0; q + 32 <= QUERIES; q += 32) {
-			rte_hash_lookup_bulk(h, &qptr[q], 32, pos);
-			for (int j = 0; j < 32; j++)
-				found += pos[j] >= 0;
-		}
-		bulk[round] = QUERIES / (now() - t0) / 1e6;
-		t0 = now();
 		for (uint32_t q = 0; q < QUERIES; q++)
 			found += rte_hash_lookup(h, &queries[q]) >= 0;
 		single[round] = QUERIES / (now() - t0) / 1e6;

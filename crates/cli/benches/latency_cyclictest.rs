@@ -2,7 +2,9 @@
 //! same 1 000 µs interval, SCHED_FIFO 99, memory locked, PM QoS 0 (cyclictest's defaults),
 //! interleaved rounds so drift hits both; then flowlane alone without and with its own load
 //! (cpu+vm+io on the measured CPU). Prints each tool's mean of round medians, their ratio
-//! (target ≤ 1.0), and the maxima side by side.
+//! (target ≤ 1.0) with a 95 % interval from the rounds as pairs (each flowlane round and the
+//! cyclictest round after it: drift that moves both cancels in their difference), and the
+//! maxima side by side.
 //!
 //! Run (root, rt-tests installed): `cargo bench -p flowlane --bench latency_cyclictest`
 //! (FLOWLANE_BENCH_ROUNDS, default 10; FLOWLANE_BENCH_LOOPS per round, default 2000).
@@ -126,9 +128,29 @@ fn main() {
             max(col(v, 2))
         );
     }
+    let (mf, mc) = (mean(&col(&f, 0)), mean(&col(&c, 0)).max(1e-9));
+    let diffs: Vec<f64> = f.iter().zip(&c).map(|(a, b)| a.0 - b.0).collect();
+    let md = mean(&diffs);
+    let sd = (diffs.iter().map(|d| (d - md).powi(2)).sum::<f64>()
+        / (diffs.len().max(2) - 1) as f64)
+        .sqrt();
+    // Student's t at 95 % for the pairs' degrees of freedom (normal beyond 30).
+    let t = match diffs.len() {
+        0..=2 => 12.71,
+        3..=5 => 2.78,
+        6..=10 => 2.26,
+        11..=20 => 2.09,
+        21..=30 => 2.05,
+        _ => 1.96,
+    };
+    let half = t * sd / (diffs.len() as f64).sqrt();
     println!(
-        "ratio of medians flowlane / cyclictest: {:.2} (target <= 1.0)",
-        mean(&col(&f, 0)) / mean(&col(&c, 0)).max(1e-9)
+        "ratio of medians flowlane / cyclictest: {:.3} (target <= 1.0); paired difference          {md:+.2} µs, 95 % interval {:+.2} to {:+.2} µs, ratio {:.3} to {:.3}",
+        mf / mc,
+        md - half,
+        md + half,
+        (mc + md - half) / mc,
+        (mc + md + half) / mc
     );
     // flowlane alone: without, then with its own load on the same CPU.
     let out = Command::new(BIN)
