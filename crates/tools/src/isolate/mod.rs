@@ -203,7 +203,13 @@ pub fn isolate(cpus: &[usize], state: &Path) -> Result<IsolateReport, ToolError>
         irqs_stayed: Vec::new(),
         default_irq_affinity: None,
     };
-    if v2.exists() {
+    // cgroup v2 offers cpuset only where no v1 hierarchy holds it (a hybrid host mounts v2
+    // elsewhere; a v2 host may still have cpuset bound to a v1 mount).
+    let v2_controllers = read(v2).ok();
+    let v2_cpuset = v2_controllers
+        .as_deref()
+        .is_some_and(|c| c.split_whitespace().any(|x| x == "cpuset"));
+    if v2_cpuset {
         let root = PathBuf::from("/sys/fs/cgroup");
         let ctl = root.join("cgroup.subtree_control");
         let enabled_cpuset = !read(&ctl)?.split_whitespace().any(|c| c == "cpuset");
@@ -280,6 +286,13 @@ pub fn isolate(cpus: &[usize], state: &Path) -> Result<IsolateReport, ToolError>
         let (moved, stayed) = move_tasks(&root.join("tasks"), &sys.join("tasks"));
         report.tasks_moved = moved;
         report.tasks_stayed = stayed;
+    } else if let Some(c) = v2_controllers {
+        return Err(ToolError::usage(format!(
+            "cgroup v2 at /sys/fs/cgroup offers no cpuset controller (it has: {}), and no v1 \
+             cpuset is mounted at /sys/fs/cgroup/cpuset: cpuset is bound to a v1 hierarchy \
+             elsewhere — mount that one at /sys/fs/cgroup/cpuset, or free it for v2",
+            c.trim()
+        )));
     } else {
         return Err(ToolError::usage(
             "no cpuset controller mounted (neither cgroup v2 at /sys/fs/cgroup nor v1 at \
