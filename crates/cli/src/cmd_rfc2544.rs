@@ -594,6 +594,9 @@ fn summary(r: &Rfc2544Report) {
                     notes.push(n.clone());
                 }
             }
+            if let Some(t) = &b.tester_limited {
+                notes.push(format!("back-to-back: {t}"));
+            }
             if b.bursts.is_empty() {
                 "-".into()
             } else {

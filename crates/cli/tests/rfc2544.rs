@@ -573,6 +573,12 @@ fn back_to_back_follows_the_known_dut() {
     let max = size["max"]["pps"].as_f64().expect("max");
     let ndr = size["throughput"]["ndr"]["pps"].as_f64().expect("ndr");
     let b = &size["back_to_back"];
+    if let Some(why) = b["tester_limited"].as_str() {
+        // A busy machine's generator could not send the burst at the line rate: the run
+        // measured the tester, and says so (what this test cannot check here).
+        eprintln!("SKIP (bursts): {why}");
+        return;
+    }
     let bursts = b["bursts"].as_array().expect("bursts");
     assert_eq!(bursts.len(), 2, "{b}");
     for n in bursts {

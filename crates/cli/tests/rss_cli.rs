@@ -929,7 +929,9 @@ fn blast_verify_rss_accounts_every_frame_at_the_receiver() {
         .gen
         .command(env!("CARGO_BIN_EXE_flowlane"))
         .args(["blast", "--to", &to, "--flows", "3", "--count", "3000"])
-        .args(["--rate", "30k", "--verify-rss", &at, "--json", "--quiet"])
+        // 5 000 a second: what this test checks is the accounting; a rate a busy 2-core
+        // machine's one sender holds (30 000 fell short beside a CPU hog: exit 1).
+        .args(["--rate", "5k", "--verify-rss", &at, "--json", "--quiet"])
         .output()
         .expect("blast runs");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

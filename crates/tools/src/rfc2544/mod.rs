@@ -545,6 +545,7 @@ impl SizeRun<'_, '_> {
             corrected_buffer_s: None,
             buffer_frames: None,
             note: None,
+            tester_limited: None,
         };
         if thr.is_some_and(|t| t >= max.pps * (1.0 - cfg.resolution)) {
             out.note = Some(
@@ -569,10 +570,20 @@ impl SizeRun<'_, '_> {
                 shot.count = Some(n);
                 let r = self.rig.trial(&shot)?;
                 let pass = r.loss == 0.0;
+                let offered = r.offered_pps;
+                let short = !r.tester_limited.is_empty() && pace.is_some_and(|p| offered < p);
                 self.keep(r, if pass { "pass" } else { "fail" });
                 if pass {
                     lo = n;
                     if n == top {
+                        if short {
+                            out.tester_limited = Some(format!(
+                                "the longest burst ({n} frames) passed but left at {offered:.0} \
+                                 frames/s, not the maximum {:.0}: the generator fell short, so \
+                                 the DUT's buffer was not tested at that rate",
+                                max.pps
+                            ));
+                        }
                         break;
                     }
                 } else {

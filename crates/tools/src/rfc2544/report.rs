@@ -165,6 +165,11 @@ pub struct BackToBack {
     /// Why the test was not run or means little (e.g. the DUT forwards the maximum rate, so
     /// no burst fills a buffer).
     pub note: Option<String>,
+    /// The longest burst tried passed but left slower than the maximum rate (the generator
+    /// fell short): what it offered. The DUT's buffer was not tested at that rate, so the
+    /// bursts bound the tester, not the DUT.
+    #[serde(default)]
+    pub tester_limited: Option<String>,
 }
 
 /// One frame size's answers.
