@@ -18,11 +18,11 @@ if [ -z "${FLOWLANE_DPDK_NO_HUGE:-}" ]; then
     free=$(awk '/^HugePages_Free:/ { print $2 }' /proc/meminfo)
     if [ "${free:-0}" -lt 128 ]; then
         before=$(cat "$nr")
+        trap 'echo "$before" > "$nr" 2>/dev/null' EXIT INT TERM
         if ! echo $((before + 128 - free)) > "$nr" 2>/dev/null; then
             echo "dpdk_hash: cannot reserve 2 MiB hugepages ($nr; run as root, or set FLOWLANE_DPDK_NO_HUGE=1)" >&2
             exit 1
         fi
-        trap 'echo "$before" > "$nr"' EXIT INT TERM
     fi
 fi
 "$out" "$@"

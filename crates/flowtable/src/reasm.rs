@@ -183,13 +183,6 @@ impl ReasmCounts {
         self.held_bytes -= u64::from(ctx.span);
         self.held_contexts -= 1;
     }
-
-    /// A context given up: its fragments (and `extra` more) counted under `why`.
-    fn give_up(&mut self, ctx: &Ctx, extra: u64, why: Dropped) {
-        self.release(ctx);
-        self.datagrams_dropped += 1;
-        *self.slot(why) += ctx.pieces.len() as u64 + extra;
-    }
 }
 
 const NIL: u32 = u32::MAX;
@@ -223,6 +216,9 @@ pub struct Reassembler {
     /// The last datagram made whole (what [`Datagram::data`] shows).
     done: Vec<u8>,
 }
+
+/// The largest buffer kept for reuse: a 9 000-byte MTU's payload and a little.
+const POOLED_MAX: usize = 9216;
 
 /// The most payload a datagram carries.
 const MAX_PAYLOAD: u32 = 65_535;
@@ -366,14 +362,27 @@ impl Reassembler {
         }
     }
 
+    /// Context `c` given up (evicted, timed out or dropped): its fragments, and `extra` more
+    /// (the one that dropped it), counted where `reason` says.
+    fn give_up(&mut self, c: u32, extra: u64, reason: impl FnOnce(&mut ReasmCounts) -> &mut u64) {
+        let ctx = self.finish(c);
+        self.counts.release(&ctx);
+        self.counts.datagrams_dropped += 1;
+        *reason(&mut self.counts) += ctx.pieces.len() as u64 + extra;
+        self.recycle(ctx);
+    }
+
     /// Keeps a finished context's buffers for the next datagram while the pool holds no more
     /// than the byte budget, so a window of datagrams as large as the budget allows finds
     /// buffers ready (a pool of 64 buffers made 1 024 datagrams in flight allocate most of
-    /// theirs: a third of the time). Allocated in all: what contexts hold (within the
-    /// budget, each buffer at most twice its span as it grew) and the pool (within it too).
+    /// theirs: a third of the time), and none that grew past a jumbo frame's payload: a
+    /// pooled buffer goes to a context whose span may be far smaller, so what contexts hold
+    /// beyond their counted spans is at most 9 KiB each. Allocated in all: the spans (within
+    /// the budget; a new buffer at most twice its span as it grew), that, and the pool
+    /// (within the budget).
     fn recycle(&mut self, ctx: Ctx) {
         let bytes = ctx.data.capacity() + 4 * ctx.pieces.capacity();
-        if self.pooled + bytes <= self.cfg.bytes {
+        if ctx.data.capacity() <= POOLED_MAX && self.pooled + bytes <= self.cfg.bytes {
             let mut pieces = ctx.pieces;
             pieces.clear();
             self.pooled += bytes;
@@ -385,11 +394,7 @@ impl Reassembler {
     /// first started when none is free).
     fn start(&mut self, key: &FlowKey, hash: u32, mut at: usize) -> u32 {
         if self.free == NIL {
-            let gone = self.finish(self.head);
-            self.counts.evicted += gone.pieces.len() as u64;
-            self.counts.datagrams_dropped += 1;
-            self.counts.release(&gone);
-            self.recycle(gone);
+            self.give_up(self.head, 0, |n| &mut n.evicted);
             // The index moved under the eviction: find the key's empty slot again.
             at = self.probe(key, hash).0;
         }
@@ -481,9 +486,7 @@ impl Reassembler {
                 return Outcome::Dropped(Dropped::Duplicate);
             }
             Some(why) => {
-                let ctx = self.finish(c);
-                self.counts.give_up(&ctx, 1, why);
-                self.recycle(ctx);
+                self.give_up(c, 1, |n| n.slot(why));
                 return Outcome::Dropped(why);
             }
             None => {}
@@ -531,11 +534,7 @@ impl Reassembler {
     pub fn expire(&mut self, now_ns: u64) {
         self.now = self.now.max(now_ns);
         while self.head != NIL && self.ctxs[self.head as usize].deadline <= self.now {
-            let ctx = self.finish(self.head);
-            self.counts.timed_out += ctx.pieces.len() as u64;
-            self.counts.datagrams_dropped += 1;
-            self.counts.release(&ctx);
-            self.recycle(ctx);
+            self.give_up(self.head, 0, |n| &mut n.timed_out);
         }
     }
 

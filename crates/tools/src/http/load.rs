@@ -748,6 +748,10 @@ fn check_local(v: &[std::net::IpAddr], prefix: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// How long after planning the load starts: the workers' set-up before their first request
+/// (phase boundaries are measured from the plan's moment plus this).
+const START_LEAD: Duration = Duration::from_millis(50);
+
 /// Runs the load; `on_event` hears the start and each interval. Four steps: the plan (every
 /// setting checked, the phases, the workers and their file tables, the memory bound), the
 /// start (workers made, connections not yet opened), the watch (the session, memory read each
@@ -763,7 +767,7 @@ pub fn run(
     let shard = cfg.sharding.start(stop)?.filter(|_| cfg.sharding.asked());
     if cfg.sharding.start_at_ns.is_some() {
         // The phases begin from the start, as `plan` sets them from its own moment.
-        p.load.start = Instant::now() + Duration::from_millis(50);
+        p.load.start = Instant::now() + START_LEAD;
     }
     let cpu0 = flowlane_io::os::process_cpu_ns().unwrap_or(0);
     let busy0 = flowlane_lab::counters::busy_jiffies(&cfg.cpus);
@@ -908,7 +912,7 @@ fn plan(cfg: &HttpLoadConfig) -> Result<Plan, ToolError> {
         )));
     }
     let load = LoadPlan {
-        start: Instant::now() + Duration::from_millis(50),
+        start: Instant::now() + START_LEAD,
         ramp_up,
         steady,
         ramp_down,
@@ -1011,10 +1015,7 @@ fn watch(
     };
     let (mut peak, mut rss_at_peak) = (0u64, rss_start);
     let (mut steady_first, mut steady_last) = (0u64, 0u64);
-    let steady_span = (
-        p.ramp_up + Duration::from_millis(50),
-        p.ramp_up + p.steady + Duration::from_millis(50),
-    );
+    let steady_span = (p.ramp_up + START_LEAD, p.ramp_up + p.steady + START_LEAD);
     let interval = p.interval;
     let _metrics = cfg
         .metrics

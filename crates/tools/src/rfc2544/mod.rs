@@ -571,16 +571,19 @@ impl SizeRun<'_, '_> {
                 let r = self.rig.trial(&shot)?;
                 let pass = r.loss == 0.0;
                 let offered = r.offered_pps;
-                let short = !r.tester_limited.is_empty() && pace.is_some_and(|p| offered < p);
+                // The trial's own verdict on the tester, where the burst also left slower than
+                // the maximum rate.
+                let short = (!r.tester_limited.is_empty() && pace.is_some_and(|p| offered < p))
+                    .then(|| r.tester_limited.join("; "));
                 self.keep(r, if pass { "pass" } else { "fail" });
                 if pass {
                     lo = n;
                     if n == top {
-                        if short {
+                        if let Some(why) = short {
                             out.tester_limited = Some(format!(
                                 "the longest burst ({n} frames) passed but left at {offered:.0} \
-                                 frames/s, not the maximum {:.0}: the generator fell short, so \
-                                 the DUT's buffer was not tested at that rate",
+                                 frames/s, not the maximum {:.0} ({why}): the DUT's buffer was \
+                                 not tested at that rate",
                                 max.pps
                             ));
                         }
