@@ -3,7 +3,8 @@
  * 1 M IPv4/IPv6-sized flow keys (40 bytes, the flowlane key's size) in 2^20 slots (95 % full:
  * rte_hash rounds its entries up to a power of two, so 2^20 is the nearest to 90 %), lookups
  * half hits and half misses, shuffled; inserts of 1 M keys into an empty table. Prints lookups per
- * second for rte_hash_lookup (one at a time) and rte_hash_lookup_bulk (32 at a time), and
+ * second for rte_hash_lookup (one at a time) and rte_hash_lookup_bulk (FLOWLANE_BULK at a time,
+ * default 32), and
  * inserts per second, median of rounds. The peer measurement for
  * `cargo bench -p flowlane-flowtable`. Build and run: bench/dpdk_hash.sh.
  */
@@ -23,7 +24,10 @@
 #define FLOWS 1000000u
 #define QUERIES (1u << 20)
 #define ROUNDS 9
-#define KEY_LEN 40
+/* The flowlane key's 40 bytes (one table for both families, as flowlane's is), or with
+ * FLOWLANE_DPDK_KEY=16 its first 16 — all an IPv4 flow needs, as DPDK's l3fwd keys an IPv4
+ * 5-tuple (13 bytes padded to 16): rte_hash at its best on this IPv4 workload. */
+#define KEY_LEN (getenv("FLOWLANE_DPDK_KEY") && atoi(getenv("FLOWLANE_DPDK_KEY")) == 16 ? 16 : 40)
 /* Slots: rte_hash rounds its entries up to a power of two; 2^20 holds 1 M flows 95 % full
  * (FLOWLANE_DPDK_ENTRIES overrides, e.g. 1111111 for a table that rounds to 2^21, 48 %). */
 #define ENTRIES (getenv("FLOWLANE_DPDK_ENTRIES") ? (uint32_t)atol(getenv("FLOWLANE_DPDK_ENTRIES")) : (1u << 20))
@@ -39,7 +43,8 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* The same random-looking flows as the Rust benchmark's key(i). */
+/* The same random-looking flows as the Rust benchmark's key(i), in the same words as
+ * flowlane's FlowKey::v4: ports, protocol, source, destination, then zeros. */
 static void make_key(uint64_t i, struct key *k)
 {
 	uint64_t x = i * 0x9E3779B97F4A7C15ull ^ 0xD1B54A32D192ED03ull;
@@ -47,10 +52,10 @@ static void make_key(uint64_t i, struct key *k)
 	x *= 0xBF58476D1CE4E5B9ull;
 	x ^= x >> 32;
 	memset(k, 0, sizeof *k);
-	k->w[3] = (uint32_t)(x >> 32);
-	k->w[7] = (uint32_t)x;
-	k->w[8] = ((uint32_t)(uint16_t)(x >> 16) << 16) | (uint16_t)(x | 1);
-	k->w[9] = 17u << 24;
+	k->w[0] = ((uint32_t)(uint16_t)(x >> 16) << 16) | (uint16_t)(x | 1);
+	k->w[1] = 17u << 24;
+	k->w[2] = (uint32_t)(x >> 32);
+	k->w[3] = (uint32_t)x;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -59,14 +64,24 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* One round of every query, 32 at a time: M lookups a second; hits added to *found. */
+/* Keys a bulk lookup is given: FLOWLANE_BULK (default 32; at most 64, rte_hash's
+ * RTE_HASH_LOOKUP_BULK_MAX), as the Rust benchmark gives its get_batch. */
+static uint32_t bulk_size(void)
+{
+	const char *v = getenv("FLOWLANE_BULK");
+	uint32_t n = v ? (uint32_t)atoi(v) : 32;
+	return n >= 1 && n <= RTE_HASH_LOOKUP_BULK_MAX && QUERIES % n == 0 ? n : 0;
+}
+
+/* One round of every query, bulk_size() at a time: M lookups a second; hits added to *found. */
 static double bulk_round(const struct rte_hash *h, const void **qptr, int32_t *pos,
 			 uint64_t *found)
 {
+	uint32_t n = bulk_size();
 	double t0 = now();
-	for (uint32_t q = 0; q + 32 <= QUERIES; q += 32) {
-		rte_hash_lookup_bulk(h, &qptr[q], 32, pos);
-		for (int j = 0; j < 32; j++)
+	for (uint32_t q = 0; q + n <= QUERIES; q += n) {
+		rte_hash_lookup_bulk(h, &qptr[q], n, pos);
+		for (uint32_t j = 0; j < n; j++)
 			*found += pos[j] >= 0;
 	}
 	return QUERIES / (now() - t0) / 1e6;
@@ -90,6 +105,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s [lookups ROUNDS (1-%d)]\n", argv[0], ROUNDS);
 		return 2;
 	}
+	if (bulk_size() == 0) {
+		fprintf(stderr, "FLOWLANE_BULK must be a power of two from 1 to %d\n",
+			RTE_HASH_LOOKUP_BULK_MAX);
+		return 2;
+	}
 	if (rte_eal_init(eal_args, eal) < 0) {
 		fprintf(stderr, "rte_eal_init failed\n");
 		return 1;
@@ -105,7 +125,7 @@ int main(int argc, char **argv)
 	struct key *keys = malloc(sizeof(struct key) * FLOWS);
 	struct key *queries = malloc(sizeof(struct key) * QUERIES);
 	const void **qptr = malloc(sizeof(void *) * QUERIES);
-	int32_t *pos = malloc(sizeof(int32_t) * 32);
+	int32_t *pos = malloc(sizeof(int32_t) * RTE_HASH_LOOKUP_BULK_MAX);
 	double bulk[ROUNDS], single[ROUNDS], ins[ROUNDS];
 	for (uint32_t i = 0; i < FLOWS; i++)
 		make_key(i, &keys[i]);
@@ -154,12 +174,13 @@ int main(int argc, char **argv)
 	qsort(bulk, ROUNDS, sizeof(double), cmp_double);
 	qsort(single, ROUNDS, sizeof(double), cmp_double);
 	qsort(ins, ROUNDS, sizeof(double), cmp_double);
-	printf("%s rte_hash (crc32, 8-slot buckets), 1 M flows in %u slots (%.0f %% full), "
-	       "50 %% misses:\n",
-	       rte_version(), rte_align32pow2(ENTRIES), 100.0 * FLOWS / rte_align32pow2(ENTRIES));
-	printf("  lookup_bulk(32) %.1f M/s, lookup %.1f M/s (medians of %d); inserts %.1f M/s; "
+	printf("%s rte_hash (crc32, 8-slot buckets, %d-byte keys), 1 M flows in %u slots "
+	       "(%.0f %% full), 50 %% misses:\n",
+	       rte_version(), KEY_LEN, rte_align32pow2(ENTRIES),
+	       100.0 * FLOWS / rte_align32pow2(ENTRIES));
+	printf("  lookup_bulk(%u) %.1f M/s, lookup %.1f M/s (medians of %d); inserts %.1f M/s; "
 	       "hits %.3f of queries\n",
-	       bulk[ROUNDS / 2], single[ROUNDS / 2], ROUNDS, ins[ROUNDS / 2],
+	       bulk_size(), bulk[ROUNDS / 2], single[ROUNDS / 2], ROUNDS, ins[ROUNDS / 2],
 	       (double)found / (2.0 * ROUNDS * QUERIES));
 	return 0;
 }

@@ -46,6 +46,23 @@ fn key(i: u64, proto: u8) -> FlowKey {
     )
 }
 
+/// Keys one `get_batch` is given: `FLOWLANE_BULK` (default 32, as DPDK's bursts and
+/// bench/dpdk_hash.c's rte_hash_lookup_bulk calls; rte_hash takes at most 64).
+fn bulk_size() -> usize {
+    std::env::var("FLOWLANE_BULK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n: &usize| (1..=1024).contains(n) && QUERIES.is_multiple_of(*n))
+        .unwrap_or(32)
+}
+
+/// Every query, `bulk` to a `get_batch` call.
+fn batches(table: &FlowTable<u32>, queries: &[FlowKey], out: &mut [Option<u32>], bulk: usize) {
+    for (q, o) in queries.chunks(bulk).zip(out.chunks_mut(bulk)) {
+        table.get_batch(q, o);
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -75,10 +92,18 @@ fn main() {
         map.insert(key(i, UDP), i as u32);
     }
     // Half hits, half misses, shuffled.
+    // `FLOWTABLE_QUERIES=hits` or `misses`: every query one kind (what each costs alone).
+    let kind = std::env::var("FLOWTABLE_QUERIES").unwrap_or_default();
+    let hit = |q: u64| match kind.as_str() {
+        "hits" => true,
+        "misses" => false,
+        _ => q.is_multiple_of(2),
+    };
+    let hits_expected = (0..QUERIES as u64).filter(|&q| hit(q)).count();
     let queries: Vec<FlowKey> = (0..QUERIES as u64)
         .map(|q| {
             let r = q.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-            if q % 2 == 0 {
+            if hit(q) {
                 key(r % FLOWS as u64, UDP)
             } else {
                 key(FLOWS as u64 + r, UDP)
@@ -88,7 +113,9 @@ fn main() {
     let mut out = vec![None; QUERIES];
 
     // `FLOWTABLE_LOOKUPS_ONLY=N`: N rounds of batched lookups only, one line `batch M/s` (the
-    // median) — the form bench/flowtable_vs_dpdk.sh alternates with rte_hash's.
+    // median) — the form bench/flowtable_vs_dpdk.sh alternates with rte_hash's; `FLOWLANE_BULK`
+    // keys a call (rte_hash's bench reads the same variable).
+    let bulk = bulk_size();
     if let Some(n) = std::env::var("FLOWTABLE_LOOKUPS_ONLY")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -96,10 +123,10 @@ fn main() {
         let rounds: Vec<f64> = (0..n.max(1))
             .map(|_| {
                 let start = Instant::now();
-                table.get_batch(&queries, &mut out);
+                batches(&table, &queries, &mut out, bulk);
                 let ns = start.elapsed().as_nanos() as f64 / QUERIES as f64;
                 let hits = out.iter().filter(|o| o.is_some()).count();
-                assert_eq!(hits, QUERIES / 2, "half the queries are hits");
+                assert_eq!(hits, hits_expected, "every hit found, no miss found");
                 ns
             })
             .collect();
@@ -115,7 +142,7 @@ fn main() {
     let mut g = c.benchmark_group("lookup_1M_90pct_half_misses");
     g.throughput(Throughput::Elements(QUERIES as u64));
     g.bench_function("flowtable_batch", |b| {
-        b.iter(|| table.get_batch(black_box(&queries), &mut out))
+        b.iter(|| batches(&table, black_box(&queries), &mut out, bulk))
     });
     g.bench_function("flowtable_single", |b| {
         b.iter(|| {
@@ -142,7 +169,11 @@ fn main() {
     let (mut batch, mut single, mut hb) = (Vec::new(), Vec::new(), Vec::new());
     let t = Duration::from_millis(300);
     for _ in 0..ROUNDS {
-        batch.push(ns_each(QUERIES, || table.get_batch(&queries, &mut out), t));
+        batch.push(ns_each(
+            QUERIES,
+            || batches(&table, &queries, &mut out, bulk),
+            t,
+        ));
         single.push(ns_each(
             QUERIES,
             || {

@@ -1,6 +1,13 @@
 //! The flow key: an IPv4 or IPv6 5-tuple, with an interface (or VLAN) where asked, in ten
 //! 32-bit words (40 bytes) so that comparing and hashing are a few word operations.
+//!
+//! The words: ports, then protocol, family and interface, then the addresses. An IPv4 key
+//! is whole in its first four words (16 bytes) and its other six are zero, so comparing with
+//! an IPv4 key reads 16 bytes of a stored key, not 40: a stored key straddles two cache
+//! lines far less often (in 56-byte records, 1 time in 8 instead of 4 — BENCHMARKS.md, "Flow
+//! table").
 
+use std::cmp::Ordering;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// IP protocol numbers the table treats specially.
@@ -8,23 +15,33 @@ pub const TCP: u8 = 6;
 /// UDP.
 pub const UDP: u8 = 17;
 
-/// One flow's key. IPv4 addresses sit in the last word of their 16 bytes, and the family is
-/// part of the key, so an IPv4 flow never equals an IPv6 one.
-#[derive(Debug, Clone, Copy, Eq, Default, PartialOrd, Ord)]
+/// One flow's key. The family is part of the key, so an IPv4 flow never equals an IPv6 one
+/// (nor an IPv4-mapped IPv6 address its IPv4 address).
+#[derive(Debug, Clone, Copy, Eq, Default)]
 pub struct FlowKey {
     words: [u32; 10],
 }
 
-/// Word by word without a branch: the derived comparison calls `memcmp` for the array (a
-/// call per lookup, 42 % of a lookup loop's samples).
+/// Word by word without a branch on the words: the derived comparison calls `memcmp` for the
+/// array (a call per lookup, 42 % of a lookup loop's samples). An IPv4 key's words past the
+/// fourth are zero (every constructor leaves them so), and the family is in word 1: equal
+/// first four words with an IPv4 key make the other key IPv4 too, so its remaining words are
+/// zero as well, and the four decide. The left side's family decides how many words are
+/// read, so the table puts the key it looks up on the left.
 impl PartialEq for FlowKey {
     #[inline(always)]
     fn eq(&self, other: &FlowKey) -> bool {
-        let mut d = 0u32;
-        for (a, b) in self.words.iter().zip(&other.words) {
-            d |= a ^ b;
+        let (a, b) = (&self.words, &other.words);
+        let head = (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]);
+        if self.is_v6() {
+            let mut d = head;
+            for i in 4..10 {
+                d |= a[i] ^ b[i];
+            }
+            d == 0
+        } else {
+            head == 0
         }
-        d == 0
     }
 }
 
@@ -35,29 +52,56 @@ impl std::hash::Hash for FlowKey {
     }
 }
 
+/// By source address, destination address, ports, then protocol, family and interface (an
+/// IPv4 address orders as the number it is, among IPv6 ones as `::a.b.c.d`).
+impl Ord for FlowKey {
+    fn cmp(&self, other: &FlowKey) -> Ordering {
+        (
+            self.addr_bits(SRC),
+            self.addr_bits(DST),
+            self.words[0],
+            self.words[1],
+        )
+            .cmp(&(
+                other.addr_bits(SRC),
+                other.addr_bits(DST),
+                other.words[0],
+                other.words[1],
+            ))
+    }
+}
+
+impl PartialOrd for FlowKey {
+    fn partial_cmp(&self, other: &FlowKey) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+const SRC: usize = 0;
+const DST: usize = 1;
 const V6: u32 = 1 << 16;
 
 impl FlowKey {
     /// An IPv4 5-tuple.
     pub fn v4(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, proto: u8) -> FlowKey {
         let mut words = [0u32; 10];
-        words[3] = u32::from(src);
-        words[7] = u32::from(dst);
-        words[8] = (u32::from(sport) << 16) | u32::from(dport);
-        words[9] = u32::from(proto) << 24;
+        words[0] = (u32::from(sport) << 16) | u32::from(dport);
+        words[1] = u32::from(proto) << 24;
+        words[2] = u32::from(src);
+        words[3] = u32::from(dst);
         FlowKey { words }
     }
 
     /// An IPv6 5-tuple.
     pub fn v6(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, proto: u8) -> FlowKey {
         let mut words = [0u32; 10];
+        words[0] = (u32::from(sport) << 16) | u32::from(dport);
+        words[1] = (u32::from(proto) << 24) | V6;
         let (s, d) = (u128::from(src), u128::from(dst));
         for i in 0..4 {
-            words[i] = (s >> (96 - 32 * i)) as u32;
-            words[4 + i] = (d >> (96 - 32 * i)) as u32;
+            words[2 + i] = (s >> (96 - 32 * i)) as u32;
+            words[6 + i] = (d >> (96 - 32 * i)) as u32;
         }
-        words[8] = (u32::from(sport) << 16) | u32::from(dport);
-        words[9] = (u32::from(proto) << 24) | V6;
         FlowKey { words }
     }
 
@@ -72,55 +116,74 @@ impl FlowKey {
 
     /// The same flow seen on interface (or VLAN) `iface`: a different key per interface.
     pub fn on(mut self, iface: u16) -> FlowKey {
-        self.words[9] = (self.words[9] & !0xffff) | u32::from(iface);
+        self.words[1] = (self.words[1] & !0xffff) | u32::from(iface);
         self
     }
 
-    fn addr(&self, at: usize) -> IpAddr {
+    /// Address `which` (SRC or DST) as 128 bits (an IPv4 one in the low 32).
+    fn addr_bits(&self, which: usize) -> u128 {
         if self.is_v6() {
-            let mut v = 0u128;
-            for i in 0..4 {
-                v = (v << 32) | u128::from(self.words[at + i]);
-            }
-            IpAddr::V6(Ipv6Addr::from(v))
+            let at = 2 + 4 * which;
+            (0..4).fold(0u128, |v, i| (v << 32) | u128::from(self.words[at + i]))
         } else {
-            IpAddr::V4(Ipv4Addr::from(self.words[at + 3]))
+            u128::from(self.words[2 + which])
+        }
+    }
+
+    fn addr(&self, which: usize) -> IpAddr {
+        let bits = self.addr_bits(which);
+        if self.is_v6() {
+            IpAddr::V6(Ipv6Addr::from(bits))
+        } else {
+            IpAddr::V4(Ipv4Addr::from(bits as u32))
         }
     }
 
     /// Whether it is an IPv6 flow.
     pub fn is_v6(&self) -> bool {
-        self.words[9] & V6 != 0
+        self.words[1] & V6 != 0
     }
     /// The source address.
     pub fn src(&self) -> IpAddr {
-        self.addr(0)
+        self.addr(SRC)
     }
     /// The destination address.
     pub fn dst(&self) -> IpAddr {
-        self.addr(4)
+        self.addr(DST)
     }
     /// The source port.
     pub fn sport(&self) -> u16 {
-        (self.words[8] >> 16) as u16
+        (self.words[0] >> 16) as u16
     }
     /// The destination port.
     pub fn dport(&self) -> u16 {
-        self.words[8] as u16
+        self.words[0] as u16
     }
     /// The IP protocol.
     pub fn proto(&self) -> u8 {
-        (self.words[9] >> 24) as u8
+        (self.words[1] >> 24) as u8
     }
     /// The interface or VLAN (0: not part of the key).
     pub fn iface(&self) -> u16 {
-        self.words[9] as u16
+        self.words[1] as u16
     }
 
-    /// The key's last word (where a key that straddles two cache lines ends).
+    /// The last word a comparison with this key reads in another key (the fourth for an
+    /// IPv4 key, the tenth for an IPv6 one): a stored key's first word and this one are the
+    /// lines a lookup of this key needs.
     #[inline(always)]
-    pub(crate) fn last_word(&self) -> &u32 {
-        &self.words[9]
+    pub(crate) fn last_compared(&self) -> usize {
+        if self.is_v6() {
+            9
+        } else {
+            3
+        }
+    }
+
+    /// Word `i` (for prefetching a stored key's lines).
+    #[inline(always)]
+    pub(crate) fn word(&self, i: usize) -> &u32 {
+        &self.words[i]
     }
 
     /// A keyed 64-bit hash: the five 64-bit words XORed with the seed's lanes, folded by
@@ -144,8 +207,19 @@ impl FlowKey {
             0x4528_21E6_38D0_1377,
         ];
         let a = fold(w(0) ^ K[0] ^ seed, w(1) ^ K[1]);
-        let b = fold(w(2) ^ K[2], w(3) ^ K[3] ^ seed);
-        let c = fold(w(4) ^ K[4], seed ^ K[0].rotate_left(17));
+        // An IPv4 key's words 4-9 are zero: the same value from the seed alone, which a loop
+        // of lookups computes once (two multiplies of three saved a key).
+        let (b, c) = if self.is_v6() {
+            (
+                fold(w(2) ^ K[2], w(3) ^ K[3] ^ seed),
+                fold(w(4) ^ K[4], seed ^ K[0].rotate_left(17)),
+            )
+        } else {
+            (
+                fold(K[2], K[3] ^ seed),
+                fold(K[4], seed ^ K[0].rotate_left(17)),
+            )
+        };
         fold(a ^ c, b ^ K[1].rotate_left(31))
     }
 }
@@ -153,6 +227,71 @@ impl FlowKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A key's fields, as a reference to compare and order by.
+    type Fields = (bool, u128, u128, u16, u16, u8, u16);
+
+    fn build(f: Fields) -> FlowKey {
+        let (v6, s, d, sp, dp, proto, iface) = f;
+        if v6 {
+            FlowKey::v6(Ipv6Addr::from(s), Ipv6Addr::from(d), sp, dp, proto).on(iface)
+        } else {
+            FlowKey::v4(
+                Ipv4Addr::from(s as u32),
+                Ipv4Addr::from(d as u32),
+                sp,
+                dp,
+                proto,
+            )
+            .on(iface)
+        }
+    }
+
+    /// Fields from a small alphabet, so that equal and nearly equal keys are common: IPv4
+    /// and IPv6 keys with the same numbers (an IPv4 address and `::a.b.c.d`), the same
+    /// ports with another protocol or interface.
+    fn fields() -> impl Strategy<Value = Fields> {
+        let addr = prop_oneof![0u128..3, Just(0xc612_0001), Just(0x2001_0002u128 << 96 | 7)];
+        (
+            any::<bool>(),
+            addr.clone(),
+            addr,
+            0u16..2,
+            0u16..2,
+            prop_oneof![Just(6u8), Just(17)],
+            0u16..2,
+        )
+            .prop_map(|(v6, s, d, sp, dp, p, i)| {
+                let m = |a: u128| if v6 { a } else { a as u32 as u128 };
+                (v6, m(s), m(d), sp, dp, p, i)
+            })
+    }
+
+    proptest! {
+        /// Equality reads four words of an IPv4 key and ten of an IPv6 one, from either
+        /// side, and is exactly the fields' equality; the order is the fields' order (source,
+        /// destination, ports, then protocol, family, interface); equal keys hash alike.
+        #[test]
+        fn equality_and_order_are_the_fields(a in fields(), b in fields()) {
+            let (ka, kb) = (build(a), build(b));
+            prop_assert_eq!(ka == kb, a == b);
+            prop_assert_eq!(kb == ka, a == b);
+            let order = |f: Fields| (f.1, f.2, f.3, f.4, f.5, f.0, f.6);
+            prop_assert_eq!(ka.cmp(&kb), order(a).cmp(&order(b)));
+            if a == b {
+                prop_assert_eq!(ka.hash(9), kb.hash(9));
+            }
+            let (v6, s, d, sp, dp, proto, iface) = a;
+            prop_assert_eq!(ka.is_v6(), v6);
+            let back = |ip: IpAddr| match ip {
+                IpAddr::V4(x) => u128::from(u32::from(x)),
+                IpAddr::V6(x) => u128::from(x),
+            };
+            prop_assert_eq!((back(ka.src()), back(ka.dst())), (s, d));
+            prop_assert_eq!((ka.sport(), ka.dport(), ka.proto(), ka.iface()), (sp, dp, proto, iface));
+        }
+    }
 
     #[test]
     fn keys_read_back_and_families_differ() {
