@@ -25,9 +25,9 @@
 #define QUERIES (1u << 20)
 #define ROUNDS 9
 /* The flowlane key's 40 bytes (one table for both families, as flowlane's is), or with
- * FLOWLANE_DPDK_KEY=16 its first 16 — all an IPv4 flow needs, as DPDK's l3fwd keys an IPv4
+ * FLOWLANE_KEY=16 its first 16 — all an IPv4 flow needs, as DPDK's l3fwd keys an IPv4
  * 5-tuple (13 bytes padded to 16): rte_hash at its best on this IPv4 workload. */
-#define KEY_LEN (getenv("FLOWLANE_DPDK_KEY") && atoi(getenv("FLOWLANE_DPDK_KEY")) == 16 ? 16 : 40)
+#define KEY_LEN (getenv("FLOWLANE_KEY") && atoi(getenv("FLOWLANE_KEY")) == 16 ? 16 : 40)
 /* Slots: rte_hash rounds its entries up to a power of two; 2^20 holds 1 M flows 95 % full
  * (FLOWLANE_DPDK_ENTRIES overrides, e.g. 1111111 for a table that rounds to 2^21, 48 %). */
 #define ENTRIES (getenv("FLOWLANE_DPDK_ENTRIES") ? (uint32_t)atol(getenv("FLOWLANE_DPDK_ENTRIES")) : (1u << 20))

@@ -9,8 +9,9 @@
 #   bench/flowtable_vs_dpdk.sh [PAIRS (default 11)] [ROUNDS (default 5)]
 #   CPU=1 (default: the last CPU)
 #   FLOWLANE_BULK=64: keys a call gives each table (default 32; rte_hash takes at most 64)
-#   FLOWLANE_DPDK_KEY=16: rte_hash keyed on the 16 bytes an IPv4 flow needs (DPDK l3fwd's
-#   IPv4 5-tuple) instead of the flowlane key's 40 (one table for both families, as ours)
+#   FLOWLANE_KEY=16: both tables keyed on the 16 bytes an IPv4 flow needs (DPDK l3fwd's IPv4
+#   5-tuple; flowlane's V4Key) instead of 40 (flowlane's FlowKey, one table for both
+#   families)
 #
 # Needs Debian's libdpdk-dev and pkg-config (bench/dpdk_hash.sh says so if missing). Both
 # tables on huge pages: rte_hash on hugepages (dpdk_hash.sh reserves them for its run), ours
@@ -44,7 +45,7 @@ while [ "$i" -le "$pairs" ]; do
     [ -n "$d" ] && [ -n "$o" ] || { echo "pair $i: a run printed no figure"; exit 1; }
     r=$(awk -v o="$o" -v d="$d" 'BEGIN { printf "%.3f", o / d }')
     printf 'pair %2d: flowtable %6.2f M/s, rte_hash %6.2f M/s, ratio %s\n' "$i" "$o" "$d" "$r"
-    [ "$i" = 1 ] && echo "  (flowtable: $huge MiB on huge pages; rte_hash keys of ${FLOWLANE_DPDK_KEY:-40} bytes; ${FLOWLANE_BULK:-32} keys a call)"
+    [ "$i" = 1 ] && echo "  (flowtable: $huge MiB on huge pages; rte_hash keys of ${FLOWLANE_KEY:-40} bytes; ${FLOWLANE_BULK:-32} keys a call)"
     ratios="$ratios $r"
     i=$((i + 1))
 done

@@ -19,7 +19,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use flowlane_flowtable::{Config, FlowKey, FlowTable, TCP, UDP};
+use flowlane_flowtable::{Config, FlowKey, FlowTable, TableKey, TCP, UDP};
 
 /// The `flowlane` binary's allocator: allocations of 2 MiB or more on transparent huge pages
 /// (the table's buckets and records), so the table is measured as flowlane runs it — and as
@@ -57,7 +57,12 @@ fn bulk_size() -> usize {
 }
 
 /// Every query, `bulk` to a `get_batch` call.
-fn batches(table: &FlowTable<u32>, queries: &[FlowKey], out: &mut [Option<u32>], bulk: usize) {
+fn batches<K: TableKey>(
+    table: &FlowTable<u32, K>,
+    queries: &[K],
+    out: &mut [Option<u32>],
+    bulk: usize,
+) {
     for (q, o) in queries.chunks(bulk).zip(out.chunks_mut(bulk)) {
         table.get_batch(q, o);
     }
@@ -81,26 +86,17 @@ fn ns_each(n: usize, mut f: impl FnMut(), time: Duration) -> f64 {
 
 type Map = hashbrown::HashMap<FlowKey, u32>;
 
-fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    // 1 M flows filling 90 % of the bucket slots (the table's records: 1.02 M).
-    let cfg = Config::new(FLOWS * 92 / 90);
-    let mut table: FlowTable<u32> = FlowTable::new(&cfg).expect("table");
-    let mut map: Map = Map::with_capacity(FLOWS);
-    for i in 0..FLOWS as u64 {
-        *table.upsert(&key(i, UDP), 0).value = i as u32;
-        map.insert(key(i, UDP), i as u32);
-    }
-    // Half hits, half misses, shuffled.
-    // `FLOWTABLE_QUERIES=hits` or `misses`: every query one kind (what each costs alone).
+/// The lookup workload's queries: half hits, half misses, shuffled — or with
+/// `FLOWTABLE_QUERIES=hits` or `misses` every query one kind (what each costs alone). With
+/// the number of hits expected.
+fn workload() -> (Vec<FlowKey>, usize) {
     let kind = std::env::var("FLOWTABLE_QUERIES").unwrap_or_default();
     let hit = |q: u64| match kind.as_str() {
         "hits" => true,
         "misses" => false,
         _ => q.is_multiple_of(2),
     };
-    let hits_expected = (0..QUERIES as u64).filter(|&q| hit(q)).count();
-    let queries: Vec<FlowKey> = (0..QUERIES as u64)
+    let queries = (0..QUERIES as u64)
         .map(|q| {
             let r = q.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
             if hit(q) {
@@ -110,33 +106,68 @@ fn main() {
             }
         })
         .collect();
-    let mut out = vec![None; QUERIES];
+    (queries, (0..QUERIES as u64).filter(|&q| hit(q)).count())
+}
 
-    // `FLOWTABLE_LOOKUPS_ONLY=N`: N rounds of batched lookups only, one line `batch M/s` (the
-    // median) — the form bench/flowtable_vs_dpdk.sh alternates with rte_hash's; `FLOWLANE_BULK`
-    // keys a call (rte_hash's bench reads the same variable).
+/// 1 M flows filling 90 % of the bucket slots (the table's records: 1.02 M).
+fn filled<K: TableKey>(conv: impl Fn(FlowKey) -> K) -> FlowTable<u32, K> {
+    let mut table = FlowTable::new(&Config::new(FLOWS * 92 / 90)).expect("table");
+    for i in 0..FLOWS as u64 {
+        *table.upsert(&conv(key(i, UDP)), 0).value = i as u32;
+    }
+    table
+}
+
+/// `rounds` rounds of batched lookups only, one line `batch M/s` (the median) — the form
+/// bench/flowtable_vs_dpdk.sh alternates with rte_hash's.
+fn lookups_only<K: TableKey>(rounds: usize, conv: impl Fn(FlowKey) -> K) {
+    let table = filled(&conv);
+    let (queries, hits_expected) = workload();
+    let queries: Vec<K> = queries.into_iter().map(conv).collect();
+    let mut out = vec![None; QUERIES];
     let bulk = bulk_size();
+    let rounds: Vec<f64> = (0..rounds.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            batches(&table, &queries, &mut out, bulk);
+            let ns = start.elapsed().as_nanos() as f64 / QUERIES as f64;
+            let hits = out.iter().filter(|o| o.is_some()).count();
+            assert_eq!(hits, hits_expected, "every hit found, no miss found");
+            ns
+        })
+        .collect();
+    println!(
+        "batch {:.2} (huge pages {} MiB, {} B of table a flow)",
+        1e3 / median(rounds),
+        flowlane_io::huge::huge_page_bytes().unwrap_or(0) >> 20,
+        table.memory_bytes() / FLOWS
+    );
+}
+
+fn main() {
+    // `FLOWTABLE_LOOKUPS_ONLY=N`: N rounds of batched lookups only; `FLOWLANE_BULK` keys a
+    // call and `FLOWLANE_KEY=16` the 16-byte IPv4 key (rte_hash's bench reads the same two).
     if let Some(n) = std::env::var("FLOWTABLE_LOOKUPS_ONLY")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        let rounds: Vec<f64> = (0..n.max(1))
-            .map(|_| {
-                let start = Instant::now();
-                batches(&table, &queries, &mut out, bulk);
-                let ns = start.elapsed().as_nanos() as f64 / QUERIES as f64;
-                let hits = out.iter().filter(|o| o.is_some()).count();
-                assert_eq!(hits, hits_expected, "every hit found, no miss found");
-                ns
-            })
-            .collect();
-        println!(
-            "batch {:.2} (huge pages {} MiB)",
-            1e3 / median(rounds),
-            flowlane_io::huge::huge_page_bytes().unwrap_or(0) >> 20
-        );
+        if std::env::var("FLOWLANE_KEY").is_ok_and(|k| k == "16") {
+            lookups_only(n, |k: FlowKey| k.as_v4().expect("IPv4 flows"));
+        } else {
+            lookups_only(n, |k| k);
+        }
         return;
     }
+    let quick = std::env::args().any(|a| a == "--quick");
+    let cfg = Config::new(FLOWS * 92 / 90);
+    let table = filled(|k| k);
+    let mut map: Map = Map::with_capacity(FLOWS);
+    for i in 0..FLOWS as u64 {
+        map.insert(key(i, UDP), i as u32);
+    }
+    let (queries, _) = workload();
+    let mut out = vec![None; QUERIES];
+    let bulk = bulk_size();
 
     let mut c = Criterion::default().configure_from_args().sample_size(20);
     let mut g = c.benchmark_group("lookup_1M_90pct_half_misses");

@@ -23,7 +23,7 @@ mod prefetch;
 pub mod reasm;
 mod table;
 
-pub use key::{FlowKey, TCP, UDP};
+pub use key::{FlowKey, TableKey, V4Key, TCP, UDP};
 pub use table::{Class, Config, ConfigError, FlowTable, Stats, Upsert, CLASSES, MAX_KICKS, SLOTS};
 
 #[cfg(test)]

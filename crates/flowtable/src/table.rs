@@ -9,8 +9,8 @@
 //! least one timeout of activity, so the work per expired flow does not grow with the table.
 //! `expire(now)` removes exactly the flows whose deadline, in ticks, is at most `now`.
 
-use crate::key::{FlowKey, TCP, UDP};
-use crate::prefetch::prefetch;
+use crate::key::{FlowKey, TableKey, TCP, UDP};
+use crate::prefetch::{prefetch, prefetch_addr};
 
 /// Slots per bucket.
 pub const SLOTS: usize = 10;
@@ -236,8 +236,8 @@ impl Bucket {
 
 #[derive(Debug, Clone)]
 #[repr(C)]
-struct Record<V> {
-    key: FlowKey,
+struct Record<V, K> {
+    key: K,
     /// Last seen (ticks since the table's first, low [`LAST_BITS`]), the class above, and
     /// [`USED`] when it holds a flow.
     seen: u32,
@@ -247,7 +247,7 @@ struct Record<V> {
     value: V,
 }
 
-impl<V> Record<V> {
+impl<V, K> Record<V, K> {
     /// Last seen, ticks.
     #[inline(always)]
     fn last(&self) -> u32 {
@@ -278,20 +278,20 @@ impl<V> Record<V> {
 
 /// What `upsert` did.
 #[derive(Debug)]
-pub struct Upsert<'a, V> {
+pub struct Upsert<'a, V, K = FlowKey> {
     /// The flow's value (a new flow's is `V::default()`).
     pub value: &'a mut V,
     /// The flow was not there before.
     pub new: bool,
     /// The flow evicted to make room for it, with its value.
-    pub evicted: Option<(FlowKey, V)>,
+    pub evicted: Option<(K, V)>,
 }
 
 /// A per-core flow table (no locks: one owner).
 #[derive(Debug, Clone)]
-pub struct FlowTable<V> {
+pub struct FlowTable<V, K = FlowKey> {
     buckets: Vec<Bucket>,
-    records: Vec<Record<V>>,
+    records: Vec<Record<V, K>>,
     cap: u32,
     wheel: u32,
     free: u32,
@@ -310,9 +310,9 @@ pub struct FlowTable<V> {
 /// Where a key lives: bucket, slot, record.
 type At = (usize, usize, u32);
 
-impl<V: Default> FlowTable<V> {
+impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// An empty table of `cfg.capacity` records, all memory allocated now.
-    pub fn new(cfg: &Config) -> Result<FlowTable<V>, ConfigError> {
+    pub fn new(cfg: &Config) -> Result<Self, ConfigError> {
         if cfg.capacity == 0 || cfg.capacity >= (u32::MAX / 2) as usize {
             return Err(ConfigError(format!(
                 "capacity {} flows: give 1 to {}",
@@ -342,7 +342,7 @@ impl<V: Default> FlowTable<V> {
         let mut records = Vec::with_capacity(cfg.capacity + wheel as usize);
         for i in 0..cap {
             records.push(Record {
-                key: FlowKey::default(),
+                key: K::default(),
                 seen: 0,
                 prev: NIL,
                 next: if i + 1 < cap { i + 1 } else { NIL },
@@ -352,7 +352,7 @@ impl<V: Default> FlowTable<V> {
         // The wheel's sentinels: empty circular lists.
         for s in 0..wheel {
             records.push(Record {
-                key: FlowKey::default(),
+                key: K::default(),
                 seen: 0,
                 prev: cap + s,
                 next: cap + s,
@@ -403,7 +403,7 @@ impl<V: Default> FlowTable<V> {
     /// Bytes of table: buckets, records (with their values) and the wheel.
     pub fn memory_bytes(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<Bucket>()
-            + self.records.len() * std::mem::size_of::<Record<V>>()
+            + self.records.len() * std::mem::size_of::<Record<V, K>>()
     }
 
     /// Converts a time to ticks since the first, never going back (a clock that steps back
@@ -431,7 +431,7 @@ impl<V: Default> FlowTable<V> {
     }
 
     #[inline]
-    fn scan(&self, b: usize, tag: u16, key: &FlowKey) -> Option<At> {
+    fn scan(&self, b: usize, tag: u16, key: &K) -> Option<At> {
         let bk = &self.buckets[b];
         for i in 0..3 {
             let mut z = bk.hits(i, tag);
@@ -448,7 +448,7 @@ impl<V: Default> FlowTable<V> {
     }
 
     #[inline]
-    fn find(&self, key: &FlowKey, h: u64) -> Option<At> {
+    fn find(&self, key: &K, h: u64) -> Option<At> {
         let (tag, b1, b2) = self.place(h);
         self.scan(b1, tag, key).or_else(|| {
             if self.buckets[b1].may_spill(tag) {
@@ -460,15 +460,15 @@ impl<V: Default> FlowTable<V> {
     }
 
     /// The flow's value, without counting or touching it.
-    pub fn get(&self, key: &FlowKey) -> Option<&V> {
-        self.find(key, key.hash(self.seed))
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.find(key, key.keyed_hash(self.seed))
             .map(|(_, _, r)| &self.records[r as usize].value)
     }
 
     /// The flow's value to change, without counting or touching it (its deadline stays: a
     /// reassembly context's timeout runs from its first fragment, as Linux's does).
-    pub fn get_mut(&mut self, key: &FlowKey) -> Option<&mut V> {
-        let (_, _, r) = self.find(key, key.hash(self.seed))?;
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let (_, _, r) = self.find(key, key.keyed_hash(self.seed))?;
         Some(&mut self.records[r as usize].value)
     }
 
@@ -480,7 +480,7 @@ impl<V: Default> FlowTable<V> {
     /// lookups/s against 38 on the benchmark's workload given 64 at a time; the same given
     /// 32). Tried and slower: choosing each stage's prefetch without branches (the
     /// benchmark's hits and misses alternate at random).
-    pub fn get_batch(&self, keys: &[FlowKey], out: &mut [Option<u32>]) {
+    pub fn get_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
         const B: usize = 64;
         let mut places = [(0u16, 0usize, 0usize); B];
         let mut cand = [NIL; B];
@@ -488,7 +488,7 @@ impl<V: Default> FlowTable<V> {
         for (chunk, outs) in keys.chunks(B).zip(out.chunks_mut(B)) {
             // Stage 1: hashes, and a prefetch of each first bucket's line (the misses overlap).
             for (p, k) in places.iter_mut().zip(chunk) {
-                *p = self.place(k.hash(self.seed));
+                *p = self.place(k.keyed_hash(self.seed));
                 prefetch(&self.buckets[p.1]);
             }
             // Stage 2: a candidate from the first bucket, or a prefetch of the second where
@@ -526,7 +526,7 @@ impl<V: Default> FlowTable<V> {
                 } else if *k == self.records[c as usize].key {
                     Some(c)
                 } else {
-                    self.find(k, k.hash(self.seed)).map(|x| x.2)
+                    self.find(k, k.keyed_hash(self.seed)).map(|x| x.2)
                 };
             }
         }
@@ -536,17 +536,17 @@ impl<V: Default> FlowTable<V> {
     /// last one compared (`query` on the left of `==` decides how many), which may lie in two
     /// lines.
     #[inline(always)]
-    fn prefetch_key(&self, r: u32, query: &FlowKey) {
-        let rec = &self.records[r as usize];
-        prefetch(&rec.key);
-        prefetch(rec.key.word(query.last_compared()));
+    fn prefetch_key(&self, r: u32, query: &K) {
+        let key: *const u8 = (&self.records[r as usize].key as *const K).cast();
+        prefetch_addr(key);
+        prefetch_addr(key.wrapping_add(query.compared_bytes() - 1));
     }
 
     /// Looks the flow up at `now_ns` (counted); a hit marks it seen.
-    pub fn lookup(&mut self, key: &FlowKey, now_ns: u64) -> Option<&mut V> {
+    pub fn lookup(&mut self, key: &K, now_ns: u64) -> Option<&mut V> {
         let now = self.tick(now_ns);
         self.stats.lookups += 1;
-        match self.find(key, key.hash(self.seed)) {
+        match self.find(key, key.keyed_hash(self.seed)) {
             Some((_, _, r)) => {
                 self.stats.hits += 1;
                 let rec = &mut self.records[r as usize];
@@ -563,10 +563,10 @@ impl<V: Default> FlowTable<V> {
     /// The flow's value, added (as `V::default()`) if it is not held, at `now_ns`. When
     /// every record is in use, the least recently seen flow of the new one's two buckets (a
     /// closing one first) is evicted and handed back.
-    pub fn upsert(&mut self, key: &FlowKey, now_ns: u64) -> Upsert<'_, V> {
+    pub fn upsert(&mut self, key: &K, now_ns: u64) -> Upsert<'_, V, K> {
         let now = self.tick(now_ns);
         self.stats.lookups += 1;
-        let h = key.hash(self.seed);
+        let h = key.keyed_hash(self.seed);
         if let Some((_, _, r)) = self.find(key, h) {
             self.stats.hits += 1;
             let rec = &mut self.records[r as usize];
@@ -587,7 +587,7 @@ impl<V: Default> FlowTable<V> {
         }
         let r = self.free;
         self.free = self.records[r as usize].next;
-        let class = Class::of(key.proto());
+        let class = Class::of(key.protocol());
         {
             let rec = &mut self.records[r as usize];
             rec.key = *key;
@@ -622,9 +622,9 @@ impl<V: Default> FlowTable<V> {
 
     /// A TCP FIN or RST of the flow at `now_ns`: it moves to the closing timeout (counted
     /// once). `false`: no such flow.
-    pub fn close(&mut self, key: &FlowKey, now_ns: u64) -> bool {
+    pub fn close(&mut self, key: &K, now_ns: u64) -> bool {
         let now = self.tick(now_ns);
-        let Some((_, _, r)) = self.find(key, key.hash(self.seed)) else {
+        let Some((_, _, r)) = self.find(key, key.keyed_hash(self.seed)) else {
             return false;
         };
         let rec = &mut self.records[r as usize];
@@ -643,8 +643,8 @@ impl<V: Default> FlowTable<V> {
     }
 
     /// Removes the flow, handing back its value.
-    pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
-        let h = key.hash(self.seed);
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        let h = key.keyed_hash(self.seed);
         let (b, s, r) = self.find(key, h)?;
         // Where it sits is known: no second hash or scan.
         let (tag, b1, _) = self.place(h);
@@ -657,7 +657,7 @@ impl<V: Default> FlowTable<V> {
     /// Advances the wheel to `now_ns`: every flow whose deadline (last seen plus its class's
     /// timeout, in ticks) is at most now is removed and handed to `on_expired` with its class.
     /// Work: the ticks passed (at most the wheel's size) plus the records due or moved on.
-    pub fn expire(&mut self, now_ns: u64, mut on_expired: impl FnMut(&FlowKey, V, Class)) {
+    pub fn expire(&mut self, now_ns: u64, mut on_expired: impl FnMut(&K, V, Class)) {
         let now = self.tick(now_ns);
         if now <= self.cursor {
             return;
@@ -693,7 +693,7 @@ impl<V: Default> FlowTable<V> {
     }
 
     /// Every flow held, in no order: (key, value).
-    pub fn iter(&self) -> impl Iterator<Item = (&FlowKey, &V)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.records[..self.cap as usize]
             .iter()
             .filter(|r| r.used())
@@ -721,7 +721,7 @@ impl<V: Default> FlowTable<V> {
     }
 
     /// Returns a record to the free list; its key and value.
-    fn free_record(&mut self, r: u32) -> (FlowKey, V) {
+    fn free_record(&mut self, r: u32) -> (K, V) {
         let rec = &mut self.records[r as usize];
         rec.seen = 0;
         rec.prev = NIL;
@@ -735,7 +735,7 @@ impl<V: Default> FlowTable<V> {
     /// Clears the bucket slot that points at record `r`.
     fn unseat(&mut self, r: u32) {
         let key = self.records[r as usize].key;
-        let (tag, b1, b2) = self.place(key.hash(self.seed));
+        let (tag, b1, b2) = self.place(key.keyed_hash(self.seed));
         for b in [b1, b2] {
             if let Some(s) = self.buckets[b].idx.iter().position(|&x| x == r) {
                 self.clear_slot(b, s, tag, b1);
@@ -755,13 +755,13 @@ impl<V: Default> FlowTable<V> {
     }
 
     /// Takes a held flow out entirely (bucket, wheel, record).
-    fn take(&mut self, r: u32) -> (FlowKey, V) {
+    fn take(&mut self, r: u32) -> (K, V) {
         self.unseat(r);
         self.release(r)
     }
 
     /// A flow no longer in any bucket: off the wheel and back to the free list.
-    fn release(&mut self, r: u32) -> (FlowKey, V) {
+    fn release(&mut self, r: u32) -> (K, V) {
         self.unlink(r);
         self.free_record(r)
     }
@@ -821,7 +821,7 @@ impl<V: Default> FlowTable<V> {
                 self.buckets[first].spill(tag, true);
             }
             self.stats.kicks += 1;
-            let (_, x1, x2) = self.place(self.records[vr as usize].key.hash(self.seed));
+            let (_, x1, x2) = self.place(self.records[vr as usize].key.keyed_hash(self.seed));
             if b != x1 {
                 self.buckets[x1].spill(vt, false);
             }
@@ -854,7 +854,7 @@ impl<V: Default> FlowTable<V> {
                 let r = bk.idx[s];
                 let rec = &self.records[r as usize];
                 assert!(rec.used(), "bucket {b} slot {s} points at a free record");
-                let (tag, b1, b2) = self.place(rec.key.hash(self.seed));
+                let (tag, b1, b2) = self.place(rec.key.keyed_hash(self.seed));
                 assert_eq!(bk.tag(s), tag);
                 assert!(b == b1 || b == b2, "flow in bucket {b}, not {b1} or {b2}");
                 if b == b2 {

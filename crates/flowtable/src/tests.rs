@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use proptest::prelude::*;
 
-use crate::{Class, Config, FlowKey, FlowTable, TCP, UDP};
+use crate::{Class, Config, FlowKey, FlowTable, TableKey, V4Key, TCP, UDP};
 
 /// Timeouts in ticks of 1 ns: UDP 10, TCP 30, closing 5, other 7.
 fn config(capacity: usize) -> Config {
@@ -44,6 +44,20 @@ fn key(i: u16) -> FlowKey {
     }
 }
 
+/// Key `i` of a pool of IPv4 keys for the 16-byte-key table: UDP, TCP and ICMP, on two
+/// interfaces.
+fn key4(i: u16) -> V4Key {
+    let proto = [UDP, TCP, 1][usize::from(i % 3)];
+    V4Key::new(
+        Ipv4Addr::new(198, 18, (i >> 8) as u8, i as u8),
+        Ipv4Addr::new(198, 19, 0, 1),
+        1000 + i / 2,
+        9,
+        proto,
+    )
+    .on(i % 2)
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Upsert(u16),
@@ -68,16 +82,23 @@ fn op(keys: u16) -> impl Strategy<Value = Op> {
 }
 
 /// The model: value, last seen (ticks), class; time held at its largest.
-#[derive(Default)]
-struct Model {
-    flows: HashMap<FlowKey, (u64, u64, Class)>,
+struct Model<K> {
+    flows: HashMap<K, (u64, u64, Class)>,
     now: u64,
 }
 
-/// Runs `ops` on a table of `capacity` and the model side by side.
-fn run(capacity: usize, keys: u16, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut t: FlowTable<u64> = FlowTable::new(&config(capacity)).expect("table");
-    let mut m = Model::default();
+/// Runs `ops` on a table of `capacity` and the model side by side, key `i` being `key(i)`.
+fn run<K: TableKey + std::hash::Hash + Ord>(
+    capacity: usize,
+    keys: u16,
+    ops: &[Op],
+    key: impl Fn(u16) -> K,
+) -> Result<(), TestCaseError> {
+    let mut t: FlowTable<u64, K> = FlowTable::new(&config(capacity)).expect("table");
+    let mut m = Model {
+        flows: HashMap::new(),
+        now: 0,
+    };
     // Wall-clock time in ns (ticks of 1 ns), starting well above 0 so it can step back.
     let mut clock: i64 = 1_000_000;
     let base = clock as u64;
@@ -104,7 +125,10 @@ fn run(capacity: usize, keys: u16, ops: &[Op]) -> Result<(), TestCaseError> {
                     prop_assert!(m.flows.len() < capacity);
                 }
                 let now = m.now;
-                let e = m.flows.entry(k).or_insert((0, now, Class::of(k.proto())));
+                let e = m
+                    .flows
+                    .entry(k)
+                    .or_insert((0, now, Class::of(k.protocol())));
                 prop_assert_eq!(new, e.0 == 0);
                 e.0 += 1;
                 e.1 = e.1.max(now);
@@ -138,7 +162,7 @@ fn run(capacity: usize, keys: u16, ops: &[Op]) -> Result<(), TestCaseError> {
                 let mut got = Vec::new();
                 t.expire(at(clock), |k, v, c| got.push((*k, v, c)));
                 let now = m.now;
-                let mut want: Vec<(FlowKey, u64, Class)> = m
+                let mut want: Vec<(K, u64, Class)> = m
                     .flows
                     .iter()
                     .filter(|(_, e)| e.1 + timeout(e.2) <= now)
@@ -154,7 +178,7 @@ fn run(capacity: usize, keys: u16, ops: &[Op]) -> Result<(), TestCaseError> {
         prop_assert!(t.len() <= capacity);
     }
     // Every key, after all: the same values, and the batched lookup finds the same flows.
-    let all: Vec<FlowKey> = (0..keys).map(key).collect();
+    let all: Vec<K> = (0..keys).map(key).collect();
     let mut found = vec![None; all.len()];
     t.get_batch(&all, &mut found);
     for (k, f) in all.iter().zip(&found) {
@@ -177,14 +201,26 @@ proptest! {
     /// Room for every key: nothing is evicted, and the table is the model.
     #[test]
     fn the_table_is_the_model(ops in proptest::collection::vec(op(48), 1..400)) {
-        run(1000, 48, &ops)?;
+        run(1000, 48, &ops, key)?;
+    }
+
+    /// The same with 16-byte IPv4 keys.
+    #[test]
+    fn the_v4_table_is_the_model(ops in proptest::collection::vec(op(48), 1..400)) {
+        run(1000, 48, &ops, key4)?;
     }
 
     /// A full table: 200 keys through 16 records; every eviction is handed back with its
     /// value, and apart from those the table is still the model.
     #[test]
     fn a_full_table_evicts_and_says_what(ops in proptest::collection::vec(op(200), 1..600)) {
-        run(16, 200, &ops)?;
+        run(16, 200, &ops, key)?;
+    }
+
+    /// The same with 16-byte IPv4 keys.
+    #[test]
+    fn a_full_v4_table_evicts_and_says_what(ops in proptest::collection::vec(op(200), 1..600)) {
+        run(16, 200, &ops, key4)?;
     }
 }
 
@@ -258,19 +294,17 @@ fn bad_shapes_are_refused_and_memory_is_bounded() {
 
 #[test]
 fn a_table_filled_to_capacity_and_churned_keeps_every_flow_findable() {
-    // 20 000 records, filled, then half removed and as many new ones added, three times:
-    // the cuckoo walk and the spill filters are exercised at 100 % of the records.
+    let ip = |i: u32| Ipv4Addr::from(i.wrapping_mul(2_654_435_761));
+    let dst = Ipv4Addr::new(198, 19, 0, 1);
+    churn(|i| FlowKey::v4(ip(i), dst, i as u16, 9, UDP));
+    churn(|i| V4Key::new(ip(i), dst, i as u16, 9, UDP));
+}
+
+/// 20 000 records, filled, then half removed and as many new ones added, three times: the
+/// cuckoo walk and the spill filters are exercised at 100 % of the records.
+fn churn<K: TableKey>(k: impl Fn(u32) -> K) {
     let n = 20_000u32;
-    let mut t: FlowTable<u32> = FlowTable::new(&config(n as usize)).expect("table");
-    let k = |i: u32| {
-        FlowKey::v4(
-            Ipv4Addr::from(i.wrapping_mul(2_654_435_761)),
-            Ipv4Addr::new(198, 19, 0, 1),
-            i as u16,
-            9,
-            UDP,
-        )
-    };
+    let mut t: FlowTable<u32, K> = FlowTable::new(&config(n as usize)).expect("table");
     let mut held: Vec<u32> = (0..n).collect();
     for &i in &held {
         let u = t.upsert(&k(i), 0);
@@ -302,7 +336,7 @@ fn a_table_filled_to_capacity_and_churned_keeps_every_flow_findable() {
         }
         held = kept;
         t.check();
-        let keys: Vec<FlowKey> = held.iter().map(|&i| k(i)).collect();
+        let keys: Vec<K> = held.iter().map(|&i| k(i)).collect();
         let mut found = vec![None; keys.len()];
         t.get_batch(&keys, &mut found);
         for ((&i, key), f) in held.iter().zip(&keys).zip(&found) {
