@@ -77,6 +77,29 @@ impl PartialOrd for FlowKey {
     }
 }
 
+/// The accessors of the two words both keys begin with: ports, then protocol, family and
+/// interface.
+macro_rules! head_accessors {
+    () => {
+        /// The source port.
+        pub fn sport(&self) -> u16 {
+            (self.words[0] >> 16) as u16
+        }
+        /// The destination port.
+        pub fn dport(&self) -> u16 {
+            self.words[0] as u16
+        }
+        /// The IP protocol.
+        pub fn proto(&self) -> u8 {
+            (self.words[1] >> 24) as u8
+        }
+        /// The interface or VLAN (0: not part of the key).
+        pub fn iface(&self) -> u16 {
+            self.words[1] as u16
+        }
+    };
+}
+
 const SRC: usize = 0;
 const DST: usize = 1;
 const V6: u32 = 1 << 16;
@@ -151,22 +174,7 @@ impl FlowKey {
     pub fn dst(&self) -> IpAddr {
         self.addr(DST)
     }
-    /// The source port.
-    pub fn sport(&self) -> u16 {
-        (self.words[0] >> 16) as u16
-    }
-    /// The destination port.
-    pub fn dport(&self) -> u16 {
-        self.words[0] as u16
-    }
-    /// The IP protocol.
-    pub fn proto(&self) -> u8 {
-        (self.words[1] >> 24) as u8
-    }
-    /// The interface or VLAN (0: not part of the key).
-    pub fn iface(&self) -> u16 {
-        self.words[1] as u16
-    }
+    head_accessors!();
 
     /// A keyed 64-bit hash: the five 64-bit words XORed with the seed's lanes, folded by
     /// three 64×64→128-bit multiplies (high half XOR low half, as foldhash and wyhash fold),
@@ -175,11 +183,10 @@ impl FlowKey {
     /// one fixed-size key, inlined into the lookup (SipHash costs ~3× as much).
     #[inline]
     pub fn hash(&self, seed: u64) -> u64 {
-        let w = |i: usize| u64::from(self.words[2 * i]) << 32 | u64::from(self.words[2 * i + 1]);
-        let a = fold(w(0) ^ K[0] ^ seed, w(1) ^ K[1]);
         // An IPv4 key's words 4-9 are zero: the same value from the seed alone, which a loop
         // of lookups computes once (two multiplies of three saved a key).
-        let (b, c) = if self.is_v6() {
+        let tail = if self.is_v6() {
+            let w = |i: usize| pair(&self.words, i);
             (
                 fold(w(2) ^ K[2], w(3) ^ K[3] ^ seed),
                 fold(w(4) ^ K[4], seed ^ K[0].rotate_left(17)),
@@ -187,7 +194,7 @@ impl FlowKey {
         } else {
             zero_tail(seed)
         };
-        fold(a ^ c, b ^ K[1].rotate_left(31))
+        finish(&self.words, seed, tail)
     }
 
     /// The IPv4 key, for an IPv4 flow.
@@ -212,6 +219,19 @@ const K: [u64; 5] = [
     0x4528_21E6_38D0_1377,
 ];
 
+/// Words `2i` and `2i + 1` as one.
+#[inline(always)]
+fn pair(words: &[u32], i: usize) -> u64 {
+    u64::from(words[2 * i]) << 32 | u64::from(words[2 * i + 1])
+}
+
+/// The hash from a key's first four words (either key's) and the folds of the rest.
+#[inline(always)]
+fn finish(words: &[u32], seed: u64, (b, c): (u64, u64)) -> u64 {
+    let a = fold(pair(words, 0) ^ K[0] ^ seed, pair(words, 1) ^ K[1]);
+    fold(a ^ c, b ^ K[1].rotate_left(31))
+}
+
 /// The hash's two folds of words 4-9 when they are zero (an IPv4 key's).
 #[inline(always)]
 fn zero_tail(seed: u64) -> (u64, u64) {
@@ -232,23 +252,28 @@ pub trait TableKey: Copy + Eq + Default + std::fmt::Debug {
     fn compared_bytes(&self) -> usize;
 }
 
-impl TableKey for FlowKey {
-    #[inline(always)]
-    fn keyed_hash(&self, seed: u64) -> u64 {
-        self.hash(seed)
-    }
-    fn protocol(&self) -> u8 {
-        self.proto()
-    }
-    #[inline(always)]
-    fn compared_bytes(&self) -> usize {
-        if self.is_v6() {
-            40
-        } else {
-            16
+/// Both keys: their own hash and protocol; how much a comparison reads.
+macro_rules! table_key {
+    ($t:ty, |$k:ident| $bytes:expr) => {
+        impl TableKey for $t {
+            #[inline(always)]
+            fn keyed_hash(&self, seed: u64) -> u64 {
+                self.hash(seed)
+            }
+            fn protocol(&self) -> u8 {
+                self.proto()
+            }
+            #[inline(always)]
+            fn compared_bytes(&self) -> usize {
+                let $k = self;
+                $bytes
+            }
         }
-    }
+    };
 }
+
+table_key!(FlowKey, |k| if k.is_v6() { 40 } else { 16 });
+table_key!(V4Key, |_k| 16);
 
 /// An IPv4 5-tuple, with an interface (or VLAN) where asked, in 16 bytes: the key of a table
 /// that holds IPv4 flows only. Its records are 24 bytes smaller than [`FlowKey`]'s (32 bytes
@@ -287,35 +312,12 @@ impl V4Key {
     pub fn dst(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.words[3])
     }
-    /// The source port.
-    pub fn sport(&self) -> u16 {
-        (self.words[0] >> 16) as u16
-    }
-    /// The destination port.
-    pub fn dport(&self) -> u16 {
-        self.words[0] as u16
-    }
-    /// The IP protocol.
-    pub fn proto(&self) -> u8 {
-        (self.words[1] >> 24) as u8
-    }
-    /// The interface or VLAN (0: not part of the key).
-    pub fn iface(&self) -> u16 {
-        self.words[1] as u16
-    }
+    head_accessors!();
 
     /// The hash of the same flow as a [`FlowKey`] (its other words are zero).
     #[inline]
     pub fn hash(&self, seed: u64) -> u64 {
-        let w = |i: usize| u64::from(self.words[2 * i]) << 32 | u64::from(self.words[2 * i + 1]);
-        let a = fold(w(0) ^ K[0] ^ seed, w(1) ^ K[1]);
-        let (b, c) = zero_tail(seed);
-        fold(a ^ c, b ^ K[1].rotate_left(31))
-    }
-
-    fn pair(&self) -> (u64, u64) {
-        let w = |i: usize| u64::from(self.words[2 * i]) << 32 | u64::from(self.words[2 * i + 1]);
-        (w(0), w(1))
+        finish(&self.words, seed, zero_tail(seed))
     }
 }
 
@@ -323,8 +325,8 @@ impl V4Key {
 impl PartialEq for V4Key {
     #[inline(always)]
     fn eq(&self, other: &V4Key) -> bool {
-        let ((a0, a1), (b0, b1)) = (self.pair(), other.pair());
-        (a0 ^ b0) | (a1 ^ b1) == 0
+        let (a, b) = (&self.words, &other.words);
+        (pair(a, 0) ^ pair(b, 0)) | (pair(a, 1) ^ pair(b, 1)) == 0
     }
 }
 
@@ -353,20 +355,6 @@ impl From<V4Key> for FlowKey {
         let mut words = [0u32; 10];
         words[..4].copy_from_slice(&k.words);
         FlowKey { words }
-    }
-}
-
-impl TableKey for V4Key {
-    #[inline(always)]
-    fn keyed_hash(&self, seed: u64) -> u64 {
-        self.hash(seed)
-    }
-    fn protocol(&self) -> u8 {
-        self.proto()
-    }
-    #[inline(always)]
-    fn compared_bytes(&self) -> usize {
-        16
     }
 }
 
