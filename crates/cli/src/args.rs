@@ -196,6 +196,7 @@ pub fn parse_u32_list(s: &str) -> Result<U32List, String> {
 pub struct CpuList(pub Vec<usize>);
 
 pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
+    use flowlane_runtime::cpus::CpuListError;
     // `all`: every CPU this process may use — in a pod, the cpuset the kubelet gave it, whose
     // numbers a manifest cannot know.
     if s.trim() == "all" {
@@ -207,9 +208,9 @@ pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
     }
     flowlane_runtime::cpus::parse_cpu_list(s)
         .map(CpuList)
-        .map_err(|e| match e.contains("is not a CPU list") {
-            true => format!("{e}, or `all`"),
-            false => e,
+        .map_err(|e| match e {
+            CpuListError::Malformed(_) => format!("{e}, or `all`"),
+            CpuListError::Twice { .. } => e.to_string(),
         })
 }
 
@@ -672,8 +673,15 @@ mod tests {
     fn cpu_lists() {
         assert_eq!(parse_cpu_list("0,2-3"), Ok(CpuList(vec![0, 2, 3])));
         assert_eq!(parse_cpu_list("1"), Ok(CpuList(vec![1])));
-        assert!(parse_cpu_list("3-1").is_err());
-        assert!(parse_cpu_list("0,0").is_err());
+        // A list that is no list is told `all` exists too; a CPU twice is told just that.
+        assert_eq!(
+            parse_cpu_list("3-1"),
+            Err("`3-1` is not a CPU list like `0,2-3`, or `all`".into())
+        );
+        assert_eq!(
+            parse_cpu_list("0,0"),
+            Err("CPU 0 appears twice in `0,0`".into())
+        );
         assert!(parse_cpu_list("x").is_err());
     }
 

@@ -103,10 +103,36 @@ impl CpuSet {
     }
 }
 
+/// Why a CPU list was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpuListError {
+    /// Not in the kernel's form: a part that is no number or range, a backward range, or a
+    /// CPU of 4096 and above. Holds the list as given.
+    Malformed(String),
+    /// A CPU given twice.
+    Twice {
+        /// The CPU.
+        cpu: usize,
+        /// The list as given.
+        list: String,
+    },
+}
+
+impl fmt::Display for CpuListError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuListError::Malformed(s) => write!(f, "`{s}` is not a CPU list like `0,2-3`"),
+            CpuListError::Twice { cpu, list } => write!(f, "CPU {cpu} appears twice in `{list}`"),
+        }
+    }
+}
+
+impl std::error::Error for CpuListError {}
+
 /// Parses a CPU list as the kernel and taskset write it: `0-3,8,10-11`. Refuses duplicates,
 /// backward ranges and CPUs of 4096 and above.
-pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
-    let bad = || format!("`{s}` is not a CPU list like `0,2-3`");
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, CpuListError> {
+    let bad = || CpuListError::Malformed(s.to_string());
     let mut out = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
@@ -118,7 +144,10 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
         }
         for c in a..=b {
             if out.contains(&c) {
-                return Err(format!("CPU {c} appears twice in `{s}`"));
+                return Err(CpuListError::Twice {
+                    cpu: c,
+                    list: s.to_string(),
+                });
             }
             out.push(c);
         }
