@@ -736,18 +736,27 @@ fn a_side_file_that_fails_after_the_run_leaves_the_report_whole() {
             "--bind",
             "127.0.0.1:8080",
             "-d",
-            "8",
+            "30",
             "--quiet",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("server runs");
-    std::thread::sleep(Duration::from_millis(500));
+    // Up when it accepts (a fixed half second was too little beside a CPU hog: the load then
+    // met no server).
+    let listening = || {
+        ns.run(|| std::net::TcpStream::connect("127.0.0.1:8080").is_ok())
+            .unwrap_or(false)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), listening),
+        "http serve never listened"
+    );
     let dir = std::env::temp_dir().join(format!("fl-hostile-late-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let hist = dir.join("latency.hgrm");
-    let child = ns
+    let mut child = ns
         .command(BIN)
         .args([
             "http",
@@ -763,12 +772,25 @@ fn a_side_file_that_fails_after_the_run_leaves_the_report_whole() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("flowlane runs");
-    std::thread::sleep(Duration::from_millis(700));
+    // Mid-run: once its first status line is out (the side file's check is behind it; a
+    // fixed 700 ms could come before the check on a busy machine, or after the run).
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut err = String::new();
+    loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut lines, &mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        err.push_str(&line);
+        if line.trim_start().starts_with(|c: char| c.is_ascii_digit()) {
+            break;
+        }
+    }
     std::fs::remove_dir_all(&dir).expect("remove the directory mid-run");
+    std::io::Read::read_to_string(&mut lines, &mut err).expect("stderr");
     let out = child.wait_with_output().expect("output");
     let _ = server.kill();
     let _ = server.wait();
-    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("--histogram")
