@@ -629,8 +629,14 @@ fn a_silent_fifo_as_an_input_ends_at_ctrl_c() {
         ],
     ];
     for args in cases {
-        let mut cmd = ns.command(BIN);
+        // SIGINT as a terminal's foreground job has it: a test run from a script's
+        // background job inherits SIGINT ignored (POSIX, for `&` without job control), and a
+        // command that sets no handler of its own (`route lookup`) then rightly ignores it —
+        // it hung here 10 s in a suite run started with `&`. coreutils' env resets it.
+        let mut cmd = ns.command("env");
         let child = cmd
+            .arg("--default-signal=INT")
+            .arg(BIN)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
