@@ -587,32 +587,21 @@ fn a_silent_fifo_as_an_input_ends_at_ctrl_c() {
         .open(&fifo)
         .expect("hold the FIFO");
     let ns = flowlane_lab::Netns::create("fl-fifo").expect("namespace");
+    // AF_PACKET: lo has no native XDP, and forward would refuse it before any input.
+    let forward = [
+        "forward",
+        "--mode",
+        "route",
+        "--dev",
+        "lo",
+        "--backend",
+        "af-packet",
+    ];
+    let routes_from_fifo = [&forward[..], &["--routes", f]].concat();
+    let hops_from_fifo = [&forward[..], &["--routes", t, "--next-hops", f]].concat();
     let cases: [&[&str]; 6] = [
-        // AF_PACKET: lo has no native XDP, and forward would refuse it before any input.
-        &[
-            "forward",
-            "--mode",
-            "route",
-            "--dev",
-            "lo",
-            "--backend",
-            "af-packet",
-            "--routes",
-            f,
-        ],
-        &[
-            "forward",
-            "--mode",
-            "route",
-            "--dev",
-            "lo",
-            "--backend",
-            "af-packet",
-            "--routes",
-            t,
-            "--next-hops",
-            f,
-        ],
+        &routes_from_fifo,
+        &hops_from_fifo,
         &["route", "lookup", "--table", f, "198.18.0.1"],
         &[
             "hash",
