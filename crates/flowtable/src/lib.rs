@@ -22,6 +22,7 @@ mod key;
 mod prefetch;
 pub mod reasm;
 mod table;
+mod tags;
 
 pub use key::{FlowKey, TableKey, V4Key, TCP, UDP};
 pub use table::{Class, Config, ConfigError, FlowTable, Stats, Upsert, CLASSES, MAX_KICKS, SLOTS};

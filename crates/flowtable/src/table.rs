@@ -11,6 +11,7 @@
 
 use crate::key::{FlowKey, TableKey, TCP, UDP};
 use crate::prefetch::{prefetch, prefetch_addr};
+use crate::tags;
 
 /// Slots per bucket.
 pub const SLOTS: usize = 10;
@@ -147,8 +148,8 @@ impl Stats {
     }
 }
 
-/// A bucket: ten 16-bit tags (0: empty) packed four to a word, so one compare tests four
-/// (SWAR), and the records they point at — one cache line. Lanes 10 and 11 are this
+/// A bucket: ten 16-bit tags (0: empty) in 20 bytes, all ten compared at once (`tags.rs`),
+/// and the records they point at — one cache line. Lanes 10 and 11 are this
 /// bucket's spill filter and count (Cuckoo++'s idea): the flows whose first bucket this is but
 /// which sit in their second, as a 16-bit filter of their tags and a count (the filter is
 /// cleared when the count reaches 0). A key not here whose tag is not in the filter is in
@@ -165,9 +166,6 @@ const EMPTY_BUCKET: Bucket = Bucket {
     idx: [NIL; SLOTS],
 };
 
-const LANES: u64 = 0x0001_0001_0001_0001;
-const HIGH: u64 = 0x8000_8000_8000_8000;
-
 impl Bucket {
     #[inline(always)]
     fn tag(&self, s: usize) -> u16 {
@@ -181,30 +179,18 @@ impl Bucket {
         *w = (*w & !(0xffff << shift)) | (u64::from(tag) << shift);
     }
 
-    /// Word `i`'s lanes equal to `tag`: bit 15 of each such lane set (the lowest exactly;
-    /// above a true match a lane may be flagged falsely, so every candidate's tag is
-    /// checked). Word 2's lanes 2 and 3 (the spill filter and count) are never flagged.
+    /// The slots whose tag is `tag`: bits `2 s` and `2 s + 1` for slot `s` (exact; the spill
+    /// filter and count are never matched).
     #[inline(always)]
-    fn hits(&self, i: usize, tag: u16) -> u64 {
-        let x = self.tags[i] ^ (u64::from(tag) * LANES);
-        let z = x.wrapping_sub(LANES) & !x & HIGH;
-        if i == 2 {
-            z & 0x8000_8000
-        } else {
-            z
-        }
+    fn matching(&self, tag: u16) -> u32 {
+        tags::matching(&self.tags, tag)
     }
 
     /// The first slot whose tag is `tag`.
     #[inline(always)]
     fn first(&self, tag: u16) -> Option<usize> {
-        for i in 0..3 {
-            let z = self.hits(i, tag);
-            if z != 0 {
-                return Some(4 * i + (z.trailing_zeros() / 16) as usize);
-            }
-        }
-        None
+        let m = self.matching(tag);
+        (m != 0).then_some((m.trailing_zeros() / 2) as usize)
     }
 
     /// Whether a flow with `tag` whose first bucket this is may sit in its second.
@@ -433,15 +419,13 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     #[inline]
     fn scan(&self, b: usize, tag: u16, key: &K) -> Option<At> {
         let bk = &self.buckets[b];
-        for i in 0..3 {
-            let mut z = bk.hits(i, tag);
-            while z != 0 {
-                let s = 4 * i + (z.trailing_zeros() / 16) as usize;
-                z &= z - 1;
-                let r = bk.idx[s];
-                if bk.tag(s) == tag && *key == self.records[r as usize].key {
-                    return Some((b, s, r));
-                }
+        let mut m = bk.matching(tag);
+        while m != 0 {
+            let s = (m.trailing_zeros() / 2) as usize;
+            m &= !(3 << (2 * s));
+            let r = bk.idx[s];
+            if *key == self.records[r as usize].key {
+                return Some((b, s, r));
             }
         }
         None
@@ -478,8 +462,11 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// DPDK's bulk lookup does). 64 rather than 32: a batch waits for two misses in a row
     /// (bucket, then record), and over 64 keys that wait is shared by twice as many (43 M
     /// lookups/s against 38 on the benchmark's workload given 64 at a time; the same given
-    /// 32). Tried and slower: choosing each stage's prefetch without branches (the
-    /// benchmark's hits and misses alternate at random).
+    /// 32). Each stage waits on memory, so what it does behind its loads is kept short (the
+    /// fewer instructions a key takes there, the more keys' loads are in flight): all ten tags
+    /// compared at once took it 1.12–1.16× further. Tried and slower, for the same reason:
+    /// choosing each stage's prefetch without branches (more instructions behind each load,
+    /// though the benchmark's hits and misses alternate at random).
     pub fn get_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
         const B: usize = 64;
         let mut places = [(0u16, 0usize, 0usize); B];
