@@ -220,6 +220,12 @@ impl Bucket {
     }
 }
 
+/// A key's 15-bit tag (never 0, an empty slot's), from its hash's low bits.
+#[inline(always)]
+fn tag_of(h: u64) -> u16 {
+    ((h & 0x7fff) as u16).max(1)
+}
+
 #[derive(Debug, Clone)]
 #[repr(C)]
 struct Record<V, K> {
@@ -402,18 +408,31 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         self.now
     }
 
+    /// A key's tag, first bucket and second bucket, from its hash.
     #[inline]
     fn place(&self, h: u64) -> (u16, usize, usize) {
-        let nb = self.buckets.len() as u64;
-        // Independent bits: the first bucket from the low word (its high bits, by the
-        // multiply), the second from the high word, the tag from the low word's low bits.
-        let tag = ((h & 0x7fff) as u16).max(1);
-        let b1 = ((h & 0xffff_ffff) * nb) >> 32;
-        let mut b2 = ((h >> 32) * nb) >> 32;
+        let b1 = self.first_bucket(h);
+        (tag_of(h), b1, self.second_bucket(b1, (h >> 32) as u32))
+    }
+
+    /// Independent bits: the first bucket from the hash's low word (its high bits, by the
+    /// multiply), the second from the high word, the tag ([`tag_of`]) from the low word's low
+    /// bits.
+    #[inline(always)]
+    fn first_bucket(&self, h: u64) -> usize {
+        (((h & 0xffff_ffff) * self.buckets.len() as u64) >> 32) as usize
+    }
+
+    /// The second bucket, from the first and the hash's high word (never the first).
+    #[inline(always)]
+    fn second_bucket(&self, b1: usize, high: u32) -> usize {
+        let nb = self.buckets.len();
+        let b2 = ((u64::from(high) * nb as u64) >> 32) as usize;
         if b2 == b1 {
-            b2 = (b1 + 1) % nb;
+            (b1 + 1) % nb
+        } else {
+            b2
         }
-        (tag, b1 as usize, b2 as usize)
     }
 
     #[inline]
@@ -466,67 +485,100 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// fewer instructions a key takes there, the more keys' loads are in flight): all ten tags
     /// compared at once took it 1.12–1.16× further. Tried and slower, for the same reason:
     /// choosing each stage's prefetch without branches (more instructions behind each load,
-    /// though the benchmark's hits and misses alternate at random).
+    /// though the benchmark's hits and misses alternate at random: 0.77–0.85×), and the
+    /// compare without a branch on a missing candidate (reading a hot dummy record:
+    /// 0.87–0.95×). Tried and no better: comparing the first buckets' candidates before
+    /// the second buckets' (0.9×, or even); asking for a key's second bucket in stage 1 where
+    /// a spill filter kept apart from the buckets (in cache) said so (0.93–1.0×: the filter's
+    /// own load sits behind every key); prefetch hints T1 and NTA (the same).
     pub fn get_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
         const B: usize = 64;
-        let mut places = [(0u16, 0usize, 0usize); B];
+        // A candidate still to be looked for in the key's second bucket (never a record).
+        const SECOND: u32 = NIL - 1;
+        // Per key: its tag, first bucket and hash's high half (its second bucket, for the few
+        // that need it), then its candidate record: 14 bytes a key, zeroed each call (it was
+        // 29, a tuple with both buckets: 1.04-1.09x the batched rate, 1.14x with the table
+        // in cache).
+        let mut tag = [0u16; B];
+        let mut first = [0u32; B];
+        let mut high = [0u32; B];
         let mut cand = [NIL; B];
-        let mut second = [false; B];
+        let one_line = self.records_in_lines();
         for (chunk, outs) in keys.chunks(B).zip(out.chunks_mut(B)) {
             // Stage 1: hashes, and a prefetch of each first bucket's line (the misses overlap).
-            for (p, k) in places.iter_mut().zip(chunk) {
-                *p = self.place(k.keyed_hash(self.seed));
-                prefetch(&self.buckets[p.1]);
+            for (((t, b1), hi), k) in tag.iter_mut().zip(&mut first).zip(&mut high).zip(chunk) {
+                let h = k.keyed_hash(self.seed);
+                *t = tag_of(h);
+                *b1 = self.first_bucket(h) as u32;
+                *hi = (h >> 32) as u32;
+                prefetch(&self.buckets[*b1 as usize]);
             }
             // Stage 2: a candidate from the first bucket, or a prefetch of the second where
             // its spill filter says the key may be there.
-            let stage = cand
-                .iter_mut()
-                .zip(second.iter_mut())
-                .zip(&places)
-                .zip(chunk);
-            for (((c, sec), p), k) in stage {
-                let b = &self.buckets[p.1];
-                let first = b.first(p.0);
-                *c = first.map_or(NIL, |s| b.idx[s]);
-                *sec = first.is_none() && b.may_spill(p.0);
-                if *sec {
-                    prefetch(&self.buckets[p.2]);
-                } else if *c != NIL {
-                    self.prefetch_key(*c, k);
+            let stage = cand.iter_mut().zip(&tag).zip(&first).zip(&high).zip(chunk);
+            for ((((c, &t), &b1), &hi), k) in stage {
+                let b = &self.buckets[b1 as usize];
+                match b.first(t) {
+                    Some(s) => {
+                        *c = b.idx[s];
+                        self.prefetch_key(*c, k, one_line);
+                    }
+                    None if b.may_spill(t) => {
+                        *c = SECOND;
+                        prefetch(&self.buckets[self.second_bucket(b1 as usize, hi)]);
+                    }
+                    None => *c = NIL,
                 }
             }
             // Stage 3: candidates from second buckets, and their records' prefetch.
-            for (((c, &sec), p), k) in cand.iter_mut().zip(&second).zip(&places).zip(chunk) {
-                if sec {
-                    let b = &self.buckets[p.2];
-                    if let Some(s) = b.first(p.0) {
-                        *c = b.idx[s];
-                        self.prefetch_key(*c, k);
+            let stage = cand.iter_mut().zip(&tag).zip(&first).zip(&high).zip(chunk);
+            for ((((c, &t), &b1), &hi), k) in stage {
+                if *c == SECOND {
+                    let b = &self.buckets[self.second_bucket(b1 as usize, hi)];
+                    *c = b.first(t).map_or(NIL, |s| b.idx[s]);
+                    if *c != NIL {
+                        self.prefetch_key(*c, k, one_line);
                     }
                 }
             }
-            // Stage 4: compare (a candidate that is not the key falls back to a full find).
+            // Stage 4: compare.
             for ((k, o), &c) in chunk.iter().zip(outs.iter_mut()).zip(&cand) {
-                *o = if c == NIL {
-                    None
-                } else if *k == self.records[c as usize].key {
-                    Some(c)
-                } else {
-                    self.find(k, k.keyed_hash(self.seed)).map(|x| x.2)
-                };
+                *o = self.confirm(k, c);
             }
+        }
+    }
+
+    /// Whether candidate record `c` (or [`NIL`]) holds `k`; a candidate that does not falls
+    /// back to a full find (another slot may have the same tag).
+    #[inline(always)]
+    fn confirm(&self, k: &K, c: u32) -> Option<u32> {
+        if c == NIL {
+            None
+        } else if *k == self.records[c as usize].key {
+            Some(c)
+        } else {
+            self.find(k, k.keyed_hash(self.seed)).map(|x| x.2)
         }
     }
 
     /// Prefetches what comparing `query` reads of record `r`'s key: its first word and the
     /// last one compared (`query` on the left of `==` decides how many), which may lie in two
-    /// lines.
+    /// lines — unless `one_line` (from [`Self::records_in_lines`]): then one prefetch.
     #[inline(always)]
-    fn prefetch_key(&self, r: u32, query: &K) {
+    fn prefetch_key(&self, r: u32, query: &K, one_line: bool) {
         let key: *const u8 = (&self.records[r as usize].key as *const K).cast();
         prefetch_addr(key);
-        prefetch_addr(key.wrapping_add(query.compared_bytes() - 1));
+        if !one_line {
+            prefetch_addr(key.wrapping_add(query.compared_bytes() - 1));
+        }
+    }
+
+    /// Whether no record crosses a cache line (records of 16, 32 or 64 bytes from a line's
+    /// start, as the V4Key table's 32-byte records on huge pages, 2 MiB-aligned): then a
+    /// key's compare reads one line, and a batch prefetches it once.
+    fn records_in_lines(&self) -> bool {
+        let size = std::mem::size_of::<Record<V, K>>();
+        (self.records.as_ptr() as usize).is_multiple_of(64) && 64 % size == 0
     }
 
     /// Looks the flow up at `now_ns` (counted); a hit marks it seen.
