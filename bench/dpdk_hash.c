@@ -97,12 +97,15 @@ int main(int argc, char **argv)
 			      "--log-level", "0", NULL };
 	char **eal = no_huge ? plain_eal : huge_eal;
 	int eal_args = no_huge ? 9 : 7;
-	/* `lookups N`: one table, N rounds of bulk lookups only, one line `bulk M/s` (the median):
-	 * the form bench/flowtable_vs_dpdk.sh alternates with the Rust benchmark's. */
-	int lookups_only = argc == 3 && strcmp(argv[1], "lookups") == 0;
-	int rounds = lookups_only ? atoi(argv[2]) : ROUNDS;
+	/* `lookups N`: one table, N rounds of bulk lookups only, one line `bulk M/s` (the median).
+	 * `turns`: one table, then a line `ready`, and a round of bulk lookups for each line read
+	 * on stdin, each answered by a line of M/s — so bench/flowtable_vs_dpdk.sh can alternate
+	 * rte_hash's rounds with the Rust benchmark's in the same seconds, round by round. */
+	int turns = argc == 2 && strcmp(argv[1], "turns") == 0;
+	int lookups_only = turns || (argc == 3 && strcmp(argv[1], "lookups") == 0);
+	int rounds = turns ? 1 : lookups_only ? atoi(argv[2]) : ROUNDS;
 	if (argc != 1 && (!lookups_only || rounds < 1 || rounds > ROUNDS)) {
-		fprintf(stderr, "usage: %s [lookups ROUNDS (1-%d)]\n", argv[0], ROUNDS);
+		fprintf(stderr, "usage: %s [lookups ROUNDS (1-%d) | turns]\n", argv[0], ROUNDS);
 		return 2;
 	}
 	if (bulk_size() == 0) {
@@ -152,6 +155,23 @@ int main(int argc, char **argv)
 		ins[round] = FLOWS / (now() - t0) / 1e6;
 	}
 	uint64_t found = 0;
+	if (turns) {
+		char line[16];
+		printf("ready\n");
+		fflush(stdout);
+		while (fgets(line, sizeof line, stdin)) {
+			found = 0;
+			double m = bulk_round(h, qptr, pos, &found);
+			if (found != QUERIES / 2) {
+				fprintf(stderr, "found %llu of %u queries, expected half\n",
+					(unsigned long long)found, QUERIES);
+				return 1;
+			}
+			printf("%.3f\n", m);
+			fflush(stdout);
+		}
+		return 0;
+	}
 	if (lookups_only) {
 		for (int round = 0; round < rounds; round++)
 			bulk[round] = bulk_round(h, qptr, pos, &found);
