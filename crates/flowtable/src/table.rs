@@ -492,7 +492,16 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// a spill filter kept apart from the buckets (in cache) said so (0.93–1.0×: the filter's
     /// own load sits behind every key); prefetch hints T1 and NTA (the same).
     pub fn get_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
-        const B: usize = 64;
+        // A call of 32 or fewer (DPDK's usual burst) zeroes scratch for 32 only: 1.02x.
+        if keys.len() <= 32 {
+            self.batch::<32>(keys, out)
+        } else {
+            self.batch::<64>(keys, out)
+        }
+    }
+
+    /// [`Self::get_batch`], `B` keys through the stages at a time.
+    fn batch<const B: usize>(&self, keys: &[K], out: &mut [Option<u32>]) {
         // A candidate still to be looked for in the key's second bucket (never a record).
         const SECOND: u32 = NIL - 1;
         // Per key: its tag, first bucket and hash's high half (its second bucket, for the few

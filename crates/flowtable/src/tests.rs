@@ -349,4 +349,20 @@ fn churn<K: TableKey>(k: impl Fn(u32) -> K) {
         }
     }
     assert_eq!(t.stats().evicted_full, 0);
+    // Held and never-held keys mixed, in calls of every size the batch treats apart (up to
+    // 32 at once, up to 64, more): each finds what `get` finds, at the same record whatever
+    // the call's size.
+    let mixed: Vec<K> = (0..next + 500).step_by(3).map(&k).collect();
+    let mut whole = vec![None; mixed.len()];
+    t.get_batch(&mixed, &mut whole);
+    for (key, w) in mixed.iter().zip(&whole) {
+        assert_eq!(w.is_some(), t.get(key).is_some());
+    }
+    for size in [1, 5, 31, 32, 33, 63, 64, 65, 200] {
+        let mut found = vec![None; mixed.len()];
+        for (q, o) in mixed.chunks(size).zip(found.chunks_mut(size)) {
+            t.get_batch(q, o);
+        }
+        assert_eq!(found, whole, "calls of {size}");
+    }
 }
