@@ -2,7 +2,7 @@
 # DPDK's rte_hash on the flow table's workload: the peer check for
 # `cargo bench -p flowlane-flowtable --bench flowtable` (and bench/flowtable_vs_dpdk.sh).
 # Needs Debian's libdpdk-dev (apt-get install -y libdpdk-dev pkg-config). Usage:
-#   bench/dpdk_hash.sh [lookups ROUNDS]
+#   bench/dpdk_hash.sh [lookups ROUNDS | turns]
 # rte_hash runs on hugepages (as DPDK is deployed, and as flowlane's table runs on
 # transparent huge pages): when fewer than 256 MiB of 2 MiB hugepages are free, this reserves
 # them (root) and gives them back on exit; without them, set FLOWLANE_DPDK_NO_HUGE=1.

@@ -9,7 +9,8 @@
 # the result is the median of the ratios with their quartiles, and each side's median and
 # best rounds.
 #
-#   bench/flowtable_vs_dpdk.sh [PAIRS (default 101)]
+#   bench/flowtable_vs_dpdk.sh [PAIRS (default 201)]
+#   ROUNDS_OUT=FILE: every pair's two rates (ours, rte_hash), one pair a line
 #   CPU=1 (default: the last CPU)
 #   FLOWLANE_BULK=64: keys a call gives each table (default 32; rte_hash takes at most 64)
 #   FLOWLANE_KEY=16: both tables keyed on the 16 bytes an IPv4 flow needs (DPDK l3fwd's IPv4
@@ -21,7 +22,8 @@
 # on transparent huge pages through flowlane's allocator (the first line says how many MiB).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-pairs=${1:-101}
+pairs=${1:-201}
+case $pairs in '' | *[!0-9]* | 0) echo "usage: $0 [PAIRS (a whole number, 1 or more)]" >&2; exit 2 ;; esac
 cpu=${CPU:-$(($(nproc) - 1))}
 command -v taskset >/dev/null || { echo "taskset is missing (Debian: util-linux)"; exit 1; }
 # Build both first, so no round times a compiler.
