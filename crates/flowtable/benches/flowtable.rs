@@ -4,6 +4,8 @@
 //!   batched;
 //! - inserts of 1 M flows into an empty table;
 //! - memory per flow;
+//! - lookups by table size, n = 10 k … 10 M flows (90 % full, half misses): where each table
+//!   stays in the caches and where both go to memory;
 //! - expiry work per expired flow with n = 10 k … 10 M resident flows while 1 000 short flows a
 //!   tick come and go, against a scanning reference (a map swept each tick, as a GC that
 //!   walks the table does), whose work per expired flow grows with n.
@@ -12,7 +14,7 @@
 //! the same workload: `bench/dpdk_hash.sh`.
 //!
 //! Run: `cargo bench -p flowlane-flowtable --bench flowtable` (`-- --quick` skips the 10 M
-//! point of the expiry sweep).
+//! points of the size and expiry sweeps).
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;
@@ -96,6 +98,11 @@ type Map = hashbrown::HashMap<FlowKey, u32>;
 /// `FLOWTABLE_QUERIES=hits` or `misses` every query one kind (what each costs alone). With
 /// the number of hits expected.
 fn workload() -> (Vec<FlowKey>, usize) {
+    workload_for(FLOWS)
+}
+
+/// The same over a table of `flows` flows.
+fn workload_for(flows: usize) -> (Vec<FlowKey>, usize) {
     let kind = std::env::var("FLOWTABLE_QUERIES").unwrap_or_default();
     let hit = |q: u64| match kind.as_str() {
         "hits" => true,
@@ -106,9 +113,9 @@ fn workload() -> (Vec<FlowKey>, usize) {
         .map(|q| {
             let r = q.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
             if hit(q) {
-                key(r % FLOWS as u64, UDP)
+                key(r % flows as u64, UDP)
             } else {
-                key(FLOWS as u64 + r, UDP)
+                key(flows as u64 + r, UDP)
             }
         })
         .collect();
@@ -117,11 +124,54 @@ fn workload() -> (Vec<FlowKey>, usize) {
 
 /// 1 M flows filling 90 % of the bucket slots (the table's records: 1.02 M).
 fn filled<K: TableKey>(conv: impl Fn(FlowKey) -> K) -> FlowTable<u32, K> {
-    let mut table = FlowTable::new(&Config::new(FLOWS * 92 / 90)).expect("table");
-    for i in 0..FLOWS as u64 {
+    filled_for(FLOWS, conv)
+}
+
+/// `flows` flows filling 90 % of the bucket slots.
+fn filled_for<K: TableKey>(flows: usize, conv: impl Fn(FlowKey) -> K) -> FlowTable<u32, K> {
+    let mut table = FlowTable::new(&Config::new(flows * 92 / 90)).expect("table");
+    for i in 0..flows as u64 {
         *table.upsert(&conv(key(i, UDP)), 0).value = i as u32;
     }
     table
+}
+
+/// Lookups at `flows` flows, 90 % full, half misses: batched (32 a call) and one at a time
+/// against hashbrown, `rounds` alternated rounds of every query each; medians, ns a lookup.
+fn sweep_point(flows: usize, rounds: usize) -> (f64, f64, f64) {
+    let table = filled_for(flows, |k| k);
+    let mut map: Map = Map::with_capacity(flows);
+    for i in 0..flows as u64 {
+        map.insert(key(i, UDP), i as u32);
+    }
+    let (queries, hits) = workload_for(flows);
+    let mut out = vec![None; 32];
+    let (mut batch, mut single, mut hb) = (Vec::new(), Vec::new(), Vec::new());
+    let t = Duration::from_millis(200);
+    for _ in 0..rounds {
+        batch.push(ns_each(
+            QUERIES,
+            || assert_eq!(batches(&table, &queries, &mut out, 32), hits),
+            t,
+        ));
+        single.push(ns_each(
+            QUERIES,
+            || {
+                let found = queries.iter().filter(|q| table.get(q).is_some()).count();
+                assert_eq!(found, hits);
+            },
+            t,
+        ));
+        hb.push(ns_each(
+            QUERIES,
+            || {
+                let found = queries.iter().filter(|q| map.get(*q).is_some()).count();
+                assert_eq!(found, hits);
+            },
+            t,
+        ));
+    }
+    (median(batch), median(single), median(hb))
 }
 
 /// `rounds` rounds of batched lookups only, one line `batch M/s` (the median) — the form
@@ -311,6 +361,30 @@ fn main() {
     );
     drop((table, map, bare));
 
+    // Lookups against hashbrown by table size: where each stays in the caches and where
+    // both go to memory.
+    println!("lookups by table size, 90 % of the slots full, 50 % misses (medians of 5 alternated rounds):");
+    println!(
+        "  {:>10}  {:>10}  {:>11}  {:>14}  {:>9}  {:>10}",
+        "n", "batch M/s", "single M/s", "hashbrown M/s", "batch/hb", "single/hb"
+    );
+    let sizes: &[usize] = if quick {
+        &[10_000, 100_000, 1_000_000]
+    } else {
+        &[10_000, 100_000, 1_000_000, 10_000_000]
+    };
+    for &n in sizes {
+        let (b, s, h) = sweep_point(n, 5);
+        println!(
+            "  {n:>10}  {:>10.1}  {:>11.1}  {:>14.1}  {:>9.2}  {:>10.2}",
+            1e3 / b,
+            1e3 / s,
+            1e3 / h,
+            h / b,
+            h / s
+        );
+    }
+
     // Expiry work per expired flow: n resident TCP flows (timeout 120 s, never due in the
     // window) and 1 000 UDP flows a tick (timeout 1 s, 10 ticks of 100 ms) that expire.
     println!("expiry work per expired flow, n resident flows + 1 000 short flows a tick:");
@@ -318,11 +392,6 @@ fn main() {
         "  {:>10}  {:>14}  {:>16}  {:>8}",
         "n", "wheel ns/flow", "scanning ns/flow", "ratio"
     );
-    let sizes: &[usize] = if quick {
-        &[10_000, 100_000, 1_000_000]
-    } else {
-        &[10_000, 100_000, 1_000_000, 10_000_000]
-    };
     for &n in sizes {
         let (w, sc) = expiry(n);
         println!("  {n:>10}  {w:>14.1}  {sc:>16.1}  {:>8.0}", sc / w);
