@@ -502,8 +502,6 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
 
     /// [`Self::get_batch`], `B` keys through the stages at a time.
     fn batch<const B: usize>(&self, keys: &[K], out: &mut [Option<u32>]) {
-        // A candidate still to be looked for in the key's second bucket (never a record).
-        const SECOND: u32 = NIL - 1;
         // Per key: its tag, first bucket and hash's high half (its second bucket, for the few
         // that need it), then its candidate record: 14 bytes a key, zeroed each call (it was
         // 29, a tuple with both buckets: 1.04-1.09x the batched rate, 1.14x with the table
@@ -523,31 +521,36 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
                 prefetch(&self.buckets[*b1 as usize]);
             }
             // Stage 2: a candidate from the first bucket, or a prefetch of the second where
-            // its spill filter says the key may be there.
+            // its spill filter says the key may be there (such keys listed for stage 3).
+            let mut spilled = [0u8; B];
+            let mut n = 0;
             let stage = cand.iter_mut().zip(&tag).zip(&first).zip(&high).zip(chunk);
-            for ((((c, &t), &b1), &hi), k) in stage {
+            for (i, ((((c, &t), &b1), &hi), k)) in stage.enumerate() {
                 let b = &self.buckets[b1 as usize];
                 match b.first(t) {
                     Some(s) => {
                         *c = b.idx[s];
                         self.prefetch_key(*c, k, one_line);
                     }
-                    None if b.may_spill(t) => {
-                        *c = SECOND;
-                        prefetch(&self.buckets[self.second_bucket(b1 as usize, hi)]);
+                    None => {
+                        *c = NIL;
+                        if b.may_spill(t) {
+                            spilled[n] = i as u8;
+                            n += 1;
+                            prefetch(&self.buckets[self.second_bucket(b1 as usize, hi)]);
+                        }
                     }
-                    None => *c = NIL,
                 }
             }
-            // Stage 3: candidates from second buckets, and their records' prefetch.
-            let stage = cand.iter_mut().zip(&tag).zip(&first).zip(&high).zip(chunk);
-            for ((((c, &t), &b1), &hi), k) in stage {
-                if *c == SECOND {
-                    let b = &self.buckets[self.second_bucket(b1 as usize, hi)];
-                    *c = b.first(t).map_or(NIL, |s| b.idx[s]);
-                    if *c != NIL {
-                        self.prefetch_key(*c, k, one_line);
-                    }
+            // Stage 3: candidates from second buckets, and their records' prefetch. Over the
+            // list (~10 % of the keys) rather than every key with a mark to test: 6 % fewer
+            // instructions a lookup (callgrind, 16-byte keys), 1.02x the batched rate.
+            for &i in &spilled[..n] {
+                let i = usize::from(i);
+                let b = &self.buckets[self.second_bucket(first[i] as usize, high[i])];
+                if let Some(s) = b.first(tag[i]) {
+                    cand[i] = b.idx[s];
+                    self.prefetch_key(cand[i], &chunk[i], one_line);
                 }
             }
             // Stage 4: compare.
