@@ -24,6 +24,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 pairs=${1:-201}
 case $pairs in '' | *[!0-9]* | 0) echo "usage: $0 [PAIRS (a whole number, 1 or more)]" >&2; exit 2 ;; esac
+# Both benchmarks key on 40 bytes unless given 16; any other value would be labelled wrongly.
+case ${FLOWLANE_KEY:-40} in 16 | 40) ;; *) echo "FLOWLANE_KEY=$FLOWLANE_KEY: give 16 or 40" >&2; exit 2 ;; esac
 cpu=${CPU:-$(($(nproc) - 1))}
 command -v taskset >/dev/null || { echo "taskset is missing (Debian: util-linux)"; exit 1; }
 # Build both first, so no round times a compiler.

@@ -50,12 +50,19 @@ fn key(i: u64, proto: u8) -> FlowKey {
 
 /// Keys one `get_batch` is given: `FLOWLANE_BULK` (default 32, as DPDK's bursts and
 /// bench/dpdk_hash.c's rte_hash_lookup_bulk calls; rte_hash takes at most 64).
+/// A value that is not a power of two from 1 to 1024 is refused (exit 2), as
+/// bench/dpdk_hash.c refuses it, rather than measured at 32 under another name.
 fn bulk_size() -> usize {
-    std::env::var("FLOWLANE_BULK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n: &usize| (1..=1024).contains(n) && QUERIES.is_multiple_of(*n))
-        .unwrap_or(32)
+    let Ok(v) = std::env::var("FLOWLANE_BULK") else {
+        return 32;
+    };
+    match v.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) && QUERIES.is_multiple_of(n) => n,
+        _ => {
+            eprintln!("FLOWLANE_BULK={v}: give a power of two from 1 to 1024");
+            std::process::exit(2);
+        }
+    }
 }
 
 /// Every query, `bulk` to a `get_batch` call, each call's results in the same `bulk` slots

@@ -493,7 +493,18 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// own load sits behind every key); both buckets of every key prefetched in stage 1, as
     /// rte_hash does (0.95×: more lines for the 10 % that need the second); prefetch hints T1
     /// and NTA (the same).
+    ///
+    /// # Panics
+    ///
+    /// If `out` does not hold one slot per key (a key with no slot would go unanswered).
     pub fn get_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
+        assert_eq!(
+            keys.len(),
+            out.len(),
+            "get_batch: {} keys, {} result slots",
+            keys.len(),
+            out.len()
+        );
         // A call of 32 or fewer (DPDK's usual burst) zeroes scratch for 32 only: 1.02x.
         if keys.len() <= 32 {
             self.batch::<32>(keys, out)

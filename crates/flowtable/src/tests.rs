@@ -366,3 +366,19 @@ fn churn<K: TableKey>(k: impl Fn(u32) -> K) {
         assert_eq!(found, whole, "calls of {size}");
     }
 }
+
+#[test]
+#[should_panic(expected = "get_batch: 3 keys, 2 result slots")]
+fn a_batch_with_fewer_result_slots_than_keys_is_refused() {
+    let t: FlowTable<u32> = FlowTable::new(&config(16)).expect("table");
+    let k = |i: u8| {
+        FlowKey::v4(
+            Ipv4Addr::new(198, 18, 0, i),
+            Ipv4Addr::new(198, 19, 0, 1),
+            1,
+            9,
+            UDP,
+        )
+    };
+    t.get_batch(&[k(1), k(2), k(3)], &mut [None; 2]);
+}
