@@ -129,7 +129,7 @@ fn workload_for(flows: usize) -> (Vec<FlowKey>, usize) {
     (queries, (0..QUERIES as u64).filter(|&q| hit(q)).count())
 }
 
-/// 1 M flows filling 90 % of the bucket slots (the table's records: 1.02 M).
+/// 1 M flows filling 90 % of the bucket slots (a record a slot; a capacity of 1.02 M flows).
 fn filled<K: TableKey>(conv: impl Fn(FlowKey) -> K) -> FlowTable<u32, K> {
     filled_for(FLOWS, conv)
 }
@@ -226,7 +226,63 @@ fn lookups_only<K: TableKey>(rounds: usize, conv: impl Fn(FlowKey) -> K) {
     );
 }
 
+/// `FLOWTABLE_INSERT_TURNS=1`: a line `ready`, then for each line read on stdin a round of
+/// inserts on `FlowKey`s: 1 M flows into an empty table, then half of them removed in a
+/// shuffled order and as many new flows inserted, then (the table filled to its capacity)
+/// half a million new flows, each of which evicts one.
+/// Each round answers with a line of three rates, M/s: into the empty table, into the
+/// churned one (a table that has seen flows come and go: its free slots or records
+/// scattered), into the full one. For
+/// two builds' inserts alternated round by round, as bench/flowtable_vs_dpdk.sh alternates
+/// lookups.
+fn insert_turns(cfg: &Config) {
+    println!("ready");
+    for line in std::io::stdin().lines() {
+        if line.is_err() {
+            break;
+        }
+        let mut t: FlowTable<u32> = FlowTable::new(cfg).expect("table");
+        let start = Instant::now();
+        for i in 0..FLOWS as u64 {
+            *t.upsert(&key(i, UDP), 0).value = i as u32;
+        }
+        let fresh = start.elapsed().as_nanos() as f64 / FLOWS as f64;
+        // Every other flow, in a shuffled order (as flows end: not in the order they came).
+        for j in 0..FLOWS as u64 {
+            let i = j * 0x9E37_79B1 % FLOWS as u64;
+            if i.is_multiple_of(2) {
+                assert_eq!(t.remove(&key(i, UDP)), Some(i as u32));
+            }
+        }
+        let start = Instant::now();
+        for i in (FLOWS as u64..).take(FLOWS / 2) {
+            *t.upsert(&key(i, UDP), 0).value = i as u32;
+        }
+        let churned = start.elapsed().as_nanos() as f64 / (FLOWS / 2) as f64;
+        assert_eq!(t.len(), FLOWS);
+        assert_eq!(t.stats().evicted_full + t.stats().evicted_no_room, 0);
+        // Up to capacity, then half a million more: each evicts one (a flood of new flows).
+        let mut next = FLOWS as u64 * 3 / 2;
+        while t.len() < t.capacity() {
+            t.upsert(&key(next, UDP), 1);
+            next += 1;
+        }
+        let start = Instant::now();
+        for i in (next..).take(FLOWS / 2) {
+            *t.upsert(&key(i, UDP), 2).value = i as u32;
+        }
+        let full = start.elapsed().as_nanos() as f64 / (FLOWS / 2) as f64;
+        let s = t.stats();
+        assert!(s.evicted_full + s.evicted_no_room >= FLOWS as u64 / 2);
+        println!("{:.3} {:.3} {:.3}", 1e3 / fresh, 1e3 / churned, 1e3 / full);
+    }
+}
+
 fn main() {
+    if std::env::var("FLOWTABLE_INSERT_TURNS").is_ok() {
+        insert_turns(&Config::new(FLOWS * 92 / 90));
+        return;
+    }
     // `FLOWTABLE_LOOKUPS_ONLY=N`: N rounds of batched lookups only; `FLOWLANE_BULK` keys a
     // call and `FLOWLANE_KEY=16` the 16-byte IPv4 key (rte_hash's bench reads the same two).
     if let Some(n) = std::env::var("FLOWTABLE_LOOKUPS_ONLY")
@@ -360,9 +416,10 @@ fn main() {
     let hb_bytes = map.capacity() * (std::mem::size_of::<(FlowKey, u32)>() + 1);
     println!(
         "memory per flow at 1 M flows: flowtable {:.1} B (no value; {:.1} B with a u32; \
-         records for {} flows), hashbrown {:.1} B with a u32",
+         a record for each of {} slots, for up to {} flows), hashbrown {:.1} B with a u32",
         bare.memory_bytes() as f64 / FLOWS as f64,
         table.memory_bytes() as f64 / FLOWS as f64,
+        bare.slots(),
         bare.capacity(),
         hb_bytes as f64 / FLOWS as f64
     );

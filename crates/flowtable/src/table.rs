@@ -1,6 +1,11 @@
-//! The table: cuckoo buckets of ten (two choices per key, 16-bit tags and record indices in one
-//! 64-byte line), a slab of records of bounded size set at creation, and a hashed timer wheel
-//! whose slots are circular lists threaded through the records.
+//! The table: cuckoo buckets of thirty (two choices per key), each a 64-byte line of 16-bit
+//! tags alone; the records in slot order beside them (slot `s` of bucket `b` is record
+//! `b * SLOTS + s`), so a tag that matches names its record with no index to read; and a
+//! hashed timer wheel whose slots are circular lists threaded through the records.
+//!
+//! Why tags alone: at a million flows the tag lines are 2.4 MB, small enough to stay in the
+//! caches that the records (tens of MB) do not, so a lookup waits on memory once, for a
+//! hit's record, where buckets that also held record indices (7 MB) made it wait twice.
 //!
 //! Expiry is O(1) per flow: a record is linked once, into the wheel slot of the deadline it had
 //! when linked; a lookup only writes its `last` time. When the wheel reaches that slot the
@@ -14,14 +19,14 @@ use crate::prefetch::{prefetch, prefetch_addr};
 use crate::tags;
 
 /// Slots per bucket.
-pub const SLOTS: usize = 10;
+pub const SLOTS: usize = tags::SLOTS;
 const NIL: u32 = u32::MAX;
 const EMPTY: u16 = 0;
 /// Most displacements one insert makes before the flow it then holds is evicted.
 pub const MAX_KICKS: usize = 256;
 /// A record's `seen` word: the tick it was last seen in the low bits, its class above them and
 /// the in-use bit on top — one word, so a record is 52 bytes (a 40-byte key and three words
-/// of links and time) and the table stays within 64 bytes a flow with its buckets and wheel.
+/// of links and time) and the table stays within 64 bytes a flow with its tags and wheel.
 const LAST_BITS: u32 = 29;
 const LAST_MASK: u32 = (1 << LAST_BITS) - 1;
 const USED: u32 = 1 << 31;
@@ -70,7 +75,8 @@ impl Class {
 /// A table's shape, fixed at creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// The most flows held at once (the records are allocated up front).
+    /// The most flows held at once (the records, one per bucket slot, are allocated up
+    /// front).
     pub capacity: usize,
     /// Expiry granularity, nanoseconds: deadlines are whole ticks. A table's clock runs
     /// 2^29 ticks from the first time it is given (621 days of 100 ms ticks, 6 days of 1 ms);
@@ -122,10 +128,12 @@ pub struct Stats {
     pub expired: [u64; CLASSES],
     /// Flows removed by the caller.
     pub removed: u64,
-    /// Flows evicted because every record was in use (the new flow took the least recently
-    /// seen of its two buckets, a closing one first).
+    /// Flows evicted because the table held its capacity (the new flow took the least
+    /// recently seen of its two buckets, a closing one first).
     pub evicted_full: u64,
-    /// Flows evicted because the cuckoo walk found no room in `MAX_KICKS` moves.
+    /// Flows evicted because the cuckoo walk found no room in `MAX_KICKS` moves (the flow
+    /// it then held, or, had it come back to the new flow, the least recently seen of the
+    /// new flow's buckets).
     pub evicted_no_room: u64,
     /// TCP flows moved to the closing timeout by a FIN or RST.
     pub closed: u64,
@@ -148,39 +156,38 @@ impl Stats {
     }
 }
 
-/// A bucket: ten 16-bit tags (0: empty) in 20 bytes, all ten compared at once (`tags.rs`),
-/// and the records they point at — one cache line. Lanes 10 and 11 are this
-/// bucket's spill filter and count (Cuckoo++'s idea): the flows whose first bucket this is but
-/// which sit in their second, as a 16-bit filter of their tags and a count (the filter is
-/// cleared when the count reaches 0). A key not here whose tag is not in the filter is in
-/// neither bucket: a miss reads one line, not two.
+/// A bucket: thirty 16-bit tags (0: empty) in one cache line, all compared at once
+/// (`tags.rs`); the records they stand for are the bucket's slots in the record array. Lanes
+/// [`FILTER`] and [`COUNT`] are this bucket's spill filter and count (Cuckoo++'s idea): the
+/// flows whose first bucket this is but which sit in their second, as a 16-bit filter of their
+/// tags and a count (the filter is cleared when the count reaches 0). A key not here whose tag
+/// is not in the filter is in neither bucket: a miss reads one line, not two.
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
-    tags: [u64; 3],
-    idx: [u32; SLOTS],
+    tags: [u16; tags::LANES],
 }
 
+const FILTER: usize = SLOTS;
+const COUNT: usize = SLOTS + 1;
+
 const EMPTY_BUCKET: Bucket = Bucket {
-    tags: [0; 3],
-    idx: [NIL; SLOTS],
+    tags: [EMPTY; tags::LANES],
 };
 
 impl Bucket {
     #[inline(always)]
     fn tag(&self, s: usize) -> u16 {
-        (self.tags[s / 4] >> (16 * (s % 4))) as u16
+        self.tags[s]
     }
 
     #[inline(always)]
     fn set_tag(&mut self, s: usize, tag: u16) {
-        let w = &mut self.tags[s / 4];
-        let shift = 16 * (s % 4);
-        *w = (*w & !(0xffff << shift)) | (u64::from(tag) << shift);
+        self.tags[s] = tag;
     }
 
-    /// The slots whose tag is `tag`: bits `2 s` and `2 s + 1` for slot `s` (exact; the spill
-    /// filter and count are never matched).
+    /// The slots whose tag is `tag`: bit `s` for slot `s` (exact; the spill filter and count
+    /// are never matched).
     #[inline(always)]
     fn matching(&self, tag: u16) -> u32 {
         tags::matching(&self.tags, tag)
@@ -190,29 +197,27 @@ impl Bucket {
     #[inline(always)]
     fn first(&self, tag: u16) -> Option<usize> {
         let m = self.matching(tag);
-        (m != 0).then_some((m.trailing_zeros() / 2) as usize)
+        (m != 0).then_some(m.trailing_zeros() as usize)
     }
 
     /// Whether a flow with `tag` whose first bucket this is may sit in its second.
     #[inline(always)]
     fn may_spill(&self, tag: u16) -> bool {
-        (self.tags[2] >> 32) as u16 & (1 << (tag & 15)) != 0
+        self.tags[FILTER] & (1 << (tag & 15)) != 0
     }
 
     /// One more (`up`) or one fewer flow of this first bucket in its second.
     fn spill(&mut self, tag: u16, up: bool) {
-        let w = self.tags[2];
-        let (mut filter, mut count) = ((w >> 32) as u16, (w >> 48) as u16);
+        let count = self.tags[COUNT];
         if up {
-            filter |= 1 << (tag & 15);
-            count = count.saturating_add(1);
+            self.tags[FILTER] |= 1 << (tag & 15);
+            self.tags[COUNT] = count.saturating_add(1);
         } else {
-            count = count.saturating_sub(1);
-            if count == 0 {
-                filter = 0;
+            self.tags[COUNT] = count.saturating_sub(1);
+            if self.tags[COUNT] == 0 {
+                self.tags[FILTER] = 0;
             }
         }
-        self.tags[2] = (w & 0xffff_ffff) | u64::from(filter) << 32 | u64::from(count) << 48;
     }
 
     fn empty_slot(&self) -> Option<usize> {
@@ -233,10 +238,24 @@ struct Record<V, K> {
     /// Last seen (ticks since the table's first, low [`LAST_BITS`]), the class above, and
     /// [`USED`] when it holds a flow.
     seen: u32,
-    /// Wheel list links (record indices; the wheel's sentinels follow the flows).
+    /// Wheel list links (record indices; the wheel's sentinels follow the slots' records;
+    /// [`NIL`] in a record that holds no flow).
     prev: u32,
     next: u32,
     value: V,
+}
+
+impl<V: Default, K: Default> Record<V, K> {
+    /// A record that holds no flow.
+    fn blank() -> Self {
+        Record {
+            key: K::default(),
+            seen: 0,
+            prev: NIL,
+            next: NIL,
+            value: V::default(),
+        }
+    }
 }
 
 impl<V, K> Record<V, K> {
@@ -283,10 +302,14 @@ pub struct Upsert<'a, V, K = FlowKey> {
 #[derive(Debug, Clone)]
 pub struct FlowTable<V, K = FlowKey> {
     buckets: Vec<Bucket>,
+    /// A record per bucket slot (slot `s` of bucket `b` at `b * SLOTS + s`), then the wheel's
+    /// sentinels.
     records: Vec<Record<V, K>>,
+    /// The most flows held at once.
     cap: u32,
+    /// Records that are slots (the first sentinel's index).
+    nslots: u32,
     wheel: u32,
-    free: u32,
     seed: u64,
     tick_ns: u64,
     timeouts: [u32; CLASSES],
@@ -299,12 +322,21 @@ pub struct FlowTable<V, K = FlowKey> {
     stats: Stats,
 }
 
-/// Where a key lives: bucket, slot, record.
-type At = (usize, usize, u32);
-
 impl<V: Default, K: TableKey> FlowTable<V, K> {
-    /// An empty table of `cfg.capacity` records, all memory allocated now.
+    /// An empty table for up to `cfg.capacity` flows, all memory allocated now (a record for
+    /// each bucket slot: a little more than the capacity, as buckets are at most 92 % full).
     pub fn new(cfg: &Config) -> Result<Self, ConfigError> {
+        // Buckets at most 92 % full at capacity: two choices of thirty slots fill past 99 %,
+        // and at 92 % few flows need their second bucket.
+        Self::with_buckets(
+            cfg,
+            (cfg.capacity.div_ceil(SLOTS) * 100).div_ceil(92).max(2),
+        )
+    }
+
+    /// A table of `nb` buckets (the tests give fewer slots than flows, so that buckets fill
+    /// and the cuckoo walk runs out of room).
+    pub(crate) fn with_buckets(cfg: &Config, nb: usize) -> Result<Self, ConfigError> {
         if cfg.capacity == 0 || cfg.capacity >= (u32::MAX / 2) as usize {
             return Err(ConfigError(format!(
                 "capacity {} flows: give 1 to {}",
@@ -326,37 +358,24 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
             }
             *t = ticks as u32;
         }
-        // Ten slots a bucket at most 92 % full at capacity (cuckoo with two choices of ten
-        // fills past 95 %).
-        let nb = (cfg.capacity.div_ceil(SLOTS) * 100).div_ceil(92).max(2);
+        let nslots = (nb * SLOTS) as u32;
         let wheel = timeouts.iter().max().copied().unwrap_or(1) + 2;
-        let cap = cfg.capacity as u32;
-        let mut records = Vec::with_capacity(cfg.capacity + wheel as usize);
-        for i in 0..cap {
-            records.push(Record {
-                key: K::default(),
-                seen: 0,
-                prev: NIL,
-                next: if i + 1 < cap { i + 1 } else { NIL },
-                value: V::default(),
-            });
-        }
+        let mut records = Vec::with_capacity(nslots as usize + wheel as usize);
+        records.resize_with(nslots as usize, Record::blank);
         // The wheel's sentinels: empty circular lists.
         for s in 0..wheel {
             records.push(Record {
-                key: K::default(),
-                seen: 0,
-                prev: cap + s,
-                next: cap + s,
-                value: V::default(),
+                prev: nslots + s,
+                next: nslots + s,
+                ..Record::blank()
             });
         }
         Ok(FlowTable {
             buckets: vec![EMPTY_BUCKET; nb],
             records,
-            cap,
+            cap: cfg.capacity as u32,
+            nslots,
             wheel,
-            free: 0,
             seed: cfg.seed,
             tick_ns: cfg.tick_ns,
             timeouts,
@@ -436,22 +455,22 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     }
 
     #[inline]
-    fn scan(&self, b: usize, tag: u16, key: &K) -> Option<At> {
+    fn scan(&self, b: usize, tag: u16, key: &K) -> Option<u32> {
         let bk = &self.buckets[b];
         let mut m = bk.matching(tag);
         while m != 0 {
-            let s = (m.trailing_zeros() / 2) as usize;
-            m &= !(3 << (2 * s));
-            let r = bk.idx[s];
+            let s = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let r = (b * SLOTS + s) as u32;
             if *key == self.records[r as usize].key {
-                return Some((b, s, r));
+                return Some(r);
             }
         }
         None
     }
 
     #[inline]
-    fn find(&self, key: &K, h: u64) -> Option<At> {
+    fn find(&self, key: &K, h: u64) -> Option<u32> {
         let (tag, b1, b2) = self.place(h);
         self.scan(b1, tag, key).or_else(|| {
             if self.buckets[b1].may_spill(tag) {
@@ -465,20 +484,23 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// The flow's value, without counting or touching it.
     pub fn get(&self, key: &K) -> Option<&V> {
         self.find(key, key.keyed_hash(self.seed))
-            .map(|(_, _, r)| &self.records[r as usize].value)
+            .map(|r| &self.records[r as usize].value)
     }
 
     /// The flow's value to change, without counting or touching it (its deadline stays: a
     /// reassembly context's timeout runs from its first fragment, as Linux's does).
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        let (_, _, r) = self.find(key, key.keyed_hash(self.seed))?;
+        let r = self.find(key, key.keyed_hash(self.seed))?;
         Some(&mut self.records[r as usize].value)
     }
 
     /// Whether each of `keys` is held: `out[i]` is set to the record index or `None`.
     /// Up to 64 keys (rte_hash's most a bulk lookup) go through the stages together: the
     /// buckets of the whole batch are touched first, so their cache misses overlap (as
-    /// DPDK's bulk lookup does). 64 rather than 32: a batch waits for two misses in a row
+    /// DPDK's bulk lookup does). A bucket of tags alone, its records in slot order, took
+    /// the batch 1.10–1.24× further than buckets of ten tags and ten record indices (a
+    /// hit's record index came from the bucket, and those buckets were three times the
+    /// bytes, so more of them came from memory). 64 rather than 32: a batch waits for two misses in a row
     /// (bucket, then record), and over 64 keys that wait is shared by twice as many (43 M
     /// lookups/s against 38 on the benchmark's workload given 64 at a time; the same given
     /// 32). Each stage waits on memory, so what it does behind its loads is kept short (the
@@ -542,7 +564,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
                 let b = &self.buckets[b1 as usize];
                 match b.first(t) {
                     Some(s) => {
-                        *c = b.idx[s];
+                        *c = (b1 as usize * SLOTS + s) as u32;
                         self.prefetch_key(*c, k, one_line);
                     }
                     None => {
@@ -560,9 +582,9 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
             // instructions a lookup (callgrind, 16-byte keys), 1.02x the batched rate.
             for &i in &spilled[..n] {
                 let i = usize::from(i);
-                let b = &self.buckets[self.second_bucket(first[i] as usize, high[i])];
-                if let Some(s) = b.first(tag[i]) {
-                    cand[i] = b.idx[s];
+                let b2 = self.second_bucket(first[i] as usize, high[i]);
+                if let Some(s) = self.buckets[b2].first(tag[i]) {
+                    cand[i] = (b2 * SLOTS + s) as u32;
                     self.prefetch_key(cand[i], &chunk[i], one_line);
                 }
             }
@@ -582,7 +604,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         } else if *k == self.records[c as usize].key {
             Some(c)
         } else {
-            self.find(k, k.keyed_hash(self.seed)).map(|x| x.2)
+            self.find(k, k.keyed_hash(self.seed))
         }
     }
 
@@ -611,7 +633,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         let now = self.tick(now_ns);
         self.stats.lookups += 1;
         match self.find(key, key.keyed_hash(self.seed)) {
-            Some((_, _, r)) => {
+            Some(r) => {
                 self.stats.hits += 1;
                 let rec = &mut self.records[r as usize];
                 rec.touch(now);
@@ -624,14 +646,14 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         }
     }
 
-    /// The flow's value, added (as `V::default()`) if it is not held, at `now_ns`. When
-    /// every record is in use, the least recently seen flow of the new one's two buckets (a
-    /// closing one first) is evicted and handed back.
+    /// The flow's value, added (as `V::default()`) if it is not held, at `now_ns`. When the
+    /// table holds its capacity, the least recently seen flow of the new one's two buckets
+    /// (a closing one first) is evicted and handed back.
     pub fn upsert(&mut self, key: &K, now_ns: u64) -> Upsert<'_, V, K> {
         let now = self.tick(now_ns);
         self.stats.lookups += 1;
         let h = key.keyed_hash(self.seed);
-        if let Some((_, _, r)) = self.find(key, h) {
+        if let Some(r) = self.find(key, h) {
             self.stats.hits += 1;
             let rec = &mut self.records[r as usize];
             rec.touch(now);
@@ -644,38 +666,28 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         self.stats.misses += 1;
         let (tag, b1, b2) = self.place(h);
         let mut evicted = None;
-        if self.free == NIL {
-            let victim = self.victim(b1, b2);
-            evicted = Some(self.take(victim));
-            self.stats.evicted_full += 1;
+        if self.stats.live >= u64::from(self.cap) {
+            if let Some(v) = self.victim(b1, b2) {
+                evicted = Some(self.take(v));
+                self.stats.evicted_full += 1;
+            }
         }
-        let r = self.free;
-        self.free = self.records[r as usize].next;
-        let class = Class::of(key.protocol());
-        {
-            let rec = &mut self.records[r as usize];
-            rec.key = *key;
-            rec.hold(class, now);
-            rec.value = V::default();
-        }
-        let deadline = self.deadline_slot(now.saturating_add(self.timeouts[class as usize]));
-        self.link(r, deadline);
+        let mut rec = Record {
+            key: *key,
+            ..Record::blank()
+        };
+        rec.hold(Class::of(key.protocol()), now);
         self.stats.inserts += 1;
         self.stats.live += 1;
-        if let Some(lost) = self.seat(tag, r, b1, b2) {
-            // The walk ended holding a flow with no room. (Never after an eviction for want of
-            // a record: that eviction emptied a slot of this flow's own buckets.)
+        let (r, lost) = self.seat(tag, rec, b1, b2);
+        if let Some(lost) = lost {
+            // The walk ended holding a flow with no room, or came back to the new flow and
+            // evicted the least recently seen of its buckets for it. (Never after an eviction
+            // for want of a record: that eviction emptied a slot of this flow's own buckets.)
             debug_assert!(evicted.is_none());
             self.stats.evicted_no_room += 1;
-            if lost == r {
-                // It came back to the new flow: the least recently seen of its buckets goes.
-                let v = self.victim(b1, b2);
-                evicted = Some(self.take(v));
-                let again = self.seat(tag, r, b1, b2);
-                debug_assert!(again.is_none());
-            } else {
-                evicted = Some(self.release(lost));
-            }
+            self.stats.live -= 1;
+            evicted = Some((lost.key, lost.value));
         }
         Upsert {
             value: &mut self.records[r as usize].value,
@@ -688,7 +700,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// once). `false`: no such flow.
     pub fn close(&mut self, key: &K, now_ns: u64) -> bool {
         let now = self.tick(now_ns);
-        let Some((_, _, r)) = self.find(key, key.keyed_hash(self.seed)) else {
+        let Some(r) = self.find(key, key.keyed_hash(self.seed)) else {
             return false;
         };
         let rec = &mut self.records[r as usize];
@@ -709,13 +721,9 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// Removes the flow, handing back its value.
     pub fn remove(&mut self, key: &K) -> Option<V> {
         let h = key.keyed_hash(self.seed);
-        let (b, s, r) = self.find(key, h)?;
-        // Where it sits is known: no second hash or scan.
-        let (tag, b1, _) = self.place(h);
-        self.clear_slot(b, s, tag, b1);
-        self.unlink(r);
+        let r = self.find(key, h)?;
         self.stats.removed += 1;
-        Some(self.free_record(r).1)
+        Some(self.take(r).1)
     }
 
     /// Advances the wheel to `now_ns`: every flow whose deadline (last seen plus its class's
@@ -731,7 +739,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
             let slot = (self.cursor + i) % self.wheel;
             self.stats.gc_ticks += 1;
             // Detach the slot's list first: what moves on lands in other lists.
-            let sentinel = self.cap + slot;
+            let sentinel = self.nslots + slot;
             let mut r = self.records[sentinel as usize].next;
             self.records[sentinel as usize].next = sentinel;
             self.records[sentinel as usize].prev = sentinel;
@@ -742,8 +750,8 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
                 let class = rec.class();
                 let due = u64::from(rec.last()) + u64::from(self.timeouts[class as usize]);
                 if due <= u64::from(now) {
-                    self.unseat(r);
-                    let (key, value) = self.free_record(r);
+                    // Its list is detached: it leaves the bucket and the slot, no unlink.
+                    let (key, value) = self.release(r);
                     self.stats.expired[class as usize] += 1;
                     on_expired(&key, value, class);
                 } else {
@@ -758,7 +766,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
 
     /// Every flow held, in no order: (key, value).
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.records[..self.cap as usize]
+        self.records[..self.nslots as usize]
             .iter()
             .filter(|r| r.used())
             .map(|r| (&r.key, &r.value))
@@ -770,7 +778,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     }
 
     fn link(&mut self, r: u32, slot: u32) {
-        let s = self.cap + slot;
+        let s = self.nslots + slot;
         let tail = self.records[s as usize].prev;
         self.records[r as usize].prev = tail;
         self.records[r as usize].next = s;
@@ -784,63 +792,73 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         self.records[n as usize].prev = p;
     }
 
-    /// Returns a record to the free list; its key and value.
-    fn free_record(&mut self, r: u32) -> (K, V) {
-        let rec = &mut self.records[r as usize];
-        rec.seen = 0;
-        rec.prev = NIL;
-        rec.next = self.free;
-        let out = (rec.key, std::mem::take(&mut rec.value));
-        self.free = r;
-        self.stats.live -= 1;
-        out
-    }
-
-    /// Clears the bucket slot that points at record `r`.
-    fn unseat(&mut self, r: u32) {
-        let key = self.records[r as usize].key;
-        let (tag, b1, b2) = self.place(key.keyed_hash(self.seed));
-        for b in [b1, b2] {
-            if let Some(s) = self.buckets[b].idx.iter().position(|&x| x == r) {
-                self.clear_slot(b, s, tag, b1);
-                return;
-            }
-        }
-    }
-
-    /// Empties slot `s` of bucket `b`, whose flow's first bucket is `b1` (its spill filter
-    /// forgets the flow when it sat in its second).
-    fn clear_slot(&mut self, b: usize, s: usize, tag: u16, b1: usize) {
-        self.buckets[b].set_tag(s, EMPTY);
-        self.buckets[b].idx[s] = NIL;
-        if b != b1 {
-            self.buckets[b1].spill(tag, false);
-        }
-    }
-
-    /// Takes a held flow out entirely (bucket, wheel, record).
+    /// Takes a held flow out entirely (bucket, wheel, record): its key and value.
     fn take(&mut self, r: u32) -> (K, V) {
-        self.unseat(r);
+        self.unlink(r);
         self.release(r)
     }
 
-    /// A flow no longer in any bucket: off the wheel and back to the free list.
+    /// A held flow off the wheel already (or on a detached wheel list) leaves its slot: the
+    /// slot is emptied, its first bucket's spill filter forgets it if it sat in its second,
+    /// and its key and value are handed back.
     fn release(&mut self, r: u32) -> (K, V) {
+        let (b, s) = (r as usize / SLOTS, r as usize % SLOTS);
+        let tag = self.buckets[b].tag(s);
+        let b1 = self.first_bucket(self.records[r as usize].key.keyed_hash(self.seed));
+        if b != b1 {
+            self.buckets[b1].spill(tag, false);
+        }
+        self.buckets[b].set_tag(s, EMPTY);
+        self.stats.live -= 1;
+        let rec = std::mem::replace(&mut self.records[r as usize], Record::blank());
+        (rec.key, rec.value)
+    }
+
+    /// Puts `rec` (tag `tag`) in slot `s` of bucket `b`, an empty one, and links it on the
+    /// wheel at its deadline (for a flow moved by the cuckoo walk, its real one): its index.
+    fn put(&mut self, b: usize, s: usize, tag: u16, rec: Record<V, K>) -> u32 {
+        let r = (b * SLOTS + s) as u32;
+        let due = rec
+            .last()
+            .saturating_add(self.timeouts[rec.class() as usize]);
+        self.records[r as usize] = rec;
+        self.buckets[b].set_tag(s, tag);
+        let slot = self.deadline_slot(due);
+        self.link(r, slot);
+        r
+    }
+
+    /// Lifts the flow out of slot `s` of bucket `b` (and off the wheel) for the cuckoo walk
+    /// to carry; the spill filters are the walk's to keep.
+    fn lift(&mut self, b: usize, s: usize) -> Record<V, K> {
+        let r = (b * SLOTS + s) as u32;
         self.unlink(r);
-        self.free_record(r)
+        self.buckets[b].set_tag(s, EMPTY);
+        std::mem::replace(&mut self.records[r as usize], Record::blank())
     }
 
     /// The flow to evict for a new one whose buckets are `b1` and `b2`: a closing flow
     /// there first, else the least recently seen there; with both buckets empty, the first
-    /// flow on the wheel from now on (among the soonest due).
-    fn victim(&self, b1: usize, b2: usize) -> u32 {
+    /// flow on the wheel from now on (among the soonest due). `None`: no flow is held.
+    fn victim(&self, b1: usize, b2: usize) -> Option<u32> {
+        self.victim_in(b1, b2).or_else(|| {
+            (1..=self.wheel).find_map(|i| {
+                let s = self.nslots + (self.cursor + i) % self.wheel;
+                let first = self.records[s as usize].next;
+                (first != s).then_some(first)
+            })
+        })
+    }
+
+    /// A closing flow of buckets `b1` and `b2` first, else their least recently seen.
+    fn victim_in(&self, b1: usize, b2: usize) -> Option<u32> {
         let mut best: Option<(bool, u32, u32)> = None;
         for b in [b1, b2] {
             for s in 0..SLOTS {
                 if self.buckets[b].tag(s) == EMPTY {
                     continue;
                 }
-                let r = self.buckets[b].idx[s];
+                let r = (b * SLOTS + s) as u32;
                 let rec = &self.records[r as usize];
                 let rank = (rec.class() != Class::Closing, rec.last(), r);
                 if best.is_none_or(|x| rank < x) {
@@ -848,58 +866,86 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
                 }
             }
         }
-        if let Some((_, _, r)) = best {
-            return r;
-        }
-        for i in 1..=self.wheel {
-            let s = self.cap + (self.cursor + i) % self.wheel;
-            let first = self.records[s as usize].next;
-            if first != s {
-                return first;
-            }
-        }
-        // Unreachable while a flow is held: every held flow is on the wheel.
-        0
+        best.map(|(_, _, r)| r)
     }
 
-    /// Seats record `r` (tag `tag`) in `b1` or `b2`, displacing others cuckoo-wise. `Some`:
-    /// the record left holding no seat after `MAX_KICKS` moves.
-    fn seat(&mut self, tag: u16, r: u32, b1: usize, b2: usize) -> Option<u32> {
+    /// Seats the new flow `rec` (tag `tag`) in `b1` or `b2`, displacing others cuckoo-wise:
+    /// where it sits, and a flow that lost its place — the one the walk held when it gave up
+    /// after `MAX_KICKS` moves or, when the walk came back to the new flow, the least recently
+    /// seen of the new flow's (full) buckets, whose slot it takes.
+    fn seat(
+        &mut self,
+        tag: u16,
+        rec: Record<V, K>,
+        b1: usize,
+        b2: usize,
+    ) -> (u32, Option<Record<V, K>>) {
         if let Some(s) = self.buckets[b1].empty_slot() {
-            self.put(b1, s, tag, r);
-            return None;
+            return (self.put(b1, s, tag, rec), None);
         }
         if let Some(s) = self.buckets[b2].empty_slot() {
-            self.put(b2, s, tag, r);
             self.buckets[b1].spill(tag, true);
-            return None;
+            return (self.put(b2, s, tag, rec), None);
         }
-        // The flow held (`tag`, `r`, first bucket `first`) goes into bucket `b` in place of
-        // one there, which then goes to its other bucket.
-        let (mut b, mut tag, mut r, mut first) = (b1, tag, r, b1);
+        // The flow held (`tag`, `rec`, first bucket `first`; `new` if it is the new flow)
+        // goes into bucket `b` in place of one there, which then goes to its other bucket.
+        let (mut b, mut tag, mut rec, mut first, mut new) = (b1, tag, rec, b1, true);
+        let mut at = NIL;
         for k in 0..MAX_KICKS {
-            let s = (k * 7 + (r as usize)) % SLOTS;
-            let (vt, vr) = (self.buckets[b].tag(s), self.buckets[b].idx[s]);
-            self.put(b, s, tag, r);
+            let s = (k * 7 + usize::from(tag)) % SLOTS;
+            let r = (b * SLOTS + s) as u32;
+            let vt = self.buckets[b].tag(s);
+            let victim = self.lift(b, s);
+            let was_new = at == r;
+            self.put(b, s, tag, rec);
+            if new {
+                at = r;
+            }
             if b != first {
                 self.buckets[first].spill(tag, true);
             }
             self.stats.kicks += 1;
-            let (_, x1, x2) = self.place(self.records[vr as usize].key.keyed_hash(self.seed));
+            let (_, x1, x2) = self.place(victim.key.keyed_hash(self.seed));
             if b != x1 {
                 self.buckets[x1].spill(vt, false);
             }
             let alt = if x1 == b { x2 } else { x1 };
             if let Some(s) = self.buckets[alt].empty_slot() {
-                self.put(alt, s, vt, vr);
                 if alt != x1 {
                     self.buckets[x1].spill(vt, true);
                 }
-                return None;
+                let landed = self.put(alt, s, vt, victim);
+                if was_new {
+                    at = landed;
+                }
+                return (at, None);
             }
-            (b, tag, r, first) = (alt, vt, vr, x1);
+            (b, tag, rec, first, new) = (alt, vt, victim, x1, was_new);
         }
-        Some(r)
+        if !new {
+            return (at, Some(rec));
+        }
+        // Back to the new flow: its buckets are full (it was lifted from one of them).
+        let lost = match self.victim_in(b1, b2) {
+            Some(v) => {
+                let (vb, vs) = (v as usize / SLOTS, v as usize % SLOTS);
+                let (vtag, vfirst) = (
+                    self.buckets[vb].tag(vs),
+                    self.first_bucket(self.records[v as usize].key.keyed_hash(self.seed)),
+                );
+                if vb != vfirst {
+                    self.buckets[vfirst].spill(vtag, false);
+                }
+                let lost = self.lift(vb, vs);
+                if vb != b1 {
+                    self.buckets[b1].spill(tag, true);
+                }
+                at = self.put(vb, vs, tag, rec);
+                lost
+            }
+            None => rec,
+        };
+        (at, Some(lost))
     }
 
     /// Panics unless every held flow sits in one of its two buckets under its tag, every
@@ -915,9 +961,9 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
                     continue;
                 }
                 seated += 1;
-                let r = bk.idx[s];
-                let rec = &self.records[r as usize];
-                assert!(rec.used(), "bucket {b} slot {s} points at a free record");
+                let r = b * SLOTS + s;
+                let rec = &self.records[r];
+                assert!(rec.used(), "bucket {b} slot {s} holds a free record");
                 let (tag, b1, b2) = self.place(rec.key.keyed_hash(self.seed));
                 assert_eq!(bk.tag(s), tag);
                 assert!(b == b1 || b == b2, "flow in bucket {b}, not {b1} or {b2}");
@@ -928,26 +974,32 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
             }
         }
         assert_eq!(seated, self.stats.live);
+        assert!(seated <= u64::from(self.cap));
+        let used = self.records[..self.nslots as usize]
+            .iter()
+            .filter(|r| r.used());
+        assert_eq!(
+            used.count() as u64,
+            seated,
+            "records in use outside the tagged slots"
+        );
         for (b, bk) in self.buckets.iter().enumerate() {
-            let (filter, count) = ((bk.tags[2] >> 32) as u16, (bk.tags[2] >> 48) as u16);
+            let (filter, count) = (bk.tags[FILTER], bk.tags[COUNT]);
             assert_eq!(count, spills[b].1, "bucket {b}'s spill count");
             assert_eq!(filter & spills[b].0, spills[b].0, "bucket {b}'s filter");
         }
         let mut on_wheel = 0u64;
         for slot in 0..self.wheel {
-            let sentinel = self.cap + slot;
+            let sentinel = self.nslots + slot;
             let mut r = self.records[sentinel as usize].next;
             while r != sentinel {
                 assert!(self.records[r as usize].used());
+                let n = self.records[r as usize].next;
+                assert_eq!(self.records[n as usize].prev, r, "wheel links");
                 on_wheel += 1;
                 r = self.records[r as usize].next;
             }
         }
         assert_eq!(on_wheel, self.stats.live);
-    }
-
-    fn put(&mut self, b: usize, s: usize, tag: u16, r: u32) {
-        self.buckets[b].set_tag(s, tag);
-        self.buckets[b].idx[s] = r;
     }
 }

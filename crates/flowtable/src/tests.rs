@@ -94,7 +94,18 @@ fn run<K: TableKey + std::hash::Hash + Ord>(
     ops: &[Op],
     key: impl Fn(u16) -> K,
 ) -> Result<(), TestCaseError> {
-    let mut t: FlowTable<u64, K> = FlowTable::new(&config(capacity)).expect("table");
+    let t = FlowTable::new(&config(capacity)).expect("table");
+    run_on(t, capacity, keys, ops, key)
+}
+
+/// The same on table `t`.
+fn run_on<K: TableKey + std::hash::Hash + Ord>(
+    mut t: FlowTable<u64, K>,
+    capacity: usize,
+    keys: u16,
+    ops: &[Op],
+    key: impl Fn(u16) -> K,
+) -> Result<(), TestCaseError> {
     let mut m = Model {
         flows: HashMap::new(),
         now: 0,
@@ -221,6 +232,17 @@ proptest! {
     #[test]
     fn a_full_v4_table_evicts_and_says_what(ops in proptest::collection::vec(op(200), 1..600)) {
         run(16, 200, &ops, key4)?;
+    }
+
+    /// Two buckets (60 slots) for up to 100 flows of 200 keys: buckets fill before the
+    /// records run out, so the cuckoo walk runs out of room, comes back to the new flow, and
+    /// evicts (`evicted_no_room`); every eviction is handed back with its value.
+    #[test]
+    fn full_buckets_evict_and_say_what(ops in proptest::collection::vec(op(200), 1..600)) {
+        let t = FlowTable::with_buckets(&config(100), 2).expect("table");
+        run_on(t, 100, 200, &ops, key)?;
+        let t = FlowTable::with_buckets(&config(100), 2).expect("table");
+        run_on(t, 100, 200, &ops, key4)?;
     }
 }
 
@@ -381,4 +403,35 @@ fn a_batch_with_fewer_result_slots_than_keys_is_refused() {
         )
     };
     t.get_batch(&[k(1), k(2), k(3)], &mut [None; 2]);
+}
+
+#[test]
+fn a_walk_out_of_room_evicts_one_flow_and_keeps_the_others() {
+    // Two buckets, 60 slots, room in the records for 100: from the 61st flow on, every new
+    // flow's walk runs out of moves (both buckets full) and one flow leaves, handed back.
+    let mut t: FlowTable<u32, V4Key> = FlowTable::with_buckets(&config(100), 2).expect("table");
+    let mut held = HashMap::new();
+    for i in 0..100u16 {
+        let k = key4(i);
+        let u = t.upsert(&k, 10 + u64::from(i));
+        assert!(u.new);
+        *u.value = u32::from(i);
+        if let Some((ek, ev)) = u.evicted {
+            assert_eq!(held.remove(&ek), Some(ev), "evicted {ek:?}");
+        }
+        held.insert(k, u32::from(i));
+        t.check();
+    }
+    assert_eq!((t.len(), held.len()), (60, 60));
+    let s = t.stats();
+    assert_eq!((s.evicted_no_room, s.evicted_full), (40, 0));
+    assert_eq!(s.kicks, 40 * crate::MAX_KICKS as u64);
+    for (k, v) in &held {
+        assert_eq!(t.get(k), Some(v));
+    }
+    // The flows moved by the walks are still on the wheel, at their own deadlines.
+    let mut gone = 0;
+    t.expire(1_000, |_, _, _| gone += 1);
+    assert_eq!((gone, t.len()), (60, 0));
+    t.check();
 }
