@@ -8,7 +8,8 @@
 //! hit's record, where buckets that also held record indices (7 MB) made it wait twice.
 //!
 //! Expiry is O(1) per flow: a record is linked once, into the wheel slot of the deadline it had
-//! when linked; a lookup only writes its `last` time. When the wheel reaches that slot the
+//! when linked (again, at its real deadline, if the cuckoo walk moves it); a lookup only writes
+//! its `last` time. When the wheel reaches that slot the
 //! record's real deadline (`last` + its class's timeout) is checked: due, it expires; not due,
 //! it moves to the slot of its real deadline. Each visit either expires a flow or follows at
 //! least one timeout of activity, so the work per expired flow does not grow with the table.
@@ -494,27 +495,25 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         Some(&mut self.records[r as usize].value)
     }
 
-    /// Whether each of `keys` is held: `out[i]` is set to the record index or `None`.
-    /// Up to 64 keys (rte_hash's most a bulk lookup) go through the stages together: the
-    /// buckets of the whole batch are touched first, so their cache misses overlap (as
-    /// DPDK's bulk lookup does). A bucket of tags alone, its records in slot order, took
-    /// the batch 1.10–1.24× further than buckets of ten tags and ten record indices (a
-    /// hit's record index came from the bucket, and those buckets were three times the
-    /// bytes, so more of them came from memory). 64 rather than 32: a batch waits for two misses in a row
-    /// (bucket, then record), and over 64 keys that wait is shared by twice as many (43 M
-    /// lookups/s against 38 on the benchmark's workload given 64 at a time; the same given
-    /// 32). Each stage waits on memory, so what it does behind its loads is kept short (the
-    /// fewer instructions a key takes there, the more keys' loads are in flight): all ten tags
-    /// compared at once took it 1.12–1.16× further. Tried and slower, for the same reason:
-    /// choosing each stage's prefetch without branches (more instructions behind each load,
-    /// though the benchmark's hits and misses alternate at random: 0.77–0.85×), and the
-    /// compare without a branch on a missing candidate (reading a hot dummy record:
-    /// 0.87–0.95×). Tried and no better: comparing the first buckets' candidates before
-    /// the second buckets' (0.9×, or even); asking for a key's second bucket in stage 1 where
-    /// a spill filter kept apart from the buckets (in cache) said so (0.93–1.0×: the filter's
-    /// own load sits behind every key); both buckets of every key prefetched in stage 1, as
-    /// rte_hash does (0.95×: more lines for the 10 % that need the second); prefetch hints T1
-    /// and NTA (the same).
+    /// Whether each of `keys` is held: `out[i]` is set to the record index or `None`. Up to 64 keys
+    /// (rte_hash's most a bulk lookup) go through the stages together: the buckets of the whole
+    /// batch are touched first, so their cache misses overlap (as DPDK's bulk lookup does). A
+    /// bucket of tags alone, its records in slot order, took the batch 1.10–1.24× further than
+    /// buckets of ten tags and ten record indices (a hit's record index came from the bucket, and
+    /// those buckets were three times the bytes, so more of them came from memory). 64 rather than
+    /// 32: a batch waits for two misses in a row (bucket, then record), and over 64 keys that wait
+    /// is shared by twice as many (43 M lookups/s against 38 on the benchmark's workload given 64
+    /// at a time; the same given 32). Each stage waits on memory, so what it does behind its loads
+    /// is kept short (the fewer instructions a key takes there, the more keys' loads are in
+    /// flight): a bucket's tags compared at once (ten, then) took it 1.12–1.16× further. Tried and
+    /// slower, for the same reason: choosing each stage's prefetch without branches (more
+    /// instructions behind each load, though the benchmark's hits and misses alternate at random:
+    /// 0.77–0.85×), and the compare without a branch on a missing candidate (reading a hot dummy
+    /// record: 0.87–0.95×). Tried and no better: comparing the first buckets' candidates before the
+    /// second buckets' (0.9×, or even); asking for a key's second bucket in stage 1 where a spill
+    /// filter kept apart from the buckets (in cache) said so (0.93–1.0×: the filter's own load sits
+    /// behind every key); both buckets of every key prefetched in stage 1, as rte_hash does (0.95×:
+    /// more lines for the 10 % that need the second); prefetch hints T1 and NTA (the same).
     ///
     /// # Panics
     ///
