@@ -226,15 +226,13 @@ fn lookups_only<K: TableKey>(rounds: usize, conv: impl Fn(FlowKey) -> K) {
     );
 }
 
-/// `FLOWTABLE_INSERT_TURNS=1`: a line `ready`, then for each line read on stdin a round of
-/// inserts on `FlowKey`s: 1 M flows into an empty table, then half of them removed in a
-/// shuffled order and as many new flows inserted, then (the table filled to its capacity)
-/// half a million new flows, each of which evicts one.
-/// Each round answers with a line of three rates, M/s: into the empty table, into the
-/// churned one (a table that has seen flows come and go: its free slots or records
-/// scattered), into the full one. For
-/// two builds' inserts alternated round by round, as bench/flowtable_vs_dpdk.sh alternates
-/// lookups.
+/// `FLOWTABLE_INSERT_TURNS=1`: a line `ready`, then for each line read on stdin a round of inserts
+/// on `FlowKey`s: 1 M flows into an empty table, then half of them removed in a shuffled order and
+/// as many new flows inserted, then (the table filled to its capacity) half a million new flows,
+/// each of which evicts one. Each round answers with a line of three rates, M/s: into the empty
+/// table, into the churned one (a table that has seen flows come and go: its free slots or records
+/// scattered), into the full one. For two builds' inserts alternated round by round, as
+/// bench/flowtable_vs_dpdk.sh alternates lookups.
 fn insert_turns(cfg: &Config) {
     println!("ready");
     for line in std::io::stdin().lines() {

@@ -8,12 +8,12 @@
 //! hit's record, where buckets that also held record indices (7 MB) made it wait twice.
 //!
 //! Expiry is O(1) per flow: a record is linked once, into the wheel slot of the deadline it had
-//! when linked (again, at its real deadline, if the cuckoo walk moves it); a lookup only writes
-//! its `last` time. When the wheel reaches that slot the
-//! record's real deadline (`last` + its class's timeout) is checked: due, it expires; not due,
-//! it moves to the slot of its real deadline. Each visit either expires a flow or follows at
-//! least one timeout of activity, so the work per expired flow does not grow with the table.
-//! `expire(now)` removes exactly the flows whose deadline, in ticks, is at most `now`.
+//! when linked (again, at its real deadline, if the cuckoo walk moves it); a lookup only writes its
+//! `last` time. When the wheel reaches that slot the record's real deadline (`last` + its class's
+//! timeout) is checked: due, it expires; not due, it moves to the slot of its real deadline. Each
+//! visit either expires a flow or follows at least one timeout of activity, so the work per expired
+//! flow does not grow with the table. `expire(now)` removes exactly the flows whose deadline, in
+//! ticks, is at most `now`.
 
 use crate::key::{FlowKey, TableKey, TCP, UDP};
 use crate::prefetch::{prefetch, prefetch_addr};
@@ -501,19 +501,20 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     /// bucket of tags alone, its records in slot order, took the batch 1.10–1.24× further than
     /// buckets of ten tags and ten record indices (a hit's record index came from the bucket, and
     /// those buckets were three times the bytes, so more of them came from memory). 64 rather than
-    /// 32: a batch waits for two misses in a row (bucket, then record), and over 64 keys that wait
-    /// is shared by twice as many (43 M lookups/s against 38 on the benchmark's workload given 64
-    /// at a time; the same given 32). Each stage waits on memory, so what it does behind its loads
-    /// is kept short (the fewer instructions a key takes there, the more keys' loads are in
-    /// flight): a bucket's tags compared at once (ten, then) took it 1.12–1.16× further. Tried and
-    /// slower, for the same reason: choosing each stage's prefetch without branches (more
-    /// instructions behind each load, though the benchmark's hits and misses alternate at random:
-    /// 0.77–0.85×), and the compare without a branch on a missing candidate (reading a hot dummy
-    /// record: 0.87–0.95×). Tried and no better: comparing the first buckets' candidates before the
-    /// second buckets' (0.9×, or even); asking for a key's second bucket in stage 1 where a spill
-    /// filter kept apart from the buckets (in cache) said so (0.93–1.0×: the filter's own load sits
-    /// behind every key); both buckets of every key prefetched in stage 1, as rte_hash does (0.95×:
-    /// more lines for the 10 % that need the second); prefetch hints T1 and NTA (the same).
+    /// 32: a batch waits on its buckets, then on its records, and over 64 keys those waits are
+    /// shared by twice as many (with the layout before, buckets of ten tags and ten record indices:
+    /// 43 M lookups/s against 38 on the benchmark's workload given 64 at a time; the same given
+    /// 32). Each stage waits on memory, so what it does behind its loads is kept short (the fewer
+    /// instructions a key takes there, the more keys' loads are in flight): a bucket's tags
+    /// compared at once (ten, then) took it 1.12–1.16× further. Tried on that layout and slower,
+    /// for the same reason: choosing each stage's prefetch without branches (more instructions
+    /// behind each load, though the benchmark's hits and misses alternate at random: 0.77–0.85×),
+    /// and the compare without a branch on a missing candidate (reading a hot dummy record:
+    /// 0.87–0.95×). Tried and no better: comparing the first buckets' candidates before the second
+    /// buckets' (0.9×, or even); asking for a key's second bucket in stage 1 where a spill filter
+    /// kept apart from the buckets (in cache) said so (0.93–1.0×: the filter's own load sits behind
+    /// every key); both buckets of every key prefetched in stage 1, as rte_hash does (0.95×: more
+    /// lines for the 10 % that need the second); prefetch hints T1 and NTA (the same).
     ///
     /// # Panics
     ///
@@ -667,7 +668,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         let mut evicted = None;
         if self.stats.live >= u64::from(self.cap) {
             if let Some(v) = self.victim(b1, b2) {
-                evicted = Some(self.take(v));
+                evicted = Some(self.take(v, self.home(v)));
                 self.stats.evicted_full += 1;
             }
         }
@@ -679,14 +680,13 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         self.stats.inserts += 1;
         self.stats.live += 1;
         let (r, lost) = self.seat(tag, rec, b1, b2);
-        if let Some(lost) = lost {
+        if lost.is_some() {
             // The walk ended holding a flow with no room, or came back to the new flow and
             // evicted the least recently seen of its buckets for it. (Never after an eviction
             // for want of a record: that eviction emptied a slot of this flow's own buckets.)
             debug_assert!(evicted.is_none());
             self.stats.evicted_no_room += 1;
-            self.stats.live -= 1;
-            evicted = Some((lost.key, lost.value));
+            evicted = lost;
         }
         Upsert {
             value: &mut self.records[r as usize].value,
@@ -722,7 +722,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         let h = key.keyed_hash(self.seed);
         let r = self.find(key, h)?;
         self.stats.removed += 1;
-        Some(self.take(r).1)
+        Some(self.take(r, self.first_bucket(h)).1)
     }
 
     /// Advances the wheel to `now_ns`: every flow whose deadline (last seen plus its class's
@@ -750,7 +750,7 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
                 let due = u64::from(rec.last()) + u64::from(self.timeouts[class as usize]);
                 if due <= u64::from(now) {
                     // Its list is detached: it leaves the bucket and the slot, no unlink.
-                    let (key, value) = self.release(r);
+                    let (key, value) = self.release(r, self.home(r));
                     self.stats.expired[class as usize] += 1;
                     on_expired(&key, value, class);
                 } else {
@@ -791,20 +791,25 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
         self.records[n as usize].prev = p;
     }
 
-    /// Takes a held flow out entirely (bucket, wheel, record): its key and value.
-    fn take(&mut self, r: u32) -> (K, V) {
-        self.unlink(r);
-        self.release(r)
+    /// The first bucket of the flow in record `r`.
+    fn home(&self, r: u32) -> usize {
+        self.first_bucket(self.records[r as usize].key.keyed_hash(self.seed))
     }
 
-    /// A held flow off the wheel already (or on a detached wheel list) leaves its slot: the
-    /// slot is emptied, its first bucket's spill filter forgets it if it sat in its second,
-    /// and its key and value are handed back.
-    fn release(&mut self, r: u32) -> (K, V) {
+    /// Takes the held flow of record `r` (first bucket `b1`) out entirely (bucket, wheel,
+    /// record): its key and value.
+    fn take(&mut self, r: u32, b1: usize) -> (K, V) {
+        self.unlink(r);
+        self.release(r, b1)
+    }
+
+    /// The held flow of record `r` (first bucket `b1`), off the wheel already (or on a
+    /// detached wheel list), leaves its slot: the slot is emptied, `b1`'s spill filter
+    /// forgets it if it sat in its second bucket, and its key and value are handed back.
+    fn release(&mut self, r: u32, b1: usize) -> (K, V) {
         let (b, s) = (r as usize / SLOTS, r as usize % SLOTS);
-        let tag = self.buckets[b].tag(s);
-        let b1 = self.first_bucket(self.records[r as usize].key.keyed_hash(self.seed));
         if b != b1 {
+            let tag = self.buckets[b].tag(s);
             self.buckets[b1].spill(tag, false);
         }
         self.buckets[b].set_tag(s, EMPTY);
@@ -869,16 +874,11 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
     }
 
     /// Seats the new flow `rec` (tag `tag`) in `b1` or `b2`, displacing others cuckoo-wise:
-    /// where it sits, and a flow that lost its place — the one the walk held when it gave up
-    /// after `MAX_KICKS` moves or, when the walk came back to the new flow, the least recently
-    /// seen of the new flow's (full) buckets, whose slot it takes.
-    fn seat(
-        &mut self,
-        tag: u16,
-        rec: Record<V, K>,
-        b1: usize,
-        b2: usize,
-    ) -> (u32, Option<Record<V, K>>) {
+    /// where it sits, and the flow that lost its place (no longer counted as held) — the one
+    /// the walk held when it gave up after `MAX_KICKS` moves or, when the walk came back to
+    /// the new flow, the least recently seen of the new flow's (full) buckets, whose slot it
+    /// takes.
+    fn seat(&mut self, tag: u16, rec: Record<V, K>, b1: usize, b2: usize) -> (u32, Option<(K, V)>) {
         if let Some(s) = self.buckets[b1].empty_slot() {
             return (self.put(b1, s, tag, rec), None);
         }
@@ -922,28 +922,20 @@ impl<V: Default, K: TableKey> FlowTable<V, K> {
             (b, tag, rec, first, new) = (alt, vt, victim, x1, was_new);
         }
         if !new {
-            return (at, Some(rec));
+            self.stats.live -= 1;
+            return (at, Some((rec.key, rec.value)));
         }
-        // Back to the new flow: its buckets are full (it was lifted from one of them).
-        let lost = match self.victim_in(b1, b2) {
-            Some(v) => {
-                let (vb, vs) = (v as usize / SLOTS, v as usize % SLOTS);
-                let (vtag, vfirst) = (
-                    self.buckets[vb].tag(vs),
-                    self.first_bucket(self.records[v as usize].key.keyed_hash(self.seed)),
-                );
-                if vb != vfirst {
-                    self.buckets[vfirst].spill(vtag, false);
-                }
-                let lost = self.lift(vb, vs);
-                if vb != b1 {
-                    self.buckets[b1].spill(tag, true);
-                }
-                at = self.put(vb, vs, tag, rec);
-                lost
-            }
-            None => rec,
+        // Back to the new flow: its buckets are full (it was lifted from one of them), so
+        // they hold a least recently seen flow, whose slot it takes.
+        let Some(v) = self.victim_in(b1, b2) else {
+            unreachable!("the walk gave up with the new flow's two buckets full");
         };
+        let lost = self.take(v, self.home(v));
+        let (vb, vs) = (v as usize / SLOTS, v as usize % SLOTS);
+        if vb != b1 {
+            self.buckets[b1].spill(tag, true);
+        }
+        at = self.put(vb, vs, tag, rec);
         (at, Some(lost))
     }
 
